@@ -1,0 +1,102 @@
+// The pcnn command.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "knn_command.hpp"
+#include "pcnn/device.hpp"
+#include "pcnn/io.hpp"
+#include "pcnn/synthetic.hpp"
+#include "report.hpp"
+
+namespace {
+
+using namespace pcnn::app;
+
+int run_generate(const std::string& kind, long long n, unsigned long long seed,
+                 const std::string& out) {
+  const auto xyz = pcnn::make_synthetic_cloud(pcnn::parse_synthetic_kind(kind), n, seed);
+  pcnn::save_xyz_pcd(out, xyz);
+  std::fprintf(stderr, "pcnn: wrote %s points (%s, seed %llu) to %s\n", thousands(n).c_str(),
+               kind.c_str(), seed, out.c_str());
+  return kExitOk;
+}
+
+int run_devices() {
+  const pcnn::DeviceInfo d = pcnn::query_device();
+  if (!d.available) {
+    std::printf("no usable CUDA device: %s\n", d.reason.c_str());
+    return kExitDevice;
+  }
+  std::printf("device %d: %s, compute capability %d.%d, %d multiprocessors, %.1f GiB%s\n",
+              d.ordinal, d.name.c_str(), d.cc_major, d.cc_minor, d.multiprocessors,
+              d.total_memory / 1073741824.0, d.integrated ? ", integrated" : "");
+  return kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"pcnn: exact nearest neighbors for point clouds on NVIDIA GPUs"};
+  app.set_version_flag("--version", "pcnn 0.1.0");
+  app.require_subcommand(1);
+
+  KnnCommand knn;
+  auto* knn_cmd = app.add_subcommand("knn", "k nearest neighbors of every point (or query point)");
+  knn_cmd->add_option("input", knn.input, "reference cloud (.pcd or .ply)")->required();
+  knn_cmd->add_option("--query", knn.query, "separate query cloud (.pcd or .ply)");
+  knn_cmd->add_option("-k", knn.k, "neighbors per point (1-128)")->capture_default_str();
+  knn_cmd->add_flag("--exclude-self", knn.exclude_self, "a point is not its own neighbor");
+  knn_cmd->add_option("-o,--out", knn.out, "neighbor indices: .npy (int32, n x k) or .csv");
+  knn_cmd->add_option("--distances", knn.distances,
+                      "squared distances: .npy (float32, n x k) or .csv");
+  knn_cmd->add_option("--device", knn.device, "auto, cuda or cpu")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->capture_default_str();
+  knn_cmd->add_flag("--compare-cpu", knn.compare_cpu,
+                    "also run the CPU baseline (PCL k-d tree) and compare");
+  knn_cmd->add_flag("--json", knn.json, "print the summary as one JSON object on stdout");
+
+  std::string gen_kind, gen_out;
+  long long gen_n = 50000;
+  unsigned long long gen_seed = 1;
+  auto* gen_cmd = app.add_subcommand("generate", "write a synthetic cloud as binary PCD");
+  gen_cmd->add_option("kind", gen_kind, "uniform, clustered or lidar")
+      ->required()
+      ->check(CLI::IsMember({"uniform", "clustered", "lidar"}));
+  gen_cmd->add_option("-n,--points", gen_n, "number of points")
+      ->capture_default_str()
+      ->check(CLI::Range(0LL, 2147483647LL));
+  gen_cmd->add_option("--seed", gen_seed, "random seed")->capture_default_str();
+  gen_cmd->add_option("-o,--out", gen_out, "output .pcd")->required();
+
+  app.add_subcommand("devices", "show the CUDA device pcnn would use");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
+  }
+
+  try {
+    if (knn_cmd->parsed()) return run_knn(knn);
+    if (gen_cmd->parsed()) return run_generate(gen_kind, gen_n, gen_seed, gen_out);
+    return run_devices();
+  } catch (const pcnn::input_error& e) {
+    std::fprintf(stderr, "pcnn: error: %s\n", e.what());
+    return kExitInput;
+  } catch (const pcnn::output_error& e) {
+    std::fprintf(stderr, "pcnn: error: %s\n", e.what());
+    return kExitOutput;
+  } catch (const pcnn::cuda_error& e) {
+    std::fprintf(stderr, "pcnn: error: %s\n", e.what());
+    return kExitDevice;
+  } catch (const pcnn::error& e) {
+    std::fprintf(stderr, "pcnn: error: %s\n", e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pcnn: internal error: %s\n", e.what());
+    return kExitInternal;
+  }
+}

@@ -1,0 +1,23 @@
+// pcnn — the CPU baseline: PCL's k-d tree (FLANN), the tool users run today, on all cores.
+#pragma once
+
+#include "pcnn/knn.hpp"
+#include "pcnn/points.hpp"
+
+namespace pcnn {
+
+/// Wall-clock time of the CPU baseline's parts, in milliseconds.
+struct CpuKnnTimings {
+  double build_ms = 0;  ///< building the k-d tree over the finite references
+  double query_ms = 0;  ///< all queries, spread over `threads` threads
+  int threads = 0;
+};
+
+/// kNN with pcl::KdTreeFLANN (exact search), queries spread over all cores with OpenMP.
+/// Same conventions as the GPU search: rows sorted by (squared distance, index), -1 / +inf
+/// padding, non-finite points skipped; FLANN's distances are computed in float.
+/// @throws pcnn::error on invalid arguments (as validate_knn_args).
+KnnResult pcl_knn(PointsView refs, const PointsView* queries, KnnParams params,
+                  CpuKnnTimings* timings = nullptr);
+
+}  // namespace pcnn

@@ -1,0 +1,30 @@
+// pcnn — finding out whether a CUDA device is usable.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace pcnn {
+
+/// What pcnn knows of one CUDA device.
+struct DeviceInfo {
+  bool available = false;  ///< a device is present and usable
+  std::string reason;      ///< why not, when !available (no driver, no device, driver too old)
+  int ordinal = 0;
+  std::string name;
+  int cc_major = 0, cc_minor = 0;
+  std::int64_t total_memory = 0;  ///< bytes
+  int multiprocessors = 0;
+  bool integrated = false;  ///< shares memory with the host (Jetson)
+  int driver_version = 0, runtime_version = 0;
+};
+
+/// Describes device `ordinal` without throwing; `available` is false (with a reason) when it
+/// cannot be used. Does not create a context.
+DeviceInfo query_device(int ordinal = 0);
+
+/// Creates the CUDA context on device `ordinal` (the one-time start-up cost, kept out of search
+/// timings) and returns the milliseconds it took. Throws pcnn::no_device_error when unusable.
+double initialize_device(int ordinal = 0);
+
+}  // namespace pcnn

@@ -1,0 +1,63 @@
+// pcnn — reading clouds and writing results (the pcnn::io library; PCL stays inside it).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pcnn/error.hpp"
+#include "pcnn/knn.hpp"
+#include "pcnn/points.hpp"
+
+namespace pcnn {
+
+/// A file could not be read as a cloud; the message names the file and the reason.
+class input_error : public error {
+ public:
+  using error::error;
+};
+
+/// A result could not be written; the message names the file and the reason.
+class output_error : public error {
+ public:
+  using error::error;
+};
+
+/// A loaded cloud: float coordinates re-centered on a double-precision origin, so that
+/// georeferenced coordinates (1e5..1e7 m) keep their resolution. stored = xyz + origin.
+struct Cloud {
+  std::string path;
+  std::vector<float> xyz;          ///< 3 floats per point; non-finite points hold NaN
+  std::array<double, 3> origin{};  ///< added back to get the stored coordinates
+  std::uint32_t width = 0;         ///< organized clouds: columns; otherwise the point count
+  std::uint32_t height = 0;        ///< organized clouds: rows (> 1); otherwise 1
+  std::int64_t finite = 0;         ///< points with finite x, y and z
+  std::string coordinate_type;     ///< type x/y/z were stored in: "float32", "float64", ...
+
+  std::int64_t size() const { return static_cast<std::int64_t>(xyz.size() / 3); }
+  PointsView view() const { return PointsView{xyz.data(), size(), 3}; }
+};
+
+/// Loads a .pcd (ascii, binary, binary_compressed) or .ply (ascii, binary little- or big-endian)
+/// file. x, y and z are read in their stored type (float or double, or an integer type).
+/// Re-centers on `origin` when given (to put a query cloud in its reference cloud's frame),
+/// otherwise on the center of the finite points' bounding box.
+/// @throws pcnn::input_error naming the file and the reason (missing, unreadable, unknown
+///         extension, malformed, no x/y/z, coordinates too large for float distances).
+Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin = nullptr);
+
+/// Writes packed xyz (in meters, stored = xyz) as a binary PCD with fields x y z.
+/// @throws pcnn::output_error
+void save_xyz_pcd(const std::string& path, const std::vector<float>& xyz);
+
+/// Writes a rows × cols row-major array as a NumPy .npy file (little-endian int32 / float32),
+/// or as CSV when `path` ends in .csv (one row per line, a leading "row" column, a header line
+/// naming the columns `prefix0..`). Written to a temporary file and renamed, so a failed write
+/// leaves no partial file. @throws pcnn::output_error
+void write_array(const std::string& path, const std::int32_t* data, std::int64_t rows, int cols,
+                 const std::string& prefix = "n");
+void write_array(const std::string& path, const float* data, std::int64_t rows, int cols,
+                 const std::string& prefix = "d");
+
+}  // namespace pcnn

@@ -1,0 +1,65 @@
+// pcnn — exact k-nearest-neighbor search.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "pcnn/points.hpp"
+
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;
+
+namespace pcnn {
+
+/// The largest k any search supports.
+inline constexpr int kMaxK = 128;
+
+/// What to search for.
+struct KnnParams {
+  int k = 8;                  ///< neighbors per query, 1..kMaxK
+  bool exclude_self = false;  ///< self-search only: a point is not its own neighbor
+};
+
+/// Dense kNN results for `rows` queries: row q holds `k` neighbor indices into the reference
+/// points and their squared distances (units of the coordinates, squared), sorted by
+/// (squared distance, index) so that ties go to the smaller index. Where fewer than k
+/// neighbors exist (or the query is not finite) the row is padded with index -1 and
+/// distance +infinity.
+struct KnnResult {
+  std::int64_t rows = 0;
+  int k = 0;
+  std::vector<std::int32_t> indices;  ///< rows × k, row-major
+  std::vector<float> sqdist;          ///< rows × k, row-major, squared distances
+};
+
+/// Device time of the parts of one GPU search, in milliseconds (CUDA events).
+struct GpuKnnTimings {
+  float upload_ms = 0;    ///< host → device copies of references and queries
+  float prepare_ms = 0;   ///< on-device packing and removal of non-finite points
+  float search_ms = 0;    ///< the search kernel(s)
+  float download_ms = 0;  ///< device → host copies of the results
+};
+
+/// Exact kNN on the GPU by brute force with shared-memory tiles of reference points.
+/// Every query is compared with every finite reference point, so the cost is
+/// queries × references distance evaluations: right for clouds up to a few hundred thousand
+/// points.
+///
+/// @param[in] refs     reference points in host memory (indices in the result refer to these)
+/// @param[in] queries  query points in host memory, or nullptr to query the references themselves
+/// @param[in] params   k and exclude_self (which needs queries == nullptr)
+/// @param[out] timings optional device timings of the parts
+/// @param[in] stream   CUDA stream for the work
+/// @return owning results, one row per query point (all queries, finite or not)
+/// @throws pcnn::error on invalid arguments (k out of range, null data with a non-zero count,
+///         stride < 3, exclude_self with a separate query set, more than 2^31-1 points);
+///         pcnn::no_device_error when no CUDA device is usable; pcnn::cuda_error on device
+///         failures.
+/// Synchronizes with `stream` before returning.
+KnnResult gpu_knn_brute_force(PointsView refs, const PointsView* queries, KnnParams params,
+                              GpuKnnTimings* timings = nullptr, cudaStream_t stream = nullptr);
+
+/// Checks the arguments every kNN entry point takes; throws pcnn::error naming what is wrong.
+void validate_knn_args(PointsView refs, const PointsView* queries, KnnParams params);
+
+}  // namespace pcnn

@@ -1,0 +1,21 @@
+// pcnn — re-centering double-precision coordinates before converting them to float.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+namespace pcnn {
+
+/// Center of the bounding box of the finite points among `n` packed xyz triples, or (0, 0, 0)
+/// when none is finite.
+std::array<double, 3> bounding_box_center(const double* xyz, std::int64_t n);
+
+/// float(xyz - origin) for each of `n` packed xyz triples; points with a non-finite coordinate
+/// become NaN in all three. Georeferenced coordinates (1e5..1e7 m) keep millimeter resolution
+/// because the subtraction happens in double.
+/// @throws pcnn::error when a finite point lies more than 1e18 from the origin (squared
+///         distances in float would overflow), naming the point.
+std::vector<float> recenter(const double* xyz, std::int64_t n, const std::array<double, 3>& origin);
+
+}  // namespace pcnn

@@ -1,0 +1,93 @@
+// Writing result arrays as NumPy .npy or CSV.
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iomanip>
+#include <limits>
+#include <sstream>
+
+#include "atomic_file.hpp"
+#include "pcnn/io.hpp"
+
+namespace pcnn {
+namespace {
+
+bool ends_with_csv(const std::string& path) {
+  if (path.size() < 4) return false;
+  std::string ext = path.substr(path.size() - 4);
+  for (auto& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return ext == ".csv";
+}
+
+// NPY format 1.0: magic, version, little-endian header length, a Python dict literal padded
+// with spaces and ending in '\n' so that the data starts on a 64-byte boundary.
+std::string npy_header(const char* descr, std::int64_t rows, int cols) {
+  std::ostringstream dict;
+  dict << "{'descr': '" << descr << "', 'fortran_order': False, 'shape': (" << rows << ", " << cols
+       << "), }";
+  std::string h = dict.str();
+  const std::size_t unpadded = 10 + h.size() + 1;
+  h.append((64 - unpadded % 64) % 64, ' ');
+  h.push_back('\n');
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out.push_back(static_cast<char>(h.size() & 0xff));
+  out.push_back(static_cast<char>(h.size() >> 8));
+  return out + h;
+}
+
+template <class T>
+void write_value(std::ostream& os, T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isinf(v)) {
+      os << (v > 0 ? "inf" : "-inf");
+      return;
+    }
+    os << std::setprecision(std::numeric_limits<T>::max_digits10) << v;
+  } else {
+    os << v;
+  }
+}
+
+template <class T>
+void write_any(const std::string& path, const T* data, std::int64_t rows, int cols,
+               const char* descr, const std::string& prefix) {
+  static_assert(sizeof(T) == 4, "npy descriptors here are 4-byte types");
+  io_detail::write_atomically(path, [&](const std::string& tmp) -> std::string {
+    std::ofstream os(tmp, std::ios::binary | std::ios::trunc);
+    if (!os) return std::strerror(errno);
+    if (ends_with_csv(path)) {
+      os << "row";
+      for (int j = 0; j < cols; ++j) os << ',' << prefix << j;
+      os << '\n';
+      for (std::int64_t r = 0; r < rows; ++r) {
+        os << r;
+        for (int j = 0; j < cols; ++j) {
+          os << ',';
+          write_value(os, data[static_cast<std::size_t>(r) * cols + j]);
+        }
+        os << '\n';
+      }
+    } else {
+      os << npy_header(descr, rows, cols);  // the data below is little-endian, as on x86/ARM
+      os.write(reinterpret_cast<const char*>(data),
+               static_cast<std::streamsize>(static_cast<std::size_t>(rows) * cols * sizeof(T)));
+    }
+    os.flush();
+    return os ? "" : std::strerror(errno);
+  });
+}
+
+}  // namespace
+
+void write_array(const std::string& path, const std::int32_t* data, std::int64_t rows, int cols,
+                 const std::string& prefix) {
+  write_any(path, data, rows, cols, "<i4", prefix);
+}
+
+void write_array(const std::string& path, const float* data, std::int64_t rows, int cols,
+                 const std::string& prefix) {
+  write_any(path, data, rows, cols, "<f4", prefix);
+}
+
+}  // namespace pcnn

@@ -1,0 +1,221 @@
+// Loading .pcd / .ply clouds through pcl::PCLPointCloud2, converting x/y/z by their stored type.
+#include <pcl/PCLPointCloud2.h>
+#include <pcl/exceptions.h>
+#include <pcl/io/pcd_io.h>
+#include <pcl/io/ply_io.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "atomic_file.hpp"
+#include "header_check.hpp"
+#include "pcnn/io.hpp"
+#include "pcnn/recenter.hpp"
+
+namespace pcnn {
+namespace {
+
+namespace fs = std::filesystem;
+
+[[noreturn]] void fail(const std::string& path, const std::string& why) {
+  throw input_error("cannot read cloud '" + path + "': " + why);
+}
+
+std::string lower_extension(const std::string& path) {
+  std::string ext = fs::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  return ext;
+}
+
+std::uint64_t check_file(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) fail(path, "no such file");
+  if (fs::is_directory(st)) fail(path, "is a directory");
+  if (!fs::is_regular_file(st)) fail(path, "not a regular file");
+  std::ifstream probe(path, std::ios::binary);
+  if (!probe) fail(path, std::string("cannot open it: ") + std::strerror(errno));
+  const std::uint64_t size = fs::file_size(path, ec);
+  if (ec) fail(path, "cannot read its size: " + ec.message());
+  if (size == 0) fail(path, "the file is empty");
+  return size;
+}
+
+void read_with_pcl(const std::string& path, const std::string& ext, pcl::PCLPointCloud2& cloud) {
+  int rc = 0;
+  try {
+    Eigen::Vector4f origin;
+    Eigen::Quaternionf orientation;
+    if (ext == ".pcd") {
+      pcl::PCDReader reader;
+      int version = 0;
+      rc = reader.read(path, cloud, origin, orientation, version);
+    } else {
+      pcl::PLYReader reader;
+      int version = 0;
+      rc = reader.read(path, cloud, origin, orientation, version);
+    }
+  } catch (const pcl::PCLException& e) {
+    fail(path, std::string("PCL: ") + e.detailedMessage());
+  } catch (const std::exception& e) {
+    fail(path, std::string("PCL: ") + e.what());
+  }
+  if (rc < 0) fail(path, "PCL could not parse it as " + ext + " (see PCL's message above)");
+}
+
+// Reads one coordinate of the given PCL type as double.
+double read_as_double(const std::uint8_t* p, std::uint8_t type) {
+  auto get = [p](auto v) {
+    std::memcpy(&v, p, sizeof(v));
+    return static_cast<double>(v);
+  };
+  switch (type) {
+    case pcl::PCLPointField::INT8:
+      return get(std::int8_t{});
+    case pcl::PCLPointField::UINT8:
+      return get(std::uint8_t{});
+    case pcl::PCLPointField::INT16:
+      return get(std::int16_t{});
+    case pcl::PCLPointField::UINT16:
+      return get(std::uint16_t{});
+    case pcl::PCLPointField::INT32:
+      return get(std::int32_t{});
+    case pcl::PCLPointField::UINT32:
+      return get(std::uint32_t{});
+    case pcl::PCLPointField::INT64:
+      return get(std::int64_t{});
+    case pcl::PCLPointField::UINT64:
+      return get(std::uint64_t{});
+    case pcl::PCLPointField::FLOAT32:
+      return get(float{});
+    case pcl::PCLPointField::FLOAT64:
+      return get(double{});
+    default:
+      return std::numeric_limits<double>::quiet_NaN();
+  }
+}
+
+const char* type_name(std::uint8_t type) {
+  switch (type) {
+    case pcl::PCLPointField::INT8:
+      return "int8";
+    case pcl::PCLPointField::UINT8:
+      return "uint8";
+    case pcl::PCLPointField::INT16:
+      return "int16";
+    case pcl::PCLPointField::UINT16:
+      return "uint16";
+    case pcl::PCLPointField::INT32:
+      return "int32";
+    case pcl::PCLPointField::UINT32:
+      return "uint32";
+    case pcl::PCLPointField::INT64:
+      return "int64";
+    case pcl::PCLPointField::UINT64:
+      return "uint64";
+    case pcl::PCLPointField::FLOAT32:
+      return "float32";
+    case pcl::PCLPointField::FLOAT64:
+      return "float64";
+    default:
+      return nullptr;
+  }
+}
+
+const pcl::PCLPointField& coordinate_field(const std::string& path,
+                                           const pcl::PCLPointCloud2& cloud, const char* name) {
+  const pcl::PCLPointField* found = nullptr;
+  for (const auto& f : cloud.fields) {
+    if (f.name != name) continue;
+    if (found) fail(path, std::string("field '") + name + "' appears twice");
+    found = &f;
+  }
+  if (!found) fail(path, std::string("no '") + name + "' field (x, y and z are required)");
+  if (!type_name(found->datatype))
+    fail(path, std::string("field '") + name + "' has an unsupported type (" +
+                   std::to_string(found->datatype) + ")");
+  if (found->count != 1)
+    fail(path, std::string("field '") + name + "' has count " + std::to_string(found->count) +
+                   ", expected 1");
+  const std::uint64_t end = std::uint64_t(found->offset) + pcl::getFieldSize(found->datatype);
+  if (end > cloud.point_step)
+    fail(path, std::string("field '") + name + "' lies outside the point record");
+  return *found;
+}
+
+}  // namespace
+
+Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin) {
+  const std::string ext = lower_extension(path);
+  if (ext != ".pcd" && ext != ".ply")
+    fail(path, "unknown extension '" + ext + "' (expected .pcd or .ply)");
+  const std::uint64_t size = check_file(path);
+  const io_detail::HeaderInfo header = ext == ".pcd" ? io_detail::check_pcd_header(path, size)
+                                                     : io_detail::check_ply_header(path, size);
+  pcl::PCLPointCloud2 pc;
+  if (header.points > 0) read_with_pcl(path, ext, pc);  // PCL refuses clouds of no points
+
+  const std::uint64_t n = std::uint64_t(pc.width) * pc.height;
+  if (n > std::uint64_t(std::numeric_limits<std::int32_t>::max()))
+    fail(path, std::to_string(n) + " points; at most 2^31-1 are supported");
+  if (pc.data.size() < n * pc.point_step)
+    fail(path, "the point data is shorter than width x height x point size");
+  const pcl::PCLPointField* f[3] = {&coordinate_field(path, pc, "x"),
+                                    &coordinate_field(path, pc, "y"),
+                                    &coordinate_field(path, pc, "z")};
+
+  Cloud c;
+  c.path = path;
+  c.width = pc.width;
+  c.height = pc.height;
+  c.coordinate_type = type_name(f[0]->datatype);
+  for (int a = 1; a < 3; ++a)
+    if (f[a]->datatype != f[0]->datatype) c.coordinate_type = "mixed";
+
+  std::vector<double> xyz(n * 3);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const std::uint8_t* rec = pc.data.data() + i * pc.point_step;
+    double* p = &xyz[i * 3];
+    for (int a = 0; a < 3; ++a) p[a] = read_as_double(rec + f[a]->offset, f[a]->datatype);
+    if (std::isfinite(p[0]) && std::isfinite(p[1]) && std::isfinite(p[2])) ++c.finite;
+  }
+  c.origin = origin ? *origin : bounding_box_center(xyz.data(), static_cast<std::int64_t>(n));
+  try {
+    c.xyz = recenter(xyz.data(), static_cast<std::int64_t>(n), c.origin);
+  } catch (const error& e) {
+    fail(path, e.what());
+  }
+  return c;
+}
+
+void save_xyz_pcd(const std::string& path, const std::vector<float>& xyz) {
+  pcl::PCLPointCloud2 pc;
+  const std::uint32_t n = static_cast<std::uint32_t>(xyz.size() / 3);
+  pc.width = n;
+  pc.height = 1;
+  pc.is_dense = true;
+  pc.point_step = 12;
+  pc.row_step = 12 * n;
+  const char* names[3] = {"x", "y", "z"};
+  for (std::uint32_t a = 0; a < 3; ++a) {
+    pcl::PCLPointField f;
+    f.name = names[a];
+    f.offset = 4 * a;
+    f.datatype = pcl::PCLPointField::FLOAT32;
+    f.count = 1;
+    pc.fields.push_back(f);
+  }
+  pc.data.resize(xyz.size() * sizeof(float));
+  std::memcpy(pc.data.data(), xyz.data(), pc.data.size());
+  io_detail::write_atomically(path, [&](const std::string& tmp) -> std::string {
+    pcl::PCDWriter writer;
+    return writer.writeBinary(tmp, pc) < 0 ? "PCL could not write it" : "";
+  });
+}
+
+}  // namespace pcnn

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The pcnn command's exit codes, messages and outputs. Usage: cli_test.sh PCNN DATA_DIR
+set -u
+pcnn=$1
+data=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+passes=0
+
+# expect CODE PATTERN -- ARGS...: pcnn ARGS exits with CODE and its stderr matches PATTERN.
+expect() {
+  local code=$1 pattern=$2
+  shift 3
+  "$pcnn" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ "$rc" -ne "$code" ] || ! grep -qE -- "$pattern" "$tmp/err"; then
+    echo "FAIL: pcnn $* -> exit $rc (want $code), stderr:"; sed 's/^/    /' "$tmp/err"
+    fails=$((fails + 1))
+  else
+    passes=$((passes + 1))
+  fi
+}
+
+sample=$data/sample.pcd
+expect 0 "indices written to" -- knn "$sample" -k 4 --device cpu -o "$tmp/i.npy" --distances "$tmp/d.csv"
+[ -s "$tmp/i.npy" ] && [ "$(head -c 6 "$tmp/i.npy" | tail -c 5)" = "NUMPY" ] || { echo "FAIL: no .npy"; fails=$((fails + 1)); }
+[ "$(wc -l <"$tmp/d.csv")" -eq 50001 ] || { echo "FAIL: csv rows"; fails=$((fails + 1)); }
+expect 0 "points +50,000" -- knn "$sample" -k 1 --device cpu --json
+grep -q '"command": "knn"' "$tmp/out" || { echo "FAIL: --json"; fails=$((fails + 1)); }
+expect 0 "wrote 1,000 points" -- generate clustered -n 1000 -o "$tmp/c.pcd"
+expect 0 "queries" -- knn "$sample" --query "$tmp/c.pcd" -k 3 --device cpu
+expect 3 "cannot read cloud '$tmp/missing.pcd': no such file" -- knn "$tmp/missing.pcd"
+echo "1 2 3" >"$tmp/c.txt"
+expect 3 "unknown extension" -- knn "$tmp/c.txt"
+expect 2 "k must be between 1 and 128" -- knn "$sample" -k 0 --device cpu
+expect 2 "exclude_self applies to a self-search" -- knn "$sample" --query "$tmp/c.pcd" --exclude-self --device cpu
+expect 2 "device" -- knn "$sample" --device tpu
+expect 2 "required" -- knn
+expect 5 "cannot write '$tmp/nodir/i.npy'" -- knn "$sample" --device cpu -o "$tmp/nodir/i.npy"
+[ ! -e "$tmp/nodir" ] || { echo "FAIL: partial output"; fails=$((fails + 1)); }
+if "$pcnn" devices >/dev/null 2>&1; then
+  expect 0 "agreeing percent +100.000" -- knn "$sample" -k 8 --compare-cpu
+else
+  expect 4 "no usable CUDA device" -- knn "$sample" --device cuda
+  expect 0 "running on the CPU" -- knn "$sample" -k 2
+fi
+echo "$passes passed, $fails failed"
+[ "$fails" -eq 0 ]

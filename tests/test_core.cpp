@@ -1,0 +1,155 @@
+// CPU tests of the core library: the exact reference, the tie-aware comparison (it must catch
+// wrong results), synthetic clouds and re-centering.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "pcnn/error.hpp"
+#include "pcnn/recenter.hpp"
+#include "pcnn/reference.hpp"
+#include "pcnn/synthetic.hpp"
+#include "test_clouds.hpp"
+
+namespace pcnn {
+namespace {
+
+PointsView view(const std::vector<float>& xyz) {
+  return {xyz.data(), static_cast<std::int64_t>(xyz.size() / 3), 3};
+}
+
+TEST(Reference, HandComputedNeighbors) {
+  // Points on the x axis at 0, 1, 3, 7 and one NaN point.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> xyz = {0, 0, 0, 1, 0, 0, 3, 0, 0, nan, 0, 0, 7, 0, 0};
+  const KnnResult r = reference_knn(view(xyz), nullptr, {2, true});
+  const std::vector<std::int32_t> idx = {1, 2, 0, 2, 1, 0, -1, -1, 2, 1};
+  const std::vector<float> d = {1, 9, 1, 4, 4, 9, INFINITY, INFINITY, 16, 36};
+  EXPECT_EQ(r.indices, idx);
+  EXPECT_EQ(r.sqdist, d);
+}
+
+TEST(Reference, TiesGoToTheSmallerIndex) {
+  // Query at the origin; points 1..4 all at distance 1, listed in scrambled positions.
+  const std::vector<float> refs = {0, 0, 5, 0, 1, 0, 1, 0, 0, 0, 0, -1, -1, 0, 0, 0, 0, 1};
+  const std::vector<float> q = {0, 0, 0};
+  const PointsView qv = view(q);
+  const KnnResult r = reference_knn(view(refs), &qv, {3, false});
+  EXPECT_EQ(r.indices, (std::vector<std::int32_t>{1, 2, 3}));
+}
+
+TEST(Reference, KLargerThanThePointCountPads) {
+  const std::vector<float> xyz = {0, 0, 0, 2, 0, 0};
+  const KnnResult r = reference_knn(view(xyz), nullptr, {3, false});
+  EXPECT_EQ(r.indices, (std::vector<std::int32_t>{0, 1, -1, 1, 0, -1}));
+  EXPECT_TRUE(std::isinf(r.sqdist[2]));
+}
+
+class Compare : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pts = make_synthetic_cloud(SyntheticKind::uniform, 400, 5);
+    good = reference_knn(view(pts), nullptr, {6, true});
+  }
+  KnnAgreement check(const KnnResult& other) {
+    return compare_knn(view(pts), nullptr, other, good, true);
+  }
+  std::vector<float> pts;
+  KnnResult good;
+};
+
+TEST_F(Compare, IdenticalResultsAgree) {
+  const KnnAgreement ag = check(good);
+  EXPECT_TRUE(ag.all_agree());
+  EXPECT_EQ(ag.identical_rows, 400);
+}
+
+TEST_F(Compare, AWrongNeighborIsCaught) {
+  KnnResult bad = good;
+  bad.indices[7 * 6 + 5] = bad.indices[300 * 6 + 2];  // some far point
+  const float* q = &pts[3 * 7];
+  const float* p = &pts[3 * bad.indices[7 * 6 + 5]];
+  bad.sqdist[7 * 6 + 5] =
+      (q[0] - p[0]) * (q[0] - p[0]) + (q[1] - p[1]) * (q[1] - p[1]) + (q[2] - p[2]) * (q[2] - p[2]);
+  const KnnAgreement ag = check(bad);
+  EXPECT_FALSE(ag.all_agree());
+  EXPECT_EQ(ag.first_bad_row, 7);
+}
+
+TEST_F(Compare, AMisreportedDistanceIsCaught) {
+  KnnResult bad = good;
+  bad.sqdist[11 * 6] *= 1.01f;
+  EXPECT_EQ(check(bad).first_bad_row, 11);
+}
+
+TEST_F(Compare, SelfWhenExcludedIsCaught) {
+  KnnResult bad = good;
+  bad.indices[20 * 6] = 20;
+  bad.sqdist[20 * 6] = 0;
+  EXPECT_EQ(check(bad).first_bad_row, 20);
+}
+
+TEST_F(Compare, AMissingNeighborIsCaught) {
+  KnnResult bad = good;
+  bad.indices[30 * 6 + 5] = -1;
+  bad.sqdist[30 * 6 + 5] = INFINITY;
+  EXPECT_EQ(check(bad).first_bad_row, 30);
+}
+
+TEST_F(Compare, ADuplicatedNeighborIsCaught) {
+  KnnResult bad = good;
+  bad.indices[40 * 6 + 1] = bad.indices[40 * 6];
+  bad.sqdist[40 * 6 + 1] = bad.sqdist[40 * 6];
+  EXPECT_EQ(check(bad).first_bad_row, 40);
+}
+
+TEST(CompareTies, SwappedTiedNeighborsAgreeButAreNotIdentical) {
+  const std::vector<float> xyz = test::lattice(4);
+  const KnnResult a = reference_knn(view(xyz), nullptr, {6, true});
+  KnnResult b = a;
+  std::swap(b.indices[0], b.indices[1]);  // the corner's 3 neighbors at distance 1 tie
+  const KnnAgreement ag = compare_knn(view(xyz), nullptr, b, a, true);
+  EXPECT_TRUE(ag.all_agree());
+  EXPECT_EQ(ag.identical_rows, ag.rows - 1);
+}
+
+TEST(Synthetic, DeterministicFiniteAndSized) {
+  for (auto kind : {SyntheticKind::uniform, SyntheticKind::clustered, SyntheticKind::lidar}) {
+    const auto a = make_synthetic_cloud(kind, 5000, 3);
+    const auto b = make_synthetic_cloud(kind, 5000, 3);
+    const auto c = make_synthetic_cloud(kind, 5000, 4);
+    ASSERT_EQ(a.size(), 15000u) << to_string(kind);
+    EXPECT_EQ(a, b) << to_string(kind);
+    EXPECT_NE(a, c) << to_string(kind);
+    for (float v : a) ASSERT_TRUE(std::isfinite(v) && std::fabs(v) < 200) << to_string(kind);
+  }
+  EXPECT_EQ(parse_synthetic_kind("lidar"), SyntheticKind::lidar);
+  EXPECT_THROW(parse_synthetic_kind("torus"), error);
+}
+
+TEST(Synthetic, LidarIsDenseNearTheSensor) {
+  const auto xyz = make_synthetic_cloud(SyntheticKind::lidar, 20000, 8);
+  int near = 0, far = 0;
+  for (std::size_t i = 0; i < xyz.size(); i += 3) {
+    const double r = std::hypot(xyz[i], xyz[i + 1]);
+    near += r < 10;
+    far += r >= 30 && r < 40;
+  }
+  // The ring at 30-40 m covers 7x the area of the disc within 10 m but gets far fewer points.
+  EXPECT_GT(near, 5 * far);
+}
+
+TEST(Recenter, KeepsResolutionOfGeoreferencedCoordinates) {
+  const std::vector<double> xyz = {4.5e6 + 0.001, 5.2e5, 102.25, 4.5e6 + 20.002, 5.2e5 - 10, 99.0,
+                                   NAN,           0,     0};
+  const auto origin = bounding_box_center(xyz.data(), 3);
+  EXPECT_DOUBLE_EQ(origin[0], 4.5e6 + 10.0015);
+  const std::vector<float> f = recenter(xyz.data(), 3, origin);
+  EXPECT_NEAR(f[3] - f[0], 20.001, 1e-5);  // a millimeter survives the float conversion
+  EXPECT_TRUE(std::isnan(f[6]) && std::isnan(f[7]) && std::isnan(f[8]));
+  const std::vector<double> huge = {0, 0, 0, 3e18, 0, 0};
+  EXPECT_THROW(recenter(huge.data(), 2, {0, 0, 0}), error);
+}
+
+}  // namespace
+}  // namespace pcnn

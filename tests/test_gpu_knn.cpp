@@ -1,0 +1,200 @@
+// GPU kNN against the exact double-precision reference. Skips (saying why) without a device.
+#include <gtest/gtest.h>
+
+#include <ostream>
+#include <string>
+
+#include "pcnn/device.hpp"
+#include "pcnn/error.hpp"
+#include "pcnn/knn.hpp"
+#include "pcnn/recenter.hpp"
+#include "pcnn/reference.hpp"
+#include "test_clouds.hpp"
+
+namespace pcnn {
+namespace {
+
+enum class Input { uniform, clustered, lidar, lattice, duplicates };
+
+const char* name(Input in) {
+  switch (in) {
+    case Input::uniform:
+      return "uniform";
+    case Input::clustered:
+      return "clustered";
+    case Input::lidar:
+      return "lidar";
+    case Input::lattice:
+      return "lattice";
+    case Input::duplicates:
+      return "duplicates";
+  }
+  return "?";
+}
+
+std::vector<float> make(Input in, int n, std::uint64_t seed) {
+  switch (in) {
+    case Input::uniform:
+      return make_synthetic_cloud(SyntheticKind::uniform, n, seed);
+    case Input::clustered:
+      return make_synthetic_cloud(SyntheticKind::clustered, n, seed);
+    case Input::lidar:
+      return make_synthetic_cloud(SyntheticKind::lidar, n, seed);
+    case Input::lattice:
+      return test::lattice(static_cast<int>(std::lround(std::cbrt(n))));
+    case Input::duplicates:
+      return test::duplicates(n / 8 > 0 ? n / 8 : 1, 8, seed);
+  }
+  return {};
+}
+
+struct KnnCase {
+  Input input;
+  int n;        // references (lattice: rounded to a cube)
+  int queries;  // 0: self-search
+  Input query_input;
+  int k;
+  bool exclude_self;
+  double bad_fraction;  // points made non-finite, in references and queries
+  std::uint64_t seed;
+};
+
+std::ostream& operator<<(std::ostream& os, const KnnCase& c) {
+  os << name(c.input) << " n=" << c.n;
+  if (c.queries) os << " queries=" << name(c.query_input) << ":" << c.queries;
+  return os << " k=" << c.k << (c.exclude_self ? " exclude-self" : "")
+            << (c.bad_fraction > 0 ? " with non-finite points" : "") << " seed=" << c.seed;
+}
+
+// GTEST_SKIP returns from the function it is in, so this is a macro, not a helper function.
+#define PCNN_REQUIRE_DEVICE()                                                         \
+  do {                                                                                \
+    const DeviceInfo pcnn_dev_ = query_device();                                      \
+    if (!pcnn_dev_.available) GTEST_SKIP() << "no CUDA device: " << pcnn_dev_.reason; \
+  } while (0)
+
+class GpuKnn : public ::testing::TestWithParam<KnnCase> {
+ protected:
+  void SetUp() override { PCNN_REQUIRE_DEVICE(); }
+};
+
+TEST_P(GpuKnn, MatchesDoubleReference) {
+  const KnnCase c = GetParam();
+  std::vector<float> refs = make(c.input, c.n, c.seed);
+  std::vector<float> qs =
+      c.queries ? make(c.query_input, c.queries, c.seed + 1) : std::vector<float>{};
+  if (c.bad_fraction > 0) {
+    test::poison(refs, c.bad_fraction, c.seed + 2);
+    test::poison(qs, c.bad_fraction, c.seed + 3);
+  }
+  const PointsView rv{refs.data(), static_cast<std::int64_t>(refs.size() / 3), 3};
+  const PointsView qv{qs.data(), static_cast<std::int64_t>(qs.size() / 3), 3};
+  const PointsView* qp = c.queries ? &qv : nullptr;
+  const KnnParams params{c.k, c.exclude_self};
+
+  const KnnResult gpu = gpu_knn_brute_force(rv, qp, params);
+  const KnnResult ref = reference_knn(rv, qp, params);
+  ASSERT_EQ(gpu.rows, ref.rows);
+  ASSERT_EQ(gpu.indices.size(), ref.indices.size());
+  const KnnAgreement ag = compare_knn(rv, qp, gpu, ref, c.exclude_self);
+  EXPECT_TRUE(ag.all_agree()) << ag.first_problem;
+  // Where float distances are exact (integer lattices, exact duplicates), ties must resolve
+  // exactly as the reference does: to the smaller index.
+  if (c.input == Input::lattice || c.input == Input::duplicates) {
+    EXPECT_EQ(ag.identical_rows, ag.rows) << "tie-break differs from (distance, index) order";
+  }
+}
+
+std::vector<KnnCase> cases() {
+  std::vector<KnnCase> v;
+  for (int k : {1, 2, 8, 33, 64, 128})
+    v.push_back({Input::uniform, 3000, 0, Input::uniform, k, false, 0, 10u + k});
+  for (int k : {1, 8, 33, 64})
+    v.push_back({Input::uniform, 3000, 0, Input::uniform, k, true, 0, 20u + k});
+  v.push_back({Input::clustered, 5000, 0, Input::uniform, 16, true, 0, 31});
+  v.push_back({Input::lidar, 6000, 0, Input::uniform, 8, false, 0, 32});
+  v.push_back({Input::uniform, 20000, 0, Input::uniform, 8, false, 0, 33});
+  v.push_back({Input::uniform, 20000, 0, Input::uniform, 64, true, 0, 34});
+  // Sizes 0 and 1, and k larger than the number of points.
+  v.push_back({Input::uniform, 0, 0, Input::uniform, 4, false, 0, 40});
+  v.push_back({Input::uniform, 1, 0, Input::uniform, 4, false, 0, 41});
+  v.push_back({Input::uniform, 1, 0, Input::uniform, 4, true, 0, 42});
+  v.push_back({Input::uniform, 5, 0, Input::uniform, 8, false, 0, 43});
+  v.push_back({Input::uniform, 100, 0, Input::uniform, 128, true, 0, 44});
+  v.push_back({Input::uniform, 0, 50, Input::uniform, 3, false, 0, 45});
+  // Exact ties.
+  v.push_back({Input::lattice, 1728, 0, Input::uniform, 8, false, 0, 50});
+  v.push_back({Input::lattice, 1728, 0, Input::uniform, 27, true, 0, 51});
+  v.push_back({Input::lattice, 4096, 0, Input::uniform, 64, false, 0, 52});
+  v.push_back({Input::duplicates, 4000, 0, Input::uniform, 8, false, 0, 53});
+  v.push_back({Input::duplicates, 4000, 0, Input::uniform, 8, true, 0, 54});
+  v.push_back({Input::duplicates, 4000, 0, Input::uniform, 20, true, 0, 55});
+  // A separate query set.
+  v.push_back({Input::uniform, 4000, 1500, Input::clustered, 16, false, 0, 60});
+  v.push_back({Input::lidar, 5000, 2000, Input::lidar, 1, false, 0, 61});
+  v.push_back({Input::lattice, 1000, 700, Input::uniform, 9, false, 0, 62});
+  // Non-finite points in references and queries.
+  v.push_back({Input::uniform, 3000, 0, Input::uniform, 8, true, 0.1, 70});
+  v.push_back({Input::clustered, 3000, 1000, Input::uniform, 12, false, 0.2, 71});
+  v.push_back({Input::uniform, 40, 0, Input::uniform, 64, false, 0.5, 72});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GpuKnn, ::testing::ValuesIn(cases()));
+
+TEST(GpuKnnTranslation, TranslatedByAMillionGivesTheSameNeighbors) {
+  PCNN_REQUIRE_DEVICE();
+  const std::vector<float> base = make_synthetic_cloud(SyntheticKind::clustered, 8000, 90);
+  std::vector<double> near(base.begin(), base.end()), far(near);
+  for (std::size_t i = 0; i < far.size(); ++i) far[i] += 1e6 + 3e5 * (i % 3);
+  const auto n = static_cast<std::int64_t>(base.size() / 3);
+  const std::vector<float> a = recenter(near.data(), n, bounding_box_center(near.data(), n));
+  const std::vector<float> b = recenter(far.data(), n, bounding_box_center(far.data(), n));
+  const KnnParams params{16, true};
+  const KnnResult ra = gpu_knn_brute_force({a.data(), n, 3}, nullptr, params);
+  const KnnResult rb = gpu_knn_brute_force({b.data(), n, 3}, nullptr, params);
+  EXPECT_EQ(ra.indices, rb.indices);
+  const KnnResult ref = reference_knn({a.data(), n, 3}, nullptr, params);
+  const PointsView av{a.data(), n, 3};
+  EXPECT_TRUE(compare_knn(av, nullptr, rb, ref, true).all_agree());
+}
+
+TEST(GpuKnnLayout, StridedPointsGiveTheSameResultAsPacked) {
+  PCNN_REQUIRE_DEVICE();
+  const std::vector<float> packed = make_synthetic_cloud(SyntheticKind::uniform, 2500, 91);
+  std::vector<float> strided;  // like pcl::PointXYZ: x y z and one padding float
+  for (std::size_t i = 0; i < packed.size(); i += 3)
+    strided.insert(strided.end(), {packed[i], packed[i + 1], packed[i + 2], -7.f});
+  const KnnParams params{10, false};
+  const KnnResult a = gpu_knn_brute_force({packed.data(), 2500, 3}, nullptr, params);
+  const KnnResult b = gpu_knn_brute_force({strided.data(), 2500, 4}, nullptr, params);
+  EXPECT_EQ(a.indices, b.indices);
+  EXPECT_EQ(a.sqdist, b.sqdist);
+}
+
+TEST(GpuKnnTimings, PartsAreReported) {
+  PCNN_REQUIRE_DEVICE();
+  const std::vector<float> pts = make_synthetic_cloud(SyntheticKind::uniform, 5000, 92);
+  GpuKnnTimings t;
+  gpu_knn_brute_force({pts.data(), 5000, 3}, nullptr, {8, false}, &t);
+  EXPECT_GT(t.search_ms, 0.f);
+  EXPECT_GE(t.upload_ms, 0.f);
+  EXPECT_GE(t.download_ms, 0.f);
+}
+
+// Argument checks come before any device work, so these run without a GPU too.
+TEST(KnnArguments, InvalidArgumentsThrow) {
+  const std::vector<float> pts = make_synthetic_cloud(SyntheticKind::uniform, 10, 93);
+  const PointsView v{pts.data(), 10, 3};
+  EXPECT_THROW(gpu_knn_brute_force(v, nullptr, {0, false}), error);
+  EXPECT_THROW(gpu_knn_brute_force(v, nullptr, {-3, false}), error);
+  EXPECT_THROW(gpu_knn_brute_force(v, nullptr, {kMaxK + 1, false}), error);
+  EXPECT_THROW(gpu_knn_brute_force({nullptr, 10, 3}, nullptr, {4, false}), error);
+  EXPECT_THROW(gpu_knn_brute_force({pts.data(), 3, 2}, nullptr, {4, false}), error);
+  EXPECT_THROW(gpu_knn_brute_force({pts.data(), -1, 3}, nullptr, {4, false}), error);
+  EXPECT_THROW(gpu_knn_brute_force(v, &v, {4, true}), error);
+  EXPECT_THROW(reference_knn(v, nullptr, {0, false}), error);
+}
+
+}  // namespace
+}  // namespace pcnn

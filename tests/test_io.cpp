@@ -1,0 +1,302 @@
+// io: every supported format and coordinate type round-trips; bad files give clear errors.
+#include <gtest/gtest.h>
+#include <pcl/PCLPointCloud2.h>
+#include <pcl/io/pcd_io.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <ostream>
+#include <random>
+
+#include "pcnn/io.hpp"
+
+namespace pcnn {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A scratch folder per test, removed afterwards.
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = std::string(info->test_suite_name()) + "_" + info->name();
+    for (auto& ch : name)
+      if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+    dir_ = fs::path(::testing::TempDir()) / ("pcnn_" + name + "_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  ~TempDir() { fs::remove_all(dir_); }
+  std::string operator/(const std::string& f) const { return (dir_ / f).string(); }
+
+ private:
+  fs::path dir_;
+};
+
+// Points with georeferenced magnitudes, an extra field, and one NaN point.
+std::vector<std::array<double, 4>> sample_points(int n) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(-40, 40);
+  std::vector<std::array<double, 4>> pts;
+  for (int i = 0; i < n; ++i)
+    pts.push_back({4.5e5 + u(rng), 5.5e6 + u(rng), 80 + u(rng), double(i)});
+  pts[n / 2][1] = std::numeric_limits<double>::quiet_NaN();
+  return pts;
+}
+
+enum class Format { pcd_ascii, pcd_binary, pcd_compressed, ply_ascii, ply_le, ply_be };
+const char* name(Format f) {
+  const char* names[] = {"pcd_ascii", "pcd_binary",    "pcd_binary_compressed",
+                         "ply_ascii", "ply_binary_le", "ply_binary_be"};
+  return names[static_cast<int>(f)];
+}
+
+struct FormatCase {
+  Format format;
+  bool doubles;
+};
+std::ostream& operator<<(std::ostream& os, const FormatCase& c) {
+  return os << name(c.format) << (c.doubles ? " float64" : " float32");
+}
+
+void write_pcd(const std::string& path, const std::vector<std::array<double, 4>>& pts, bool doubles,
+               Format f) {
+  pcl::PCLPointCloud2 pc;
+  const int sz = doubles ? 8 : 4;
+  const char* names[] = {"x", "y", "z", "intensity"};
+  for (int a = 0; a < 4; ++a) {
+    pcl::PCLPointField field;
+    field.name = names[a];
+    field.offset = a * sz;
+    field.datatype = doubles ? pcl::PCLPointField::FLOAT64 : pcl::PCLPointField::FLOAT32;
+    field.count = 1;
+    pc.fields.push_back(field);
+  }
+  pc.width = static_cast<std::uint32_t>(pts.size());
+  pc.height = 1;
+  pc.point_step = 4 * sz;
+  pc.row_step = pc.point_step * pc.width;
+  pc.data.resize(pc.row_step);
+  for (std::size_t i = 0; i < pts.size(); ++i)
+    for (int a = 0; a < 4; ++a) {
+      std::uint8_t* dst = &pc.data[i * pc.point_step + a * sz];
+      if (doubles) {
+        std::memcpy(dst, &pts[i][a], 8);
+      } else {
+        const float v = static_cast<float>(pts[i][a]);
+        std::memcpy(dst, &v, 4);
+      }
+    }
+  pcl::PCDWriter w;
+  int rc = f == Format::pcd_ascii
+               ? w.writeASCII(path, pc, Eigen::Vector4f::Zero(), Eigen::Quaternionf::Identity(), 17)
+           : f == Format::pcd_binary ? w.writeBinary(path, pc)
+                                     : w.writeBinaryCompressed(path, pc);
+  ASSERT_EQ(rc, 0);
+}
+
+template <class T>
+void put(std::ostream& os, T v, bool big_endian) {
+  char b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));
+  if (big_endian) std::reverse(b, b + sizeof(T));
+  os.write(b, sizeof(T));
+}
+
+void write_ply(const std::string& path, const std::vector<std::array<double, 4>>& pts, bool doubles,
+               Format f) {
+  std::ofstream os(path, std::ios::binary);
+  const char* fmt = f == Format::ply_ascii ? "ascii"
+                    : f == Format::ply_le  ? "binary_little_endian"
+                                           : "binary_big_endian";
+  const char* type = doubles ? "double" : "float";
+  os << "ply\nformat " << fmt << " 1.0\ncomment pcnn test\nelement vertex " << pts.size() << "\n";
+  for (const char* p : {"x", "y", "z", "intensity"}) os << "property " << type << " " << p << "\n";
+  os << "end_header\n";
+  os.precision(17);
+  for (const auto& p : pts) {
+    for (int a = 0; a < 4; ++a) {
+      if (f == Format::ply_ascii) {
+        const double v = doubles ? p[a] : double(float(p[a]));
+        if (std::isnan(v))
+          os << "nan";
+        else
+          os << v;
+        os << (a == 3 ? "\n" : " ");
+      } else if (doubles) {
+        put<double>(os, p[a], f == Format::ply_be);
+      } else {
+        put<float>(os, static_cast<float>(p[a]), f == Format::ply_be);
+      }
+    }
+  }
+}
+
+class RoundTrip : public ::testing::TestWithParam<FormatCase> {};
+
+TEST_P(RoundTrip, CoordinatesSurviveInTheirStoredPrecision) {
+  const FormatCase c = GetParam();
+  TempDir tmp;
+  const bool ply = c.format >= Format::ply_ascii;
+  const std::string path = tmp / (ply ? "cloud.ply" : "cloud.pcd");
+  const auto pts = sample_points(300);
+  if (ply)
+    write_ply(path, pts, c.doubles, c.format);
+  else
+    write_pcd(path, pts, c.doubles, c.format);
+
+  const Cloud cloud = load_cloud(path);
+  ASSERT_EQ(cloud.size(), 300);
+  EXPECT_EQ(cloud.finite, 299);
+  EXPECT_EQ(cloud.coordinate_type, c.doubles ? "float64" : "float32");
+  EXPECT_EQ(cloud.height, 1u);
+  for (int i = 0; i < 300; ++i) {
+    for (int a = 0; a < 3; ++a) {
+      const float v = cloud.xyz[3 * i + a];
+      if (i == 150) {
+        EXPECT_TRUE(std::isnan(v));
+        continue;
+      }
+      const double stored = c.doubles ? pts[i][a] : double(float(pts[i][a]));
+      // Re-centered coordinates are within 40 m of the origin: float keeps them to ~4 um,
+      // where float coordinates at 5.5e6 m would only keep 0.5 m.
+      ASSERT_NEAR(double(v) + cloud.origin[a], stored, 1e-5) << "point " << i << " axis " << a;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Formats, RoundTrip,
+    ::testing::Values(FormatCase{Format::pcd_ascii, false}, FormatCase{Format::pcd_ascii, true},
+                      FormatCase{Format::pcd_binary, false}, FormatCase{Format::pcd_binary, true},
+                      FormatCase{Format::pcd_compressed, false},
+                      FormatCase{Format::pcd_compressed, true},
+                      FormatCase{Format::ply_ascii, false}, FormatCase{Format::ply_ascii, true},
+                      FormatCase{Format::ply_le, false}, FormatCase{Format::ply_le, true},
+                      FormatCase{Format::ply_be, false}, FormatCase{Format::ply_be, true}));
+
+TEST(Load, OrganizedCloudKeepsItsShape) {
+  TempDir tmp;
+  const std::string path = tmp / "organized.pcd";
+  std::ofstream(path) << "# .PCD v0.7\nVERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\n"
+                         "COUNT 1 1 1\nWIDTH 3\nHEIGHT 2\nVIEWPOINT 0 0 0 1 0 0 0\nPOINTS 6\n"
+                         "DATA ascii\n0 0 1\n1 0 1\nnan nan nan\n0 1 1\n1 1 1\n2 1 1\n";
+  const Cloud c = load_cloud(path);
+  EXPECT_EQ(c.width, 3u);
+  EXPECT_EQ(c.height, 2u);
+  EXPECT_EQ(c.size(), 6);
+  EXPECT_EQ(c.finite, 5);
+}
+
+TEST(Load, QueryCloudUsesTheGivenOrigin) {
+  TempDir tmp;
+  const std::string path = tmp / "q.pcd";
+  std::ofstream(path) << "VERSION 0.7\nFIELDS x y z\nSIZE 8 8 8\nTYPE F F F\nCOUNT 1 1 1\n"
+                         "WIDTH 1\nHEIGHT 1\nPOINTS 1\nDATA ascii\n1000010.5 20 30\n";
+  const std::array<double, 3> origin = {1e6, 0, 0};
+  const Cloud c = load_cloud(path, &origin);
+  EXPECT_EQ(c.origin, origin);
+  EXPECT_FLOAT_EQ(c.xyz[0], 10.5f);
+}
+
+void expect_input_error(const std::string& path, const std::string& why) {
+  try {
+    load_cloud(path);
+    ADD_FAILURE() << "no error for " << path;
+  } catch (const input_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(path), std::string::npos) << msg;
+    EXPECT_NE(msg.find(why), std::string::npos) << msg;
+  }
+}
+
+TEST(LoadErrors, NameTheFileAndTheReason) {
+  TempDir tmp;
+  expect_input_error(tmp / "missing.pcd", "no such file");
+  fs::create_directories(tmp / "dir.pcd");
+  expect_input_error(tmp / "dir.pcd", "is a directory");
+  std::ofstream(tmp / "empty.ply").flush();
+  expect_input_error(tmp / "empty.ply", "empty");
+  std::ofstream(tmp / "cloud.xyz") << "1 2 3\n";
+  expect_input_error(tmp / "cloud.xyz", "unknown extension");
+  std::ofstream(tmp / "noz.pcd") << "VERSION 0.7\nFIELDS x y\nSIZE 4 4\nTYPE F F\nCOUNT 1 1\n"
+                                    "WIDTH 1\nHEIGHT 1\nPOINTS 1\nDATA ascii\n1 2\n";
+  expect_input_error(tmp / "noz.pcd", "no 'z' field");
+  std::ofstream(tmp / "garbage.pcd") << "this is not a point cloud\n";
+  expect_input_error(tmp / "garbage.pcd", "not a PCD header");
+  std::ofstream(tmp / "garbage.ply") << "ply\nformat ascii 1.0\nelement vertex 3\nend_header\n";
+  expect_input_error(tmp / "garbage.ply", "no 'x' property");
+  std::ofstream(tmp / "huge.pcd") << "VERSION 0.7\nFIELDS x y z\nSIZE 8 8 8\nTYPE F F F\n"
+                                     "COUNT 1 1 1\nWIDTH 2\nHEIGHT 1\nPOINTS 2\nDATA ascii\n"
+                                     "0 0 0\n1e300 0 0\n";
+  expect_input_error(tmp / "huge.pcd", "overflow");
+  if (geteuid() != 0) {  // root reads anything
+    const std::string locked = tmp / "locked.pcd";
+    std::ofstream(locked) << "VERSION 0.7\n";
+    chmod(locked.c_str(), 0);
+    expect_input_error(locked, "cannot open");
+  }
+}
+
+TEST(Write, NpyHoldsShapeTypeAndData) {
+  TempDir tmp;
+  const std::vector<std::int32_t> idx = {1, 2, -1, 4, 5, 6};
+  write_array(tmp / "i.npy", idx.data(), 2, 3);
+  std::string header;
+  std::ifstream is(tmp / "i.npy", std::ios::binary);
+  std::vector<char> all((std::istreambuf_iterator<char>(is)), {});
+  const int len = static_cast<unsigned char>(all[8]) | (static_cast<unsigned char>(all[9]) << 8);
+  header.assign(all.begin() + 10, all.begin() + 10 + len);
+  EXPECT_NE(header.find("'descr': '<i4'"), std::string::npos) << header;
+  EXPECT_NE(header.find("'shape': (2, 3)"), std::string::npos) << header;
+  EXPECT_EQ((10 + len) % 64, 0);
+  ASSERT_EQ(all.size(), 10 + len + idx.size() * 4);
+  EXPECT_EQ(std::memcmp(all.data() + 10 + len, idx.data(), idx.size() * 4), 0);
+
+  const std::vector<float> d = {0.5f, INFINITY};
+  write_array(tmp / "d.npy", d.data(), 1, 2);
+  std::ifstream is2(tmp / "d.npy", std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(is2)), {});
+  EXPECT_NE(text.find("'descr': '<f4'"), std::string::npos);
+}
+
+TEST(Write, CsvHasAHeaderAndOneLinePerRow) {
+  TempDir tmp;
+  const std::vector<float> d = {0.25f, INFINITY, 1.5f, 2.f};
+  write_array(tmp / "d.csv", d.data(), 2, 2, "d");
+  std::ifstream is(tmp / "d.csv");
+  std::string text((std::istreambuf_iterator<char>(is)), {});
+  EXPECT_EQ(text, "row,d0,d1\n0,0.25,inf\n1,1.5,2\n");
+}
+
+TEST(Write, FailureLeavesNoFileBehind) {
+  TempDir tmp;
+  const std::vector<std::int32_t> idx = {1};
+  const std::string bad = tmp / "no/such/dir/out.npy";
+  try {
+    write_array(bad, idx.data(), 1, 1);
+    ADD_FAILURE() << "no error";
+  } catch (const output_error& e) {
+    EXPECT_NE(std::string(e.what()).find(bad), std::string::npos);
+  }
+  EXPECT_FALSE(fs::exists(bad));
+  EXPECT_FALSE(fs::exists(bad + ".pcnn-tmp"));
+}
+
+TEST(Write, GeneratedCloudLoadsBack) {
+  TempDir tmp;
+  const std::vector<float> xyz = {1, 2, 3, -4, 5.5f, 6};
+  save_xyz_pcd(tmp / "g.pcd", xyz);
+  const Cloud c = load_cloud(tmp / "g.pcd");
+  ASSERT_EQ(c.size(), 2);
+  for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(float(c.xyz[i] + c.origin[i % 3]), xyz[i]);
+}
+
+}  // namespace
+}  // namespace pcnn
