@@ -73,16 +73,18 @@ int run_knn(const KnnCommand& cmd) {
     Report g;
     g.add("device",
           dev.name + " (sm_" + std::to_string(dev.cc_major) + std::to_string(dev.cc_minor) + ")");
-    g.add("algorithm", "brute force");
     g.add("context start-up", initialize_device(dev.ordinal), "ms");
     GpuKnnTimings t;
-    result = gpu_knn_brute_force(ref_view, qv, params, &t);
-    gpu_total = double(t.upload_ms) + t.prepare_ms + t.search_ms + t.download_ms;
+    result = gpu_knn(ref_view, qv, params, parse_algorithm(cmd.algorithm), &t);
+    gpu_total = double(t.upload_ms) + t.build_ms + t.search_ms + t.download_ms;
+    g.add("algorithm", to_string(t.algorithm));
     g.add("upload", t.upload_ms, "ms");
-    g.add("prepare", t.prepare_ms, "ms");
+    g.add(t.algorithm == Algorithm::grid ? "build index" : "prepare", t.build_ms, "ms");
     g.add("search", t.search_ms, "ms");
     g.add("download", t.download_ms, "ms");
     g.add("total", gpu_total, "ms");
+    if (t.algorithm == Algorithm::grid)
+      g.add("outlier queries", static_cast<double>(t.outlier_queries));
     g.add_note("", "device time by CUDA events; start-up is not in the total");
     report.add_section("gpu", std::move(g));
   }

@@ -12,7 +12,8 @@ struct KnnCommand {
   bool exclude_self = false;
   std::string out;              // neighbor indices (.npy or .csv); empty: not written
   std::string distances;        // squared distances (.npy or .csv); empty: not written
-  std::string device = "auto";  // auto | cuda | cpu
+  std::string device = "auto";     // auto | cuda | cpu
+  std::string algorithm = "auto";  // auto | brute | grid
   bool compare_cpu = false;
   bool json = false;
 };

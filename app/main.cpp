@@ -53,6 +53,10 @@ int main(int argc, char** argv) {
   knn_cmd->add_option("--device", knn.device, "auto, cuda or cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
       ->capture_default_str();
+  knn_cmd->add_option("--algorithm", knn.algorithm,
+                      "GPU search: auto, brute (all pairs) or grid (spatial index)")
+      ->check(CLI::IsMember({"auto", "brute", "grid"}))
+      ->capture_default_str();
   knn_cmd->add_flag("--compare-cpu", knn.compare_cpu,
                     "also run the CPU baseline (PCL k-d tree) and compare");
   knn_cmd->add_flag("--json", knn.json, "print the summary as one JSON object on stdout");

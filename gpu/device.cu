@@ -1,12 +1,36 @@
 // Device discovery and context start-up.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <chrono>
 
 #include "detail/cuda_try.cuh"
+#include "detail/device_buffer.cuh"
 #include "pcnn/device.hpp"
 
 namespace pcnn {
+
+namespace detail {
+namespace {
+std::atomic<std::int64_t> g_current{0}, g_peak{0}, g_allocs{0};
+}  // namespace
+
+void note_device_alloc(std::size_t bytes) {
+  const std::int64_t now = g_current += static_cast<std::int64_t>(bytes);
+  ++g_allocs;
+  std::int64_t peak = g_peak.load();
+  while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
+  }
+}
+
+void note_device_free(std::size_t bytes) { g_current -= static_cast<std::int64_t>(bytes); }
+}  // namespace detail
+
+DeviceMemoryStats device_memory_stats() {
+  return {detail::g_current.load(), detail::g_peak.load(), detail::g_allocs.load()};
+}
+
+void reset_peak_device_memory() { detail::g_peak = detail::g_current.load(); }
 
 DeviceInfo query_device(int ordinal) {
   DeviceInfo info;

@@ -2,17 +2,15 @@
 #include <cub/device/device_scan.cuh>
 
 #include "detail/cuda_try.cuh"
+#include "detail/finite.cuh"
 #include "detail/pack_points.cuh"
 #include "detail/prepare.cuh"
+#include "detail/upload.cuh"
 
 namespace pcnn::detail {
 namespace {
 
 constexpr int kThreads = 256;
-
-__device__ __forceinline__ bool finite3(float x, float y, float z) {
-  return isfinite(x) && isfinite(y) && isfinite(z);
-}
 
 /// flags[i] = 1 when point i is finite.
 __global__ void finite_flags_kernel(const float* __restrict__ xyz, std::int64_t stride, int n,
@@ -59,17 +57,6 @@ __global__ void pack_queries_kernel(const float* __restrict__ xyz, std::int64_t 
 
 int blocks_for(int n) { return (n + kThreads - 1) / kThreads; }
 
-// Floats spanned by `count` points `stride` floats apart (the last point needs only xyz).
-std::size_t span_floats(const PointsView& v) {
-  return v.count == 0 ? 0 : static_cast<std::size_t>(v.count - 1) * v.stride + 3;
-}
-
-void upload(const PointsView& v, device_buffer<float>& dst, cudaStream_t stream) {
-  dst.resize(span_floats(v));
-  if (dst.size() > 0)
-    PCNN_CUDA_TRY(cudaMemcpyAsync(dst.data(), v.data, dst.bytes(), cudaMemcpyHostToDevice, stream));
-}
-
 }  // namespace
 
 PreparedSearch prepare_search(PointsView refs, const PointsView* queries, bool exclude_self,
@@ -80,8 +67,8 @@ PreparedSearch prepare_search(PointsView refs, const PointsView* queries, bool e
   const int n = out.n_refs_total;
 
   device_buffer<float> raw_refs, raw_queries;
-  upload(refs, raw_refs, stream);
-  if (queries) upload(*queries, raw_queries, stream);
+  upload_points(refs, raw_refs, stream);
+  if (queries) upload_points(*queries, raw_queries, stream);
   uploaded.record(stream);
 
   out.refs.resize(n);

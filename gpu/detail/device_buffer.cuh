@@ -10,6 +10,10 @@
 
 namespace pcnn::detail {
 
+/// Bookkeeping of pcnn's device memory (pcnn::device_memory_stats reads it).
+void note_device_alloc(std::size_t bytes);
+void note_device_free(std::size_t bytes);
+
 /// `size` elements of T in device memory; freed on destruction. Move-only.
 template <class T>
 class device_buffer {
@@ -34,7 +38,10 @@ class device_buffer {
   void resize(std::size_t size) {
     if (size == size_) return;
     release();
-    if (size > 0) PCNN_CUDA_TRY(cudaMalloc(&ptr_, size * sizeof(T)));
+    if (size > 0) {
+      PCNN_CUDA_TRY(cudaMalloc(&ptr_, size * sizeof(T)));
+      note_device_alloc(size * sizeof(T));
+    }
     size_ = size;
   }
 
@@ -45,7 +52,10 @@ class device_buffer {
 
  private:
   void release() {
-    if (ptr_) PCNN_CUDA_TRY_NO_THROW(cudaFree(ptr_));
+    if (ptr_) {
+      PCNN_CUDA_TRY_NO_THROW(cudaFree(ptr_));
+      note_device_free(size_ * sizeof(T));
+    }
     ptr_ = nullptr;
     size_ = 0;
   }

@@ -4,8 +4,10 @@
 
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 
+#include "distance.cuh"
 #include "pack_points.cuh"
 #include "topk.cuh"
 
@@ -16,7 +18,7 @@ inline constexpr int kBruteTile = 512;  // float4s: 8 KiB of shared memory
 
 template <bool kSkipSelf, int CAP>
 __device__ __forceinline__ void scan_tile(const float4* tile, float4 q, int base, int self,
-                                          TopK<CAP>& best) {
+                                          TopK<CAP, true>& best) {
   // Every thread reads the same tile element at the same time: a broadcast, no bank conflicts.
   // Four distances share one threshold test, so the common case (no candidate beats the
   // current k-th best) costs one compare and branch per four points.
@@ -25,13 +27,11 @@ __device__ __forceinline__ void scan_tile(const float4* tile, float4 q, int base
     float d[4];
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      const float4 p = tile[t + u];
-      const float dx = p.x - q.x, dy = p.y - q.y, dz = p.z - q.z;
-      d[u] = dx * dx + dy * dy + dz * dz;
+      d[u] = point_dist2(q, tile[t + u]);
       if (kSkipSelf && base + t + u == self) d[u] = INFINITY;
     }
     const float m = fminf(fminf(d[0], d[1]), fminf(d[2], d[3]));
-    if (m < best.worst) {
+    if (m < best.worst) {  // candidates arrive in id order: distance alone decides
 #pragma unroll
       for (int u = 0; u < 4; ++u) best.offer(d[u], base + t + u);
     }
@@ -54,8 +54,8 @@ __global__ void __launch_bounds__(kBruteBlock)
   const int tag = q < n_queries ? __float_as_int(qp.w) : kQueryInvalid;
   const bool active = tag != kQueryInvalid;
 
-  TopK<CAP> best;
-  best.init();
+  TopK<CAP, true> best;
+  best.init(k);
   for (int base = 0; base < n_refs; base += kBruteTile) {
     for (int t = threadIdx.x; t < kBruteTile; t += kBruteBlock) {
       const int j = base + t;
@@ -73,14 +73,7 @@ __global__ void __launch_bounds__(kBruteBlock)
   }
   if (q >= n_queries) return;
   const std::size_t row = static_cast<std::size_t>(q) * k;
-#pragma unroll
-  for (int i = 0; i < CAP; ++i) {
-    if (i < k) {
-      const int id = best.id[i];
-      out_idx[row + i] = id >= 0 ? ref_ids[id] : -1;
-      out_dist[row + i] = id >= 0 ? best.d[i] : INFINITY;
-    }
-  }
+  best.write(out_idx + row, out_dist + row, ref_ids);
 }
 
 }  // namespace pcnn::detail

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "pcnn/points.hpp"
@@ -32,32 +33,50 @@ struct KnnResult {
   std::vector<float> sqdist;          ///< rows × k, row-major, squared distances
 };
 
-/// Device time of the parts of one GPU search, in milliseconds (CUDA events).
-struct GpuKnnTimings {
-  float upload_ms = 0;    ///< host → device copies of references and queries
-  float prepare_ms = 0;   ///< on-device packing and removal of non-finite points
-  float search_ms = 0;    ///< the search kernel(s)
-  float download_ms = 0;  ///< device → host copies of the results
+/// How the GPU finds neighbors.
+enum class Algorithm {
+  automatic,    ///< brute force for small problems, the spatial index otherwise
+  brute_force,  ///< every query against every point, shared-memory tiles; O(n * m)
+  grid,         ///< Morton-sorted cells of 32 points with a box hierarchy; scales to 10^7+
 };
 
-/// Exact kNN on the GPU by brute force with shared-memory tiles of reference points.
-/// Every query is compared with every finite reference point, so the cost is
-/// queries × references distance evaluations: right for clouds up to a few hundred thousand
-/// points.
+/// Parses "auto", "brute" or "grid"; throws pcnn::error otherwise.
+Algorithm parse_algorithm(const std::string& name);
+const char* to_string(Algorithm algorithm);
+
+/// What `automatic` picks for these sizes: brute force while references × queries is small
+/// enough that building an index does not pay (see bench/results for the measurement).
+Algorithm choose_algorithm(std::int64_t n_refs, std::int64_t n_queries);
+
+/// Device time of the parts of one GPU search, in milliseconds (CUDA events).
+struct GpuKnnTimings {
+  Algorithm algorithm = Algorithm::automatic;  ///< the one that ran
+  float upload_ms = 0;    ///< host → device copies of references and queries
+  float build_ms = 0;     ///< brute force: removing non-finite points; grid: building the index
+                          ///< and ordering the queries
+  float search_ms = 0;    ///< the search kernel(s)
+  float download_ms = 0;  ///< device → host copies of the results
+  std::int64_t outlier_queries = 0;  ///< grid: queries searched alone (far from their neighbors)
+  std::int64_t distance_evaluations = 0;  ///< query-point distances computed
+};
+
+/// Exact kNN on the GPU. Every algorithm returns the same neighbors as the double-precision
+/// reference (ties broken by the smaller index).
 ///
-/// @param[in] refs     reference points in host memory (indices in the result refer to these)
-/// @param[in] queries  query points in host memory, or nullptr to query the references themselves
-/// @param[in] params   k and exclude_self (which needs queries == nullptr)
-/// @param[out] timings optional device timings of the parts
-/// @param[in] stream   CUDA stream for the work
+/// @param[in] refs      reference points in host memory (indices in the result refer to these)
+/// @param[in] queries   query points in host memory, or nullptr to query the references themselves
+/// @param[in] params    k and exclude_self (which needs queries == nullptr)
+/// @param[in] algorithm how to search
+/// @param[out] timings  optional device timings of the parts
+/// @param[in] stream    CUDA stream for the work
 /// @return owning results, one row per query point (all queries, finite or not)
 /// @throws pcnn::error on invalid arguments (k out of range, null data with a non-zero count,
 ///         stride < 3, exclude_self with a separate query set, more than 2^31-1 points);
-///         pcnn::no_device_error when no CUDA device is usable; pcnn::cuda_error on device
-///         failures.
+///         pcnn::no_device_error when no CUDA device is usable; pcnn::cuda_error on device failures.
 /// Synchronizes with `stream` before returning.
-KnnResult gpu_knn_brute_force(PointsView refs, const PointsView* queries, KnnParams params,
-                              GpuKnnTimings* timings = nullptr, cudaStream_t stream = nullptr);
+KnnResult gpu_knn(PointsView refs, const PointsView* queries, KnnParams params,
+                  Algorithm algorithm = Algorithm::automatic, GpuKnnTimings* timings = nullptr,
+                  cudaStream_t stream = nullptr);
 
 /// Checks the arguments every kNN entry point takes; throws pcnn::error naming what is wrong.
 void validate_knn_args(PointsView refs, const PointsView* queries, KnnParams params);

@@ -1,0 +1,304 @@
+// Exact kNN over the spatial index.
+//
+// knn_tree_kernel: one warp per 32 consecutive queries in Morton order (spatial neighbors, so
+// they want mostly the same cells). The warp first scans the cells around its queries' place on
+// the curve, which fills every list and gives each query a first radius. It then walks the box
+// hierarchy from the top: a node is opened when any lane's sphere (its current k-th distance)
+// may reach the node's box, and its children are pushed when they may reach the box around the
+// warp's queries grown by the largest radius. A cell is staged once in shared memory and every
+// lane scans it for its own query (broadcast reads). Pruning is conservative (a margin covers
+// float rounding), so the result is exact; ties are broken by the smaller original index.
+//
+// A query whose first radius is far larger than its warp-mates' (an isolated outlier among
+// dense points) would drag the whole warp through most of the tree, so it is handed to
+// knn_tree_outlier_kernel, which searches it alone, nearest nodes first.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "distance.cuh"
+#include "finite.cuh"
+#include "morton.cuh"
+#include "spatial_index.cuh"
+#include "topk.cuh"
+#include "warp_reduce.cuh"
+
+namespace pcnn::detail {
+
+inline constexpr int kTreeWarps = 4;  // warps per block
+inline constexpr int kTreeStack = 256;  // >= kFanout + (kFanout - 1) * (kMaxLevels - 1)
+inline constexpr float kOutlierRatio = 16.f;  // squared-radius ratio that marks an outlier lane
+// Pruning margin: a node is skipped only when its lower bound exceeds the k-th distance by more
+// than float rounding could account for.
+inline constexpr float kPruneSlack = 1.0f + 1e-5f;
+
+__device__ __forceinline__ int encode_node(int level, int index) { return (level << 26) | index; }
+__device__ __forceinline__ int node_level(int e) { return e >> 26; }
+__device__ __forceinline__ int node_index(int e) { return e & ((1 << 26) - 1); }
+
+__device__ __forceinline__ float sq(float v) { return v * v; }
+
+/// Squared gap between two boxes (0 when they overlap).
+__device__ __forceinline__ float box_gap2(float4 alo, float4 ahi, float4 blo, float4 bhi) {
+  return sq(fmaxf(fmaxf(alo.x - bhi.x, blo.x - ahi.x), 0.f)) +
+         sq(fmaxf(fmaxf(alo.y - bhi.y, blo.y - ahi.y), 0.f)) +
+         sq(fmaxf(fmaxf(alo.z - bhi.z, blo.z - ahi.z), 0.f));
+}
+
+__device__ __forceinline__ bool may_reach(float bound2, float worst) {
+  return bound2 <= worst * kPruneSlack;
+}
+
+/// Offers one point: the (rare) path after a threshold test passed. Kept out of line of the
+/// unrolled distance loops so that the list update exists once per call site.
+template <int CAP>
+__device__ __forceinline__ void offer_point(float4 p, float4 q, int self, TopK<CAP, false>& best) {
+  const float d = point_dist2(q, p);
+  const int id = __float_as_int(p.w);
+  if (best.improves(d, id) && id != self) best.insert(d, id);
+}
+
+/// Scans 32 staged points for one query: four distances share one threshold test.
+template <int CAP>
+__device__ __forceinline__ void scan_staged(const float4* stage, float4 q, int self,
+                                            TopK<CAP, false>& best) {
+#pragma unroll 1
+  for (int j = 0; j < kCell; j += 4) {
+    const float d0 = point_dist2(q, stage[j]), d1 = point_dist2(q, stage[j + 1]);
+    const float d2 = point_dist2(q, stage[j + 2]), d3 = point_dist2(q, stage[j + 3]);
+    if (fminf(fminf(d0, d1), fminf(d2, d3)) <= best.worst) {
+#pragma unroll 1
+      for (int u = 0; u < 4; ++u) offer_point(stage[j + u], q, self, best);
+    }
+  }
+}
+
+/// The cell a query falls into along the index's curve: the position of its key among the
+/// sorted keys, divided by the cell size.
+__device__ __forceinline__ int home_cell(const TreeView& t, float4 q) {
+  const std::uint64_t key = morton_key(q.x, q.y, q.z, t.bounds);
+  int lo = 0, hi = t.n;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (t.keys[mid] < key) lo = mid + 1;
+    else hi = mid;
+  }
+  return min(lo / kCell, t.level_count[0] - 1);
+}
+
+template <int CAP>
+__global__ void __launch_bounds__(kTreeWarps * 32)
+    knn_tree_kernel(TreeView t, const float4* __restrict__ queries, int n_queries,
+                    bool self_search, int k, bool exclude_self, std::int32_t* __restrict__ out_idx,
+                    float* __restrict__ out_dist, int* __restrict__ outlier_slots,
+                    int* __restrict__ outlier_count,
+                    unsigned long long* __restrict__ evaluations) {
+  __shared__ float4 stage_all[kTreeWarps][kCell];
+  __shared__ int stack_all[kTreeWarps][kTreeStack];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int first = (blockIdx.x * kTreeWarps + warp) * 32;
+  if (first >= n_queries) return;  // whole warps only
+  float4* stage = stage_all[warp];
+  int* stack = stack_all[warp];
+
+  const int slot = first + lane;
+  const float4 q = slot < n_queries ? queries[slot] : make_float4(NAN, NAN, NAN, 0.f);
+  const int qid = __float_as_int(q.w);
+  const int self = exclude_self ? qid : -1;
+  bool active = slot < n_queries && finite3(q.x, q.y, q.z) && t.levels > 0;
+  bool outlier = false;
+  TopK<CAP, false> best;
+  best.init(k);
+  unsigned long long evals = 0;  // lane-point distance computations
+
+  const unsigned valid = __ballot_sync(kFullMask, active);
+  if (valid) {
+    const int cells = t.level_count[0];
+    const int home = self_search ? min(slot / kCell, cells - 1) : home_cell(t, q);
+    const int center = __shfl_sync(kFullMask, home, (valid >> 16) & 1 ? 16 : __ffs(valid) - 1);
+    const int reach = (k + kCell - 1) / kCell;
+    const int c0 = max(center - reach, 0), c1 = min(center + reach, cells - 1);
+
+    // Cells to scan come from two places (the range around the queries' place on the curve,
+    // then the tree walk); `next_cell` yields them one at a time so that the scan, and the list
+    // update inside it, exists once in the kernel.
+    float4 glo, ghi;  // box around the warp's active queries
+    int sp = -1;      // tree-walk stack depth; -1 until the walk starts
+    int range = c0;   // next cell of the initial range
+    unsigned pending = 0;  // cells of the current level-1 node still to test, as lane bits
+    int pending_first = 0;
+    float4 cell_lo = make_float4(0.f, 0.f, 0.f, 0.f), cell_hi = cell_lo;
+
+    auto start_walk = [&]() {
+      // Median first radius of the warp (bitonic sort across lanes; inactive lanes sort last),
+      // floored at the curve's resolution so that exact duplicates (radius 0) flag nobody.
+      float sorted = active ? best.worst : INFINITY;
+#pragma unroll
+      for (int size = 2; size <= 32; size <<= 1) {
+#pragma unroll
+        for (int stride = size / 2; stride > 0; stride >>= 1) {
+          const float other = __shfl_xor_sync(kFullMask, sorted, stride);
+          const bool ascending = (lane & size) == 0;
+          const bool lower = (lane & stride) == 0;
+          sorted = lower == ascending ? fminf(sorted, other) : fmaxf(sorted, other);
+        }
+      }
+      const float median = __shfl_sync(kFullMask, sorted, (__popc(valid) - 1) / 2);
+      const float* b = t.bounds;
+      const float extent = fmaxf(fmaxf(b[3] - b[0], b[4] - b[1]), b[5] - b[2]);
+      const float floor2 = sq(extent / float(1 << kMortonBits));
+      if (active && best.worst > kOutlierRatio * fmaxf(median, floor2)) {
+        outlier_slots[atomicAdd(outlier_count, 1)] = slot;
+        outlier = true;
+        active = false;
+      }
+      glo = make_float4(warp_min(active ? q.x : INFINITY), warp_min(active ? q.y : INFINITY),
+                        warp_min(active ? q.z : INFINITY), 0.f);
+      ghi = make_float4(warp_max(active ? q.x : -INFINITY), warp_max(active ? q.y : -INFINITY),
+                        warp_max(active ? q.z : -INFINITY), 0.f);
+      sp = 0;
+    };
+
+    // Children [first, first + count) of a node at level `level` + 1: those whose box may be
+    // reached from the warp's queries. Cells become `pending` bits; nodes go on the stack.
+    auto open_children = [&](int level, int first_child, int count) {
+      const float radius2 = warp_max(active ? best.worst : 0.f);
+      const int c = first_child + lane;
+      bool pass = false;
+      float4 lo = make_float4(0.f, 0.f, 0.f, 0.f), hi = lo;
+      if (lane < count) {
+        const int at = t.level_offset[level] + c;
+        lo = t.box_lo[at];
+        hi = t.box_hi[at];
+        pass = may_reach(box_gap2(lo, hi, glo, ghi), radius2) && !(level == 0 && c >= c0 && c <= c1);
+      }
+      const unsigned mask = __ballot_sync(kFullMask, pass);
+      if (level == 0) {
+        pending = mask;
+        pending_first = first_child;
+        cell_lo = lo;
+        cell_hi = hi;
+        return;
+      }
+      const int count_pushed = __popc(mask);
+      // Reversed, so that the lowest child (nearest along the curve) is popped first.
+      if (pass) stack[sp + count_pushed - 1 - __popc(mask & ((1u << lane) - 1))] = encode_node(level, c);
+      __syncwarp();
+      sp += count_pushed;
+    };
+
+    auto next_cell = [&]() -> int {
+      if (range <= c1) return range++;
+      if (sp < 0) {
+        start_walk();
+        if (!__any_sync(kFullMask, active)) return -1;
+        open_children(t.levels - 1, 0, t.level_count[t.levels - 1]);
+      }
+      for (;;) {
+        while (pending) {
+          const int j = __ffs(pending) - 1;
+          pending &= pending - 1;
+          const float4 lo = make_float4(__shfl_sync(kFullMask, cell_lo.x, j),
+                                        __shfl_sync(kFullMask, cell_lo.y, j),
+                                        __shfl_sync(kFullMask, cell_lo.z, j), 0.f);
+          const float4 hi = make_float4(__shfl_sync(kFullMask, cell_hi.x, j),
+                                        __shfl_sync(kFullMask, cell_hi.y, j),
+                                        __shfl_sync(kFullMask, cell_hi.z, j), 0.f);
+          if (__any_sync(kFullMask, active && may_reach(box_dist2(q, lo, hi), best.worst)))
+            return pending_first + j;
+        }
+        if (sp == 0) return -1;
+        const int e = stack[--sp];
+        const int level = node_level(e), index = node_index(e);
+        const int at = t.level_offset[level] + index;
+        const bool want =
+            active && may_reach(box_dist2(q, t.box_lo[at], t.box_hi[at]), best.worst);
+        if (!__any_sync(kFullMask, want)) continue;
+        const int first_child = index * kFanout;
+        open_children(level - 1, first_child,
+                      min(kFanout, t.level_count[level - 1] - first_child));
+      }
+    };
+
+    for (int cell = next_cell(); cell >= 0; cell = next_cell()) {
+      const int i = cell * kCell + lane;
+      const float4 p = i < t.n ? t.points[i]
+                               : make_float4(INFINITY, INFINITY, INFINITY, __int_as_float(INT_MAX));
+      __syncwarp();
+      stage[lane] = p;
+      __syncwarp();
+      evals += kCell * __popc(__ballot_sync(kFullMask, active));
+      if (active) scan_staged(stage, q, self, best);
+    }
+  }
+
+  if (slot < n_queries && !outlier) {
+    const std::size_t row = static_cast<std::size_t>(qid) * k;
+    best.write(out_idx + row, out_dist + row, nullptr);
+  }
+  if (lane == 0 && evals) atomicAdd(evaluations, evals);
+}
+
+/// One thread per outlier query: depth-first, nearest child first, so the radius shrinks as fast
+/// as it can; children farther than the current k-th distance are never pushed.
+template <int CAP>
+__global__ void knn_tree_outlier_kernel(TreeView t, const float4* __restrict__ queries,
+                                        const int* __restrict__ slots, int count, int k,
+                                        bool exclude_self, std::int32_t* __restrict__ out_idx,
+                                        float* __restrict__ out_dist,
+                                        unsigned long long* __restrict__ evaluations) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const float4 q = queries[slots[i]];
+  const int qid = __float_as_int(q.w);
+  const int self = exclude_self ? qid : -1;
+  TopK<CAP, false> best;
+  best.init(k);
+  unsigned long long evals = 0;
+  int stack_node[kTreeStack];
+  float stack_d[kTreeStack];
+  int sp = 0;
+  // Pushes (node, d) keeping [base, sp) sorted by decreasing distance: nearest on top.
+  auto push_sorted = [&](int base, int node, float d) {
+    int j = sp++;
+    while (j > base) {
+      if (stack_d[j - 1] >= d) break;
+      stack_node[j] = stack_node[j - 1];
+      stack_d[j] = stack_d[j - 1];
+      --j;
+    }
+    stack_node[j] = node;
+    stack_d[j] = d;
+  };
+  const int top = t.levels - 1;
+  for (int c = 0; c < t.level_count[top]; ++c) {
+    const int at = t.level_offset[top] + c;
+    push_sorted(0, encode_node(top, c), box_dist2(q, t.box_lo[at], t.box_hi[at]));
+  }
+  while (sp > 0) {
+    --sp;
+    if (!may_reach(stack_d[sp], best.worst)) continue;
+    const int level = node_level(stack_node[sp]), index = node_index(stack_node[sp]);
+    if (level == 0) {
+      const int end = min((index + 1) * kCell, t.n);
+      evals += end - index * kCell;
+      for (int j = index * kCell; j < end; ++j) offer_point(t.points[j], q, self, best);
+      continue;
+    }
+    const int base = sp;
+    const int end = min((index + 1) * kFanout, t.level_count[level - 1]);
+    for (int c = index * kFanout; c < end; ++c) {
+      const int at = t.level_offset[level - 1] + c;
+      const float d = box_dist2(q, t.box_lo[at], t.box_hi[at]);
+      if (may_reach(d, best.worst)) push_sorted(base, encode_node(level - 1, c), d);
+    }
+  }
+  const std::size_t row = static_cast<std::size_t>(qid) * k;
+  best.write(out_idx + row, out_dist + row, nullptr);
+  atomicAdd(evaluations, evals);
+}
+
+}  // namespace pcnn::detail

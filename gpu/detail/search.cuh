@@ -1,0 +1,28 @@
+// The algorithms behind pcnn::gpu_knn. Each uploads, prepares and launches its search on
+// `stream`, writing rows × k results into device buffers, and records `uploaded` after its
+// copies and `built` before its search kernels.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "device_buffer.cuh"
+#include "pcnn/knn.hpp"
+
+namespace pcnn::detail {
+
+void brute_force_search(PointsView refs, const PointsView* queries, KnnParams params,
+                        std::int32_t* d_idx, float* d_dist, cudaStream_t stream,
+                        cuda_event& uploaded, cuda_event& built);
+
+struct TreeSearchStats {
+  std::int64_t outliers = 0;     // queries searched alone
+  std::int64_t evaluations = 0;  // query-point distance computations
+};
+
+TreeSearchStats tree_search(PointsView refs, const PointsView* queries, KnnParams params,
+                         std::int32_t* d_idx, float* d_dist, cudaStream_t stream,
+                         cuda_event& uploaded, cuda_event& built);
+
+}  // namespace pcnn::detail

@@ -1,0 +1,106 @@
+// pcnn::gpu_knn: argument checks, algorithm choice, result buffers and timing.
+#include <climits>
+#include <cmath>
+#include <string>
+
+#include "detail/cuda_try.cuh"
+#include "detail/device_buffer.cuh"
+#include "detail/search.cuh"
+#include "pcnn/error.hpp"
+#include "pcnn/knn.hpp"
+
+namespace pcnn {
+
+void validate_knn_args(PointsView refs, const PointsView* queries, KnnParams params) {
+  PCNN_EXPECTS(params.k >= 1 && params.k <= kMaxK,
+               "k must be between 1 and " + std::to_string(kMaxK) + ", got " +
+                   std::to_string(params.k));
+  auto check = [](const PointsView& v, const char* what) {
+    PCNN_EXPECTS(v.count >= 0, std::string(what) + ": negative point count");
+    PCNN_EXPECTS(v.count <= INT_MAX, std::string(what) + ": more than 2^31-1 points (" +
+                                         std::to_string(v.count) + ")");
+    PCNN_EXPECTS(v.count == 0 || v.data != nullptr,
+                 std::string(what) + ": null data with a non-zero count");
+    PCNN_EXPECTS(v.stride >= 3, std::string(what) + ": stride must be at least 3 floats, got " +
+                                    std::to_string(v.stride));
+  };
+  check(refs, "references");
+  if (queries) check(*queries, "queries");
+  PCNN_EXPECTS(!(params.exclude_self && queries),
+               "exclude_self applies to a self-search only (no separate query set)");
+}
+
+Algorithm parse_algorithm(const std::string& name) {
+  if (name == "auto") return Algorithm::automatic;
+  if (name == "brute") return Algorithm::brute_force;
+  if (name == "grid") return Algorithm::grid;
+  throw error("unknown algorithm '" + name + "' (auto, brute or grid)");
+}
+
+const char* to_string(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::automatic:
+      return "auto";
+    case Algorithm::brute_force:
+      return "brute";
+    case Algorithm::grid:
+      return "grid";
+  }
+  return "?";
+}
+
+Algorithm choose_algorithm(std::int64_t n_refs, std::int64_t n_queries) {
+  // Below this many distance evaluations, brute force finishes before an index is built.
+  constexpr double kBruteForceEvaluations = 1 << 22;
+  return double(n_refs) * double(n_queries) <= kBruteForceEvaluations ? Algorithm::brute_force
+                                                                       : Algorithm::grid;
+}
+
+KnnResult gpu_knn(PointsView refs, const PointsView* queries, KnnParams params,
+                  Algorithm algorithm, GpuKnnTimings* timings, cudaStream_t stream) {
+  validate_knn_args(refs, queries, params);
+  KnnResult result;
+  result.k = params.k;
+  result.rows = queries ? queries->count : refs.count;
+  const std::size_t cells = static_cast<std::size_t>(result.rows) * params.k;
+  result.indices.assign(cells, -1);
+  result.sqdist.assign(cells, INFINITY);
+  if (algorithm == Algorithm::automatic) algorithm = choose_algorithm(refs.count, result.rows);
+  if (timings) {
+    *timings = GpuKnnTimings{};
+    timings->algorithm = algorithm;
+  }
+  if (result.rows == 0) return result;
+
+  detail::device_buffer<std::int32_t> d_idx(cells);
+  detail::device_buffer<float> d_dist(cells);
+  detail::cuda_event start, uploaded, built, searched, downloaded;
+  start.record(stream);
+  detail::TreeSearchStats stats;
+  if (algorithm == Algorithm::brute_force) {
+    detail::brute_force_search(refs, queries, params, d_idx.data(), d_dist.data(), stream,
+                               uploaded, built);
+    stats.evaluations = refs.count * result.rows;
+  } else {
+    stats = detail::tree_search(refs, queries, params, d_idx.data(), d_dist.data(), stream,
+                                uploaded, built);
+  }
+  searched.record(stream);
+  PCNN_CUDA_TRY(cudaMemcpyAsync(result.indices.data(), d_idx.data(), d_idx.bytes(),
+                                cudaMemcpyDeviceToHost, stream));
+  PCNN_CUDA_TRY(cudaMemcpyAsync(result.sqdist.data(), d_dist.data(), d_dist.bytes(),
+                                cudaMemcpyDeviceToHost, stream));
+  downloaded.record(stream);
+  PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+  if (timings) {
+    timings->upload_ms = uploaded.since(start);
+    timings->build_ms = built.since(uploaded);
+    timings->search_ms = searched.since(built);
+    timings->download_ms = downloaded.since(searched);
+    timings->outlier_queries = stats.outliers;
+    timings->distance_evaluations = stats.evaluations;
+  }
+  return result;
+}
+
+}  // namespace pcnn

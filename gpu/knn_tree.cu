@@ -1,0 +1,99 @@
+// Exact kNN over the spatial index (see detail/knn_tree.cuh).
+#include "detail/cuda_try.cuh"
+#include "detail/knn_tree.cuh"
+#include "detail/search.cuh"
+#include "detail/spatial_index.cuh"
+#include "detail/upload.cuh"
+
+namespace pcnn::detail {
+namespace {
+
+struct TreeLaunch {
+  TreeView tree;
+  const float4* queries;
+  int n_queries;
+  bool self_search;
+  KnnParams params;
+  std::int32_t* d_idx;
+  float* d_dist;
+  int* outlier_slots;
+  int* outlier_count;
+  unsigned long long* evaluations;
+};
+
+template <int CAP>
+TreeSearchStats launch(const TreeLaunch& a, cudaStream_t stream) {
+  constexpr int threads = kTreeWarps * 32;
+  const int blocks = (a.n_queries + threads - 1) / threads;
+  knn_tree_kernel<CAP><<<blocks, threads, 0, stream>>>(
+      a.tree, a.queries, a.n_queries, a.self_search, a.params.k, a.params.exclude_self, a.d_idx,
+      a.d_dist, a.outlier_slots, a.outlier_count, a.evaluations);
+  PCNN_CHECK_LAUNCH();
+  int outliers = 0;
+  PCNN_CUDA_TRY(cudaMemcpyAsync(&outliers, a.outlier_count, sizeof(int), cudaMemcpyDeviceToHost,
+                                stream));
+  PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+  if (outliers > 0) {
+    knn_tree_outlier_kernel<CAP><<<(outliers + 127) / 128, 128, 0, stream>>>(
+        a.tree, a.queries, a.outlier_slots, outliers, a.params.k, a.params.exclude_self, a.d_idx,
+        a.d_dist, a.evaluations);
+    PCNN_CHECK_LAUNCH();
+  }
+  unsigned long long evaluations = 0;
+  PCNN_CUDA_TRY(cudaMemcpyAsync(&evaluations, a.evaluations, sizeof(evaluations),
+                                cudaMemcpyDeviceToHost, stream));
+  PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+  return {outliers, static_cast<std::int64_t>(evaluations)};
+}
+
+}  // namespace
+
+TreeSearchStats tree_search(PointsView refs, const PointsView* queries, KnnParams params,
+                         std::int32_t* d_idx, float* d_dist, cudaStream_t stream,
+                         cuda_event& uploaded, cuda_event& built) {
+  device_buffer<float> raw_refs, raw_queries;
+  upload_points(refs, raw_refs, stream);
+  if (queries) upload_points(*queries, raw_queries, stream);
+  uploaded.record(stream);
+
+  SpatialIndex index =
+      build_spatial_index(raw_refs.data(), refs.stride, static_cast<int>(refs.count), stream);
+  device_buffer<float4> sorted_queries;
+  if (queries)
+    sorted_queries = sort_queries(index, raw_queries.data(), queries->stride,
+                                  static_cast<int>(queries->count), stream);
+  raw_refs = device_buffer<float>();  // the index holds its own copy now
+  raw_queries = device_buffer<float>();
+  if (!queries) index.keys = device_buffer<std::uint64_t>();  // only separate queries look keys up
+
+  TreeLaunch a;
+  a.tree = index.view();
+  a.queries = queries ? sorted_queries.data() : index.points.data();
+  a.n_queries = queries ? static_cast<int>(queries->count) : index.n_total;
+  a.self_search = queries == nullptr;
+  a.params = params;
+  a.d_idx = d_idx;
+  a.d_dist = d_dist;
+  device_buffer<int> outlier_slots(a.n_queries), outlier_count(1);
+  device_buffer<unsigned long long> evaluations(1);
+  a.outlier_slots = outlier_slots.data();
+  a.outlier_count = outlier_count.data();
+  a.evaluations = evaluations.data();
+  PCNN_CUDA_TRY(cudaMemsetAsync(outlier_count.data(), 0, sizeof(int), stream));
+  PCNN_CUDA_TRY(cudaMemsetAsync(evaluations.data(), 0, sizeof(unsigned long long), stream));
+  built.record(stream);
+  if (a.n_queries == 0) return {};
+
+  const int k = params.k;
+  if (k <= 1) return launch<1>(a, stream);
+  if (k <= 2) return launch<2>(a, stream);
+  if (k <= 4) return launch<4>(a, stream);
+  if (k <= 8) return launch<8>(a, stream);
+  if (k <= 16) return launch<16>(a, stream);
+  if (k <= 32) return launch<32>(a, stream);
+  if (k <= 64) return launch<64>(a, stream);
+  static_assert(kMaxK == 128, "add a capacity for the new kMaxK");
+  return launch<128>(a, stream);
+}
+
+}  // namespace pcnn::detail

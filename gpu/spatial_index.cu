@@ -1,0 +1,235 @@
+// Building the spatial index: bounds, Morton keys, radix sort, cell and node boxes.
+#include <cub/device/device_radix_sort.cuh>
+
+#include <climits>
+
+#include "detail/cuda_try.cuh"
+#include "detail/morton.cuh"
+#include "detail/spatial_index.cuh"
+#include "detail/warp_reduce.cuh"
+
+namespace pcnn::detail {
+namespace {
+
+constexpr int kThreads = 256;
+
+int blocks_for(std::int64_t n, int per_block = kThreads) {
+  return static_cast<int>((n + per_block - 1) / per_block);
+}
+
+// Bounding box and count of the finite points: per-thread, then warp shuffles, then one atomic
+// per warp on order-preserving int encodings (6 + 1 atomics per warp, not per point).
+__global__ void bounds_kernel(const float* __restrict__ xyz, std::int64_t stride, int n,
+                              int* __restrict__ out /* lo xyz, hi xyz (ordered ints), count */) {
+  float lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
+  int count = 0;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const float* p = xyz + i * stride;
+    if (!finite3(p[0], p[1], p[2])) continue;
+    ++count;
+#pragma unroll
+    for (int a = 0; a < 3; ++a) {
+      lo[a] = fminf(lo[a], p[a]);
+      hi[a] = fmaxf(hi[a], p[a]);
+    }
+  }
+#pragma unroll
+  for (int a = 0; a < 3; ++a) {
+    lo[a] = warp_min(lo[a]);
+    hi[a] = warp_max(hi[a]);
+  }
+  count = warp_sum(count);
+  if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+    for (int a = 0; a < 3; ++a) {
+      atomicMin(out + a, float_to_ordered(lo[a]));
+      atomicMax(out + 3 + a, float_to_ordered(hi[a]));
+    }
+    atomicAdd(out + 6, count);
+  }
+}
+
+__global__ void init_bounds_kernel(int* out) {
+  for (int a = 0; a < 3; ++a) {
+    out[a] = float_to_ordered(INFINITY);
+    out[3 + a] = float_to_ordered(-INFINITY);
+  }
+  out[6] = 0;
+}
+
+__global__ void decode_bounds_kernel(const int* in, float* bounds) {
+  for (int a = 0; a < 6; ++a) bounds[a] = ordered_to_float(in[a]);
+}
+
+__global__ void keys_kernel(const float* __restrict__ xyz, std::int64_t stride, int n,
+                            const float* __restrict__ bounds, std::uint64_t* __restrict__ keys,
+                            int* __restrict__ ids) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float* p = xyz + i * stride;
+  keys[i] = morton_key(p[0], p[1], p[2], bounds);
+  ids[i] = i;
+}
+
+__global__ void gather_kernel(const float* __restrict__ xyz, std::int64_t stride, int n,
+                              const int* __restrict__ ids, float4* __restrict__ out) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= n) return;
+  const int i = ids[j];
+  const float* p = xyz + i * stride;
+  out[j] = make_float4(p[0], p[1], p[2], __int_as_float(i));
+}
+
+// One warp per cell: lane t holds point t of the cell.
+__global__ void cell_boxes_kernel(const float4* __restrict__ pts, int n, int cells,
+                                  float4* __restrict__ lo, float4* __restrict__ hi) {
+  const int cell = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (cell >= cells) return;  // whole warps leave together
+  const int i = cell * kCell + lane;
+  float4 p = i < n ? pts[i] : make_float4(NAN, NAN, NAN, 0.f);
+  const bool ok = i < n;
+  const float l[3] = {warp_min(ok ? p.x : INFINITY), warp_min(ok ? p.y : INFINITY),
+                      warp_min(ok ? p.z : INFINITY)};
+  const float h[3] = {warp_max(ok ? p.x : -INFINITY), warp_max(ok ? p.y : -INFINITY),
+                      warp_max(ok ? p.z : -INFINITY)};
+  if (lane == 0) {
+    lo[cell] = make_float4(l[0], l[1], l[2], 0.f);
+    hi[cell] = make_float4(h[0], h[1], h[2], 0.f);
+  }
+}
+
+// One warp per node: lane t holds child t's box.
+__global__ void node_boxes_kernel(const float4* __restrict__ child_lo,
+                                  const float4* __restrict__ child_hi, int children, int nodes,
+                                  float4* __restrict__ lo, float4* __restrict__ hi) {
+  const int node = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (node >= nodes) return;
+  const int c = node * kFanout + lane;
+  const bool ok = c < children;
+  const float4 a = ok ? child_lo[c] : make_float4(INFINITY, INFINITY, INFINITY, 0.f);
+  const float4 b = ok ? child_hi[c] : make_float4(-INFINITY, -INFINITY, -INFINITY, 0.f);
+  const float l[3] = {warp_min(a.x), warp_min(a.y), warp_min(a.z)};
+  const float h[3] = {warp_max(b.x), warp_max(b.y), warp_max(b.z)};
+  if (lane == 0) {
+    lo[node] = make_float4(l[0], l[1], l[2], 0.f);
+    hi[node] = make_float4(h[0], h[1], h[2], 0.f);
+  }
+}
+
+// Sorts (key, index) pairs with CUB; returns the buffers holding the sorted result.
+void sort_pairs(device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, int n,
+                cudaStream_t stream) {
+  device_buffer<std::uint64_t> keys_alt(n);
+  device_buffer<int> ids_alt(n);
+  cub::DoubleBuffer<std::uint64_t> k(keys.data(), keys_alt.data());
+  cub::DoubleBuffer<int> v(ids.data(), ids_alt.data());
+  std::size_t temp_bytes = 0;
+  PCNN_CUDA_TRY(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, k, v, n, 0, 63, stream));
+  device_buffer<unsigned char> temp(temp_bytes);
+  PCNN_CUDA_TRY(
+      cub::DeviceRadixSort::SortPairs(temp.data(), temp_bytes, k, v, n, 0, 63, stream));
+  if (k.Current() != keys.data()) std::swap(keys, keys_alt);
+  if (v.Current() != ids.data()) std::swap(ids, ids_alt);
+}
+
+}  // namespace
+
+TreeView SpatialIndex::view() const {
+  TreeView v;
+  v.points = points.data();
+  v.keys = keys.data();
+  v.bounds = bounds.data();
+  v.box_lo = box_lo.data();
+  v.box_hi = box_hi.data();
+  v.n = n;
+  v.levels = static_cast<int>(level_count.size());
+  for (int l = 0; l < v.levels; ++l) {
+    v.level_count[l] = level_count[l];
+    v.level_offset[l] = level_offset[l];
+  }
+  return v;
+}
+
+SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_total,
+                                 cudaStream_t stream) {
+  SpatialIndex index;
+  index.n_total = n_total;
+  device_buffer<int> stats(7);
+  index.bounds.resize(6);
+  init_bounds_kernel<<<1, 1, 0, stream>>>(stats.data());
+  PCNN_CHECK_LAUNCH();
+  if (n_total > 0) {
+    const int blocks = std::min(blocks_for(n_total), 1024);
+    bounds_kernel<<<blocks, kThreads, 0, stream>>>(xyz, stride, n_total, stats.data());
+    PCNN_CHECK_LAUNCH();
+  }
+  decode_bounds_kernel<<<1, 1, 0, stream>>>(stats.data(), index.bounds.data());
+  PCNN_CHECK_LAUNCH();
+
+  index.keys.resize(n_total);
+  if (n_total > 0) {
+    device_buffer<int> ids(n_total);
+    keys_kernel<<<blocks_for(n_total), kThreads, 0, stream>>>(
+        xyz, stride, n_total, index.bounds.data(), index.keys.data(), ids.data());
+    PCNN_CHECK_LAUNCH();
+    sort_pairs(index.keys, ids, n_total, stream);
+    index.points.resize(n_total);  // after the sort, whose double buffers are gone by now
+    gather_kernel<<<blocks_for(n_total), kThreads, 0, stream>>>(xyz, stride, n_total,
+                                                                ids.data(), index.points.data());
+    PCNN_CHECK_LAUNCH();
+  }
+  int count = 0;
+  PCNN_CUDA_TRY(
+      cudaMemcpyAsync(&count, stats.data() + 6, sizeof(int), cudaMemcpyDeviceToHost, stream));
+  PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+  index.n = count;
+
+  // Level 0 holds one box per cell; each level above one box per kFanout boxes below, up to a
+  // level of at most kFanout boxes, which the search starts from.
+  int total = 0;
+  for (int c = (count + kCell - 1) / kCell; c > 0; c = (c + kFanout - 1) / kFanout) {
+    index.level_offset.push_back(total);
+    index.level_count.push_back(c);
+    total += c;
+    if (c <= kFanout) break;
+  }
+  index.box_lo.resize(total);
+  index.box_hi.resize(total);
+  const int levels = static_cast<int>(index.level_count.size());
+  for (int l = 0; l < levels; ++l) {
+    float4* lo = index.box_lo.data() + index.level_offset[l];
+    float4* hi = index.box_hi.data() + index.level_offset[l];
+    const int c = index.level_count[l];
+    if (l == 0) {
+      cell_boxes_kernel<<<blocks_for(std::int64_t(c) * 32), kThreads, 0, stream>>>(
+          index.points.data(), count, c, lo, hi);
+    } else {
+      node_boxes_kernel<<<blocks_for(std::int64_t(c) * 32), kThreads, 0, stream>>>(
+          index.box_lo.data() + index.level_offset[l - 1],
+          index.box_hi.data() + index.level_offset[l - 1], index.level_count[l - 1], c, lo, hi);
+    }
+    PCNN_CHECK_LAUNCH();
+  }
+  return index;
+}
+
+device_buffer<float4> sort_queries(const SpatialIndex& index, const float* xyz,
+                                   std::int64_t stride, int nq, cudaStream_t stream) {
+  device_buffer<float4> sorted(nq);
+  if (nq == 0) return sorted;
+  device_buffer<std::uint64_t> keys(nq);
+  device_buffer<int> ids(nq);
+  keys_kernel<<<blocks_for(nq), kThreads, 0, stream>>>(xyz, stride, nq,
+                                                       index.bounds.data(), keys.data(),
+                                                       ids.data());
+  PCNN_CHECK_LAUNCH();
+  sort_pairs(keys, ids, nq, stream);
+  gather_kernel<<<blocks_for(nq), kThreads, 0, stream>>>(xyz, stride, nq,
+                                                         ids.data(), sorted.data());
+  PCNN_CHECK_LAUNCH();
+  return sorted;
+}
+
+}  // namespace pcnn::detail
