@@ -3,6 +3,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <mutex>
 
 #include "detail/cuda_try.cuh"
 #include "detail/device_buffer.cuh"
@@ -13,18 +17,65 @@ namespace pcnn {
 namespace detail {
 namespace {
 std::atomic<std::int64_t> g_current{0}, g_peak{0}, g_allocs{0};
+
+// Whether the current device supports stream-ordered allocation; the first call per device also
+// tells its pool to keep freed memory cached instead of returning it at every synchronization.
+bool use_pool() {
+  static std::mutex mu;
+  static std::map<int, bool> known;
+  int dev = 0;
+  PCNN_CUDA_TRY(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(dev);
+  if (it != known.end()) return it->second;
+  int supported = 0;
+  PCNN_CUDA_TRY(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, dev));
+  if (supported) {
+    cudaMemPool_t pool;
+    PCNN_CUDA_TRY(cudaDeviceGetDefaultMemPool(&pool, dev));
+    std::uint64_t keep = UINT64_MAX;
+    PCNN_CUDA_TRY(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  }
+  return known[dev] = supported != 0;
+}
 }  // namespace
 
-void note_device_alloc(std::size_t bytes) {
+void* device_allocate(std::size_t bytes, cudaStream_t stream) {
+  void* p = nullptr;
+  if (use_pool())
+    PCNN_CUDA_TRY(cudaMallocAsync(&p, bytes, stream));
+  else
+    PCNN_CUDA_TRY(cudaMalloc(&p, bytes));
   const std::int64_t now = g_current += static_cast<std::int64_t>(bytes);
   ++g_allocs;
   std::int64_t peak = g_peak.load();
   while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
   }
+  return p;
 }
 
-void note_device_free(std::size_t bytes) { g_current -= static_cast<std::int64_t>(bytes); }
+void device_free(void* p, std::size_t bytes, cudaStream_t stream) noexcept {
+  try {
+    if (use_pool())
+      PCNN_CUDA_TRY_NO_THROW(cudaFreeAsync(p, stream));
+    else
+      PCNN_CUDA_TRY_NO_THROW(cudaFree(p));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pcnn: freeing device memory failed: %s\n", e.what());
+  }
+  g_current -= static_cast<std::int64_t>(bytes);
+}
 }  // namespace detail
+
+void release_cached_device_memory() {
+  if (!detail::use_pool()) return;
+  int dev = 0;
+  PCNN_CUDA_TRY(cudaGetDevice(&dev));
+  cudaMemPool_t pool;
+  PCNN_CUDA_TRY(cudaDeviceGetDefaultMemPool(&pool, dev));
+  PCNN_CUDA_TRY(cudaDeviceSynchronize());
+  PCNN_CUDA_TRY(cudaMemPoolTrimTo(pool, 0));
+}
 
 DeviceMemoryStats device_memory_stats() {
   return {detail::g_current.load(), detail::g_peak.load(), detail::g_allocs.load()};

@@ -72,8 +72,8 @@ KnnResult gpu_knn(PointsView refs, const PointsView* queries, KnnParams params,
   }
   if (result.rows == 0) return result;
 
-  detail::device_buffer<std::int32_t> d_idx(cells);
-  detail::device_buffer<float> d_dist(cells);
+  detail::device_buffer<std::int32_t> d_idx(cells, stream);
+  detail::device_buffer<float> d_dist(cells, stream);
   detail::cuda_event start, uploaded, built, searched, downloaded;
   start.record(stream);
   detail::TreeSearchStats stats;
@@ -99,6 +99,7 @@ KnnResult gpu_knn(PointsView refs, const PointsView* queries, KnnParams params,
     timings->download_ms = downloaded.since(searched);
     timings->outlier_queries = stats.outliers;
     timings->distance_evaluations = stats.evaluations;
+    timings->outlier_ms = stats.outlier_ms;
   }
   return result;
 }

@@ -25,7 +25,11 @@ template <int CAP>
 TreeSearchStats launch(const TreeLaunch& a, cudaStream_t stream) {
   constexpr int threads = kTreeWarps * 32;
   const int blocks = (a.n_queries + threads - 1) / threads;
-  knn_tree_kernel<CAP><<<blocks, threads, 0, stream>>>(
+  constexpr int list_bytes = tree_list_bytes<CAP>();
+  if (list_bytes > 48 * 1024)  // above the default limit a kernel must opt in
+    PCNN_CUDA_TRY(cudaFuncSetAttribute(knn_tree_kernel<CAP>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, list_bytes));
+  knn_tree_kernel<CAP><<<blocks, threads, tree_list_bytes<CAP>(), stream>>>(
       a.tree, a.queries, a.n_queries, a.self_search, a.params.k, a.params.exclude_self, a.d_idx,
       a.d_dist, a.outlier_slots, a.outlier_count, a.evaluations);
   PCNN_CHECK_LAUNCH();
@@ -33,17 +37,20 @@ TreeSearchStats launch(const TreeLaunch& a, cudaStream_t stream) {
   PCNN_CUDA_TRY(cudaMemcpyAsync(&outliers, a.outlier_count, sizeof(int), cudaMemcpyDeviceToHost,
                                 stream));
   PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+  cuda_event outliers_start, outliers_end;
+  outliers_start.record(stream);
   if (outliers > 0) {
-    knn_tree_outlier_kernel<CAP><<<(outliers + 127) / 128, 128, 0, stream>>>(
+    knn_tree_outlier_kernel<CAP><<<(outliers + kTreeWarps - 1) / kTreeWarps, threads, 0, stream>>>(
         a.tree, a.queries, a.outlier_slots, outliers, a.params.k, a.params.exclude_self, a.d_idx,
         a.d_dist, a.evaluations);
     PCNN_CHECK_LAUNCH();
   }
+  outliers_end.record(stream);
   unsigned long long evaluations = 0;
   PCNN_CUDA_TRY(cudaMemcpyAsync(&evaluations, a.evaluations, sizeof(evaluations),
                                 cudaMemcpyDeviceToHost, stream));
   PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
-  return {outliers, static_cast<std::int64_t>(evaluations)};
+  return {outliers, static_cast<std::int64_t>(evaluations), outliers_end.since(outliers_start)};
 }
 
 }  // namespace
@@ -74,8 +81,8 @@ TreeSearchStats tree_search(PointsView refs, const PointsView* queries, KnnParam
   a.params = params;
   a.d_idx = d_idx;
   a.d_dist = d_dist;
-  device_buffer<int> outlier_slots(a.n_queries), outlier_count(1);
-  device_buffer<unsigned long long> evaluations(1);
+  device_buffer<int> outlier_slots(a.n_queries, stream), outlier_count(1, stream);
+  device_buffer<unsigned long long> evaluations(1, stream);
   a.outlier_slots = outlier_slots.data();
   a.outlier_count = outlier_count.data();
   a.evaluations = evaluations.data();

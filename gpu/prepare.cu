@@ -71,21 +71,21 @@ PreparedSearch prepare_search(PointsView refs, const PointsView* queries, bool e
   if (queries) upload_points(*queries, raw_queries, stream);
   uploaded.record(stream);
 
-  out.refs.resize(n);
-  out.ref_ids.resize(n);
-  out.ref_count.resize(1);
-  out.queries.resize(out.n_queries);
+  out.refs.resize(n, stream);
+  out.ref_ids.resize(n, stream);
+  out.ref_count.resize(1, stream);
+  out.queries.resize(out.n_queries, stream);
   PCNN_CUDA_TRY(cudaMemsetAsync(out.ref_count.data(), 0, sizeof(int), stream));
 
   if (n > 0) {
-    device_buffer<int> flags(n), scan(n);
+    device_buffer<int> flags(n, stream), scan(n, stream);
     finite_flags_kernel<<<blocks_for(n), kThreads, 0, stream>>>(raw_refs.data(), refs.stride, n,
                                                                 flags.data());
     PCNN_CHECK_LAUNCH();
     std::size_t temp_bytes = 0;
     PCNN_CUDA_TRY(
         cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, flags.data(), scan.data(), n, stream));
-    device_buffer<unsigned char> temp(temp_bytes);
+    device_buffer<unsigned char> temp(temp_bytes, stream);
     PCNN_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp.data(), temp_bytes, flags.data(), scan.data(),
                                                 n, stream));
     compact_kernel<<<blocks_for(n), kThreads, 0, stream>>>(

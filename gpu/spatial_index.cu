@@ -121,13 +121,13 @@ __global__ void node_boxes_kernel(const float4* __restrict__ child_lo,
 // Sorts (key, index) pairs with CUB; returns the buffers holding the sorted result.
 void sort_pairs(device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, int n,
                 cudaStream_t stream) {
-  device_buffer<std::uint64_t> keys_alt(n);
-  device_buffer<int> ids_alt(n);
+  device_buffer<std::uint64_t> keys_alt(n, stream);
+  device_buffer<int> ids_alt(n, stream);
   cub::DoubleBuffer<std::uint64_t> k(keys.data(), keys_alt.data());
   cub::DoubleBuffer<int> v(ids.data(), ids_alt.data());
   std::size_t temp_bytes = 0;
   PCNN_CUDA_TRY(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, k, v, n, 0, 63, stream));
-  device_buffer<unsigned char> temp(temp_bytes);
+  device_buffer<unsigned char> temp(temp_bytes, stream);
   PCNN_CUDA_TRY(
       cub::DeviceRadixSort::SortPairs(temp.data(), temp_bytes, k, v, n, 0, 63, stream));
   if (k.Current() != keys.data()) std::swap(keys, keys_alt);
@@ -156,8 +156,8 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
                                  cudaStream_t stream) {
   SpatialIndex index;
   index.n_total = n_total;
-  device_buffer<int> stats(7);
-  index.bounds.resize(6);
+  device_buffer<int> stats(7, stream);
+  index.bounds.resize(6, stream);
   init_bounds_kernel<<<1, 1, 0, stream>>>(stats.data());
   PCNN_CHECK_LAUNCH();
   if (n_total > 0) {
@@ -168,14 +168,14 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
   decode_bounds_kernel<<<1, 1, 0, stream>>>(stats.data(), index.bounds.data());
   PCNN_CHECK_LAUNCH();
 
-  index.keys.resize(n_total);
+  index.keys.resize(n_total, stream);
   if (n_total > 0) {
-    device_buffer<int> ids(n_total);
+    device_buffer<int> ids(n_total, stream);
     keys_kernel<<<blocks_for(n_total), kThreads, 0, stream>>>(
         xyz, stride, n_total, index.bounds.data(), index.keys.data(), ids.data());
     PCNN_CHECK_LAUNCH();
     sort_pairs(index.keys, ids, n_total, stream);
-    index.points.resize(n_total);  // after the sort, whose double buffers are gone by now
+    index.points.resize(n_total, stream);  // after the sort, whose double buffers are gone by now
     gather_kernel<<<blocks_for(n_total), kThreads, 0, stream>>>(xyz, stride, n_total,
                                                                 ids.data(), index.points.data());
     PCNN_CHECK_LAUNCH();
@@ -195,8 +195,8 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
     total += c;
     if (c <= kFanout) break;
   }
-  index.box_lo.resize(total);
-  index.box_hi.resize(total);
+  index.box_lo.resize(total, stream);
+  index.box_hi.resize(total, stream);
   const int levels = static_cast<int>(index.level_count.size());
   for (int l = 0; l < levels; ++l) {
     float4* lo = index.box_lo.data() + index.level_offset[l];
@@ -217,10 +217,10 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
 
 device_buffer<float4> sort_queries(const SpatialIndex& index, const float* xyz,
                                    std::int64_t stride, int nq, cudaStream_t stream) {
-  device_buffer<float4> sorted(nq);
+  device_buffer<float4> sorted(nq, stream);
   if (nq == 0) return sorted;
-  device_buffer<std::uint64_t> keys(nq);
-  device_buffer<int> ids(nq);
+  device_buffer<std::uint64_t> keys(nq, stream);
+  device_buffer<int> ids(nq, stream);
   keys_kernel<<<blocks_for(nq), kThreads, 0, stream>>>(xyz, stride, nq,
                                                        index.bounds.data(), keys.data(),
                                                        ids.data());

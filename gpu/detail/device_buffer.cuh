@@ -10,38 +10,42 @@
 
 namespace pcnn::detail {
 
-/// Bookkeeping of pcnn's device memory (pcnn::device_memory_stats reads it).
-void note_device_alloc(std::size_t bytes);
-void note_device_free(std::size_t bytes);
+/// Stream-ordered allocation from the device's memory pool (kept cached between calls, so a
+/// search does not pay for cudaMalloc/cudaFree and their implicit synchronization), or plain
+/// cudaMalloc where the device has no memory pools. Also keeps pcnn's bookkeeping
+/// (pcnn::device_memory_stats).
+void* device_allocate(std::size_t bytes, cudaStream_t stream);
+void device_free(void* ptr, std::size_t bytes, cudaStream_t stream) noexcept;
 
-/// `size` elements of T in device memory; freed on destruction. Move-only.
+/// `size` elements of T in device memory, allocated and freed in the order of `stream`. Move-only.
 template <class T>
 class device_buffer {
  public:
   device_buffer() = default;
-  explicit device_buffer(std::size_t size) { resize(size); }
+  device_buffer(std::size_t size, cudaStream_t stream) { resize(size, stream); }
   ~device_buffer() { release(); }
   device_buffer(const device_buffer&) = delete;
   device_buffer& operator=(const device_buffer&) = delete;
   device_buffer(device_buffer&& o) noexcept
-      : ptr_(std::exchange(o.ptr_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+      : ptr_(std::exchange(o.ptr_, nullptr)),
+        size_(std::exchange(o.size_, 0)),
+        stream_(o.stream_) {}
   device_buffer& operator=(device_buffer&& o) noexcept {
     if (this != &o) {
       release();
       ptr_ = std::exchange(o.ptr_, nullptr);
       size_ = std::exchange(o.size_, 0);
+      stream_ = o.stream_;
     }
     return *this;
   }
 
-  /// Makes room for `size` elements; the contents are not kept.
-  void resize(std::size_t size) {
-    if (size == size_) return;
+  /// Makes room for `size` elements on `stream`; the contents are not kept.
+  void resize(std::size_t size, cudaStream_t stream) {
+    if (size == size_ && stream == stream_) return;
     release();
-    if (size > 0) {
-      PCNN_CUDA_TRY(cudaMalloc(&ptr_, size * sizeof(T)));
-      note_device_alloc(size * sizeof(T));
-    }
+    stream_ = stream;
+    if (size > 0) ptr_ = static_cast<T*>(device_allocate(size * sizeof(T), stream));
     size_ = size;
   }
 
@@ -51,16 +55,14 @@ class device_buffer {
   std::size_t bytes() const { return size_ * sizeof(T); }
 
  private:
-  void release() {
-    if (ptr_) {
-      PCNN_CUDA_TRY_NO_THROW(cudaFree(ptr_));
-      note_device_free(size_ * sizeof(T));
-    }
+  void release() noexcept {
+    if (ptr_) device_free(ptr_, size_ * sizeof(T), stream_);
     ptr_ = nullptr;
     size_ = 0;
   }
   T* ptr_ = nullptr;
   std::size_t size_ = 0;
+  cudaStream_t stream_ = nullptr;
 };
 
 /// A CUDA event, destroyed with its owner.

@@ -30,10 +30,25 @@ namespace pcnn::detail {
 
 inline constexpr int kTreeWarps = 4;  // warps per block
 inline constexpr int kTreeStack = 256;  // >= kFanout + (kFanout - 1) * (kMaxLevels - 1)
-inline constexpr float kOutlierRatio = 16.f;  // squared-radius ratio that marks an outlier lane
+inline constexpr float kOutlierRatio = 64.f;  // squared-radius ratio that marks an outlier lane
 // Pruning margin: a node is skipped only when its lower bound exceeds the k-th distance by more
 // than float rounding could account for.
 inline constexpr float kPruneSlack = 1.0f + 1e-5f;
+// Lists live in shared memory (CAP x 8 bytes per thread: 128 KiB per block at CAP = 128, which
+// limits occupancy for the largest k). Local memory would need no opt-in, but with many warps
+// each holding a long list it is evicted to L2, and a 64-entry insertion then waits on L2 for
+// every shifted entry: measured 12x slower than shared memory at k = 64.
+inline constexpr int kMaxSharedCap = 128;
+
+template <int CAP>
+using TreeList =
+    TopK<CAP, false, std::conditional_t<(CAP <= kMaxSharedCap), SharedSlots, ThreadSlots<CAP>>>;
+
+/// Dynamic shared memory a tree-search block needs for its lists.
+template <int CAP>
+constexpr int tree_list_bytes() {
+  return CAP <= kMaxSharedCap ? CAP * kTreeWarps * 32 * 8 : 0;
+}
 
 __device__ __forceinline__ int encode_node(int level, int index) { return (level << 26) | index; }
 __device__ __forceinline__ int node_level(int e) { return e >> 26; }
@@ -54,25 +69,28 @@ __device__ __forceinline__ bool may_reach(float bound2, float worst) {
 
 /// Offers one point: the (rare) path after a threshold test passed. Kept out of line of the
 /// unrolled distance loops so that the list update exists once per call site.
-template <int CAP>
-__device__ __forceinline__ void offer_point(float4 p, float4 q, int self, TopK<CAP, false>& best) {
+template <class List>
+__device__ __forceinline__ void offer_point(float4 p, float4 q, int self, List& best) {
   const float d = point_dist2(q, p);
   const int id = __float_as_int(p.w);
   if (best.improves(d, id) && id != self) best.insert(d, id);
 }
 
-/// Scans 32 staged points for one query: four distances share one threshold test.
-template <int CAP>
-__device__ __forceinline__ void scan_staged(const float4* stage, float4 q, int self,
-                                            TopK<CAP, false>& best) {
-#pragma unroll 1
-  for (int j = 0; j < kCell; j += 4) {
-    const float d0 = point_dist2(q, stage[j]), d1 = point_dist2(q, stage[j + 1]);
-    const float d2 = point_dist2(q, stage[j + 2]), d3 = point_dist2(q, stage[j + 3]);
-    if (fminf(fminf(d0, d1), fminf(d2, d3)) <= best.worst) {
-#pragma unroll 1
-      for (int u = 0; u < 4; ++u) offer_point(stage[j + u], q, self, best);
-    }
+/// Scans 32 staged points for one query. The hot loop only computes distances and marks the
+/// points within the current k-th distance in a bit mask (no branches, so lanes never wait on
+/// each other there); the marked points are then offered one by one. Insertions are rare per
+/// lane, but some lane of 32 inserts often: a per-point branch would make the whole warp wait
+/// on each of them.
+template <class List>
+__device__ __forceinline__ void scan_staged(const float4* stage, float4 q, int self, List& best) {
+  const float worst = best.worst;
+  unsigned mask = 0;
+#pragma unroll
+  for (int j = 0; j < kCell; ++j) mask |= (point_dist2(q, stage[j]) <= worst ? 1u : 0u) << j;
+  while (mask) {
+    const int j = __ffs(mask) - 1;
+    mask &= mask - 1;
+    offer_point(stage[j], q, self, best);
   }
 }
 
@@ -110,7 +128,12 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
   const int self = exclude_self ? qid : -1;
   bool active = slot < n_queries && finite3(q.x, q.y, q.z) && t.levels > 0;
   bool outlier = false;
-  TopK<CAP, false> best;
+  TreeList<CAP> best;
+  if constexpr (CAP <= kMaxSharedCap) {
+    extern __shared__ float lists[];  // CAP distances, then CAP ids, per thread
+    best.s = {lists + threadIdx.x, reinterpret_cast<int*>(lists + CAP * blockDim.x) + threadIdx.x,
+              static_cast<int>(blockDim.x)};
+  }
   best.init(k);
   unsigned long long evals = 0;  // lane-point distance computations
 
@@ -131,6 +154,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
     unsigned pending = 0;  // cells of the current level-1 node still to test, as lane bits
     int pending_first = 0;
     float4 cell_lo = make_float4(0.f, 0.f, 0.f, 0.f), cell_hi = cell_lo;
+    float cell_near = INFINITY;  // this lane's pending cell: distance to the queries' center
 
     auto start_walk = [&]() {
       // Median first radius of the warp (bitonic sort across lanes; inactive lanes sort last),
@@ -173,7 +197,8 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
         const int at = t.level_offset[level] + c;
         lo = t.box_lo[at];
         hi = t.box_hi[at];
-        pass = may_reach(box_gap2(lo, hi, glo, ghi), radius2) && !(level == 0 && c >= c0 && c <= c1);
+        pass = may_reach(box_gap2(lo, hi, glo, ghi), radius2) &&
+               !(level == 0 && c >= c0 && c <= c1);
       }
       const unsigned mask = __ballot_sync(kFullMask, pass);
       if (level == 0) {
@@ -181,6 +206,11 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
         pending_first = first_child;
         cell_lo = lo;
         cell_hi = hi;
+        // Scan the cells nearest the warp's queries first: the lists then settle early and later
+        // cells cause fewer insertions (and are more often skipped by the exact per-lane test).
+        const float4 center = make_float4(0.5f * (glo.x + ghi.x), 0.5f * (glo.y + ghi.y),
+                                          0.5f * (glo.z + ghi.z), 0.f);
+        cell_near = pass ? box_dist2(center, lo, hi) : INFINITY;
         return;
       }
       const int count_pushed = __popc(mask);
@@ -199,8 +229,10 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
       }
       for (;;) {
         while (pending) {
-          const int j = __ffs(pending) - 1;
-          pending &= pending - 1;
+          const float nearest = warp_min(pending >> lane & 1 ? cell_near : INFINITY);
+          const int j =
+              __ffs(__ballot_sync(kFullMask, (pending >> lane & 1) && cell_near == nearest)) - 1;
+          pending &= ~(1u << j);
           const float4 lo = make_float4(__shfl_sync(kFullMask, cell_lo.x, j),
                                         __shfl_sync(kFullMask, cell_lo.y, j),
                                         __shfl_sync(kFullMask, cell_lo.z, j), 0.f);
@@ -242,63 +274,97 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
   if (lane == 0 && evals) atomicAdd(evaluations, evals);
 }
 
-/// One thread per outlier query: depth-first, nearest child first, so the radius shrinks as fast
-/// as it can; children farther than the current k-th distance are never pushed.
+/// One warp per outlier query: depth-first, nearest child first, so that the radius shrinks as
+/// fast as it can. Lane t tests child t of a node (children sorted by distance across the warp
+/// and pushed nearest-on-top) and computes the distance to point t of a cell; every lane keeps
+/// the same list, updated with the cell's candidates in lane order.
 template <int CAP>
-__global__ void knn_tree_outlier_kernel(TreeView t, const float4* __restrict__ queries,
-                                        const int* __restrict__ slots, int count, int k,
-                                        bool exclude_self, std::int32_t* __restrict__ out_idx,
-                                        float* __restrict__ out_dist,
-                                        unsigned long long* __restrict__ evaluations) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= count) return;
+__global__ void __launch_bounds__(kTreeWarps * 32)
+    knn_tree_outlier_kernel(TreeView t, const float4* __restrict__ queries,
+                            const int* __restrict__ slots, int count, int k, bool exclude_self,
+                            std::int32_t* __restrict__ out_idx, float* __restrict__ out_dist,
+                            unsigned long long* __restrict__ evaluations) {
+  __shared__ int node_all[kTreeWarps][kTreeStack];
+  __shared__ float dist_all[kTreeWarps][kTreeStack];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int i = blockIdx.x * kTreeWarps + warp;
+  if (i >= count) return;  // whole warps only
+  int* stack_node = node_all[warp];
+  float* stack_d = dist_all[warp];
   const float4 q = queries[slots[i]];
   const int qid = __float_as_int(q.w);
   const int self = exclude_self ? qid : -1;
   TopK<CAP, false> best;
   best.init(k);
   unsigned long long evals = 0;
-  int stack_node[kTreeStack];
-  float stack_d[kTreeStack];
   int sp = 0;
-  // Pushes (node, d) keeping [base, sp) sorted by decreasing distance: nearest on top.
-  auto push_sorted = [&](int base, int node, float d) {
-    int j = sp++;
-    while (j > base) {
-      if (stack_d[j - 1] >= d) break;
-      stack_node[j] = stack_node[j - 1];
-      stack_d[j] = stack_d[j - 1];
-      --j;
+
+  // Pushes the children [first, first + n) at `level` that may hold a neighbor, nearest on top.
+  auto push_children = [&](int level, int first, int n) {
+    float key = -INFINITY;
+    int node = 0;
+    if (lane < n) {
+      const int at = t.level_offset[level] + first + lane;
+      const float d = box_dist2(q, t.box_lo[at], t.box_hi[at]);
+      if (may_reach(d, best.worst)) key = d;
+      node = encode_node(level, first + lane);
     }
-    stack_node[j] = node;
-    stack_d[j] = d;
+    const int passing = __popc(__ballot_sync(kFullMask, key != -INFINITY));
+    // Bitonic sort across lanes, descending by distance (non-passing lanes, at -inf, sort last).
+#pragma unroll
+    for (int size = 2; size <= 32; size <<= 1) {
+#pragma unroll
+      for (int stride = size / 2; stride > 0; stride >>= 1) {
+        const float other_key = __shfl_xor_sync(kFullMask, key, stride);
+        const int other_node = __shfl_xor_sync(kFullMask, node, stride);
+        const bool keep_max = ((lane & stride) == 0) == ((lane & size) == 0);
+        if (keep_max ? other_key > key : other_key < key) {
+          key = other_key;
+          node = other_node;
+        }
+      }
+    }
+    if (lane < passing) {
+      stack_node[sp + lane] = node;
+      stack_d[sp + lane] = key;
+    }
+    __syncwarp();
+    sp += passing;
   };
-  const int top = t.levels - 1;
-  for (int c = 0; c < t.level_count[top]; ++c) {
-    const int at = t.level_offset[top] + c;
-    push_sorted(0, encode_node(top, c), box_dist2(q, t.box_lo[at], t.box_hi[at]));
-  }
+
+  push_children(t.levels - 1, 0, t.level_count[t.levels - 1]);
   while (sp > 0) {
     --sp;
-    if (!may_reach(stack_d[sp], best.worst)) continue;
-    const int level = node_level(stack_node[sp]), index = node_index(stack_node[sp]);
-    if (level == 0) {
-      const int end = min((index + 1) * kCell, t.n);
-      evals += end - index * kCell;
-      for (int j = index * kCell; j < end; ++j) offer_point(t.points[j], q, self, best);
+    const int e = stack_node[sp];
+    const float bound = stack_d[sp];
+    __syncwarp();
+    if (!may_reach(bound, best.worst)) continue;
+    const int level = node_level(e), index = node_index(e);
+    if (level > 0) {
+      const int first = index * kFanout;
+      push_children(level - 1, first, min(kFanout, t.level_count[level - 1] - first));
       continue;
     }
-    const int base = sp;
-    const int end = min((index + 1) * kFanout, t.level_count[level - 1]);
-    for (int c = index * kFanout; c < end; ++c) {
-      const int at = t.level_offset[level - 1] + c;
-      const float d = box_dist2(q, t.box_lo[at], t.box_hi[at]);
-      if (may_reach(d, best.worst)) push_sorted(base, encode_node(level - 1, c), d);
+    const int j = index * kCell + lane;
+    const float4 p = j < t.n ? t.points[j]
+                             : make_float4(INFINITY, INFINITY, INFINITY, __int_as_float(INT_MAX));
+    const float d = point_dist2(q, p);
+    const int id = __float_as_int(p.w);
+    evals += min(kCell, t.n - index * kCell);
+    unsigned better = __ballot_sync(kFullMask, best.improves(d, id) && id != self);
+    while (better) {
+      const int src = __ffs(better) - 1;
+      better &= better - 1;
+      const float cd = __shfl_sync(kFullMask, d, src);
+      const int cid = __shfl_sync(kFullMask, id, src);
+      if (best.improves(cd, cid)) best.insert(cd, cid);
     }
   }
-  const std::size_t row = static_cast<std::size_t>(qid) * k;
-  best.write(out_idx + row, out_dist + row, nullptr);
-  atomicAdd(evaluations, evals);
+  if (lane == 0) {
+    const std::size_t row = static_cast<std::size_t>(qid) * k;
+    best.write(out_idx + row, out_dist + row, nullptr);
+    atomicAdd(evaluations, evals);
+  }
 }
 
 }  // namespace pcnn::detail

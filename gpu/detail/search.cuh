@@ -19,6 +19,7 @@ void brute_force_search(PointsView refs, const PointsView* queries, KnnParams pa
 struct TreeSearchStats {
   std::int64_t outliers = 0;     // queries searched alone
   std::int64_t evaluations = 0;  // query-point distance computations
+  float outlier_ms = 0;          // device time of the outlier search
 };
 
 TreeSearchStats tree_search(PointsView refs, const PointsView* queries, KnnParams params,

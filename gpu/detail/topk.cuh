@@ -6,8 +6,34 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 namespace pcnn::detail {
+
+/// Storage of a list in the thread's own arrays: registers when every index is a compile-time
+/// constant (unrolled loops), (L1-cached) local memory otherwise.
+template <int CAP>
+struct ThreadSlots {
+  float d_[CAP];
+  int id_[CAP];
+  __device__ __forceinline__ float& d(int i) { return d_[i]; }
+  __device__ __forceinline__ int& id(int i) { return id_[i]; }
+  __device__ __forceinline__ float d(int i) const { return d_[i]; }
+  __device__ __forceinline__ int id(int i) const { return id_[i]; }
+};
+
+/// Storage in shared memory, `stride` apart (the block's thread count, so that a warp's 32 lanes
+/// touch 32 consecutive words: no bank conflicts). Unlike local memory, it cannot be evicted to
+/// L2 when many warps each hold a long list.
+struct SharedSlots {
+  float* d_;
+  int* id_;
+  int stride;
+  __device__ __forceinline__ float& d(int i) { return d_[i * stride]; }
+  __device__ __forceinline__ int& id(int i) { return id_[i * stride]; }
+  __device__ __forceinline__ float d(int i) const { return d_[i * stride]; }
+  __device__ __forceinline__ int id(int i) const { return id_[i * stride]; }
+};
 
 /// The k best (smallest) squared distances seen so far, ascending by (distance, id), in a list
 /// of compile-time capacity CAP >= k (positions k..CAP-1 are scratch).
@@ -16,16 +42,15 @@ namespace pcnn::detail {
 /// distance alone keeps an earlier (smaller) id ahead of a later one at the same distance. The
 /// tree search visits candidates in spatial order, so it compares (distance, id) pairs.
 ///
-/// Brute force keeps small lists in registers (every index a compile-time constant after
-/// unrolling). Large lists, and the tree search's lists (whose (distance, id) comparisons and
-/// traversal state would otherwise take most of the register file and cut occupancy), use a loop
-/// that stops at the insertion point and live in (L1-cached) local memory. Insertions are rare;
-/// `worst` mirrors entry k-1 in a register for the hot test.
-template <int CAP, bool kInOrder>
+/// Brute force keeps small lists in registers, fully unrolled. Other lists use a loop that stops
+/// at the insertion point (a fully unrolled (distance, id) insertion takes most of the register
+/// file and cuts occupancy). Insertions are rare; `worst` mirrors entry k-1 in a register for the
+/// hot test.
+template <int CAP, bool kInOrder, class Slots = ThreadSlots<CAP>>
 struct TopK {
-  static constexpr bool kUnrolled = kInOrder && CAP <= 32;
-  float d[CAP];
-  int id[CAP];
+  static constexpr bool kUnrolled =
+      kInOrder && CAP <= 32 && std::is_same<Slots, ThreadSlots<CAP>>::value;
+  Slots s;
   float worst;   // d[k - 1]
   int worst_id;  // id[k - 1]
   int k;
@@ -34,8 +59,8 @@ struct TopK {
     k = k_;
 #pragma unroll
     for (int i = 0; i < CAP; ++i) {
-      d[i] = INFINITY;
-      id[i] = INT_MAX;
+      s.d(i) = INFINITY;
+      s.id(i) = INT_MAX;
     }
     worst = INFINITY;
     worst_id = INT_MAX;
@@ -57,37 +82,40 @@ struct TopK {
     if constexpr (kUnrolled) {
 #pragma unroll
       for (int i = CAP - 1; i > 0; --i) {
-        if (before(dist, nid, d[i - 1], id[i - 1])) {
-          d[i] = d[i - 1];
-          id[i] = id[i - 1];
-        } else if (before(dist, nid, d[i], id[i])) {
-          d[i] = dist;
-          id[i] = nid;
+        if (before(dist, nid, s.d(i - 1), s.id(i - 1))) {
+          s.d(i) = s.d(i - 1);
+          s.id(i) = s.id(i - 1);
+        } else if (before(dist, nid, s.d(i), s.id(i))) {
+          s.d(i) = dist;
+          s.id(i) = nid;
         }
       }
-      if (before(dist, nid, d[0], id[0])) {
-        d[0] = dist;
-        id[0] = nid;
+      if (before(dist, nid, s.d(0), s.id(0))) {
+        s.d(0) = dist;
+        s.id(0) = nid;
       }
 #pragma unroll
       for (int i = 0; i < CAP; ++i) {
         if (i == k - 1) {
-          worst = d[i];
-          worst_id = id[i];
+          worst = s.d(i);
+          worst_id = s.id(i);
         }
       }
     } else {
       int i = k - 1;
 #pragma unroll 1
-      while (i > 0 && before(dist, nid, d[i - 1], id[i - 1])) {
-        d[i] = d[i - 1];
-        id[i] = id[i - 1];
+      while (i > 0) {
+        const float pd = s.d(i - 1);
+        const int pid = s.id(i - 1);
+        if (!before(dist, nid, pd, pid)) break;
+        s.d(i) = pd;
+        s.id(i) = pid;
         --i;
       }
-      d[i] = dist;
-      id[i] = nid;
-      worst = d[k - 1];
-      worst_id = id[k - 1];
+      s.d(i) = dist;
+      s.id(i) = nid;
+      worst = s.d(k - 1);
+      worst_id = s.id(k - 1);
     }
   }
 
@@ -102,9 +130,9 @@ struct TopK {
 #pragma unroll
     for (int i = 0; i < CAP; ++i) {
       if (i < k) {
-        const bool ok = id[i] != INT_MAX;
-        out_idx[i] = ok ? (map ? map[id[i]] : id[i]) : -1;
-        out_dist[i] = ok ? d[i] : INFINITY;
+        const bool ok = s.id(i) != INT_MAX;
+        out_idx[i] = ok ? (map ? map[s.id(i)] : s.id(i)) : -1;
+        out_dist[i] = ok ? s.d(i) : INFINITY;
       }
     }
   }

@@ -36,4 +36,9 @@ struct DeviceMemoryStats {
 DeviceMemoryStats device_memory_stats();
 void reset_peak_device_memory();
 
+/// pcnn allocates device memory from the device's stream-ordered pool and keeps what it frees
+/// cached there, so repeated searches do not pay for allocation. This returns the cached memory
+/// to the device (synchronizes the device first).
+void release_cached_device_memory();
+
 }  // namespace pcnn

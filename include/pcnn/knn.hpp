@@ -57,6 +57,7 @@ struct GpuKnnTimings {
   float search_ms = 0;    ///< the search kernel(s)
   float download_ms = 0;  ///< device → host copies of the results
   std::int64_t outlier_queries = 0;  ///< grid: queries searched alone (far from their neighbors)
+  float outlier_ms = 0;              ///< grid: the part of search_ms spent on them
   std::int64_t distance_evaluations = 0;  ///< query-point distances computed
 };
 
