@@ -10,8 +10,8 @@ struct KnnCommand {
   std::string query;  // empty: the input queries itself
   int k = 8;
   bool exclude_self = false;
-  std::string out;              // neighbor indices (.npy or .csv); empty: not written
-  std::string distances;        // squared distances (.npy or .csv); empty: not written
+  std::string out;                 // neighbor indices (.npy or .csv); empty: not written
+  std::string distances;           // squared distances (.npy or .csv); empty: not written
   std::string device = "auto";     // auto | cuda | cpu
   std::string algorithm = "auto";  // auto | brute | grid
   bool compare_cpu = false;

@@ -53,8 +53,9 @@ int main(int argc, char** argv) {
   knn_cmd->add_option("--device", knn.device, "auto, cuda or cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
       ->capture_default_str();
-  knn_cmd->add_option("--algorithm", knn.algorithm,
-                      "GPU search: auto, brute (all pairs) or grid (spatial index)")
+  knn_cmd
+      ->add_option("--algorithm", knn.algorithm,
+                   "GPU search: auto, brute (all pairs) or grid (spatial index)")
       ->check(CLI::IsMember({"auto", "brute", "grid"}))
       ->capture_default_str();
   knn_cmd->add_flag("--compare-cpu", knn.compare_cpu,

@@ -85,8 +85,8 @@ int main(int argc, char** argv) {
   initialize_device(dev.ordinal);
   std::printf("# device: %s, %d SMs, %.1f GiB\n", dev.name.c_str(), dev.multiprocessors,
               dev.total_memory / 1073741824.0);
-  std::printf("%-9s %9s %3s %-5s %9s %9s %9s %8s %8s %10s %9s %7s %9s %8s %9s %7s\n", "kind",
-              "n", "k", "alg", "build_ms", "query_ms", "total_ms", "up_ms", "down_ms", "evals/q",
+  std::printf("%-9s %9s %3s %-5s %9s %9s %9s %8s %8s %10s %9s %7s %9s %8s %9s %7s\n", "kind", "n",
+              "k", "alg", "build_ms", "query_ms", "total_ms", "up_ms", "down_ms", "evals/q",
               "evals/s", "B/pt", "outliers", "out_ms", "cpu_ms", "agree%");
   std::vector<Row> rows;
   for (const std::string& kind_name : parse_words(kinds)) {
@@ -137,7 +137,8 @@ int main(int argc, char** argv) {
             r.cpu_build_ms = ct.build_ms;
             r.cpu_query_ms = ct.query_ms;
             const KnnAgreement ag = compare_knn(v, nullptr, res, cpu, true);
-            r.agree_pct = 100.0 * double(ag.agreeing_rows) / double(std::max<std::int64_t>(ag.rows, 1));
+            r.agree_pct =
+                100.0 * double(ag.agreeing_rows) / double(std::max<std::int64_t>(ag.rows, 1));
           }
           std::printf(
               "%-9s %9lld %3d %-5s %9.3f %9.3f %9.3f %8.3f %8.3f %10.1f %9.3g %7.1f %9lld %8.3f "
@@ -155,13 +156,14 @@ int main(int argc, char** argv) {
   if (!csv.empty()) {
     std::ofstream os(csv);
     os << "kind,n,k,algorithm,build_ms,query_ms,total_ms,upload_ms,download_ms,evaluations,"
-          "evals_per_s,peak_bytes_per_point,outliers,outlier_ms,cpu_build_ms,cpu_query_ms,agree_pct\n";
+          "evals_per_s,peak_bytes_per_point,outliers,outlier_ms,cpu_build_ms,cpu_query_ms,agree_"
+          "pct\n";
     for (const Row& r : rows)
       os << r.kind << ',' << r.n << ',' << r.k << ',' << r.algorithm << ',' << r.build_ms << ','
          << r.query_ms << ',' << r.total_ms << ',' << r.upload_ms << ',' << r.download_ms << ','
          << r.evaluations << ',' << r.evals_per_s << ',' << r.peak_bytes_per_point << ','
-         << r.outliers << ',' << r.outlier_ms << ',' << r.cpu_build_ms << ',' << r.cpu_query_ms << ',' << r.agree_pct
-         << '\n';
+         << r.outliers << ',' << r.outlier_ms << ',' << r.cpu_build_ms << ',' << r.cpu_query_ms
+         << ',' << r.agree_pct << '\n';
   }
   return 0;
 }

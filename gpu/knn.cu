@@ -12,13 +12,13 @@
 namespace pcnn {
 
 void validate_knn_args(PointsView refs, const PointsView* queries, KnnParams params) {
-  PCNN_EXPECTS(params.k >= 1 && params.k <= kMaxK,
-               "k must be between 1 and " + std::to_string(kMaxK) + ", got " +
-                   std::to_string(params.k));
+  PCNN_EXPECTS(
+      params.k >= 1 && params.k <= kMaxK,
+      "k must be between 1 and " + std::to_string(kMaxK) + ", got " + std::to_string(params.k));
   auto check = [](const PointsView& v, const char* what) {
     PCNN_EXPECTS(v.count >= 0, std::string(what) + ": negative point count");
-    PCNN_EXPECTS(v.count <= INT_MAX, std::string(what) + ": more than 2^31-1 points (" +
-                                         std::to_string(v.count) + ")");
+    PCNN_EXPECTS(v.count <= INT_MAX,
+                 std::string(what) + ": more than 2^31-1 points (" + std::to_string(v.count) + ")");
     PCNN_EXPECTS(v.count == 0 || v.data != nullptr,
                  std::string(what) + ": null data with a non-zero count");
     PCNN_EXPECTS(v.stride >= 3, std::string(what) + ": stride must be at least 3 floats, got " +
@@ -53,11 +53,11 @@ Algorithm choose_algorithm(std::int64_t n_refs, std::int64_t n_queries) {
   // Below this many distance evaluations, brute force finishes before an index is built.
   constexpr double kBruteForceEvaluations = 1 << 22;
   return double(n_refs) * double(n_queries) <= kBruteForceEvaluations ? Algorithm::brute_force
-                                                                       : Algorithm::grid;
+                                                                      : Algorithm::grid;
 }
 
-KnnResult gpu_knn(PointsView refs, const PointsView* queries, KnnParams params,
-                  Algorithm algorithm, GpuKnnTimings* timings, cudaStream_t stream) {
+KnnResult gpu_knn(PointsView refs, const PointsView* queries, KnnParams params, Algorithm algorithm,
+                  GpuKnnTimings* timings, cudaStream_t stream) {
   validate_knn_args(refs, queries, params);
   KnnResult result;
   result.k = params.k;
@@ -78,8 +78,8 @@ KnnResult gpu_knn(PointsView refs, const PointsView* queries, KnnParams params,
   start.record(stream);
   detail::TreeSearchStats stats;
   if (algorithm == Algorithm::brute_force) {
-    detail::brute_force_search(refs, queries, params, d_idx.data(), d_dist.data(), stream,
-                               uploaded, built);
+    detail::brute_force_search(refs, queries, params, d_idx.data(), d_dist.data(), stream, uploaded,
+                               built);
     stats.evaluations = refs.count * result.rows;
   } else {
     stats = detail::tree_search(refs, queries, params, d_idx.data(), d_dist.data(), stream,

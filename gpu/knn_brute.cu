@@ -11,9 +11,9 @@ template <int CAP>
 void launch(const PreparedSearch& ps, int k, std::int32_t* d_idx, float* d_dist,
             cudaStream_t stream) {
   const int blocks = (ps.n_queries + kBruteBlock - 1) / kBruteBlock;
-  knn_brute_kernel<CAP><<<blocks, kBruteBlock, 0, stream>>>(
-      ps.refs.data(), ps.ref_count.data(), ps.ref_ids.data(), ps.queries.data(), ps.n_queries, k,
-      d_idx, d_dist);
+  knn_brute_kernel<CAP><<<blocks, kBruteBlock, 0, stream>>>(ps.refs.data(), ps.ref_count.data(),
+                                                            ps.ref_ids.data(), ps.queries.data(),
+                                                            ps.n_queries, k, d_idx, d_dist);
   PCNN_CHECK_LAUNCH();
 }
 

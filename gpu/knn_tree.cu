@@ -34,8 +34,8 @@ TreeSearchStats launch(const TreeLaunch& a, cudaStream_t stream) {
       a.d_dist, a.outlier_slots, a.outlier_count, a.evaluations);
   PCNN_CHECK_LAUNCH();
   int outliers = 0;
-  PCNN_CUDA_TRY(cudaMemcpyAsync(&outliers, a.outlier_count, sizeof(int), cudaMemcpyDeviceToHost,
-                                stream));
+  PCNN_CUDA_TRY(
+      cudaMemcpyAsync(&outliers, a.outlier_count, sizeof(int), cudaMemcpyDeviceToHost, stream));
   PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
   cuda_event outliers_start, outliers_end;
   outliers_start.record(stream);
@@ -56,8 +56,8 @@ TreeSearchStats launch(const TreeLaunch& a, cudaStream_t stream) {
 }  // namespace
 
 TreeSearchStats tree_search(PointsView refs, const PointsView* queries, KnnParams params,
-                         std::int32_t* d_idx, float* d_dist, cudaStream_t stream,
-                         cuda_event& uploaded, cuda_event& built) {
+                            std::int32_t* d_idx, float* d_dist, cudaStream_t stream,
+                            cuda_event& uploaded, cuda_event& built) {
   device_buffer<float> raw_refs, raw_queries;
   upload_points(refs, raw_refs, stream);
   if (queries) upload_points(*queries, raw_queries, stream);

@@ -128,8 +128,7 @@ void sort_pairs(device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, int
   std::size_t temp_bytes = 0;
   PCNN_CUDA_TRY(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, k, v, n, 0, 63, stream));
   device_buffer<unsigned char> temp(temp_bytes, stream);
-  PCNN_CUDA_TRY(
-      cub::DeviceRadixSort::SortPairs(temp.data(), temp_bytes, k, v, n, 0, 63, stream));
+  PCNN_CUDA_TRY(cub::DeviceRadixSort::SortPairs(temp.data(), temp_bytes, k, v, n, 0, 63, stream));
   if (k.Current() != keys.data()) std::swap(keys, keys_alt);
   if (v.Current() != ids.data()) std::swap(ids, ids_alt);
 }
@@ -176,8 +175,8 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
     PCNN_CHECK_LAUNCH();
     sort_pairs(index.keys, ids, n_total, stream);
     index.points.resize(n_total, stream);  // after the sort, whose double buffers are gone by now
-    gather_kernel<<<blocks_for(n_total), kThreads, 0, stream>>>(xyz, stride, n_total,
-                                                                ids.data(), index.points.data());
+    gather_kernel<<<blocks_for(n_total), kThreads, 0, stream>>>(xyz, stride, n_total, ids.data(),
+                                                                index.points.data());
     PCNN_CHECK_LAUNCH();
   }
   int count = 0;
@@ -215,19 +214,18 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
   return index;
 }
 
-device_buffer<float4> sort_queries(const SpatialIndex& index, const float* xyz,
-                                   std::int64_t stride, int nq, cudaStream_t stream) {
+device_buffer<float4> sort_queries(const SpatialIndex& index, const float* xyz, std::int64_t stride,
+                                   int nq, cudaStream_t stream) {
   device_buffer<float4> sorted(nq, stream);
   if (nq == 0) return sorted;
   device_buffer<std::uint64_t> keys(nq, stream);
   device_buffer<int> ids(nq, stream);
-  keys_kernel<<<blocks_for(nq), kThreads, 0, stream>>>(xyz, stride, nq,
-                                                       index.bounds.data(), keys.data(),
-                                                       ids.data());
+  keys_kernel<<<blocks_for(nq), kThreads, 0, stream>>>(xyz, stride, nq, index.bounds.data(),
+                                                       keys.data(), ids.data());
   PCNN_CHECK_LAUNCH();
   sort_pairs(keys, ids, nq, stream);
-  gather_kernel<<<blocks_for(nq), kThreads, 0, stream>>>(xyz, stride, nq,
-                                                         ids.data(), sorted.data());
+  gather_kernel<<<blocks_for(nq), kThreads, 0, stream>>>(xyz, stride, nq, ids.data(),
+                                                         sorted.data());
   PCNN_CHECK_LAUNCH();
   return sorted;
 }

@@ -191,7 +191,19 @@ std::vector<KnnCase> cases() {
   return v;
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, GpuKnn, ::testing::ValuesIn(cases()));
+// Readable names (grid_lidar_n6000_k8_self_seed32), so that a failure says what it was and a
+// --gtest_filter can pick cases by size.
+std::string case_name(const ::testing::TestParamInfo<KnnCase>& info) {
+  const KnnCase& c = info.param;
+  std::string s =
+      std::string(to_string(c.algorithm)) + "_" + name(c.input) + "_n" + std::to_string(c.n);
+  if (c.queries) s += "_q" + std::string(name(c.query_input)) + std::to_string(c.queries);
+  s += "_k" + std::to_string(c.k) + (c.exclude_self ? "_noself" : "") +
+       (c.bad_fraction > 0 ? "_nonfinite" : "") + "_seed" + std::to_string(c.seed);
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GpuKnn, ::testing::ValuesIn(cases()), case_name);
 
 TEST(GpuKnnTranslation, TranslatedByAMillionGivesTheSameNeighbors) {
   PCNN_REQUIRE_DEVICE();

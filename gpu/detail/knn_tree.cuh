@@ -28,8 +28,8 @@
 
 namespace pcnn::detail {
 
-inline constexpr int kTreeWarps = 4;  // warps per block
-inline constexpr int kTreeStack = 256;  // >= kFanout + (kFanout - 1) * (kMaxLevels - 1)
+inline constexpr int kTreeWarps = 4;          // warps per block
+inline constexpr int kTreeStack = 256;        // >= kFanout + (kFanout - 1) * (kMaxLevels - 1)
 inline constexpr float kOutlierRatio = 64.f;  // squared-radius ratio that marks an outlier lane
 // Pruning margin: a node is skipped only when its lower bound exceeds the k-th distance by more
 // than float rounding could account for.
@@ -101,19 +101,20 @@ __device__ __forceinline__ int home_cell(const TreeView& t, float4 q) {
   int lo = 0, hi = t.n;
   while (lo < hi) {
     const int mid = (lo + hi) >> 1;
-    if (t.keys[mid] < key) lo = mid + 1;
-    else hi = mid;
+    if (t.keys[mid] < key)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return min(lo / kCell, t.level_count[0] - 1);
 }
 
 template <int CAP>
 __global__ void __launch_bounds__(kTreeWarps * 32)
-    knn_tree_kernel(TreeView t, const float4* __restrict__ queries, int n_queries,
-                    bool self_search, int k, bool exclude_self, std::int32_t* __restrict__ out_idx,
+    knn_tree_kernel(TreeView t, const float4* __restrict__ queries, int n_queries, bool self_search,
+                    int k, bool exclude_self, std::int32_t* __restrict__ out_idx,
                     float* __restrict__ out_dist, int* __restrict__ outlier_slots,
-                    int* __restrict__ outlier_count,
-                    unsigned long long* __restrict__ evaluations) {
+                    int* __restrict__ outlier_count, unsigned long long* __restrict__ evaluations) {
   __shared__ float4 stage_all[kTreeWarps][kCell];
   __shared__ int stack_all[kTreeWarps][kTreeStack];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -148,9 +149,9 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
     // Cells to scan come from two places (the range around the queries' place on the curve,
     // then the tree walk); `next_cell` yields them one at a time so that the scan, and the list
     // update inside it, exists once in the kernel.
-    float4 glo, ghi;  // box around the warp's active queries
-    int sp = -1;      // tree-walk stack depth; -1 until the walk starts
-    int range = c0;   // next cell of the initial range
+    float4 glo, ghi;       // box around the warp's active queries
+    int sp = -1;           // tree-walk stack depth; -1 until the walk starts
+    int range = c0;        // next cell of the initial range
     unsigned pending = 0;  // cells of the current level-1 node still to test, as lane bits
     int pending_first = 0;
     float4 cell_lo = make_float4(0.f, 0.f, 0.f, 0.f), cell_hi = cell_lo;
@@ -197,8 +198,8 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
         const int at = t.level_offset[level] + c;
         lo = t.box_lo[at];
         hi = t.box_hi[at];
-        pass = may_reach(box_gap2(lo, hi, glo, ghi), radius2) &&
-               !(level == 0 && c >= c0 && c <= c1);
+        pass =
+            may_reach(box_gap2(lo, hi, glo, ghi), radius2) && !(level == 0 && c >= c0 && c <= c1);
       }
       const unsigned mask = __ballot_sync(kFullMask, pass);
       if (level == 0) {
@@ -215,7 +216,8 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
       }
       const int count_pushed = __popc(mask);
       // Reversed, so that the lowest child (nearest along the curve) is popped first.
-      if (pass) stack[sp + count_pushed - 1 - __popc(mask & ((1u << lane) - 1))] = encode_node(level, c);
+      if (pass)
+        stack[sp + count_pushed - 1 - __popc(mask & ((1u << lane) - 1))] = encode_node(level, c);
       __syncwarp();
       sp += count_pushed;
     };
@@ -246,24 +248,43 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
         const int e = stack[--sp];
         const int level = node_level(e), index = node_index(e);
         const int at = t.level_offset[level] + index;
-        const bool want =
-            active && may_reach(box_dist2(q, t.box_lo[at], t.box_hi[at]), best.worst);
+        const bool want = active && may_reach(box_dist2(q, t.box_lo[at], t.box_hi[at]), best.worst);
         if (!__any_sync(kFullMask, want)) continue;
         const int first_child = index * kFanout;
-        open_children(level - 1, first_child,
-                      min(kFanout, t.level_count[level - 1] - first_child));
+        open_children(level - 1, first_child, min(kFanout, t.level_count[level - 1] - first_child));
       }
     };
 
-    for (int cell = next_cell(); cell >= 0; cell = next_cell()) {
+    auto load_cell = [&](int cell) {
       const int i = cell * kCell + lane;
-      const float4 p = i < t.n ? t.points[i]
-                               : make_float4(INFINITY, INFINITY, INFINITY, __int_as_float(INT_MAX));
+      return cell >= 0 && i < t.n
+                 ? t.points[i]
+                 : make_float4(INFINITY, INFINITY, INFINITY, __int_as_float(INT_MAX));
+    };
+    // Software pipeline: the next cell is chosen, and its load issued, before the current one is
+    // scanned, so the load's latency overlaps the scan. Choosing it with the radii from before
+    // the scan is conservative (radii only shrink). The walk itself starts only after the first
+    // range is fully scanned, because it decides outliers from the radii that range gives.
+    int cell = next_cell();
+    float4 p = load_cell(cell);
+    while (cell >= 0) {
+      int following = -2;
+      float4 p_next;
+      if (range <= c1 || sp >= 0) {
+        following = next_cell();
+        p_next = load_cell(following);
+      }
       __syncwarp();
       stage[lane] = p;
       __syncwarp();
       evals += kCell * __popc(__ballot_sync(kFullMask, active));
       if (active) scan_staged(stage, q, self, best);
+      if (following == -2) {
+        following = next_cell();
+        p_next = load_cell(following);
+      }
+      cell = following;
+      p = p_next;
     }
   }
 
@@ -346,8 +367,8 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
       continue;
     }
     const int j = index * kCell + lane;
-    const float4 p = j < t.n ? t.points[j]
-                             : make_float4(INFINITY, INFINITY, INFINITY, __int_as_float(INT_MAX));
+    const float4 p =
+        j < t.n ? t.points[j] : make_float4(INFINITY, INFINITY, INFINITY, __int_as_float(INT_MAX));
     const float d = point_dist2(q, p);
     const int id = __float_as_int(p.w);
     evals += min(kCell, t.n - index * kCell);

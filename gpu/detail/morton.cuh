@@ -9,7 +9,7 @@
 
 namespace pcnn::detail {
 
-inline constexpr int kMortonBits = 21;  // per axis: 63-bit keys
+inline constexpr int kMortonBits = 21;                                      // per axis: 63-bit keys
 inline constexpr std::uint64_t kInvalidKey = (std::uint64_t(1) << 63) - 1;  // after every key
 
 __device__ __forceinline__ std::uint64_t expand_bits21(std::uint32_t v) {

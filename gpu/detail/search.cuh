@@ -23,7 +23,7 @@ struct TreeSearchStats {
 };
 
 TreeSearchStats tree_search(PointsView refs, const PointsView* queries, KnnParams params,
-                         std::int32_t* d_idx, float* d_dist, cudaStream_t stream,
-                         cuda_event& uploaded, cuda_event& built);
+                            std::int32_t* d_idx, float* d_dist, cudaStream_t stream,
+                            cuda_event& uploaded, cuda_event& built);
 
 }  // namespace pcnn::detail

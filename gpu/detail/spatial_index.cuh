@@ -16,19 +16,19 @@
 
 namespace pcnn::detail {
 
-inline constexpr int kCell = 32;       // points per cell: one per lane of a warp
-inline constexpr int kFanout = 32;     // children per box node: one per lane
-inline constexpr int kMaxLevels = 8;   // enough for 2^31 points (6 levels) with room to spare
+inline constexpr int kCell = 32;      // points per cell: one per lane of a warp
+inline constexpr int kFanout = 32;    // children per box node: one per lane
+inline constexpr int kMaxLevels = 8;  // enough for 2^31 points (6 levels) with room to spare
 
 /// What the kernels need, by value.
 struct TreeView {
-  const float4* points = nullptr;  // sorted; w = original index (int bits); finite ones first
+  const float4* points = nullptr;       // sorted; w = original index (int bits); finite ones first
   const std::uint64_t* keys = nullptr;  // sorted Morton keys (finite points first)
   const float* bounds = nullptr;        // lo xyz, hi xyz of the finite points (device)
   const float4* box_lo = nullptr;       // all levels, level 0 (cells) first
   const float4* box_hi = nullptr;
-  int n = 0;          // finite points
-  int levels = 0;     // 0 when n == 0
+  int n = 0;       // finite points
+  int levels = 0;  // 0 when n == 0
   int level_count[kMaxLevels] = {};
   int level_offset[kMaxLevels] = {};
 };
@@ -54,7 +54,7 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
 /// Sorts a separate query set (on the device) along the index's Morton curve (same bounds,
 /// clamped), so that a warp's queries are neighbors. Returns the sorted queries (w = original
 /// index, non-finite ones last).
-device_buffer<float4> sort_queries(const SpatialIndex& index, const float* xyz,
-                                   std::int64_t stride, int nq, cudaStream_t stream);
+device_buffer<float4> sort_queries(const SpatialIndex& index, const float* xyz, std::int64_t stride,
+                                   int nq, cudaStream_t stream);
 
 }  // namespace pcnn::detail

@@ -18,8 +18,7 @@ inline std::size_t span_floats(const PointsView& v) {
 inline void upload_points(const PointsView& v, device_buffer<float>& dst, cudaStream_t stream) {
   dst.resize(span_floats(v), stream);
   if (dst.size() > 0)
-    PCNN_CUDA_TRY(
-        cudaMemcpyAsync(dst.data(), v.data, dst.bytes(), cudaMemcpyHostToDevice, stream));
+    PCNN_CUDA_TRY(cudaMemcpyAsync(dst.data(), v.data, dst.bytes(), cudaMemcpyHostToDevice, stream));
 }
 
 }  // namespace pcnn::detail

@@ -30,8 +30,8 @@ double initialize_device(int ordinal = 0);
 /// Device memory pcnn itself holds (through its own allocations), in bytes.
 struct DeviceMemoryStats {
   std::int64_t current_bytes = 0;
-  std::int64_t peak_bytes = 0;    ///< since the last reset_peak_device_memory()
-  std::int64_t allocations = 0;   ///< cudaMalloc calls made, ever
+  std::int64_t peak_bytes = 0;   ///< since the last reset_peak_device_memory()
+  std::int64_t allocations = 0;  ///< cudaMalloc calls made, ever
 };
 DeviceMemoryStats device_memory_stats();
 void reset_peak_device_memory();

@@ -51,7 +51,7 @@ Algorithm choose_algorithm(std::int64_t n_refs, std::int64_t n_queries);
 /// Device time of the parts of one GPU search, in milliseconds (CUDA events).
 struct GpuKnnTimings {
   Algorithm algorithm = Algorithm::automatic;  ///< the one that ran
-  float upload_ms = 0;    ///< host → device copies of references and queries
+  float upload_ms = 0;                         ///< host → device copies of references and queries
   float build_ms = 0;     ///< brute force: removing non-finite points; grid: building the index
                           ///< and ordering the queries
   float search_ms = 0;    ///< the search kernel(s)
@@ -73,7 +73,8 @@ struct GpuKnnTimings {
 /// @return owning results, one row per query point (all queries, finite or not)
 /// @throws pcnn::error on invalid arguments (k out of range, null data with a non-zero count,
 ///         stride < 3, exclude_self with a separate query set, more than 2^31-1 points);
-///         pcnn::no_device_error when no CUDA device is usable; pcnn::cuda_error on device failures.
+///         pcnn::no_device_error when no CUDA device is usable; pcnn::cuda_error on device
+///         failures.
 /// Synchronizes with `stream` before returning.
 KnnResult gpu_knn(PointsView refs, const PointsView* queries, KnnParams params,
                   Algorithm algorithm = Algorithm::automatic, GpuKnnTimings* timings = nullptr,
