@@ -50,8 +50,10 @@ const char* to_string(Algorithm algorithm) {
 }
 
 Algorithm choose_algorithm(std::int64_t n_refs, std::int64_t n_queries) {
-  // Below this many distance evaluations, brute force finishes before an index is built.
-  constexpr double kBruteForceEvaluations = 1 << 22;
+  // Below this many distance evaluations brute force finishes before the index is built and
+  // searched: on an H200, 10k self-search points (1e8) took 0.22 ms brute force vs 0.27 ms grid
+  // at k = 1 and 0.45 vs 0.35 ms at k = 8 (bench/results/2026-11-22-knn-grid-h200.md).
+  constexpr double kBruteForceEvaluations = 5e7;
   return double(n_refs) * double(n_queries) <= kBruteForceEvaluations ? Algorithm::brute_force
                                                                       : Algorithm::grid;
 }
