@@ -12,31 +12,6 @@
 #include "report.hpp"
 
 namespace pcnn::app {
-namespace {
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-std::string origin_text(const Cloud& c) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "(%.6f, %.6f, %.6f)", c.origin[0], c.origin[1], c.origin[2]);
-  return buf;
-}
-
-Report cloud_section(const Cloud& c) {
-  Report r;
-  r.add("file", c.path);
-  r.add("points", static_cast<double>(c.size()));
-  r.add("skipped (not finite)", static_cast<double>(c.size() - c.finite));
-  r.add("organized", c.height > 1 ? std::to_string(c.width) + " x " + std::to_string(c.height)
-                                  : std::string("no"));
-  r.add("coordinate type", c.coordinate_type);
-  r.add("origin", origin_text(c));
-  return r;
-}
-
-}  // namespace
 
 int run_knn(const KnnCommand& cmd) {
   const KnnParams params{cmd.k, cmd.exclude_self};
@@ -63,8 +38,8 @@ int run_knn(const KnnCommand& cmd) {
   report.add("command", "knn");
   report.add("k", cmd.k);
   report.add("exclude self", cmd.exclude_self ? "yes" : "no");
-  report.add_section("references", cloud_section(refs));
-  if (queries) report.add_section("queries", cloud_section(*queries));
+  report.add_section("references", describe_cloud(refs));
+  if (queries) report.add_section("queries", describe_cloud(*queries));
   report.add("load", load_ms, "ms");
 
   KnnResult result;

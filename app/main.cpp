@@ -3,8 +3,10 @@
 
 #include <cstdio>
 
+#include "cloud_commands.hpp"
 #include "knn_command.hpp"
 #include "pcnn/device.hpp"
+#include "pcnn/filters.hpp"
 #include "pcnn/io.hpp"
 #include "pcnn/synthetic.hpp"
 #include "report.hpp"
@@ -75,6 +77,40 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--seed", gen_seed, "random seed")->capture_default_str();
   gen_cmd->add_option("-o,--out", gen_out, "output .pcd")->required();
 
+  StatsCommand stats;
+  auto* stats_cmd = app.add_subcommand("stats", "count, bounds, centroid, covariance, spacing");
+  stats_cmd->add_option("input", stats.input, "cloud (.pcd or .ply)")->required();
+  stats_cmd->add_option("--device", stats.device, "auto, cuda or cpu")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->capture_default_str();
+  stats_cmd->add_flag("--json", stats.json, "print the summary as one JSON object on stdout");
+
+  FilterCommand filter;
+  auto* filter_cmd = app.add_subcommand(
+      "filter", "remove outliers as PCL does (sor: statistical, ror: radius), keeping every field");
+  filter_cmd->add_option("method", filter.method, "sor or ror")
+      ->required()
+      ->check(CLI::IsMember({"sor", "ror"}));
+  filter_cmd->add_option("input", filter.input, "cloud (.pcd or .ply)")->required();
+  filter_cmd->add_option("-o,--out", filter.out, "filtered cloud (.pcd or .ply)")->required();
+  filter_cmd->add_option("--mean-k", filter.mean_k, "sor: neighbors per point (1-128)")
+      ->capture_default_str();
+  filter_cmd->add_option("--std-mul", filter.std_mul, "sor: threshold = mean + std_mul * stddev")
+      ->capture_default_str();
+  filter_cmd->add_option("--radius", filter.radius, "ror: search radius");
+  filter_cmd
+      ->add_option("--min-neighbors", filter.min_neighbors,
+                   "ror: other points needed within the radius (0-128)")
+      ->capture_default_str();
+  filter_cmd->add_option("--kept-indices", filter.kept_indices,
+                         "also write the kept point indices (.npy int32 or .csv)");
+  filter_cmd->add_option("--device", filter.device, "auto, cuda or cpu")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->capture_default_str();
+  filter_cmd->add_flag("--compare-cpu", filter.compare_cpu,
+                       "also run PCL's filter and check that the same points are kept");
+  filter_cmd->add_flag("--json", filter.json, "print the summary as one JSON object on stdout");
+
   app.add_subcommand("devices", "show the CUDA device pcnn would use");
 
   try {
@@ -87,6 +123,16 @@ int main(int argc, char** argv) {
   try {
     if (knn_cmd->parsed()) return run_knn(knn);
     if (gen_cmd->parsed()) return run_generate(gen_kind, gen_n, gen_seed, gen_out);
+    if (stats_cmd->parsed()) return run_stats(stats);
+    if (filter_cmd->parsed()) {
+      if (filter.method == "ror" && filter.radius <= 0)
+        throw pcnn::error("filter ror needs --radius (a positive distance)");
+      if (filter.method == "sor")
+        pcnn::validate(pcnn::SorParams{filter.mean_k, filter.std_mul});
+      else
+        pcnn::validate(pcnn::RorParams{filter.radius, filter.min_neighbors});
+      return run_filter(filter);
+    }
     return run_devices();
   } catch (const pcnn::input_error& e) {
     std::fprintf(stderr, "pcnn: error: %s\n", e.what());

@@ -141,4 +141,22 @@ std::string thousands(long long v) {
   return v < 0 ? "-" + out : out;
 }
 
+Report describe_cloud(const Cloud& c) {
+  Report r;
+  r.add("file", c.path);
+  r.add("points", static_cast<double>(c.size()));
+  r.add("skipped (not finite)", static_cast<double>(c.size() - c.finite));
+  r.add("organized", c.height > 1 ? std::to_string(c.width) + " x " + std::to_string(c.height)
+                                  : std::string("no"));
+  r.add("coordinate type", c.coordinate_type);
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "(%.6f, %.6f, %.6f)", c.origin[0], c.origin[1], c.origin[2]);
+  r.add("origin", buf);
+  return r;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
 }  // namespace pcnn::app

@@ -1,10 +1,13 @@
 // The summary `pcnn` prints: a table on stderr, or one JSON object on stdout.
 #pragma once
 
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "pcnn/io.hpp"
 
 namespace pcnn::app {
 
@@ -36,5 +39,11 @@ class Report {
 
 /// "1,234,567"
 std::string thousands(long long v);
+
+/// The rows every command prints about a loaded cloud.
+Report describe_cloud(const Cloud& c);
+
+/// Milliseconds since t0.
+double ms_since(std::chrono::steady_clock::time_point t0);
 
 }  // namespace pcnn::app

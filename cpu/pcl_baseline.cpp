@@ -1,5 +1,7 @@
 // The CPU baseline: pcl::KdTreeFLANN on all cores.
 #include <omp.h>
+#include <pcl/filters/radius_outlier_removal.h>
+#include <pcl/filters/statistical_outlier_removal.h>
 #include <pcl/kdtree/kdtree_flann.h>
 #include <pcl/point_types.h>
 
@@ -9,6 +11,7 @@
 
 #include "knn_rows.hpp"
 #include "pcnn/baseline.hpp"
+#include "pcnn/error.hpp"
 
 namespace pcnn {
 
@@ -68,6 +71,67 @@ KnnResult pcl_knn(PointsView refs, const PointsView* queries, KnnParams params,
     timings->threads = threads;
   }
   return out;
+}
+
+namespace {
+
+pcl::PointCloud<pcl::PointXYZ>::Ptr to_pcl(PointsView pts) {
+  auto cloud = pcl::make_shared<pcl::PointCloud<pcl::PointXYZ>>();
+  cloud->resize(static_cast<std::size_t>(pts.count));
+  bool dense = true;
+  for (std::int64_t i = 0; i < pts.count; ++i) {
+    const float* p = cpu::point(pts, i);
+    (*cloud)[i] = pcl::PointXYZ(p[0], p[1], p[2]);
+    dense = dense && cpu::finite_point(pts, i);
+  }
+  cloud->width = static_cast<std::uint32_t>(pts.count);
+  cloud->height = 1;
+  cloud->is_dense = dense;
+  return cloud;
+}
+
+template <class Filter>
+FilterResult run_filter(Filter& f, PointsView pts, double* ms) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f.setInputCloud(to_pcl(pts));
+  pcl::Indices kept;
+  f.filter(kept);
+  FilterResult r;
+  r.kept.assign(kept.begin(), kept.end());
+  std::sort(r.kept.begin(), r.kept.end());
+  if (ms)
+    *ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace
+
+FilterResult pcl_statistical_outlier_removal(PointsView pts, SorParams params, double* ms) {
+  validate(params);
+  validate_knn_args(pts, nullptr, {params.mean_k, true});
+  PCNN_EXPECTS(static_cast<std::int64_t>(cpu::finite_indices(pts).size()) > params.mean_k,
+               "SOR: the cloud needs more than mean_k finite points");
+  pcl::StatisticalOutlierRemoval<pcl::PointXYZ> f;
+  f.setMeanK(params.mean_k);
+  f.setStddevMulThresh(params.std_mul);
+  return run_filter(f, pts, ms);
+}
+
+FilterResult pcl_radius_outlier_removal(PointsView pts, RorParams params, double* ms) {
+  validate(params);
+  // PCL asserts on non-finite points in its radius search: run it on the finite points only
+  // (as a PCL user must) and map the indices back.
+  const std::vector<std::int32_t> ids = cpu::finite_indices(pts);
+  std::vector<float> finite;
+  finite.reserve(ids.size() * 3);
+  for (std::int32_t i : ids)
+    finite.insert(finite.end(), cpu::point(pts, i), cpu::point(pts, i) + 3);
+  pcl::RadiusOutlierRemoval<pcl::PointXYZ> f;
+  f.setRadiusSearch(params.radius);
+  f.setMinNeighborsInRadius(params.min_neighbors);
+  FilterResult r = run_filter(f, {finite.data(), static_cast<std::int64_t>(ids.size()), 3}, ms);
+  for (auto& k : r.kept) k = ids[k];
+  return r;
 }
 
 }  // namespace pcnn

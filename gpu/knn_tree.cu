@@ -62,15 +62,22 @@ TreeSearchStats tree_search(PointsView refs, const PointsView* queries, KnnParam
   upload_points(refs, raw_refs, stream);
   if (queries) upload_points(*queries, raw_queries, stream);
   uploaded.record(stream);
+  const PointsView d_refs{raw_refs.data(), refs.count, refs.stride};
+  const PointsView d_queries =
+      queries ? PointsView{raw_queries.data(), queries->count, queries->stride} : PointsView{};
+  return tree_search_device(d_refs, queries ? &d_queries : nullptr, params, d_idx, d_dist, stream,
+                            built);
+}
 
+TreeSearchStats tree_search_device(PointsView refs, const PointsView* queries, KnnParams params,
+                                   std::int32_t* d_idx, float* d_dist, cudaStream_t stream,
+                                   cuda_event& built) {
   SpatialIndex index =
-      build_spatial_index(raw_refs.data(), refs.stride, static_cast<int>(refs.count), stream);
+      build_spatial_index(refs.data, refs.stride, static_cast<int>(refs.count), stream);
   device_buffer<float4> sorted_queries;
   if (queries)
-    sorted_queries = sort_queries(index, raw_queries.data(), queries->stride,
+    sorted_queries = sort_queries(index, queries->data, queries->stride,
                                   static_cast<int>(queries->count), stream);
-  raw_refs = device_buffer<float>();  // the index holds its own copy now
-  raw_queries = device_buffer<float>();
   if (!queries) index.keys = device_buffer<std::uint64_t>();  // only separate queries look keys up
 
   TreeLaunch a;
@@ -90,17 +97,28 @@ TreeSearchStats tree_search(PointsView refs, const PointsView* queries, KnnParam
   PCNN_CUDA_TRY(cudaMemsetAsync(evaluations.data(), 0, sizeof(unsigned long long), stream));
   built.record(stream);
   if (a.n_queries == 0) return {};
+  TreeSearchStats stats;
 
   const int k = params.k;
-  if (k <= 1) return launch<1>(a, stream);
-  if (k <= 2) return launch<2>(a, stream);
-  if (k <= 4) return launch<4>(a, stream);
-  if (k <= 8) return launch<8>(a, stream);
-  if (k <= 16) return launch<16>(a, stream);
-  if (k <= 32) return launch<32>(a, stream);
-  if (k <= 64) return launch<64>(a, stream);
+  if (k <= 1)
+    stats = launch<1>(a, stream);
+  else if (k <= 2)
+    stats = launch<2>(a, stream);
+  else if (k <= 4)
+    stats = launch<4>(a, stream);
+  else if (k <= 8)
+    stats = launch<8>(a, stream);
+  else if (k <= 16)
+    stats = launch<16>(a, stream);
+  else if (k <= 32)
+    stats = launch<32>(a, stream);
+  else if (k <= 64)
+    stats = launch<64>(a, stream);
+  else
+    stats = launch<128>(a, stream);
   static_assert(kMaxK == 128, "add a capacity for the new kMaxK");
-  return launch<128>(a, stream);
+  stats.refs_finite = index.n;
+  return stats;
 }
 
 }  // namespace pcnn::detail

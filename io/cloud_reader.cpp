@@ -17,6 +17,11 @@
 #include "pcnn/recenter.hpp"
 
 namespace pcnn {
+
+struct StoredFields {
+  pcl::PCLPointCloud2 cloud;
+};
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -148,6 +153,29 @@ const pcl::PCLPointField& coordinate_field(const std::string& path,
   return *found;
 }
 
+// A valid file of no points with the cloud's fields (PCL's writers refuse empty clouds).
+std::string write_empty(const std::string& path, const std::string& ext,
+                        const pcl::PCLPointCloud2& cloud) {
+  std::ofstream os(path, std::ios::binary | std::ios::trunc);
+  if (!os) return std::strerror(errno);
+  if (ext == ".pcd") {
+    os << pcl::PCDWriter().generateHeaderBinary(cloud, Eigen::Vector4f::Zero(),
+                                                Eigen::Quaternionf::Identity())
+       << "DATA binary\n";
+  } else {
+    os << "ply\nformat binary_little_endian 1.0\ncomment written by pcnn\nelement vertex 0\n";
+    const char* ply_type[] = {"",    "char", "uchar", "short", "ushort",
+                              "int", "uint", "float", "double"};
+    for (const auto& f : cloud.fields)
+      for (std::uint32_t c = 0; c < f.count; ++c)
+        os << "property " << (f.datatype <= 8 ? ply_type[f.datatype] : "double") << ' ' << f.name
+           << (f.count > 1 ? "_" + std::to_string(c) : "") << '\n';
+    os << "end_header\n";
+  }
+  os.flush();
+  return os ? "" : std::strerror(errno);
+}
+
 }  // namespace
 
 Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin) {
@@ -157,8 +185,15 @@ Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin) {
   const std::uint64_t size = check_file(path);
   const io_detail::HeaderInfo header = ext == ".pcd" ? io_detail::check_pcd_header(path, size)
                                                      : io_detail::check_ply_header(path, size);
+  if (header.points == 0) {  // PCL refuses clouds of no points; the header was checked
+    Cloud empty;
+    empty.path = path;
+    empty.height = 1;
+    empty.coordinate_type = "none";
+    return empty;
+  }
   pcl::PCLPointCloud2 pc;
-  if (header.points > 0) read_with_pcl(path, ext, pc);  // PCL refuses clouds of no points
+  read_with_pcl(path, ext, pc);
 
   const std::uint64_t n = std::uint64_t(pc.width) * pc.height;
   if (n > std::uint64_t(std::numeric_limits<std::int32_t>::max()))
@@ -174,6 +209,7 @@ Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin) {
   c.width = pc.width;
   c.height = pc.height;
   c.coordinate_type = type_name(f[0]->datatype);
+  for (const auto& field : pc.fields) c.field_names.push_back(field.name);
   for (int a = 1; a < 3; ++a)
     if (f[a]->datatype != f[0]->datatype) c.coordinate_type = "mixed";
 
@@ -190,7 +226,48 @@ Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin) {
   } catch (const error& e) {
     fail(path, e.what());
   }
+  auto stored = std::make_shared<StoredFields>();
+  stored->cloud = std::move(pc);
+  c.fields = std::move(stored);
   return c;
+}
+
+void save_cloud_subset(const Cloud& cloud, const std::vector<std::int32_t>& indices,
+                       const std::string& path) {
+  if (!cloud.fields) throw output_error("cannot write '" + path + "': the cloud has no fields");
+  const pcl::PCLPointCloud2& in = cloud.fields->cloud;
+  pcl::PCLPointCloud2 out;
+  out.fields = in.fields;
+  out.point_step = in.point_step;
+  out.is_bigendian = in.is_bigendian;
+  out.height = 1;
+  out.width = static_cast<std::uint32_t>(indices.size());
+  out.row_step = out.point_step * out.width;
+  out.is_dense = false;
+  out.data.resize(static_cast<std::size_t>(out.row_step));
+  for (std::size_t j = 0; j < indices.size(); ++j) {
+    const std::int64_t i = indices[j];
+    if (i < 0 || i >= cloud.size())
+      throw output_error("cannot write '" + path + "': index " + std::to_string(i) +
+                         " is outside the cloud");
+    std::memcpy(&out.data[j * out.point_step], &in.data[i * in.point_step], in.point_step);
+  }
+  const std::string ext = lower_extension(path);
+  if (ext != ".pcd" && ext != ".ply")
+    throw output_error("cannot write '" + path + "': unknown extension '" + ext +
+                       "' (expected .pcd or .ply)");
+  io_detail::write_atomically(path, [&](const std::string& tmp) -> std::string {
+    if (out.width == 0) return write_empty(tmp, ext, out);  // PCL refuses to write no points
+    int rc = 0;
+    if (ext == ".pcd") {
+      pcl::PCDWriter w;
+      rc = w.writeBinary(tmp, out);
+    } else {
+      pcl::PLYWriter w;
+      rc = w.writeBinary(tmp, out);
+    }
+    return rc < 0 ? "PCL could not write it" : "";
+  });
 }
 
 void save_xyz_pcd(const std::string& path, const std::vector<float>& xyz) {

@@ -1,5 +1,6 @@
 #include "header_check.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -102,6 +103,9 @@ HeaderInfo check_pcd_header(const std::string& path, std::uint64_t file_size) {
   if (counts.size() != nf)
     bad(path, "PCD header has " + std::to_string(nf) + " FIELDS but " +
                   std::to_string(counts.size()) + " COUNT entries");
+  for (const char* axis : {"x", "y", "z"})
+    if (std::find(fields.begin(), fields.end(), axis) == fields.end())
+      bad(path, std::string("no '") + axis + "' field (x, y and z are required)");
   std::uint64_t point_size = 0;
   for (std::size_t i = 0; i < nf; ++i) {
     const std::string& s = sizes[i];

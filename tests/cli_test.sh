@@ -39,8 +39,16 @@ expect 2 "device" -- knn "$sample" --device tpu
 expect 2 "required" -- knn
 expect 5 "cannot write '$tmp/nodir/i.npy'" -- knn "$sample" --device cpu -o "$tmp/nodir/i.npy"
 [ ! -e "$tmp/nodir" ] || { echo "FAIL: partial output"; fails=$((fails + 1)); }
+expect 0 "centroid" -- stats "$sample" --device cpu
+expect 0 "kept +4[0-9],[0-9]{3}" -- filter sor "$sample" -o "$tmp/f.pcd" --device cpu --kept-indices "$tmp/kept.csv"
+expect 0 "points +4[0-9],[0-9]{3}" -- knn "$tmp/f.pcd" -k 2 --device cpu
+expect 0 "removed" -- filter ror "$sample" -o "$tmp/r.ply" --radius 0.3 --min-neighbors 3 --device cpu
+expect 2 "needs --radius" -- filter ror "$sample" -o "$tmp/r.ply"
+expect 2 "mean_k must be between" -- filter sor "$sample" -o "$tmp/f.pcd" --mean-k 0
 if "$pcnn" devices >/dev/null 2>&1; then
   expect 0 "agreeing percent +100.000" -- knn "$sample" -k 8 --compare-cpu
+  expect 0 "same points kept +yes" -- filter sor "$sample" -o "$tmp/g.pcd" --compare-cpu
+  expect 0 "same points kept +yes" -- filter ror "$sample" -o "$tmp/g.pcd" --radius 0.3 --min-neighbors 3 --compare-cpu
 else
   expect 4 "no usable CUDA device" -- knn "$sample" --device cuda
   expect 0 "running on the CPU" -- knn "$sample" -k 2

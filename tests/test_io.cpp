@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <pcl/PCLPointCloud2.h>
 #include <pcl/io/pcd_io.h>
+#include <pcl/io/ply_io.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -287,6 +288,73 @@ TEST(Write, FailureLeavesNoFileBehind) {
   }
   EXPECT_FALSE(fs::exists(bad));
   EXPECT_FALSE(fs::exists(bad + ".pcnn-tmp"));
+}
+
+TEST(Write, SubsetKeepsEveryField) {
+  TempDir tmp;
+  // x y z as double, rgb packed float, intensity float, label uint32.
+  pcl::PCLPointCloud2 pc;
+  const struct {
+    const char* name;
+    std::uint8_t type;
+    std::uint32_t offset;
+  } spec[] = {
+      {"x", pcl::PCLPointField::FLOAT64, 0},          {"y", pcl::PCLPointField::FLOAT64, 8},
+      {"z", pcl::PCLPointField::FLOAT64, 16},         {"rgb", pcl::PCLPointField::FLOAT32, 24},
+      {"intensity", pcl::PCLPointField::FLOAT32, 28}, {"label", pcl::PCLPointField::UINT32, 32}};
+  for (const auto& f : spec) {
+    pcl::PCLPointField field;
+    field.name = f.name;
+    field.datatype = f.type;
+    field.offset = f.offset;
+    field.count = 1;
+    pc.fields.push_back(field);
+  }
+  pc.point_step = 36;
+  pc.width = 10;
+  pc.height = 1;
+  pc.row_step = 360;
+  pc.data.resize(360);
+  for (std::uint32_t i = 0; i < 10; ++i) {
+    const double xyz[3] = {6.5e5 + i, 4.1e6 - i, 0.5 * i};
+    const float rgb = 0.25f * i, intensity = 100.f + i;
+    const std::uint32_t label = 1000 + i;
+    std::memcpy(&pc.data[i * 36], xyz, 24);
+    std::memcpy(&pc.data[i * 36 + 24], &rgb, 4);
+    std::memcpy(&pc.data[i * 36 + 28], &intensity, 4);
+    std::memcpy(&pc.data[i * 36 + 32], &label, 4);
+  }
+  ASSERT_EQ(pcl::PCDWriter().writeBinary(tmp / "in.pcd", pc), 0);
+  const Cloud cloud = load_cloud(tmp / "in.pcd");
+  EXPECT_EQ(cloud.field_names,
+            (std::vector<std::string>{"x", "y", "z", "rgb", "intensity", "label"}));
+  for (const char* ext : {".pcd", ".ply"}) {
+    const std::string out = tmp / (std::string("out") + ext);
+    save_cloud_subset(cloud, {7, 2, 9}, out);
+    const Cloud back = load_cloud(out);
+    ASSERT_EQ(back.size(), 3) << ext;
+    EXPECT_EQ(back.coordinate_type, "float64") << ext;
+    pcl::PCLPointCloud2 raw;
+    if (std::string(ext) == ".pcd")
+      ASSERT_EQ(pcl::io::loadPCDFile(out, raw), 0);
+    else
+      ASSERT_EQ(pcl::io::loadPLYFile(out, raw), 0);
+    ASSERT_EQ(raw.point_step, 36u) << ext;
+    const std::uint32_t want[3] = {7, 2, 9};
+    for (int j = 0; j < 3; ++j) {
+      double x;
+      float intensity;
+      std::uint32_t label;
+      std::memcpy(&x, &raw.data[j * 36], 8);
+      std::memcpy(&intensity, &raw.data[j * 36 + 28], 4);
+      std::memcpy(&label, &raw.data[j * 36 + 32], 4);
+      EXPECT_EQ(x, 6.5e5 + want[j]) << ext;
+      EXPECT_EQ(intensity, 100.f + want[j]) << ext;
+      EXPECT_EQ(label, 1000 + want[j]) << ext;
+    }
+  }
+  EXPECT_THROW(save_cloud_subset(cloud, {11}, tmp / "bad.pcd"), output_error);
+  EXPECT_THROW(save_cloud_subset(cloud, {1}, tmp / "bad.xyz"), output_error);
 }
 
 TEST(Write, GeneratedCloudLoadsBack) {

@@ -20,10 +20,16 @@ struct TreeSearchStats {
   std::int64_t outliers = 0;     // queries searched alone
   std::int64_t evaluations = 0;  // query-point distance computations
   float outlier_ms = 0;          // device time of the outlier search
+  std::int64_t refs_finite = 0;  // references with finite coordinates
 };
 
 TreeSearchStats tree_search(PointsView refs, const PointsView* queries, KnnParams params,
                             std::int32_t* d_idx, float* d_dist, cudaStream_t stream,
                             cuda_event& uploaded, cuda_event& built);
+
+/// The same for points already on the device (`data` are device pointers); no upload.
+TreeSearchStats tree_search_device(PointsView refs, const PointsView* queries, KnnParams params,
+                                   std::int32_t* d_idx, float* d_dist, cudaStream_t stream,
+                                   cuda_event& built);
 
 }  // namespace pcnn::detail

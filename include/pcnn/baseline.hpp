@@ -1,6 +1,7 @@
 // pcnn — the CPU baseline: PCL's k-d tree (FLANN), the tool users run today, on all cores.
 #pragma once
 
+#include "pcnn/filters.hpp"
 #include "pcnn/knn.hpp"
 #include "pcnn/points.hpp"
 
@@ -19,5 +20,12 @@ struct CpuKnnTimings {
 /// @throws pcnn::error on invalid arguments (as validate_knn_args).
 KnnResult pcl_knn(PointsView refs, const PointsView* queries, KnnParams params,
                   CpuKnnTimings* timings = nullptr);
+
+/// pcl::StatisticalOutlierRemoval / pcl::RadiusOutlierRemoval on the same points (as an
+/// unorganized pcl::PointCloud<pcl::PointXYZ>, is_dense when every point is finite), for
+/// comparison: `kept` and, for SOR, nothing else is filled. `ms` receives the wall time.
+FilterResult pcl_statistical_outlier_removal(PointsView pts, SorParams params,
+                                             double* ms = nullptr);
+FilterResult pcl_radius_outlier_removal(PointsView pts, RorParams params, double* ms = nullptr);
 
 }  // namespace pcnn

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,16 +25,21 @@ class output_error : public error {
   using error::error;
 };
 
+/// Every field of every point as the file stored it (opaque; defined by the io library).
+struct StoredFields;
+
 /// A loaded cloud: float coordinates re-centered on a double-precision origin, so that
 /// georeferenced coordinates (1e5..1e7 m) keep their resolution. stored = xyz + origin.
 struct Cloud {
   std::string path;
-  std::vector<float> xyz;          ///< 3 floats per point; non-finite points hold NaN
-  std::array<double, 3> origin{};  ///< added back to get the stored coordinates
-  std::uint32_t width = 0;         ///< organized clouds: columns; otherwise the point count
-  std::uint32_t height = 0;        ///< organized clouds: rows (> 1); otherwise 1
-  std::int64_t finite = 0;         ///< points with finite x, y and z
-  std::string coordinate_type;     ///< type x/y/z were stored in: "float32", "float64", ...
+  std::vector<float> xyz;                ///< 3 floats per point; non-finite points hold NaN
+  std::array<double, 3> origin{};        ///< added back to get the stored coordinates
+  std::uint32_t width = 0;               ///< organized clouds: columns; otherwise the point count
+  std::uint32_t height = 0;              ///< organized clouds: rows (> 1); otherwise 1
+  std::int64_t finite = 0;               ///< points with finite x, y and z
+  std::string coordinate_type;           ///< type x/y/z were stored in: "float32", "float64", ...
+  std::vector<std::string> field_names;  ///< every field of the file, in order
+  std::shared_ptr<const StoredFields> fields;  ///< kept for writing subsets with every field
 
   std::int64_t size() const { return static_cast<std::int64_t>(xyz.size() / 3); }
   PointsView view() const { return PointsView{xyz.data(), size(), 3}; }
@@ -46,6 +52,14 @@ struct Cloud {
 /// @throws pcnn::input_error naming the file and the reason (missing, unreadable, unknown
 ///         extension, malformed, no x/y/z, coordinates too large for float distances).
 Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin = nullptr);
+
+/// Writes the points `indices` (ascending or not, each once) of `cloud` with every field the
+/// file had (colors, intensity, normals, labels...; coordinates in their stored type and
+/// values, not re-centered) to a .pcd (binary) or .ply (binary little-endian) by extension.
+/// The result is unorganized. Written to a temporary file and renamed.
+/// @throws pcnn::output_error
+void save_cloud_subset(const Cloud& cloud, const std::vector<std::int32_t>& indices,
+                       const std::string& path);
 
 /// Writes packed xyz (in meters, stored = xyz) as a binary PCD with fields x y z.
 /// @throws pcnn::output_error

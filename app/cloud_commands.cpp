@@ -1,0 +1,173 @@
+#include "cloud_commands.hpp"
+
+#include <Eigen/Eigenvalues>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "knn_command.hpp"
+#include "pcnn/baseline.hpp"
+#include "pcnn/device.hpp"
+#include "pcnn/filters.hpp"
+#include "pcnn/io.hpp"
+#include "pcnn/knn.hpp"
+#include "pcnn/stats.hpp"
+#include "report.hpp"
+
+namespace pcnn::app {
+namespace {
+
+// Whether to run on the GPU: the device option, and whether one is usable (saying so if not).
+bool want_gpu(const std::string& device) {
+  if (device == "cpu") return false;
+  const DeviceInfo dev = query_device();
+  if (dev.available) {
+    initialize_device(dev.ordinal);
+    return true;
+  }
+  if (device == "cuda") throw no_device_error("no usable CUDA device: " + dev.reason);
+  std::fprintf(stderr, "pcnn: no usable CUDA device (%s); running on the CPU\n",
+               dev.reason.c_str());
+  return false;
+}
+
+std::string triple(const std::array<double, 3>& v) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "(%.6f, %.6f, %.6f)", v[0], v[1], v[2]);
+  return buf;
+}
+
+}  // namespace
+
+int run_stats(const StatsCommand& cmd) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Cloud cloud = load_cloud(cmd.input);
+  const double load_ms = ms_since(t0);
+  const bool gpu = want_gpu(cmd.device);
+  CloudStats s = gpu ? gpu_cloud_stats(cloud.view()) : reference_cloud_stats(cloud.view());
+  // Back to the file's coordinates: the statistics were taken around the origin.
+  for (int a = 0; a < 3; ++a) {
+    s.min[a] += cloud.origin[a];
+    s.max[a] += cloud.origin[a];
+    s.centroid[a] += cloud.origin[a];
+  }
+  Report r;
+  r.add("command", "stats");
+  r.add_section("cloud", describe_cloud(cloud));
+  r.add("load", load_ms, "ms");
+  r.add("finite points", static_cast<double>(s.finite));
+  r.add("min", triple(s.min));
+  r.add("max", triple(s.max));
+  r.add("extent", triple({s.max[0] - s.min[0], s.max[1] - s.min[1], s.max[2] - s.min[2]}));
+  r.add("centroid", triple(s.centroid));
+  Report cov;
+  const char* names[6] = {"xx", "xy", "xz", "yy", "yz", "zz"};
+  for (int i = 0; i < 6; ++i) cov.add(names[i], s.covariance[i]);
+  r.add_section("covariance", std::move(cov));
+  if (s.finite > 0) {
+    Eigen::Matrix3d m;
+    m << s.covariance[0], s.covariance[1], s.covariance[2], s.covariance[1], s.covariance[3],
+        s.covariance[4], s.covariance[2], s.covariance[4], s.covariance[5];
+    const Eigen::SelfAdjointEigenSolver<Eigen::Matrix3d> eig(m);
+    Report axes;  // largest spread first
+    for (int i = 2; i >= 0; --i) {
+      const Eigen::Vector3d v = eig.eigenvectors().col(i);
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "sigma %.6f along (%.4f, %.4f, %.4f)",
+                    std::sqrt(std::max(0.0, eig.eigenvalues()[i])), v[0], v[1], v[2]);
+      axes.add("axis " + std::to_string(3 - i), buf);
+    }
+    r.add_section("main axes", std::move(axes));
+  }
+  if (s.finite > 1) {  // nearest-neighbor spacing
+    const KnnParams p{1, true};
+    const KnnResult nn =
+        gpu ? gpu_knn(cloud.view(), nullptr, p) : pcl_knn(cloud.view(), nullptr, p);
+    std::vector<float> spacing(nn.sqdist.size());
+    std::transform(nn.sqdist.begin(), nn.sqdist.end(), spacing.begin(),
+                   [](float d) { return std::sqrt(d); });
+    const ValueStats v = reference_value_stats(spacing.data(), nn.rows);
+    Report sp;
+    sp.add("min", v.min);
+    sp.add("mean", v.mean);
+    sp.add("max", v.max);
+    sp.add("stddev", v.stddev);
+    r.add_section("nearest-neighbor spacing", std::move(sp));
+  }
+  r.add("reduction (device)", gpu ? double(s.device_ms) : NAN, "ms");
+  r.print_table(stderr);
+  if (cmd.json) std::printf("%s\n", r.json().c_str());
+  return kExitOk;
+}
+
+int run_filter(const FilterCommand& cmd) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Cloud cloud = load_cloud(cmd.input);
+  const double load_ms = ms_since(t0);
+  const bool sor = cmd.method == "sor";
+  const SorParams sp{cmd.mean_k, cmd.std_mul};
+  const RorParams rp{cmd.radius, cmd.min_neighbors};
+  const bool gpu = want_gpu(cmd.device);
+  Report r;
+  r.add("command", "filter " + cmd.method);
+  r.add_section("cloud", describe_cloud(cloud));
+  r.add("load", load_ms, "ms");
+  if (sor) {
+    r.add("mean_k", cmd.mean_k);
+    r.add("std_mul", cmd.std_mul);
+  } else {
+    r.add("radius", cmd.radius);
+    r.add("min_neighbors", cmd.min_neighbors);
+  }
+  FilterResult result;
+  if (gpu) {
+    result = sor ? gpu_statistical_outlier_removal(cloud.view(), sp)
+                 : gpu_radius_outlier_removal(cloud.view(), rp);
+    Report g;
+    g.add("neighbor search", result.search_ms, "ms");
+    g.add("statistics and decision", result.filter_ms, "ms");
+    g.add("total", double(result.search_ms) + result.filter_ms, "ms");
+    r.add_section("gpu", std::move(g));
+  }
+  int exit_code = kExitOk;
+  if (!gpu || cmd.compare_cpu) {
+    double ms = 0;
+    FilterResult cpu = sor ? pcl_statistical_outlier_removal(cloud.view(), sp, &ms)
+                           : pcl_radius_outlier_removal(cloud.view(), rp, &ms);
+    Report c;
+    c.add("method", sor ? "pcl::StatisticalOutlierRemoval" : "pcl::RadiusOutlierRemoval");
+    c.add("total", ms, "ms");
+    if (gpu) {
+      const bool same = cpu.kept == result.kept;
+      c.add("same points kept", same ? "yes" : "no");
+      if (!same) exit_code = kExitDisagree;
+      r.add("speedup", ms / (double(result.search_ms) + result.filter_ms), "x");
+    } else {
+      result = std::move(cpu);
+    }
+    r.add_section("cpu", std::move(c));
+  }
+  if (sor && gpu) {
+    r.add("mean distance", result.mean);
+    r.add("stddev", result.stddev);
+    r.add("threshold", result.threshold);
+  }
+  r.add("kept", static_cast<double>(result.kept.size()));
+  r.add("removed",
+        static_cast<double>(cloud.size() - static_cast<std::int64_t>(result.kept.size())));
+  if (gpu) r.add("borderline", static_cast<double>(result.borderline));
+  save_cloud_subset(cloud, result.kept, cmd.out);
+  r.add("written to", cmd.out + " (every field of the input)");
+  if (!cmd.kept_indices.empty()) {
+    write_array(cmd.kept_indices, result.kept.data(), static_cast<std::int64_t>(result.kept.size()),
+                1, "index");
+    r.add("kept indices written to", cmd.kept_indices);
+  }
+  r.print_table(stderr);
+  if (cmd.json) std::printf("%s\n", r.json().c_str());
+  return exit_code;
+}
+
+}  // namespace pcnn::app

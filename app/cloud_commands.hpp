@@ -1,0 +1,29 @@
+// `pcnn stats` and `pcnn filter`.
+#pragma once
+
+#include <string>
+
+namespace pcnn::app {
+
+struct StatsCommand {
+  std::string input;
+  std::string device = "auto";
+  bool json = false;
+};
+
+struct FilterCommand {
+  std::string method;  // sor | ror
+  std::string input, out, kept_indices;
+  int mean_k = 16;
+  double std_mul = 1.0;
+  double radius = 0;
+  int min_neighbors = 1;
+  std::string device = "auto";
+  bool compare_cpu = false;
+  bool json = false;
+};
+
+int run_stats(const StatsCommand& cmd);
+int run_filter(const FilterCommand& cmd);
+
+}  // namespace pcnn::app
