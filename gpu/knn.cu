@@ -5,6 +5,7 @@
 
 #include "detail/cuda_try.cuh"
 #include "detail/device_buffer.cuh"
+#include "detail/knn_to_host.cuh"
 #include "detail/search.cuh"
 #include "pcnn/error.hpp"
 #include "pcnn/knn.hpp"
@@ -61,49 +62,23 @@ Algorithm choose_algorithm(std::int64_t n_refs, std::int64_t n_queries) {
 KnnResult gpu_knn(PointsView refs, const PointsView* queries, KnnParams params, Algorithm algorithm,
                   GpuKnnTimings* timings, cudaStream_t stream) {
   validate_knn_args(refs, queries, params);
-  KnnResult result;
-  result.k = params.k;
-  result.rows = queries ? queries->count : refs.count;
-  const std::size_t cells = static_cast<std::size_t>(result.rows) * params.k;
-  result.indices.assign(cells, -1);
-  result.sqdist.assign(cells, INFINITY);
-  if (algorithm == Algorithm::automatic) algorithm = choose_algorithm(refs.count, result.rows);
+  const std::int64_t rows = queries ? queries->count : refs.count;
+  if (algorithm == Algorithm::automatic) algorithm = choose_algorithm(refs.count, rows);
   if (timings) {
     *timings = GpuKnnTimings{};
     timings->algorithm = algorithm;
   }
-  if (result.rows == 0) return result;
-
-  detail::device_buffer<std::int32_t> d_idx(cells, stream);
-  detail::device_buffer<float> d_dist(cells, stream);
-  detail::cuda_event start, uploaded, built, searched, downloaded;
-  start.record(stream);
-  detail::TreeSearchStats stats;
-  if (algorithm == Algorithm::brute_force) {
-    detail::brute_force_search(refs, queries, params, d_idx.data(), d_dist.data(), stream, uploaded,
-                               built);
-    stats.evaluations = refs.count * result.rows;
-  } else {
-    stats = detail::tree_search(refs, queries, params, d_idx.data(), d_dist.data(), stream,
-                                uploaded, built);
-  }
-  searched.record(stream);
-  PCNN_CUDA_TRY(cudaMemcpyAsync(result.indices.data(), d_idx.data(), d_idx.bytes(),
-                                cudaMemcpyDeviceToHost, stream));
-  PCNN_CUDA_TRY(cudaMemcpyAsync(result.sqdist.data(), d_dist.data(), d_dist.bytes(),
-                                cudaMemcpyDeviceToHost, stream));
-  downloaded.record(stream);
-  PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
-  if (timings) {
-    timings->upload_ms = uploaded.since(start);
-    timings->build_ms = built.since(uploaded);
-    timings->search_ms = searched.since(built);
-    timings->download_ms = downloaded.since(searched);
-    timings->outlier_queries = stats.outliers;
-    timings->distance_evaluations = stats.evaluations;
-    timings->outlier_ms = stats.outlier_ms;
-  }
-  return result;
+  return detail::knn_to_host(
+      rows, params.k, stream, timings,
+      [&](std::int32_t* d_idx, float* d_dist, detail::cuda_event& uploaded,
+          detail::cuda_event& built) {
+        if (algorithm == Algorithm::grid)
+          return detail::tree_search(refs, queries, params, d_idx, d_dist, stream, uploaded, built);
+        detail::brute_force_search(refs, queries, params, d_idx, d_dist, stream, uploaded, built);
+        detail::TreeSearchStats stats;
+        stats.evaluations = refs.count * rows;
+        return stats;
+      });
 }
 
 }  // namespace pcnn

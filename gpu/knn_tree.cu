@@ -74,11 +74,17 @@ TreeSearchStats tree_search_device(PointsView refs, const PointsView* queries, K
                                    cuda_event& built) {
   SpatialIndex index =
       build_spatial_index(refs.data, refs.stride, static_cast<int>(refs.count), stream);
+  if (!queries) index.keys = device_buffer<std::uint64_t>();  // only separate queries look keys up
+  return tree_query(index, queries, params, d_idx, d_dist, stream, built);
+}
+
+TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries, KnnParams params,
+                           std::int32_t* d_idx, float* d_dist, cudaStream_t stream,
+                           cuda_event& built) {
   device_buffer<float4> sorted_queries;
   if (queries)
     sorted_queries = sort_queries(index, queries->data, queries->stride,
                                   static_cast<int>(queries->count), stream);
-  if (!queries) index.keys = device_buffer<std::uint64_t>();  // only separate queries look keys up
 
   TreeLaunch a;
   a.tree = index.view();

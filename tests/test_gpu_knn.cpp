@@ -7,6 +7,7 @@
 #include "pcnn/device.hpp"
 #include "pcnn/error.hpp"
 #include "pcnn/knn.hpp"
+#include "pcnn/knn_index.hpp"
 #include "pcnn/recenter.hpp"
 #include "pcnn/reference.hpp"
 #include "test_clouds.hpp"
@@ -281,6 +282,35 @@ TEST(KnnArguments, InvalidArgumentsThrow) {
   EXPECT_THROW(gpu_knn({pts.data(), -1, 3}, nullptr, {4, false}), error);
   EXPECT_THROW(gpu_knn(v, &v, {4, true}), error);
   EXPECT_THROW(reference_knn(v, nullptr, {0, false}), error);
+}
+
+}  // namespace
+}  // namespace pcnn
+
+namespace pcnn {
+namespace {
+
+TEST(GpuKnnIndex, ReusedAcrossFramesMatchesOneShotSearch) {
+  PCNN_REQUIRE_DEVICE();
+  const std::vector<float> map = make_synthetic_cloud(SyntheticKind::lidar, 40000, 95);
+  const PointsView mv{map.data(), 40000, 3};
+  KnnIndex index(mv);
+  EXPECT_EQ(index.size(), 40000);
+  EXPECT_EQ(index.finite_size(), 40000);
+  for (std::uint64_t frame = 0; frame < 3; ++frame) {
+    std::vector<float> scan = make_synthetic_cloud(SyntheticKind::lidar, 5000, 200 + frame);
+    test::poison(scan, 0.01, frame);
+    const PointsView sv{scan.data(), 5000, 3};
+    GpuKnnTimings t;
+    const KnnResult a = index.query(sv, {6, false}, &t);
+    const KnnResult b = gpu_knn(mv, &sv, {6, false}, Algorithm::grid);
+    EXPECT_EQ(a.indices, b.indices) << "frame " << frame;
+    EXPECT_EQ(a.sqdist, b.sqdist) << "frame " << frame;
+    EXPECT_GT(t.search_ms, 0.f);
+  }
+  KnnIndex moved = std::move(index);
+  EXPECT_EQ(moved.size(), 40000);
+  EXPECT_THROW(moved.query(mv, {4, true}), error);
 }
 
 }  // namespace

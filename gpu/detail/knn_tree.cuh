@@ -246,6 +246,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
         }
         if (sp == 0) return -1;
         const int e = stack[--sp];
+        __syncwarp();  // every lane has read the entry before any lane pushes over it
         const int level = node_level(e), index = node_index(e);
         const int at = t.level_offset[level] + index;
         const bool want = active && may_reach(box_dist2(q, t.box_lo[at], t.box_hi[at]), best.worst);

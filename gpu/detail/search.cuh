@@ -9,6 +9,7 @@
 
 #include "device_buffer.cuh"
 #include "pcnn/knn.hpp"
+#include "spatial_index.cuh"
 
 namespace pcnn::detail {
 
@@ -31,5 +32,11 @@ TreeSearchStats tree_search(PointsView refs, const PointsView* queries, KnnParam
 TreeSearchStats tree_search_device(PointsView refs, const PointsView* queries, KnnParams params,
                                    std::int32_t* d_idx, float* d_dist, cudaStream_t stream,
                                    cuda_event& built);
+
+/// A search of an existing index: `queries` (device pointers) or, when null, the index's own
+/// points. `built` is recorded after the queries are ordered, before the search kernels.
+TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries, KnnParams params,
+                           std::int32_t* d_idx, float* d_dist, cudaStream_t stream,
+                           cuda_event& built);
 
 }  // namespace pcnn::detail
