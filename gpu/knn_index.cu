@@ -22,6 +22,9 @@ KnnIndex::KnnIndex(PointsView refs, cudaStream_t stream) : impl_(std::make_uniqu
   impl_->index =
       detail::build_spatial_index(raw.data(), refs.stride, static_cast<int>(refs.count), stream);
   PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+  // The index outlives this call, and the caller's stream may be destroyed before the index:
+  // free its memory on the default stream (every query synchronizes before it returns).
+  impl_->index.detach_streams();
 }
 
 KnnIndex::~KnnIndex() = default;

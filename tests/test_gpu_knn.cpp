@@ -1,6 +1,8 @@
 // GPU kNN against the exact double-precision reference. Skips (saying why) without a device.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <ostream>
 #include <string>
 
@@ -311,6 +313,26 @@ TEST(GpuKnnIndex, ReusedAcrossFramesMatchesOneShotSearch) {
   KnnIndex moved = std::move(index);
   EXPECT_EQ(moved.size(), 40000);
   EXPECT_THROW(moved.query(mv, {4, true}), error);
+}
+
+}  // namespace
+}  // namespace pcnn
+
+namespace pcnn {
+namespace {
+
+TEST(GpuKnnIndex, OutlivesTheStreamItWasBuiltOn) {
+  PCNN_REQUIRE_DEVICE();
+  const std::vector<float> map = make_synthetic_cloud(SyntheticKind::uniform, 20000, 96);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  auto index = std::make_unique<KnnIndex>(PointsView{map.data(), 20000, 3}, stream);
+  const KnnResult a = index->query({map.data(), 100, 3}, {4, false}, nullptr, stream);
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  const KnnResult b = index->query({map.data(), 100, 3}, {4, false});  // the default stream
+  EXPECT_EQ(a.indices, b.indices);
+  index.reset();  // frees on the default stream: no use of the destroyed one
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 }  // namespace

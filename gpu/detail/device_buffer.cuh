@@ -49,6 +49,11 @@ class device_buffer {
     size_ = size;
   }
 
+  /// From now on the memory is freed on the legacy default stream, not the one it was allocated
+  /// on: for buffers that outlive the calls that use them (an index kept between queries), whose
+  /// caller's stream may be gone by then. Only when no work on the old stream is pending.
+  void detach_stream() { stream_ = nullptr; }
+
   T* data() { return ptr_; }
   const T* data() const { return ptr_; }
   std::size_t size() const { return size_; }

@@ -12,8 +12,10 @@ using cudaStream_t = CUstream_st*;
 
 namespace pcnn {
 
-/// The spatial index of a reference cloud, kept on the device. Move-only; owns its device memory.
-/// Not safe for concurrent use from several threads; use one index per thread, or serialize.
+/// The spatial index of a reference cloud, kept on the device. Move-only; owns its device memory
+/// (freed on the default stream when the index is destroyed, so the streams passed to the
+/// constructor and to query() need only live during those calls). Not safe for concurrent use
+/// from several threads; use one index per thread, or serialize.
 class KnnIndex {
  public:
   /// Uploads `refs` (host memory) and builds the index on `stream`; synchronizes.
