@@ -1,6 +1,7 @@
 #include "header_check.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -65,6 +66,39 @@ std::uint64_t read_header(const std::string& path, F&& on_line, const char* form
                 (std::string(format) == "PCD" ? "DATA" : "end_header") + " line missing)");
 }
 
+bool is_number(const std::string& t) {
+  if (t.empty()) return false;
+  char* end = nullptr;
+  std::strtod(t.c_str(), &end);
+  return end == t.c_str() + t.size();
+}
+
+// Checks ascii rows from `offset`: `rows` lines of `columns` numbers each (columns < 0: any
+// count), then nothing but blank lines. PCL's ascii readers take a short line or a word for a
+// number without complaint, which would give silently wrong coordinates.
+void check_ascii_rows(const std::string& path, std::uint64_t offset, std::uint64_t rows,
+                      long columns, const std::string& what) {
+  std::ifstream is(path, std::ios::binary);
+  is.seekg(static_cast<std::streamoff>(offset));
+  std::string line;
+  std::uint64_t row = 0;
+  while (row < rows && std::getline(is, line)) {
+    const auto w = words(line);
+    if (w.empty()) continue;  // blank lines are skipped by the readers too
+    if (columns >= 0 && static_cast<long>(w.size()) != columns)
+      bad(path, what + " row " + std::to_string(row) + " has " + std::to_string(w.size()) +
+                    " values, expected " + std::to_string(columns));
+    for (const auto& t : w)
+      if (!is_number(t))
+        bad(path, what + " row " + std::to_string(row) + ": '" + t.substr(0, 40) +
+                      "' is not a number");
+    ++row;
+  }
+  if (row < rows)
+    bad(path, what + " has " + std::to_string(row) + " rows, the header promises " +
+                  std::to_string(rows) + " (truncated file?)");
+}
+
 }  // namespace
 
 HeaderInfo check_pcd_header(const std::string& path, std::uint64_t file_size) {
@@ -103,6 +137,9 @@ HeaderInfo check_pcd_header(const std::string& path, std::uint64_t file_size) {
   if (counts.size() != nf)
     bad(path, "PCD header has " + std::to_string(nf) + " FIELDS but " +
                   std::to_string(counts.size()) + " COUNT entries");
+  for (std::size_t i = 0; i < nf; ++i)
+    if (std::find(fields.begin(), fields.begin() + i, fields[i]) != fields.begin() + i)
+      bad(path, "field '" + fields[i].substr(0, 40) + "' appears twice");
   for (const char* axis : {"x", "y", "z"})
     if (std::find(fields.begin(), fields.end(), axis) == fields.end())
       bad(path, std::string("no '") + axis + "' field (x, y and z are required)");
@@ -137,6 +174,9 @@ HeaderInfo check_pcd_header(const std::string& path, std::uint64_t file_size) {
     if (points > body)
       bad(path, "POINTS is " + std::to_string(points) + " but the ascii data has only " +
                     std::to_string(body) + " bytes");
+    long columns = 0;
+    for (const auto& c : counts) columns += static_cast<long>(std::stoull(c));
+    check_ascii_rows(path, data_start, points, columns, "ascii data");
   } else if (data == "binary") {
     if (points > body / point_size || points * point_size > body)
       bad(path, "POINTS x point size (" + std::to_string(points) + " x " +
@@ -234,6 +274,20 @@ HeaderInfo check_ply_header(const std::string& path, std::uint64_t file_size) {
     if (vertex->count > body)
       bad(path, "element vertex count " + std::to_string(vertex->count) +
                     " is more than the ascii data could hold");
+    std::uint64_t before = 0;  // rows of the elements stored ahead of the vertices
+    bool known = true;         // false when a list makes those rows' lengths unknown
+    for (const Element& e : elements) {
+      if (&e == vertex) break;
+      known = known && !e.has_list;
+      before += e.count;
+    }
+    std::ifstream is(path, std::ios::binary);
+    is.seekg(static_cast<std::streamoff>(data_start));
+    std::string skip;
+    std::uint64_t offset = data_start;
+    for (std::uint64_t r = 0; r < before && std::getline(is, skip); ++r) offset += skip.size() + 1;
+    check_ascii_rows(path, offset, vertex->count,
+                     known ? static_cast<long>(vertex->props.size()) : -1, "vertex");
   } else {
     // Elements are stored in header order; lists make later sizes unknowable, so sum up to the
     // first element with a list.
