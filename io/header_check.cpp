@@ -99,6 +99,39 @@ void check_ascii_rows(const std::string& path, std::uint64_t offset, std::uint64
                   std::to_string(rows) + " (truncated file?)");
 }
 
+// PCL's PCD reader keeps reading header lines after DATA: it skips empty lines and comments and
+// parses any line whose first word starts with a header keyword, until some other line. Binary
+// data that happens to begin like "COLUMNS..." is then parsed as a header (found by fuzzing:
+// PCL went on to allocate a string of terabytes). Reject what PCL would misread.
+void check_after_data(const std::string& path, std::uint64_t data_start) {
+  static const char* keywords[] = {"VERSION", "FIELDS", "COLUMNS", "SIZE",   "TYPE", "COUNT",
+                                   "WIDTH",   "HEIGHT", "VIEWPOINT", "POINTS", "DATA"};
+  std::ifstream is(path, std::ios::binary);
+  is.seekg(static_cast<std::streamoff>(data_start));
+  for (std::uint64_t n = 0;; ++n) {
+    std::string head;  // the line's first word, after leading white space (as >> reads it)
+    char ch;
+    bool word_done = false, any = false;
+    while (is.get(ch) && ch != '\n') {
+      any = true;
+      const bool space = ch == ' ' || ch == '\t' || ch == '\r' || ch == '\v' || ch == '\f';
+      if (space) {
+        if (!head.empty()) word_done = true;
+      } else if (!word_done && head.size() < 16) {
+        head.push_back(ch);
+      }
+    }
+    if (!any && !is) return;          // end of file
+    if (head.empty()) continue;       // an empty line: PCL skips it
+    if (head[0] == '#') continue;     // a comment: PCL skips it
+    for (const char* k : keywords)
+      if (head.compare(0, std::strlen(k), k) == 0)
+        bad(path, "the data after the DATA line begins like a header line ('" + head +
+                      "...'), which PCL would read as one");
+    return;
+  }
+}
+
 }  // namespace
 
 HeaderInfo check_pcd_header(const std::string& path, std::uint64_t file_size) {
@@ -168,6 +201,7 @@ HeaderInfo check_pcd_header(const std::string& path, std::uint64_t file_size) {
                   ") does not equal POINTS (" + std::to_string(points) + ")");
   if (keys["DATA"].size() != 1) bad(path, "PCD DATA takes one word");
   const std::string& data = keys["DATA"][0];
+  check_after_data(path, data_start);
   const std::uint64_t body = file_size - std::min(file_size, data_start);
   if (data == "ascii") {
     // At least one byte (a digit or "nan") and a separator per point.

@@ -3,7 +3,7 @@
 # each with the exit code and message pcnn must give, and no output file left behind.
 # Usage: bad_inputs.sh PCNN [--list]
 set -u
-pcnn=$1
+pcnn=$(realpath "$1")
 tmp=$(mktemp -d)
 trap 'chmod -R u+w "$tmp"; rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
@@ -76,6 +76,7 @@ pcd_header "x y z" "4 4 4" "F F F" "1 1 1" 1 1 1 binary_lz4 >dk.pcd && knn pcd_u
 pcd_header "x y z" "4 4 4" "F F F" "1 1 1" 3 1 3 ascii >short.pcd && printf '1 2 3\n4 5 6\n' >>short.pcd && knn pcd_ascii_short 3 "truncated" short.pcd
 pcd_header "x y z" "4 4 4" "F F F" "1 1 1" 2 1 2 ascii >cols.pcd && printf '1 2\n4 5 6\n' >>cols.pcd && knn pcd_ascii_columns 3 "has 2 values, expected 3" cols.pcd
 pcd_header "x y z" "4 4 4" "F F F" "1 1 1" 2 1 2 ascii >word.pcd && printf '1 2 3\n4 five 6\n' >>word.pcd && knn pcd_ascii_word 3 "'five' is not a number" word.pcd
+pcd_header "x y z" "4 4 4" "F F F" "1 1 1" 4 1 4 binary >hdr_data.pcd && { printf 'COLUMNS'; head -c 60 /dev/zero | tr '\0' '\377'; printf '\n'; } >>hdr_data.pcd && knn pcd_header_after_data 3 "begins like a header line" hdr_data.pcd
 pcd_header "x y z" "8 8 8" "F F F" "1 1 1" 2 1 2 ascii >far.pcd && printf '0 0 0\n1e300 0 0\n' >>far.pcd && knn pcd_coordinate_overflow 3 "overflow" far.pcd
 
 # --- PLY headers that lie ---

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <ostream>
 
+#include "gpu_test.hpp"
 #include "pcnn/baseline.hpp"
 #include "pcnn/device.hpp"
 #include "pcnn/error.hpp"
@@ -15,12 +16,6 @@
 
 namespace pcnn {
 namespace {
-
-#define PCNN_REQUIRE_DEVICE()                                                         \
-  do {                                                                                \
-    const DeviceInfo pcnn_dev_ = query_device();                                      \
-    if (!pcnn_dev_.available) GTEST_SKIP() << "no CUDA device: " << pcnn_dev_.reason; \
-  } while (0)
 
 void expect_close(double got, double want, double rel, const char* what) {
   EXPECT_NEAR(got, want, rel * std::max(1.0, std::fabs(want))) << what;

@@ -6,6 +6,7 @@
 #include <ostream>
 #include <string>
 
+#include "gpu_test.hpp"
 #include "pcnn/device.hpp"
 #include "pcnn/error.hpp"
 #include "pcnn/knn.hpp"
@@ -95,13 +96,6 @@ std::ostream& operator<<(std::ostream& os, const KnnCase& c) {
   return os << " k=" << c.k << (c.exclude_self ? " exclude-self" : "")
             << (c.bad_fraction > 0 ? " with non-finite points" : "") << " seed=" << c.seed;
 }
-
-// GTEST_SKIP returns from the function it is in, so this is a macro, not a helper function.
-#define PCNN_REQUIRE_DEVICE()                                                         \
-  do {                                                                                \
-    const DeviceInfo pcnn_dev_ = query_device();                                      \
-    if (!pcnn_dev_.available) GTEST_SKIP() << "no CUDA device: " << pcnn_dev_.reason; \
-  } while (0)
 
 class GpuKnn : public ::testing::TestWithParam<KnnCase> {
  protected:
