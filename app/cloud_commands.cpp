@@ -43,7 +43,7 @@ std::string triple(const std::array<double, 3>& v) {
 
 int run_stats(const StatsCommand& cmd) {
   const auto t0 = std::chrono::steady_clock::now();
-  const Cloud cloud = load_cloud(cmd.input);
+  const Cloud cloud = load_cloud(cmd.input, nullptr, /*keep_fields=*/false);
   const double load_ms = ms_since(t0);
   const bool gpu = want_gpu(cmd.device);
   CloudStats s = gpu ? gpu_cloud_stats(cloud.view()) : reference_cloud_stats(cloud.view());

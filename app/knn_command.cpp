@@ -16,9 +16,9 @@ namespace pcnn::app {
 int run_knn(const KnnCommand& cmd) {
   const KnnParams params{cmd.k, cmd.exclude_self};
   const auto t_load = std::chrono::steady_clock::now();
-  const Cloud refs = load_cloud(cmd.input);
+  const Cloud refs = load_cloud(cmd.input, nullptr, /*keep_fields=*/false);
   std::optional<Cloud> queries;
-  if (!cmd.query.empty()) queries = load_cloud(cmd.query, &refs.origin);
+  if (!cmd.query.empty()) queries = load_cloud(cmd.query, &refs.origin, /*keep_fields=*/false);
   const double load_ms = ms_since(t_load);
   const PointsView ref_view = refs.view();
   const PointsView query_view = queries ? queries->view() : PointsView{};

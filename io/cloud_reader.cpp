@@ -178,7 +178,8 @@ std::string write_empty(const std::string& path, const std::string& ext,
 
 }  // namespace
 
-Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin) {
+Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin,
+                 bool keep_fields) {
   const std::string ext = lower_extension(path);
   if (ext != ".pcd" && ext != ".ply")
     fail(path, "unknown extension '" + ext + "' (expected .pcd or .ply)");
@@ -226,9 +227,11 @@ Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin) {
   } catch (const error& e) {
     fail(path, e.what());
   }
-  auto stored = std::make_shared<StoredFields>();
-  stored->cloud = std::move(pc);
-  c.fields = std::move(stored);
+  if (keep_fields) {
+    auto stored = std::make_shared<StoredFields>();
+    stored->cloud = std::move(pc);
+    c.fields = std::move(stored);
+  }
   return c;
 }
 

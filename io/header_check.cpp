@@ -58,7 +58,7 @@ std::uint64_t read_header(const std::string& path, F&& on_line, const char* form
       line.push_back(ch);
     }
     if (!newline && line.empty()) break;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
+    // (A trailing '\r' stays: callers see the line as the readers do.)
     if (on_line(line, n)) return consumed;
     if (!newline) break;
   }
@@ -142,8 +142,14 @@ HeaderInfo check_pcd_header(const std::string& path, std::uint64_t file_size) {
   const std::uint64_t data_start = read_header(
       path,
       [&](const std::string& line, std::size_t n) {
+        if (line.empty()) return false;  // PCL skips empty lines...
         const auto w = words(line);
-        if (w.empty() || w[0][0] == '#') return false;
+        // ...but stops reading the header at a blank one ("\r", spaces), and then crashes on
+        // the header it has not read (found by fuzzing).
+        if (w.empty())
+          bad(path, "not a PCD header: line " + std::to_string(n + 1) +
+                        " is blank but not empty (PCL stops reading the header there)");
+        if (w[0][0] == '#') return false;
         if (!known.count(w[0]))
           bad(path, "not a PCD header: line " + std::to_string(n + 1) + " starts with '" +
                         w[0].substr(0, 40) + "'");

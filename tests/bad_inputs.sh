@@ -55,6 +55,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # --- PCD headers that lie ---
+{ printf '\r\n'; pcd_header "x y z" "4 4 4" "F F F" "1 1 1" 1 1 1 ascii; echo "1 2 3"; } >blank.pcd && knn pcd_blank_line_first 3 "blank but not empty" blank.pcd
 printf 'this is not a point cloud\n' >garbage.pcd && knn pcd_garbage 3 "not a PCD header" garbage.pcd
 printf 'VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\n' >header_only.pcd && knn pcd_header_only 3 "no end" header_only.pcd
 pcd_header "x y z" "4 4 4" "F F F" "1 1 1" 3 1 2 ascii >wh.pcd && knn pcd_width_height 3 "does not equal POINTS" wh.pcd

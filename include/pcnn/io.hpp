@@ -51,7 +51,10 @@ struct Cloud {
 /// otherwise on the center of the finite points' bounding box.
 /// @throws pcnn::input_error naming the file and the reason (missing, unreadable, unknown
 ///         extension, malformed, no x/y/z, coordinates too large for float distances).
-Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin = nullptr);
+/// `keep_fields` keeps every field of every point (Cloud::fields) for save_cloud_subset; without
+/// it only the coordinates stay in memory.
+Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin = nullptr,
+                 bool keep_fields = true);
 
 /// Writes the points `indices` (ascending or not, each once) of `cloud` with every field the
 /// file had (colors, intensity, normals, labels...; coordinates in their stored type and
