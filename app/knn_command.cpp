@@ -8,102 +8,295 @@
 #include "pcnn/device.hpp"
 #include "pcnn/io.hpp"
 #include "pcnn/knn.hpp"
+#include "pcnn/radius.hpp"
 #include "pcnn/reference.hpp"
 #include "report.hpp"
 
 namespace pcnn::app {
+namespace {
+
+// The clouds a search command reads: references and, optionally, queries re-centered on the
+// references' origin.
+struct Inputs {
+  Cloud refs;
+  std::optional<Cloud> queries;
+  double load_ms = 0;
+  PointsView ref_view, query_view;
+  const PointsView* qv() const { return queries ? &query_view : nullptr; }
+};
+
+Inputs load_inputs(const SearchOptions& opt) {
+  Inputs in;
+  const auto t0 = std::chrono::steady_clock::now();
+  in.refs = load_cloud(opt.input, nullptr, /*keep_fields=*/false);
+  if (!opt.query.empty()) in.queries = load_cloud(opt.query, &in.refs.origin, false);
+  in.load_ms = ms_since(t0);
+  in.ref_view = in.refs.view();
+  if (in.queries) in.query_view = in.queries->view();
+  return in;
+}
+
+// Whether the GPU runs (with --device auto, only when one is usable), and the device.
+bool want_gpu(const SearchOptions& opt, DeviceInfo& dev) {
+  dev = query_device();
+  if (opt.device == "cpu") return false;
+  if (dev.available) return true;
+  if (opt.device == "cuda") throw no_device_error("no usable CUDA device: " + dev.reason);
+  std::fprintf(stderr, "pcnn: no usable CUDA device (%s); running on the CPU\n",
+               dev.reason.c_str());
+  return false;
+}
+
+Report start_report(const char* command, const SearchOptions& opt, const Inputs& in) {
+  Report report;
+  report.add("command", command);
+  report.add("exclude self", opt.exclude_self ? "yes" : "no");
+  report.add_section("references", describe_cloud(in.refs));
+  if (in.queries) report.add_section("queries", describe_cloud(*in.queries));
+  report.add("load", in.load_ms, "ms");
+  return report;
+}
+
+// The device, its start-up (kept out of the total) and the memory cap, before the search.
+Report start_gpu_section(const SearchOptions& opt, const DeviceInfo& dev) {
+  Report g;
+  g.add("device",
+        dev.name + " (sm_" + std::to_string(dev.cc_major) + std::to_string(dev.cc_minor) + ")");
+  g.add("context start-up", initialize_device(dev.ordinal), "ms");
+  if (opt.max_device_memory > 0) {
+    set_device_memory_limit(opt.max_device_memory);
+    g.add("device memory limit", static_cast<double>(opt.max_device_memory), "bytes");
+  }
+  return g;
+}
+
+// The parts of a GPU search; returns the total.
+double finish_gpu_section(Report& g, const GpuKnnTimings& t) {
+  const double total = double(t.upload_ms) + t.build_ms + t.search_ms + t.download_ms;
+  g.add("algorithm", to_string(t.algorithm));
+  g.add("upload", t.upload_ms, "ms");
+  g.add(t.algorithm == Algorithm::grid ? "build index" : "prepare", t.build_ms, "ms");
+  g.add("search", t.search_ms, "ms");
+  g.add("download", t.download_ms, "ms");
+  g.add("total", total, "ms");
+  if (t.passes > 1) g.add("passes", t.passes);
+  if (t.algorithm == Algorithm::grid && t.outlier_queries > 0)
+    g.add("outlier queries", static_cast<double>(t.outlier_queries));
+  g.add_note("", "device time by CUDA events; start-up is not in the total");
+  return total;
+}
+
+Report cpu_section(const std::string& method, const CpuKnnTimings& t) {
+  Report c;
+  c.add("method", method + ", " + std::to_string(t.threads) + " threads");
+  c.add("build", t.build_ms, "ms");
+  c.add("query", t.query_ms, "ms");
+  c.add("total", t.build_ms + t.query_ms, "ms");
+  return c;
+}
+
+Report knn_agreement_section(const KnnAgreement& ag) {
+  Report a;
+  a.add("rows", static_cast<double>(ag.rows));
+  a.add("agreeing rows", static_cast<double>(ag.agreeing_rows));
+  a.add("agreeing percent", ag.rows ? 100.0 * ag.agreeing_rows / ag.rows : 100.0, "%");
+  a.add("identical rows", static_cast<double>(ag.identical_rows));
+  a.add("max sqdist difference", ag.max_abs_sqdist_diff);
+  if (!ag.all_agree()) a.add("first difference", ag.first_problem);
+  a.add_note("", "tie-aware: indices may differ only between neighbors at equal distance");
+  return a;
+}
+
+void write_dense(const SearchOptions& opt, const KnnResult& r, Report& report) {
+  if (!opt.out.empty()) write_array(opt.out, r.indices.data(), r.rows, r.k, "n");
+  if (!opt.distances.empty()) write_array(opt.distances, r.sqdist.data(), r.rows, r.k, "d");
+  if (!opt.out.empty()) report.add("indices written to", opt.out);
+  if (!opt.distances.empty()) report.add("squared distances written to", opt.distances);
+}
+
+int finish(const SearchOptions& opt, Report& report, int exit_code) {
+  report.print_table(stderr);
+  if (opt.json) std::printf("%s\n", report.json().c_str());
+  return exit_code;
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+}  // namespace
+
+std::int64_t parse_bytes(const std::string& text) {
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw error("not a memory size: '" + text + "' (use e.g. 512M, 2G or a byte count)");
+  }
+  const std::string unit = text.substr(used);
+  double scale = 1;
+  if (unit == "K" || unit == "k")
+    scale = 1e3;
+  else if (unit == "M")
+    scale = 1e6;
+  else if (unit == "G")
+    scale = 1e9;
+  else if (unit == "Ki")
+    scale = 1024.0;
+  else if (unit == "Mi")
+    scale = 1024.0 * 1024;
+  else if (unit == "Gi")
+    scale = 1024.0 * 1024 * 1024;
+  else if (!unit.empty() && unit != "B")
+    throw error("unknown unit in memory size '" + text + "' (K, M, G, Ki, Mi, Gi)");
+  PCNN_EXPECTS(v > 0 && v * scale < 9e18, "memory size must be positive: '" + text + "'");
+  return static_cast<std::int64_t>(v * scale);
+}
 
 int run_knn(const KnnCommand& cmd) {
   const KnnParams params{cmd.k, cmd.exclude_self};
-  const auto t_load = std::chrono::steady_clock::now();
-  const Cloud refs = load_cloud(cmd.input, nullptr, /*keep_fields=*/false);
-  std::optional<Cloud> queries;
-  if (!cmd.query.empty()) queries = load_cloud(cmd.query, &refs.origin, /*keep_fields=*/false);
-  const double load_ms = ms_since(t_load);
-  const PointsView ref_view = refs.view();
-  const PointsView query_view = queries ? queries->view() : PointsView{};
-  const PointsView* qv = queries ? &query_view : nullptr;
-  validate_knn_args(ref_view, qv, params);  // fail on bad options before any device work
-
-  bool use_gpu = cmd.device != "cpu";
-  const DeviceInfo dev = query_device();
-  if (use_gpu && !dev.available) {
-    if (cmd.device == "cuda") throw no_device_error("no usable CUDA device: " + dev.reason);
-    std::fprintf(stderr, "pcnn: no usable CUDA device (%s); running on the CPU\n",
-                 dev.reason.c_str());
-    use_gpu = false;
-  }
-
-  Report report;
-  report.add("command", "knn");
+  const Inputs in = load_inputs(cmd);
+  validate_knn_args(in.ref_view, in.qv(), params);  // bad options fail before any device work
+  DeviceInfo dev;
+  const bool use_gpu = want_gpu(cmd, dev);
+  Report report = start_report("knn", cmd, in);
   report.add("k", cmd.k);
-  report.add("exclude self", cmd.exclude_self ? "yes" : "no");
-  report.add_section("references", describe_cloud(refs));
-  if (queries) report.add_section("queries", describe_cloud(*queries));
-  report.add("load", load_ms, "ms");
 
   KnnResult result;
   double gpu_total = 0;
   if (use_gpu) {
-    Report g;
-    g.add("device",
-          dev.name + " (sm_" + std::to_string(dev.cc_major) + std::to_string(dev.cc_minor) + ")");
-    g.add("context start-up", initialize_device(dev.ordinal), "ms");
+    Report g = start_gpu_section(cmd, dev);
     GpuKnnTimings t;
-    result = gpu_knn(ref_view, qv, params, parse_algorithm(cmd.algorithm), &t);
-    gpu_total = double(t.upload_ms) + t.build_ms + t.search_ms + t.download_ms;
-    g.add("algorithm", to_string(t.algorithm));
-    g.add("upload", t.upload_ms, "ms");
-    g.add(t.algorithm == Algorithm::grid ? "build index" : "prepare", t.build_ms, "ms");
-    g.add("search", t.search_ms, "ms");
-    g.add("download", t.download_ms, "ms");
-    g.add("total", gpu_total, "ms");
-    if (t.algorithm == Algorithm::grid)
-      g.add("outlier queries", static_cast<double>(t.outlier_queries));
-    g.add_note("", "device time by CUDA events; start-up is not in the total");
+    result = gpu_knn(in.ref_view, in.qv(), params, parse_algorithm(cmd.algorithm), &t);
+    gpu_total = finish_gpu_section(g, t);
     report.add_section("gpu", std::move(g));
   }
-
-  KnnResult cpu_result;
-  const bool run_cpu = !use_gpu || cmd.compare_cpu;
   int exit_code = kExitOk;
-  if (run_cpu) {
+  if (!use_gpu || cmd.compare_cpu) {
     CpuKnnTimings t;
-    cpu_result = pcl_knn(ref_view, qv, params, &t);
-    Report c;
-    c.add("method", "PCL KdTreeFLANN, " + std::to_string(t.threads) + " threads");
-    c.add("build", t.build_ms, "ms");
-    c.add("query", t.query_ms, "ms");
-    c.add("total", t.build_ms + t.query_ms, "ms");
-    report.add_section("cpu", std::move(c));
+    KnnResult cpu_result = pcl_knn(in.ref_view, in.qv(), params, &t);
+    report.add_section("cpu", cpu_section("PCL KdTreeFLANN", t));
     if (use_gpu) {
       report.add("speedup", (t.build_ms + t.query_ms) / gpu_total, "x");
       report.add_note("", "speedup = CPU total / GPU total");
-      const KnnAgreement ag = compare_knn(ref_view, qv, result, cpu_result, cmd.exclude_self);
-      Report a;
-      a.add("rows", static_cast<double>(ag.rows));
-      a.add("agreeing rows", static_cast<double>(ag.agreeing_rows));
-      a.add("agreeing percent", ag.rows ? 100.0 * ag.agreeing_rows / ag.rows : 100.0, "%");
-      a.add("identical rows", static_cast<double>(ag.identical_rows));
-      a.add("max sqdist difference", ag.max_abs_sqdist_diff);
-      if (!ag.all_agree()) a.add("first difference", ag.first_problem);
-      a.add_note("", "tie-aware: indices may differ only between neighbors at equal distance");
-      report.add_section("agreement with CPU", std::move(a));
+      const KnnAgreement ag =
+          compare_knn(in.ref_view, in.qv(), result, cpu_result, cmd.exclude_self);
+      report.add_section("agreement with CPU", knn_agreement_section(ag));
       if (!ag.all_agree()) exit_code = kExitDisagree;
     } else {
       result = std::move(cpu_result);
     }
   }
+  write_dense(cmd, result, report);
+  return finish(cmd, report, exit_code);
+}
 
-  if (!cmd.out.empty()) write_array(cmd.out, result.indices.data(), result.rows, result.k, "n");
-  if (!cmd.distances.empty())
-    write_array(cmd.distances, result.sqdist.data(), result.rows, result.k, "d");
-  if (!cmd.out.empty()) report.add("indices written to", cmd.out);
-  if (!cmd.distances.empty()) report.add("squared distances written to", cmd.distances);
+namespace {
 
-  report.print_table(stderr);
-  if (cmd.json) std::printf("%s\n", report.json().c_str());
-  return exit_code;
+// Radius results: OUT.offsets.npy, OUT.indices.npy, OUT.sqdist.npy, or one CSV of pairs.
+void write_csr(const SearchOptions& opt, const RadiusResult& r, Report& report) {
+  if (opt.out.empty()) return;
+  if (ends_with(opt.out, ".csv")) {
+    write_pairs_csv(opt.out, r.offsets.data(), r.rows, r.indices.data(), r.sqdist.data());
+    report.add("pairs written to", opt.out);
+    return;
+  }
+  const std::string base =
+      ends_with(opt.out, ".npy") ? opt.out.substr(0, opt.out.size() - 4) : opt.out;
+  const std::int64_t total = r.offsets.back();
+  write_array(base + ".offsets.npy", r.offsets.data(), r.rows + 1, 1);
+  write_array(base + ".indices.npy", r.indices.data(), total, 1);
+  write_array(base + ".sqdist.npy", r.sqdist.data(), total, 1);
+  report.add("written", base + ".offsets.npy, .indices.npy, .sqdist.npy");
+}
+
+Report radius_agreement_section(const RadiusAgreement& ag) {
+  Report a;
+  a.add("rows", static_cast<double>(ag.rows));
+  a.add("agreeing rows", static_cast<double>(ag.agreeing_rows));
+  a.add("agreeing percent", ag.rows ? 100.0 * ag.agreeing_rows / ag.rows : 100.0, "%");
+  a.add("identical rows", static_cast<double>(ag.identical_rows));
+  a.add("points on the boundary", static_cast<double>(ag.boundary_points));
+  if (!ag.all_agree()) a.add("first difference", ag.first_problem);
+  a.add_note("", "a point may differ only within float rounding of r (PCL decides in float)");
+  return a;
+}
+
+}  // namespace
+
+int run_radius(const RadiusCommand& cmd) {
+  const Inputs in = load_inputs(cmd);
+  const bool hybrid = cmd.max_nn > 0;
+  validate_radius(cmd.radius);
+  validate_knn_args(in.ref_view, in.qv(), {hybrid ? cmd.max_nn : 1, cmd.exclude_self});
+  DeviceInfo dev;
+  const bool use_gpu = want_gpu(cmd, dev);
+  Report report = start_report(hybrid ? "radius (hybrid)" : "radius", cmd, in);
+  report.add("radius", cmd.radius);
+  if (hybrid) report.add("max nn", cmd.max_nn);
+
+  RadiusResult radius;
+  HybridResult capped;
+  double gpu_total = 0;
+  if (use_gpu) {
+    Report g = start_gpu_section(cmd, dev);
+    GpuKnnTimings t;
+    if (hybrid)
+      capped =
+          gpu_hybrid_search(in.ref_view, in.qv(), {cmd.radius, cmd.max_nn, cmd.exclude_self}, &t);
+    else
+      radius = gpu_radius_search(in.ref_view, in.qv(), {cmd.radius, cmd.exclude_self}, &t);
+    gpu_total = finish_gpu_section(g, t);
+    report.add_section("gpu", std::move(g));
+  }
+  int exit_code = kExitOk;
+  if (!use_gpu || cmd.compare_cpu) {
+    CpuKnnTimings t;
+    RadiusResult cpu_radius;
+    HybridResult cpu_capped;
+    if (hybrid)
+      cpu_capped = pcl_hybrid(in.ref_view, in.qv(), {cmd.radius, cmd.max_nn, cmd.exclude_self}, &t);
+    else
+      cpu_radius = pcl_radius(in.ref_view, in.qv(), {cmd.radius, cmd.exclude_self}, &t);
+    report.add_section("cpu", cpu_section("PCL KdTreeFLANN radiusSearch", t));
+    if (use_gpu) {
+      report.add("speedup", (t.build_ms + t.query_ms) / gpu_total, "x");
+      report.add_note("", "speedup = CPU total / GPU total");
+      bool agree = false;
+      if (hybrid) {
+        const KnnAgreement ag =
+            compare_knn(in.ref_view, in.qv(), capped.knn, cpu_capped.knn, cmd.exclude_self);
+        report.add_section("agreement with CPU", knn_agreement_section(ag));
+        agree = ag.all_agree();
+      } else {
+        const RadiusAgreement ag =
+            compare_radius(in.ref_view, in.qv(), radius, cpu_radius, cmd.radius, cmd.exclude_self);
+        report.add_section("agreement with CPU", radius_agreement_section(ag));
+        agree = ag.all_agree();
+      }
+      if (!agree) exit_code = kExitDisagree;
+    } else {
+      radius = std::move(cpu_radius);
+      capped = std::move(cpu_capped);
+    }
+  }
+  if (hybrid) {
+    write_dense(cmd, capped.knn, report);
+    if (!cmd.counts.empty()) {
+      write_array(cmd.counts, capped.counts.data(), capped.knn.rows, 1, "count");
+      report.add("counts written to", cmd.counts);
+    }
+  } else {
+    std::int64_t longest = 0;
+    for (std::int64_t q = 0; q < radius.rows; ++q) longest = std::max(longest, radius.count(q));
+    report.add("neighbors found", static_cast<double>(radius.offsets.back()));
+    report.add("mean per query",
+               radius.rows ? double(radius.offsets.back()) / double(radius.rows) : 0.0);
+    report.add("most for one query", static_cast<double>(longest));
+    write_csr(cmd, radius, report);
+  }
+  return finish(cmd, report, exit_code);
 }
 
 }  // namespace pcnn::app

@@ -1,22 +1,37 @@
 // `pcnn knn`: load, search, compare with the CPU baseline, write, report.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace pcnn::app {
 
-struct KnnCommand {
+/// What every search command takes.
+struct SearchOptions {
   std::string input;
   std::string query;  // empty: the input queries itself
-  int k = 8;
   bool exclude_self = false;
-  std::string out;                 // neighbor indices (.npy or .csv); empty: not written
-  std::string distances;           // squared distances (.npy or .csv); empty: not written
-  std::string device = "auto";     // auto | cuda | cpu
-  std::string algorithm = "auto";  // auto | brute | grid
+  std::string out;                     // results (.npy or .csv); empty: not written
+  std::string distances;               // dense searches: squared distances (.npy or .csv)
+  std::string device = "auto";         // auto | cuda | cpu
+  std::int64_t max_device_memory = 0;  // bytes; 0: no cap
   bool compare_cpu = false;
   bool json = false;
 };
+
+struct KnnCommand : SearchOptions {
+  int k = 8;
+  std::string algorithm = "auto";  // auto | brute | grid
+};
+
+struct RadiusCommand : SearchOptions {
+  double radius = -1;
+  int max_nn = 0;      // > 0: hybrid search, dense rows of max_nn
+  std::string counts;  // hybrid: per-row counts (.npy or .csv)
+};
+
+/// "512M", "2G", "1.5Gi", "1000000" -> bytes; throws pcnn::error otherwise.
+std::int64_t parse_bytes(const std::string& text);
 
 /// Exit codes of the pcnn program (documented in the README).
 enum ExitCode {
@@ -32,5 +47,6 @@ enum ExitCode {
 /// Runs the command; returns kExitOk, or kExitDisagree when --compare-cpu found a difference.
 /// Errors are thrown (pcnn::input_error, pcnn::cuda_error, ...) and mapped to exit codes by main.
 int run_knn(const KnnCommand& cmd);
+int run_radius(const RadiusCommand& cmd);
 
 }  // namespace pcnn::app

@@ -15,6 +15,21 @@ namespace {
 
 using namespace pcnn::app;
 
+// Options every search command takes; `memory` receives --max-device-memory as typed.
+void add_search_options(CLI::App* cmd, SearchOptions& o, std::string& memory) {
+  cmd->add_option("input", o.input, "reference cloud (.pcd or .ply)")->required();
+  cmd->add_option("--query", o.query, "separate query cloud (.pcd or .ply)");
+  cmd->add_flag("--exclude-self", o.exclude_self, "a point is not its own neighbor");
+  cmd->add_option("--device", o.device, "auto, cuda or cpu")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->capture_default_str();
+  cmd->add_option("--max-device-memory", memory,
+                  "device memory pcnn may use (e.g. 2G, 512Mi): larger results go in passes");
+  cmd->add_flag("--compare-cpu", o.compare_cpu,
+                "also run the CPU baseline (PCL k-d tree) and compare");
+  cmd->add_flag("--json", o.json, "print the summary as one JSON object on stdout");
+}
+
 int run_generate(const std::string& kind, long long n, unsigned long long seed,
                  const std::string& out) {
   const auto xyz = pcnn::make_synthetic_cloud(pcnn::parse_synthetic_kind(kind), n, seed);
@@ -44,33 +59,45 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   KnnCommand knn;
+  std::string knn_memory;
   auto* knn_cmd = app.add_subcommand("knn", "k nearest neighbors of every point (or query point)");
-  knn_cmd->add_option("input", knn.input, "reference cloud (.pcd or .ply)")->required();
-  knn_cmd->add_option("--query", knn.query, "separate query cloud (.pcd or .ply)");
+  add_search_options(knn_cmd, knn, knn_memory);
   knn_cmd->add_option("-k", knn.k, "neighbors per point (1-128)")->capture_default_str();
-  knn_cmd->add_flag("--exclude-self", knn.exclude_self, "a point is not its own neighbor");
   knn_cmd->add_option("-o,--out", knn.out, "neighbor indices: .npy (int32, n x k) or .csv");
   knn_cmd->add_option("--distances", knn.distances,
                       "squared distances: .npy (float32, n x k) or .csv");
-  knn_cmd->add_option("--device", knn.device, "auto, cuda or cpu")
-      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
-      ->capture_default_str();
   knn_cmd
       ->add_option("--algorithm", knn.algorithm,
                    "GPU search: auto, brute (all pairs) or grid (spatial index)")
       ->check(CLI::IsMember({"auto", "brute", "grid"}))
       ->capture_default_str();
-  knn_cmd->add_flag("--compare-cpu", knn.compare_cpu,
-                    "also run the CPU baseline (PCL k-d tree) and compare");
-  knn_cmd->add_flag("--json", knn.json, "print the summary as one JSON object on stdout");
+
+  RadiusCommand radius;
+  std::string radius_memory;
+  auto* radius_cmd = app.add_subcommand(
+      "radius", "every neighbor within a radius (or, with --max-nn, the nearest ones within it)");
+  add_search_options(radius_cmd, radius, radius_memory);
+  radius_cmd->add_option("-r,--radius", radius.radius, "search radius (d^2 <= r^2 is inside)")
+      ->required();
+  radius_cmd->add_option("--max-nn", radius.max_nn,
+                         "hybrid search: at most this many nearest within r (1-128), dense rows");
+  radius_cmd->add_option(
+      "-o,--out", radius.out,
+      "radius: OUT.offsets.npy (int64, n+1), OUT.indices.npy (int32), OUT.sqdist.npy (float32), "
+      "or OUT.csv with one query,neighbor,sqdist line per pair; with --max-nn: indices, n x "
+      "max_nn (.npy or .csv)");
+  radius_cmd->add_option("--distances", radius.distances,
+                         "with --max-nn: squared distances, n x max_nn (.npy or .csv)");
+  radius_cmd->add_option("--counts", radius.counts,
+                         "with --max-nn: neighbors found per query (.npy int32 or .csv)");
 
   std::string gen_kind, gen_out;
   long long gen_n = 50000;
   unsigned long long gen_seed = 1;
   auto* gen_cmd = app.add_subcommand("generate", "write a synthetic cloud as binary PCD");
-  gen_cmd->add_option("kind", gen_kind, "uniform, clustered or lidar")
+  gen_cmd->add_option("kind", gen_kind, "uniform, clustered, lidar or hotspot")
       ->required()
-      ->check(CLI::IsMember({"uniform", "clustered", "lidar"}));
+      ->check(CLI::IsMember({"uniform", "clustered", "lidar", "hotspot"}));
   gen_cmd->add_option("-n,--points", gen_n, "number of points")
       ->capture_default_str()
       ->check(CLI::Range(0LL, 2147483647LL));
@@ -121,7 +148,21 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (knn_cmd->parsed()) return run_knn(knn);
+    if (knn_cmd->parsed()) {
+      if (!knn_memory.empty()) knn.max_device_memory = parse_bytes(knn_memory);
+      return run_knn(knn);
+    }
+    if (radius_cmd->parsed()) {
+      if (!radius_memory.empty()) radius.max_device_memory = parse_bytes(radius_memory);
+      if (radius_cmd->count("--max-nn") > 0 && radius.max_nn <= 0)
+        throw pcnn::error("--max-nn must be between 1 and 128, got " +
+                          std::to_string(radius.max_nn));
+      if (radius.max_nn <= 0 && (!radius.distances.empty() || !radius.counts.empty()))
+        throw pcnn::error(
+            "--distances and --counts go with --max-nn (radius results are "
+            "written as OUT.offsets/indices/sqdist)");
+      return run_radius(radius);
+    }
     if (gen_cmd->parsed()) return run_generate(gen_kind, gen_n, gen_seed, gen_out);
     if (stats_cmd->parsed()) return run_stats(stats);
     if (filter_cmd->parsed()) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "pcnn/baseline.hpp"
 #include "pcnn/device.hpp"
 #include "pcnn/knn.hpp"
@@ -24,11 +25,9 @@
 namespace {
 
 using namespace pcnn;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
+using bench::median;
+using bench::parse_list;
+using bench::parse_words;
 
 struct Row {
   std::string kind, algorithm;
@@ -41,20 +40,6 @@ struct Row {
   double cpu_build_ms = -1, cpu_query_ms = -1;
   double agree_pct = -1;
 };
-
-std::vector<long long> parse_list(const std::string& s) {
-  std::vector<long long> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoll(item));
-  return out;
-}
-
-std::vector<std::string> parse_words(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
-  return out;
-}
 
 }  // namespace
 

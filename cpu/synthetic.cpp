@@ -37,6 +37,20 @@ void clustered(std::int64_t n, std::mt19937_64& rng, std::vector<float>& out) {
   }
 }
 
+// Uniform, with n / 320 of the points packed in a ball of 0.5 m radius at the origin.
+void hotspot(std::int64_t n, std::mt19937_64& rng, std::vector<float>& out) {
+  const std::int64_t dense = n / 320;
+  uniform(n - dense, rng, out);
+  std::normal_distribution<double> g(0.0, 1.0);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (std::int64_t i = 0; i < dense; ++i) {
+    double d[3] = {g(rng), g(rng), g(rng)};
+    const double len = std::sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]);
+    const double r = 0.5 * std::cbrt(u(rng)) / (len > 0 ? len : 1);
+    for (double v : d) out.push_back(static_cast<float>(v * r));
+  }
+}
+
 // The LiDAR scene: a ground plane, axis-aligned boxes (buildings, walls, cars) and poles.
 struct Box {
   double lo[3], hi[3];
@@ -119,7 +133,8 @@ SyntheticKind parse_synthetic_kind(const std::string& name) {
   if (name == "uniform") return SyntheticKind::uniform;
   if (name == "clustered") return SyntheticKind::clustered;
   if (name == "lidar") return SyntheticKind::lidar;
-  throw error("unknown synthetic cloud kind '" + name + "' (uniform, clustered or lidar)");
+  if (name == "hotspot") return SyntheticKind::hotspot;
+  throw error("unknown synthetic cloud kind '" + name + "' (uniform, clustered, lidar or hotspot)");
 }
 
 const char* to_string(SyntheticKind kind) {
@@ -130,6 +145,8 @@ const char* to_string(SyntheticKind kind) {
       return "clustered";
     case SyntheticKind::lidar:
       return "lidar";
+    case SyntheticKind::hotspot:
+      return "hotspot";
   }
   return "?";
 }
@@ -148,6 +165,9 @@ std::vector<float> make_synthetic_cloud(SyntheticKind kind, std::int64_t n, std:
       break;
     case SyntheticKind::lidar:
       lidar(n, rng, out);
+      break;
+    case SyntheticKind::hotspot:
+      hotspot(n, rng, out);
       break;
   }
   return out;

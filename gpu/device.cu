@@ -1,12 +1,14 @@
 // Device discovery and context start-up.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "detail/cuda_try.cuh"
 #include "detail/device_buffer.cuh"
@@ -16,7 +18,7 @@ namespace pcnn {
 
 namespace detail {
 namespace {
-std::atomic<std::int64_t> g_current{0}, g_peak{0}, g_allocs{0};
+std::atomic<std::int64_t> g_current{0}, g_peak{0}, g_allocs{0}, g_limit{0};
 
 // Whether the current device supports stream-ordered allocation; the first call per device also
 // tells its pool to keep freed memory cached instead of returning it at every synchronization.
@@ -40,13 +42,34 @@ bool use_pool() {
 }
 }  // namespace
 
+std::string format_bytes(std::int64_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3g GB (%lld bytes)", double(bytes) / 1e9,
+                static_cast<long long>(bytes));
+  return buf;
+}
+
+void throw_out_of_memory(const std::string& what, std::int64_t needed, std::int64_t available) {
+  std::string msg = "out of device memory: " + what + " needs " + format_bytes(needed) + ", " +
+                    format_bytes(available) + " available";
+  if (g_limit.load() > 0)
+    msg += " under the limit of " + format_bytes(g_limit.load()) + " set by the caller";
+  throw out_of_memory_error(msg, needed, available);
+}
+
 void* device_allocate(std::size_t bytes, cudaStream_t stream) {
+  const auto want = static_cast<std::int64_t>(bytes);
+  const std::int64_t limit = g_limit.load();
+  if (limit > 0 && g_current.load() + want > limit)
+    throw_out_of_memory("an allocation", want, std::max<std::int64_t>(limit - g_current.load(), 0));
   void* p = nullptr;
-  if (use_pool())
-    PCNN_CUDA_TRY(cudaMallocAsync(&p, bytes, stream));
-  else
-    PCNN_CUDA_TRY(cudaMalloc(&p, bytes));
-  const std::int64_t now = g_current += static_cast<std::int64_t>(bytes);
+  const cudaError_t err = use_pool() ? cudaMallocAsync(&p, bytes, stream) : cudaMalloc(&p, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // not a sticky error: clear it so that later calls start clean
+    throw_out_of_memory("an allocation", want, device_memory_available());
+  }
+  PCNN_CUDA_TRY(err);
+  const std::int64_t now = g_current += want;
   ++g_allocs;
   std::int64_t peak = g_peak.load();
   while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
@@ -82,6 +105,34 @@ DeviceMemoryStats device_memory_stats() {
 }
 
 void reset_peak_device_memory() { detail::g_peak = detail::g_current.load(); }
+
+void set_device_memory_limit(std::int64_t bytes) {
+  PCNN_EXPECTS(bytes >= 0,
+               "device memory limit must be >= 0 (0: no limit), got " + std::to_string(bytes));
+  detail::g_limit = bytes;
+}
+
+std::int64_t device_memory_limit() { return detail::g_limit.load(); }
+
+std::int64_t device_memory_available() {
+  std::size_t free_bytes = 0, total = 0;
+  PCNN_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total));
+  auto available = static_cast<std::int64_t>(free_bytes);
+  if (detail::use_pool()) {  // memory pcnn freed stays reserved in the pool, ready for reuse
+    int dev = 0;
+    PCNN_CUDA_TRY(cudaGetDevice(&dev));
+    cudaMemPool_t pool;
+    PCNN_CUDA_TRY(cudaDeviceGetDefaultMemPool(&pool, dev));
+    std::uint64_t reserved = 0, used = 0;
+    PCNN_CUDA_TRY(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
+    PCNN_CUDA_TRY(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
+    if (reserved > used) available += static_cast<std::int64_t>(reserved - used);
+  }
+  const std::int64_t limit = detail::g_limit.load();
+  if (limit > 0)
+    available = std::min(available, std::max<std::int64_t>(limit - detail::g_current.load(), 0));
+  return available;
+}
 
 DeviceInfo query_device(int ordinal) {
   DeviceInfo info;

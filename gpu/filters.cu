@@ -153,7 +153,7 @@ FilterResult gpu_statistical_outlier_removal(PointsView pts, SorParams params,
   detail::cuda_event t0, built, t1, t2;
   t0.record(stream);
   const detail::TreeSearchStats st = detail::tree_search_device(
-      d_pts, nullptr, {params.mean_k, true}, idx.data(), sq.data(), stream, built);
+      d_pts, nullptr, {params.mean_k, true}, {idx.data(), sq.data()}, stream, built);
   PCNN_EXPECTS(st.refs_finite > params.mean_k,
                "SOR: the cloud has " + std::to_string(st.refs_finite) +
                    " finite points; mean_k needs more than " + std::to_string(params.mean_k));
@@ -213,7 +213,7 @@ FilterResult gpu_radius_outlier_removal(PointsView pts, RorParams params, cudaSt
   detail::cuda_event t0, built, t1, t2;
   t0.record(stream);
   const detail::TreeSearchStats st =
-      detail::tree_search_device(d_pts, nullptr, {k, true}, idx.data(), sq.data(), stream, built);
+      detail::tree_search_device(d_pts, nullptr, {k, true}, {idx.data(), sq.data()}, stream, built);
   t1.record(stream);
   (void)st;
   const double r2 = params.radius * params.radius;

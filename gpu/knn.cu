@@ -64,17 +64,24 @@ KnnResult gpu_knn(PointsView refs, const PointsView* queries, KnnParams params, 
   validate_knn_args(refs, queries, params);
   const std::int64_t rows = queries ? queries->count : refs.count;
   if (algorithm == Algorithm::automatic) algorithm = choose_algorithm(refs.count, rows);
+  const std::int64_t rows_per_pass = detail::plan_rows_per_pass(
+      rows, std::int64_t(params.k) * 8, detail::tree_working_bytes(refs, queries, false),
+      params.max_rows_per_pass,
+      "a kNN search of " + std::to_string(rows) + " queries with k = " + std::to_string(params.k));
+  // Only the index search works in passes; brute force is for problems small enough for one.
+  if (rows_per_pass > 0) algorithm = Algorithm::grid;
   if (timings) {
     *timings = GpuKnnTimings{};
     timings->algorithm = algorithm;
   }
   return detail::knn_to_host(
-      rows, params.k, stream, timings,
-      [&](std::int32_t* d_idx, float* d_dist, detail::cuda_event& uploaded,
-          detail::cuda_event& built) {
+      rows, params.k, rows_per_pass, stream, timings,
+      [&](const detail::KnnOutput& out, detail::cuda_event& uploaded, detail::cuda_event& built) {
         if (algorithm == Algorithm::grid)
-          return detail::tree_search(refs, queries, params, d_idx, d_dist, stream, uploaded, built);
-        detail::brute_force_search(refs, queries, params, d_idx, d_dist, stream, uploaded, built);
+          return detail::tree_search(refs, queries, params, detail::RadiusBound{}, out, stream,
+                                     uploaded, built);
+        detail::brute_force_search(refs, queries, params, out.d_idx, out.d_dist, stream, uploaded,
+                                   built);
         detail::TreeSearchStats stats;
         stats.evaluations = refs.count * rows;
         return stats;

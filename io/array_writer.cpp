@@ -52,7 +52,6 @@ void write_value(std::ostream& os, T v) {
 template <class T>
 void write_any(const std::string& path, const T* data, std::int64_t rows, int cols,
                const char* descr, const std::string& prefix) {
-  static_assert(sizeof(T) == 4, "npy descriptors here are 4-byte types");
   io_detail::write_atomically(path, [&](const std::string& tmp) -> std::string {
     std::ofstream os(tmp, std::ios::binary | std::ios::trunc);
     if (!os) return std::strerror(errno);
@@ -88,6 +87,28 @@ void write_array(const std::string& path, const std::int32_t* data, std::int64_t
 void write_array(const std::string& path, const float* data, std::int64_t rows, int cols,
                  const std::string& prefix) {
   write_any(path, data, rows, cols, "<f4", prefix);
+}
+
+void write_array(const std::string& path, const std::int64_t* data, std::int64_t rows, int cols,
+                 const std::string& prefix) {
+  write_any(path, data, rows, cols, "<i8", prefix);
+}
+
+void write_pairs_csv(const std::string& path, const std::int64_t* offsets, std::int64_t rows,
+                     const std::int32_t* indices, const float* sqdist) {
+  io_detail::write_atomically(path, [&](const std::string& tmp) -> std::string {
+    std::ofstream os(tmp, std::ios::binary | std::ios::trunc);
+    if (!os) return std::strerror(errno);
+    os << "query,neighbor,sqdist\n";
+    for (std::int64_t q = 0; q < rows; ++q)
+      for (std::int64_t i = offsets[q]; i < offsets[q + 1]; ++i) {
+        os << q << ',' << indices[i] << ',';
+        write_value(os, sqdist[i]);
+        os << '\n';
+      }
+    os.flush();
+    return os ? "" : std::strerror(errno);
+  });
 }
 
 }  // namespace pcnn

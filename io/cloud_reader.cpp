@@ -178,8 +178,7 @@ std::string write_empty(const std::string& path, const std::string& ext,
 
 }  // namespace
 
-Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin,
-                 bool keep_fields) {
+Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin, bool keep_fields) {
   const std::string ext = lower_extension(path);
   if (ext != ".pcd" && ext != ".ply")
     fail(path, "unknown extension '" + ext + "' (expected .pcd or .ply)");

@@ -90,8 +90,8 @@ void check_ascii_rows(const std::string& path, std::uint64_t offset, std::uint64
                     " values, expected " + std::to_string(columns));
     for (const auto& t : w)
       if (!is_number(t))
-        bad(path, what + " row " + std::to_string(row) + ": '" + t.substr(0, 40) +
-                      "' is not a number");
+        bad(path,
+            what + " row " + std::to_string(row) + ": '" + t.substr(0, 40) + "' is not a number");
     ++row;
   }
   if (row < rows)
@@ -104,7 +104,7 @@ void check_ascii_rows(const std::string& path, std::uint64_t offset, std::uint64
 // data that happens to begin like "COLUMNS..." is then parsed as a header (found by fuzzing:
 // PCL went on to allocate a string of terabytes). Reject what PCL would misread.
 void check_after_data(const std::string& path, std::uint64_t data_start) {
-  static const char* keywords[] = {"VERSION", "FIELDS", "COLUMNS", "SIZE",   "TYPE", "COUNT",
+  static const char* keywords[] = {"VERSION", "FIELDS", "COLUMNS",   "SIZE",   "TYPE", "COUNT",
                                    "WIDTH",   "HEIGHT", "VIEWPOINT", "POINTS", "DATA"};
   std::ifstream is(path, std::ios::binary);
   is.seekg(static_cast<std::streamoff>(data_start));
@@ -121,9 +121,9 @@ void check_after_data(const std::string& path, std::uint64_t data_start) {
         head.push_back(ch);
       }
     }
-    if (!any && !is) return;          // end of file
-    if (head.empty()) continue;       // an empty line: PCL skips it
-    if (head[0] == '#') continue;     // a comment: PCL skips it
+    if (!any && !is) return;       // end of file
+    if (head.empty()) continue;    // an empty line: PCL skips it
+    if (head[0] == '#') continue;  // a comment: PCL skips it
     for (const char* k : keywords)
       if (head.compare(0, std::strlen(k), k) == 0)
         bad(path, "the data after the DATA line begins like a header line ('" + head +

@@ -45,7 +45,26 @@ expect 0 "points +4[0-9],[0-9]{3}" -- knn "$tmp/f.pcd" -k 2 --device cpu
 expect 0 "removed" -- filter ror "$sample" -o "$tmp/r.ply" --radius 0.3 --min-neighbors 3 --device cpu
 expect 2 "needs --radius" -- filter ror "$sample" -o "$tmp/r.ply"
 expect 2 "mean_k must be between" -- filter sor "$sample" -o "$tmp/f.pcd" --mean-k 0
+expect 0 "neighbors found" -- radius "$sample" -r 0.3 --device cpu -o "$tmp/rad"
+for f in offsets indices sqdist; do
+  [ -s "$tmp/rad.$f.npy" ] || { echo "FAIL: no rad.$f.npy"; fails=$((fails + 1)); }
+done
+grep -q "'<i8', 'fortran_order': False, 'shape': (50001, 1)" "$tmp/rad.offsets.npy" || { echo "FAIL: offsets header"; fails=$((fails + 1)); }
+expect 0 "pairs written to" -- radius "$sample" -r 0.05 --exclude-self --device cpu -o "$tmp/rad.csv"
+[ "$(head -1 "$tmp/rad.csv")" = "query,neighbor,sqdist" ] || { echo "FAIL: pairs csv header"; fails=$((fails + 1)); }
+expect 0 "counts written to" -- radius "$sample" -r 0.3 --max-nn 8 --device cpu -o "$tmp/h.npy" --counts "$tmp/hc.csv"
+[ "$(wc -l <"$tmp/hc.csv")" -eq 50001 ] || { echo "FAIL: counts csv rows"; fails=$((fails + 1)); }
+expect 2 "radius must be a finite number >= 0" -- radius "$sample" -r -1 --device cpu
+expect 2 "max-nn must be between 1 and 128" -- radius "$sample" -r 1 --max-nn 0
+expect 2 "k must be between 1 and 128, got 500" -- radius "$sample" -r 1 --max-nn 500 --device cpu
+expect 2 "go with --max-nn" -- radius "$sample" -r 1 --counts "$tmp/x.csv"
+expect 2 "required" -- radius "$sample"
+expect 2 "not a memory size" -- knn "$sample" --max-device-memory lots
 if "$pcnn" devices >/dev/null 2>&1; then
+  expect 0 "agreeing percent +100 %" -- radius "$sample" -r 0.3 --compare-cpu
+  expect 0 "agreeing percent +100 %" -- radius "$sample" -r 0.3 --max-nn 16 --exclude-self --compare-cpu
+  expect 0 "passes" -- radius "$sample" -r 0.3 --max-device-memory 24M
+  expect 4 "out of device memory: .* needs .* available under the limit" -- knn "$sample" --max-device-memory 100K
   expect 0 "agreeing percent +100 %" -- knn "$sample" -k 8 --compare-cpu
   expect 0 "same points kept +yes" -- filter sor "$sample" -o "$tmp/g.pcd" --compare-cpu
   expect 0 "same points kept +yes" -- filter ror "$sample" -o "$tmp/g.pcd" --radius 0.3 --min-neighbors 3 --compare-cpu

@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
 #include <utility>
 
 #include "cuda_try.cuh"
@@ -16,6 +18,10 @@ namespace pcnn::detail {
 /// (pcnn::device_memory_stats).
 void* device_allocate(std::size_t bytes, cudaStream_t stream);
 void device_free(void* ptr, std::size_t bytes, cudaStream_t stream) noexcept;
+
+/// Throws pcnn::out_of_memory_error: "out of device memory: <what> needs N, M available".
+[[noreturn]] void throw_out_of_memory(const std::string& what, std::int64_t needed,
+                                      std::int64_t available);
 
 /// `size` elements of T in device memory, allocated and freed in the order of `stream`. Move-only.
 template <class T>

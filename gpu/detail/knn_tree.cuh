@@ -22,6 +22,7 @@
 #include "distance.cuh"
 #include "finite.cuh"
 #include "morton.cuh"
+#include "radius_bound.cuh"
 #include "spatial_index.cuh"
 #include "topk.cuh"
 #include "warp_reduce.cuh"
@@ -67,13 +68,34 @@ __device__ __forceinline__ bool may_reach(float bound2, float worst) {
   return bound2 <= worst * kPruneSlack;
 }
 
+/// What one launch of the tree kNN kernels searches and where it writes.
+struct TreeKnnArgs {
+  const float4* queries = nullptr;   // sorted along the curve; w = original index
+  int slot_begin = 0, slot_end = 0;  // the queries (sorted positions) of this launch
+  bool self_search = false;          // the queries are the index's own points
+  int k = 1;
+  bool exclude_self = false;
+  int out_slot_base = -1;  // < 0: row = original query index; else row = slot - out_slot_base
+  RadiusBound bound;       // hybrid search: only points within the radius
+  std::int32_t* out_idx = nullptr;
+  float* out_dist = nullptr;
+  int* outlier_slots = nullptr;
+  int* outlier_count = nullptr;
+  unsigned long long* evaluations = nullptr;
+
+  __device__ std::size_t row(int slot, int qid) const {
+    return static_cast<std::size_t>(out_slot_base < 0 ? qid : slot - out_slot_base) * k;
+  }
+};
+
 /// Offers one point: the (rare) path after a threshold test passed. Kept out of line of the
 /// unrolled distance loops so that the list update exists once per call site.
 template <class List>
-__device__ __forceinline__ void offer_point(float4 p, float4 q, int self, List& best) {
+__device__ __forceinline__ void offer_point(float4 p, float4 q, int self, const RadiusBound& bound,
+                                            List& best) {
   const float d = point_dist2(q, p);
   const int id = __float_as_int(p.w);
-  if (best.improves(d, id) && id != self) best.insert(d, id);
+  if (best.improves(d, id) && id != self && bound.contains(q, p, d)) best.insert(d, id);
 }
 
 /// Scans 32 staged points for one query. The hot loop only computes distances and marks the
@@ -82,7 +104,8 @@ __device__ __forceinline__ void offer_point(float4 p, float4 q, int self, List& 
 /// lane, but some lane of 32 inserts often: a per-point branch would make the whole warp wait
 /// on each of them.
 template <class List>
-__device__ __forceinline__ void scan_staged(const float4* stage, float4 q, int self, List& best) {
+__device__ __forceinline__ void scan_staged(const float4* stage, float4 q, int self,
+                                            const RadiusBound& bound, List& best) {
   const float worst = best.worst;
   unsigned mask = 0;
 #pragma unroll
@@ -90,7 +113,7 @@ __device__ __forceinline__ void scan_staged(const float4* stage, float4 q, int s
   while (mask) {
     const int j = __ffs(mask) - 1;
     mask &= mask - 1;
-    offer_point(stage[j], q, self, best);
+    offer_point(stage[j], q, self, bound, best);
   }
 }
 
@@ -110,24 +133,24 @@ __device__ __forceinline__ int home_cell(const TreeView& t, float4 q) {
 }
 
 template <int CAP>
-__global__ void __launch_bounds__(kTreeWarps * 32)
-    knn_tree_kernel(TreeView t, const float4* __restrict__ queries, int n_queries, bool self_search,
-                    int k, bool exclude_self, std::int32_t* __restrict__ out_idx,
-                    float* __restrict__ out_dist, int* __restrict__ outlier_slots,
-                    int* __restrict__ outlier_count, unsigned long long* __restrict__ evaluations) {
+__global__ void __launch_bounds__(kTreeWarps * 32) knn_tree_kernel(TreeView t, TreeKnnArgs a) {
   __shared__ float4 stage_all[kTreeWarps][kCell];
   __shared__ int stack_all[kTreeWarps][kTreeStack];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  const int first = (blockIdx.x * kTreeWarps + warp) * 32;
-  if (first >= n_queries) return;  // whole warps only
+  const int first = a.slot_begin + (blockIdx.x * kTreeWarps + warp) * 32;
+  if (first >= a.slot_end) return;  // whole warps only
   float4* stage = stage_all[warp];
   int* stack = stack_all[warp];
+  const int k = a.k;
+  const bool self_search = a.self_search;
+  int* outlier_slots = a.outlier_slots;
+  int* outlier_count = a.outlier_count;
 
   const int slot = first + lane;
-  const float4 q = slot < n_queries ? queries[slot] : make_float4(NAN, NAN, NAN, 0.f);
+  const float4 q = slot < a.slot_end ? a.queries[slot] : make_float4(NAN, NAN, NAN, 0.f);
   const int qid = __float_as_int(q.w);
-  const int self = exclude_self ? qid : -1;
-  bool active = slot < n_queries && finite3(q.x, q.y, q.z) && t.levels > 0;
+  const int self = a.exclude_self ? qid : -1;
+  bool active = slot < a.slot_end && finite3(q.x, q.y, q.z) && t.levels > 0;
   bool outlier = false;
   TreeList<CAP> best;
   if constexpr (CAP <= kMaxSharedCap) {
@@ -135,7 +158,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
     best.s = {lists + threadIdx.x, reinterpret_cast<int*>(lists + CAP * blockDim.x) + threadIdx.x,
               static_cast<int>(blockDim.x)};
   }
-  best.init(k);
+  best.init(k, a.bound.upper);
   unsigned long long evals = 0;  // lane-point distance computations
 
   const unsigned valid = __ballot_sync(kFullMask, active);
@@ -279,7 +302,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
       stage[lane] = p;
       __syncwarp();
       evals += kCell * __popc(__ballot_sync(kFullMask, active));
-      if (active) scan_staged(stage, q, self, best);
+      if (active) scan_staged(stage, q, self, a.bound, best);
       if (following == -2) {
         following = next_cell();
         p_next = load_cell(following);
@@ -289,11 +312,11 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
     }
   }
 
-  if (slot < n_queries && !outlier) {
-    const std::size_t row = static_cast<std::size_t>(qid) * k;
-    best.write(out_idx + row, out_dist + row, nullptr);
+  if (slot < a.slot_end && !outlier) {
+    const std::size_t row = a.row(slot, qid);
+    best.write(a.out_idx + row, a.out_dist + row, nullptr);
   }
-  if (lane == 0 && evals) atomicAdd(evaluations, evals);
+  if (lane == 0 && evals) atomicAdd(a.evaluations, evals);
 }
 
 /// One warp per outlier query: depth-first, nearest child first, so that the radius shrinks as
@@ -302,10 +325,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
 /// the same list, updated with the cell's candidates in lane order.
 template <int CAP>
 __global__ void __launch_bounds__(kTreeWarps * 32)
-    knn_tree_outlier_kernel(TreeView t, const float4* __restrict__ queries,
-                            const int* __restrict__ slots, int count, int k, bool exclude_self,
-                            std::int32_t* __restrict__ out_idx, float* __restrict__ out_dist,
-                            unsigned long long* __restrict__ evaluations) {
+    knn_tree_outlier_kernel(TreeView t, TreeKnnArgs a, int count) {
   __shared__ int node_all[kTreeWarps][kTreeStack];
   __shared__ float dist_all[kTreeWarps][kTreeStack];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -313,11 +333,12 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
   if (i >= count) return;  // whole warps only
   int* stack_node = node_all[warp];
   float* stack_d = dist_all[warp];
-  const float4 q = queries[slots[i]];
+  const int slot = a.outlier_slots[i];
+  const float4 q = a.queries[slot];
   const int qid = __float_as_int(q.w);
-  const int self = exclude_self ? qid : -1;
+  const int self = a.exclude_self ? qid : -1;
   TopK<CAP, false> best;
-  best.init(k);
+  best.init(a.k, a.bound.upper);
   unsigned long long evals = 0;
   int sp = 0;
 
@@ -373,7 +394,8 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
     const float d = point_dist2(q, p);
     const int id = __float_as_int(p.w);
     evals += min(kCell, t.n - index * kCell);
-    unsigned better = __ballot_sync(kFullMask, best.improves(d, id) && id != self);
+    unsigned better =
+        __ballot_sync(kFullMask, best.improves(d, id) && id != self && a.bound.contains(q, p, d));
     while (better) {
       const int src = __ffs(better) - 1;
       better &= better - 1;
@@ -383,9 +405,9 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
     }
   }
   if (lane == 0) {
-    const std::size_t row = static_cast<std::size_t>(qid) * k;
-    best.write(out_idx + row, out_dist + row, nullptr);
-    atomicAdd(evaluations, evals);
+    const std::size_t row = a.row(slot, qid);
+    best.write(a.out_idx + row, a.out_dist + row, nullptr);
+    atomicAdd(a.evaluations, evals);
   }
 }
 

@@ -9,6 +9,8 @@
 
 #include "device_buffer.cuh"
 #include "pcnn/knn.hpp"
+#include "pcnn/radius.hpp"
+#include "radius_bound.cuh"
 #include "spatial_index.cuh"
 
 namespace pcnn::detail {
@@ -22,21 +24,56 @@ struct TreeSearchStats {
   std::int64_t evaluations = 0;  // query-point distance computations
   float outlier_ms = 0;          // device time of the outlier search
   std::int64_t refs_finite = 0;  // references with finite coordinates
+  // Set when the rows went to the host in several passes (KnnOutput::rows_per_pass > 0):
+  int passes = 1;
+  float search_ms = 0, download_ms = 0;
 };
 
+/// Where a tree search writes its rows (k entries each). One pass: `d_idx`/`d_dist` hold every
+/// row, indexed by original query. Chunked (`rows_per_pass` > 0, a multiple of kTreeQueryBlock):
+/// the queries go in passes of that many (in curve order) through `d_idx`/`d_dist` (sized for
+/// one pass), and each pass is downloaded and its rows put in place in `h_idx`/`h_dist` (rows × k,
+/// host) — for results larger than the device memory left.
+struct KnnOutput {
+  std::int32_t* d_idx = nullptr;
+  float* d_dist = nullptr;
+  std::int64_t rows_per_pass = 0;
+  std::int32_t* h_idx = nullptr;
+  float* h_dist = nullptr;
+};
+
+/// Queries a launch of the tree search covers per block; passes are multiples of it.
+inline constexpr int kTreeQueryBlock = 128;
+
 TreeSearchStats tree_search(PointsView refs, const PointsView* queries, KnnParams params,
-                            std::int32_t* d_idx, float* d_dist, cudaStream_t stream,
+                            const RadiusBound& bound, const KnnOutput& out, cudaStream_t stream,
                             cuda_event& uploaded, cuda_event& built);
 
 /// The same for points already on the device (`data` are device pointers); no upload.
 TreeSearchStats tree_search_device(PointsView refs, const PointsView* queries, KnnParams params,
-                                   std::int32_t* d_idx, float* d_dist, cudaStream_t stream,
-                                   cuda_event& built);
+                                   const KnnOutput& out, cudaStream_t stream, cuda_event& built);
 
 /// A search of an existing index: `queries` (device pointers) or, when null, the index's own
 /// points. `built` is recorded after the queries are ordered, before the search kernels.
+/// `bound` limits neighbors to a radius (hybrid search); the default is no limit.
 TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries, KnnParams params,
-                           std::int32_t* d_idx, float* d_dist, cudaStream_t stream,
+                           const RadiusBound& bound, const KnnOutput& out, cudaStream_t stream,
                            cuda_event& built);
+
+/// Device bytes a tree search needs besides its output rows: uploaded points, the index (unless
+/// `index_built`), the sorted queries and the search's own workspace. An estimate on the safe
+/// side, for planning passes.
+std::int64_t tree_working_bytes(PointsView refs, const PointsView* queries, bool index_built);
+
+/// Throws pcnn::out_of_memory_error when `working` bytes plus the per-query memory of a radius
+/// search of `rows` queries exceed the device memory available.
+void check_radius_fits(std::int64_t working, std::int64_t rows);
+
+/// Radius search of an existing index (see pcnn::gpu_radius_search): `queries` are device
+/// pointers, or null for the index's own points. `start` and `uploaded` were recorded by the
+/// caller around its uploads; fills `timings` when given.
+RadiusResult radius_query(const SpatialIndex& index, const PointsView* queries,
+                          const RadiusParams& params, GpuKnnTimings* timings, cudaStream_t stream,
+                          cuda_event& start, cuda_event& uploaded);
 
 }  // namespace pcnn::detail

@@ -55,14 +55,16 @@ struct TopK {
   int worst_id;  // id[k - 1]
   int k;
 
-  __device__ __forceinline__ void init(int k_) {
+  /// An empty list. With `bound` < infinity it only takes candidates at squared distance <=
+  /// bound (the empty entries sit at `bound`, so `worst` never rises above it).
+  __device__ __forceinline__ void init(int k_, float bound = INFINITY) {
     k = k_;
 #pragma unroll
     for (int i = 0; i < CAP; ++i) {
-      s.d(i) = INFINITY;
+      s.d(i) = bound;
       s.id(i) = INT_MAX;
     }
-    worst = INFINITY;
+    worst = bound;
     worst_id = INT_MAX;
   }
 

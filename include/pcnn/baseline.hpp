@@ -4,6 +4,7 @@
 #include "pcnn/filters.hpp"
 #include "pcnn/knn.hpp"
 #include "pcnn/points.hpp"
+#include "pcnn/radius.hpp"
 
 namespace pcnn {
 
@@ -20,6 +21,15 @@ struct CpuKnnTimings {
 /// @throws pcnn::error on invalid arguments (as validate_knn_args).
 KnnResult pcl_knn(PointsView refs, const PointsView* queries, KnnParams params,
                   CpuKnnTimings* timings = nullptr);
+
+/// Radius search with pcl::KdTreeFLANN::radiusSearch on all cores (FLANN's float distances, so
+/// points within rounding of r can fall on either side; see compare_radius). Rows sorted by
+/// (squared distance, index). `max_nn` > 0 keeps only the nearest max_nn within r (the hybrid
+/// search; the dense form of HybridResult is returned by pcl_hybrid).
+RadiusResult pcl_radius(PointsView refs, const PointsView* queries, RadiusParams params,
+                        CpuKnnTimings* timings = nullptr, int max_nn = 0);
+HybridResult pcl_hybrid(PointsView refs, const PointsView* queries, HybridParams params,
+                        CpuKnnTimings* timings = nullptr);
 
 /// pcl::StatisticalOutlierRemoval / pcl::RadiusOutlierRemoval on the same points (as an
 /// unorganized pcl::PointCloud<pcl::PointXYZ>, is_dense when every point is finite), for

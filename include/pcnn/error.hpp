@@ -1,6 +1,7 @@
 // pcnn — errors thrown by the library.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -22,6 +23,21 @@ class cuda_error : public error {
 class no_device_error : public cuda_error {
  public:
   using cuda_error::cuda_error;
+};
+
+/// Device memory ran out, or a search would need more than is available (or more than the
+/// limit set with pcnn::set_device_memory_limit). Nothing was launched for the failed request,
+/// every device buffer it took was released, and the library stays usable: a smaller request, or
+/// the same one after memory is freed, works.
+class out_of_memory_error : public cuda_error {
+ public:
+  out_of_memory_error(const std::string& what, std::int64_t needed, std::int64_t available)
+      : cuda_error(what), needed_(needed), available_(available) {}
+  std::int64_t needed_bytes() const { return needed_; }        ///< what the request needed
+  std::int64_t available_bytes() const { return available_; }  ///< what was available then
+
+ private:
+  std::int64_t needed_, available_;
 };
 
 namespace detail {

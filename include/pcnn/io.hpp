@@ -76,5 +76,12 @@ void write_array(const std::string& path, const std::int32_t* data, std::int64_t
                  const std::string& prefix = "n");
 void write_array(const std::string& path, const float* data, std::int64_t rows, int cols,
                  const std::string& prefix = "d");
+void write_array(const std::string& path, const std::int64_t* data, std::int64_t rows, int cols,
+                 const std::string& prefix = "n");
+
+/// Variable-length rows (radius results in CSR form) as CSV: a header line, then one line
+/// "query,neighbor,sqdist" per pair, rows in order. Written atomically. @throws pcnn::output_error
+void write_pairs_csv(const std::string& path, const std::int64_t* offsets, std::int64_t rows,
+                     const std::int32_t* indices, const float* sqdist);
 
 }  // namespace pcnn

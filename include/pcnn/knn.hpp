@@ -19,6 +19,10 @@ inline constexpr int kMaxK = 128;
 struct KnnParams {
   int k = 8;                  ///< neighbors per query, 1..kMaxK
   bool exclude_self = false;  ///< self-search only: a point is not its own neighbor
+  /// Results are produced in one pass when they fit in the device memory available (see
+  /// pcnn::set_device_memory_limit), else in passes over the queries, each brought to the host
+  /// before the next. A value > 0 caps the queries per pass (rounded up to a multiple of 128).
+  std::int64_t max_rows_per_pass = 0;
 };
 
 /// Dense kNN results for `rows` queries: row q holds `k` neighbor indices into the reference
@@ -59,6 +63,7 @@ struct GpuKnnTimings {
   std::int64_t outlier_queries = 0;  ///< grid: queries searched alone (far from their neighbors)
   float outlier_ms = 0;              ///< grid: the part of search_ms spent on them
   std::int64_t distance_evaluations = 0;  ///< query-point distances computed
+  int passes = 1;  ///< passes over the queries (more than one when the results did not fit)
 };
 
 /// Exact kNN on the GPU. Every algorithm returns the same neighbors as the double-precision
@@ -73,8 +78,9 @@ struct GpuKnnTimings {
 /// @return owning results, one row per query point (all queries, finite or not)
 /// @throws pcnn::error on invalid arguments (k out of range, null data with a non-zero count,
 ///         stride < 3, exclude_self with a separate query set, more than 2^31-1 points);
-///         pcnn::no_device_error when no CUDA device is usable; pcnn::cuda_error on device
-///         failures.
+///         pcnn::no_device_error when no CUDA device is usable; pcnn::out_of_memory_error
+///         (needed and available bytes) when even a pass of 128 queries does not fit;
+///         pcnn::cuda_error on other device failures.
 /// Synchronizes with `stream` before returning.
 KnnResult gpu_knn(PointsView refs, const PointsView* queries, KnnParams params,
                   Algorithm algorithm = Algorithm::automatic, GpuKnnTimings* timings = nullptr,

@@ -6,11 +6,15 @@
 
 #include "pcnn/knn.hpp"
 #include "pcnn/points.hpp"
+#include "pcnn/radius.hpp"
 
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
 
 namespace pcnn {
+namespace detail {
+struct RadiusBound;
+}
 
 /// The spatial index of a reference cloud, kept on the device. Move-only; owns its device memory
 /// (freed on the default stream when the index is destroyed, so the streams passed to the
@@ -38,7 +42,19 @@ class KnnIndex {
   KnnResult query(PointsView queries, KnnParams params, GpuKnnTimings* timings = nullptr,
                   cudaStream_t stream = nullptr) const;
 
+  /// Every indexed point within `params.radius` of each query (host memory), in CSR form, as
+  /// pcnn::gpu_radius_search. `params.exclude_self` is not allowed.
+  RadiusResult radius(PointsView queries, RadiusParams params, GpuKnnTimings* timings = nullptr,
+                      cudaStream_t stream = nullptr) const;
+
+  /// The `params.max_nn` nearest indexed points within `params.radius`, as
+  /// pcnn::gpu_hybrid_search. `params.exclude_self` is not allowed.
+  HybridResult hybrid(PointsView queries, HybridParams params, GpuKnnTimings* timings = nullptr,
+                      cudaStream_t stream = nullptr) const;
+
  private:
+  KnnResult hybrid_or_knn(PointsView queries, KnnParams params, const detail::RadiusBound& bound,
+                          GpuKnnTimings* timings, cudaStream_t stream) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

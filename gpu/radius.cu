@@ -1,0 +1,434 @@
+// pcnn::gpu_radius_search and pcnn::gpu_hybrid_search over the spatial index.
+#include <cub/device/device_scan.cuh>
+#include <cub/device/device_segmented_sort.cuh>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "detail/cuda_try.cuh"
+#include "detail/device_buffer.cuh"
+#include "detail/knn_to_host.cuh"
+#include "detail/radius_tree.cuh"
+#include "detail/search.cuh"
+#include "detail/spatial_index.cuh"
+#include "detail/upload.cuh"
+#include "pcnn/device.hpp"
+#include "pcnn/error.hpp"
+#include "pcnn/radius.hpp"
+
+namespace pcnn {
+namespace detail {
+namespace {
+
+/// Row layout of the slots [slot_begin, slot_begin + n): each row's length (from the counts per
+/// original index) and, when `offsets` is given, its start (the offset of its original index).
+__global__ void radius_rows_kernel(const float4* __restrict__ queries, int slot_begin, int n,
+                                   const std::int64_t* __restrict__ counts,
+                                   const std::int64_t* __restrict__ offsets,
+                                   std::int64_t* __restrict__ len,
+                                   std::int64_t* __restrict__ start) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int qid = __float_as_int(queries[slot_begin + i].w);
+  len[i] = counts[qid];
+  if (offsets) start[i] = offsets[qid];
+}
+
+__device__ __forceinline__ void split_key(std::uint64_t key, std::int32_t* idx, float* dist) {
+  *idx = static_cast<std::int32_t>(key & 0xffffffffu);
+  *dist = __uint_as_float(static_cast<unsigned>(key >> 32));
+}
+
+inline constexpr int kShortRow = 32;    // sorted in registers, one key per lane
+inline constexpr int kMediumRow = 256;  // sorted by ranks in shared memory
+// Longer rows are listed for a segmented sort.
+
+/// One warp per row: sorts the row's keys and writes them as (index, distance) at the same
+/// positions. Rows longer than kMediumRow are appended to `long_rows` instead.
+__global__ void __launch_bounds__(kTreeWarps * 32)
+    radius_sort_kernel(int n_rows, const std::int64_t* __restrict__ start,
+                       const std::int64_t* __restrict__ len, const std::uint64_t* __restrict__ keys,
+                       std::int32_t* __restrict__ idx, float* __restrict__ dist,
+                       int* __restrict__ long_rows, int* __restrict__ long_count) {
+  __shared__ std::uint64_t row_all[kTreeWarps][kMediumRow];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int row = blockIdx.x * kTreeWarps + warp;
+  if (row >= n_rows) return;
+  const std::int64_t s = start[row];
+  const int m = static_cast<int>(min(len[row], std::int64_t(INT_MAX)));
+  if (m <= kShortRow) {
+    // Bitonic sort across the warp; missing entries sort last.
+    std::uint64_t v = lane < m ? keys[s + lane] : ~0ull;
+#pragma unroll
+    for (int size = 2; size <= 32; size <<= 1) {
+#pragma unroll
+      for (int stride = size / 2; stride > 0; stride >>= 1) {
+        const std::uint64_t other = __shfl_xor_sync(kFullMask, v, stride);
+        const bool ascending = (lane & size) == 0;
+        const bool lower = (lane & stride) == 0;
+        v = (lower == ascending) ? min(v, other) : max(v, other);
+      }
+    }
+    if (lane < m) split_key(v, idx + s + lane, dist + s + lane);
+    return;
+  }
+  if (m > kMediumRow) {
+    if (lane == 0) long_rows[atomicAdd(long_count, 1)] = row;
+    return;
+  }
+  std::uint64_t* sh = row_all[warp];
+  for (int i = lane; i < m; i += 32) sh[i] = keys[s + i];
+  __syncwarp();
+  for (int i = lane; i < m;
+       i += 32) {  // keys are distinct (one per index): ranks are a permutation
+    const std::uint64_t v = sh[i];
+    int rank = 0;
+    for (int j = 0; j < m; ++j) rank += sh[j] < v;
+    split_key(v, idx + s + rank, dist + s + rank);
+  }
+}
+
+constexpr int kThreads = 256;
+constexpr int kEntryBytes = 16;  // per neighbor on the device: key 8, index 4, distance 4
+constexpr int kSlotBytes = 36;   // per query: count, offset, row length and start (8 each), list 4
+
+int blocks_for(std::int64_t n, int per_block) {
+  return static_cast<int>((n + per_block - 1) / per_block);
+}
+
+void exclusive_sum(const std::int64_t* in, std::int64_t* out, std::int64_t n, cudaStream_t stream) {
+  std::size_t temp_bytes = 0;
+  PCNN_CUDA_TRY(cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, in, out, n, stream));
+  device_buffer<unsigned char> temp(temp_bytes, stream);
+  PCNN_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp.data(), temp_bytes, in, out, n, stream));
+}
+
+__global__ void long_rows_gather_kernel(const int* __restrict__ rows,
+                                        const std::int64_t* __restrict__ start,
+                                        const std::int64_t* __restrict__ compact,
+                                        const std::uint64_t* __restrict__ keys,
+                                        std::uint64_t* __restrict__ out) {
+  const int r = rows[blockIdx.x];
+  const std::int64_t from = start[r], to = compact[blockIdx.x],
+                     m = compact[blockIdx.x + 1] - compact[blockIdx.x];
+  for (std::int64_t i = threadIdx.x; i < m; i += blockDim.x) out[to + i] = keys[from + i];
+}
+
+__global__ void long_rows_scatter_kernel(const int* __restrict__ rows,
+                                         const std::int64_t* __restrict__ start,
+                                         const std::int64_t* __restrict__ compact,
+                                         const std::uint64_t* __restrict__ sorted,
+                                         std::int32_t* __restrict__ idx, float* __restrict__ dist) {
+  const int r = rows[blockIdx.x];
+  const std::int64_t to = start[r], from = compact[blockIdx.x],
+                     m = compact[blockIdx.x + 1] - compact[blockIdx.x];
+  for (std::int64_t i = threadIdx.x; i < m; i += blockDim.x)
+    split_key(sorted[from + i], idx + to + i, dist + to + i);
+}
+
+__global__ void long_rows_len_kernel(const int* __restrict__ rows, int n_long,
+                                     const std::int64_t* __restrict__ len,
+                                     std::int64_t* __restrict__ out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i <= n_long) out[i] = i < n_long ? len[rows[i]] : 0;
+}
+
+// Rows too long for one warp (listed by radius_sort_kernel): gathered, sorted by CUB's segmented
+// sort, and written back as (index, distance).
+void sort_long_rows(int n_long, const int* d_rows, const std::int64_t* start,
+                    const std::int64_t* len, const std::uint64_t* keys, std::int32_t* idx,
+                    float* dist, cudaStream_t stream) {
+  device_buffer<std::int64_t> long_len(n_long + 1, stream), compact(n_long + 1, stream);
+  long_rows_len_kernel<<<blocks_for(n_long + 1, kThreads), kThreads, 0, stream>>>(
+      d_rows, n_long, len, long_len.data());
+  PCNN_CHECK_LAUNCH();
+  exclusive_sum(long_len.data(), compact.data(), n_long + 1, stream);
+  std::int64_t total = 0;
+  PCNN_CUDA_TRY(cudaMemcpyAsync(&total, compact.data() + n_long, sizeof total,
+                                cudaMemcpyDeviceToHost, stream));
+  PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+  device_buffer<std::uint64_t> a(total, stream), b(total, stream);
+  long_rows_gather_kernel<<<n_long, kThreads, 0, stream>>>(d_rows, start, compact.data(), keys,
+                                                           a.data());
+  PCNN_CHECK_LAUNCH();
+  std::size_t temp_bytes = 0;
+  PCNN_CUDA_TRY(cub::DeviceSegmentedSort::SortKeys(nullptr, temp_bytes, a.data(), b.data(), total,
+                                                   n_long, compact.data(), compact.data() + 1,
+                                                   stream));
+  device_buffer<unsigned char> temp(temp_bytes, stream);
+  PCNN_CUDA_TRY(cub::DeviceSegmentedSort::SortKeys(temp.data(), temp_bytes, a.data(), b.data(),
+                                                   total, n_long, compact.data(),
+                                                   compact.data() + 1, stream));
+  long_rows_scatter_kernel<<<n_long, kThreads, 0, stream>>>(d_rows, start, compact.data(), b.data(),
+                                                            idx, dist);
+  PCNN_CHECK_LAUNCH();
+}
+
+// Passes of consecutive slots whose neighbors fit in `capacity` entries (and at most
+// `max_slots` slots each): the end of each pass.
+std::vector<int> plan_passes(const std::vector<std::int64_t>& len, std::int64_t capacity,
+                             std::int64_t max_slots, std::int64_t available) {
+  std::vector<int> ends;
+  std::int64_t used = 0, slots = 0;
+  for (std::size_t s = 0; s < len.size(); ++s) {
+    if (len[s] > capacity)
+      throw_out_of_memory("the " + std::to_string(len[s]) + " neighbors of one query",
+                          len[s] * kEntryBytes, available);
+    if (used + len[s] > capacity || slots == max_slots) {
+      ends.push_back(static_cast<int>(s));
+      used = slots = 0;
+    }
+    used += len[s];
+    ++slots;
+  }
+  ends.push_back(static_cast<int>(len.size()));
+  return ends;
+}
+
+struct RadiusTimes {
+  float search_ms = 0, download_ms = 0;
+  int passes = 0;
+  std::int64_t evaluations = 0;
+};
+
+// Radius search of `n` queries (sorted along the index's curve) against `index`; fills `result`.
+RadiusTimes radius_on_index(const SpatialIndex& index, const float4* queries, int n,
+                            const RadiusParams& params, RadiusResult& result, cudaStream_t stream) {
+  RadiusTimes times;
+  const TreeView tree = index.view();
+  RadiusArgs a;
+  a.queries = queries;
+  a.slot_begin = 0;
+  a.slot_end = n;
+  a.exclude_self = params.exclude_self;
+  a.bound = make_radius_bound(params.radius);
+  cuda_event start, counted;
+  start.record(stream);
+  device_buffer<std::int64_t> counts(n + 1, stream), offsets(n + 1, stream);
+  device_buffer<unsigned long long> evaluations(1, stream);
+  PCNN_CUDA_TRY(cudaMemsetAsync(counts.data(), 0, counts.bytes(), stream));
+  PCNN_CUDA_TRY(cudaMemsetAsync(evaluations.data(), 0, evaluations.bytes(), stream));
+  a.counts = counts.data();
+  a.evaluations = evaluations.data();
+  radius_tree_kernel<false>
+      <<<blocks_for(n, kTreeQueryBlock), kTreeQueryBlock, 0, stream>>>(tree, a);
+  PCNN_CHECK_LAUNCH();
+  exclusive_sum(counts.data(), offsets.data(), n + 1, stream);
+  counted.record(stream);
+  unsigned long long evals = 0;
+  PCNN_CUDA_TRY(cudaMemcpyAsync(result.offsets.data(), offsets.data(), offsets.bytes(),
+                                cudaMemcpyDeviceToHost, stream));
+  PCNN_CUDA_TRY(
+      cudaMemcpyAsync(&evals, evaluations.data(), sizeof evals, cudaMemcpyDeviceToHost, stream));
+  PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+  times.search_ms = counted.since(start);
+  times.evaluations = static_cast<std::int64_t>(evals);
+  const std::int64_t total = result.offsets[n];
+  result.indices.resize(total);
+  result.sqdist.resize(total);
+  if (total == 0) return times;
+
+  // One pass when every neighbor fits, else passes of consecutive slots.
+  const std::int64_t available = device_memory_available();
+  const std::int64_t capacity =
+      (available - available / 10 - std::int64_t(n) * kSlotBytes) / kEntryBytes;
+  const std::int64_t max_slots =
+      params.max_rows_per_pass > 0
+          ? (params.max_rows_per_pass + kTreeQueryBlock - 1) / kTreeQueryBlock * kTreeQueryBlock
+          : n;
+  const bool one_pass = total <= capacity && max_slots >= n;
+  std::vector<int> ends{n};
+  std::vector<std::int64_t> all_len;
+  device_buffer<std::int64_t> len(n, stream), row_start(n, stream);
+  if (!one_pass) {
+    if (capacity < 1)
+      throw_out_of_memory("a radius search of " + std::to_string(n) + " queries",
+                          std::int64_t(n) * kSlotBytes + kEntryBytes, available);
+    radius_rows_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
+        queries, 0, n, counts.data(), nullptr, len.data(), nullptr);
+    PCNN_CHECK_LAUNCH();
+    all_len.resize(n);
+    PCNN_CUDA_TRY(
+        cudaMemcpyAsync(all_len.data(), len.data(), len.bytes(), cudaMemcpyDeviceToHost, stream));
+    PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+    ends = plan_passes(all_len, capacity, max_slots, available);
+  }
+  std::vector<std::int64_t> pass_entries;
+  for (std::size_t p = 0, first = 0; p < ends.size(); first = ends[p++]) {
+    std::int64_t e = 0;
+    for (int s = static_cast<int>(first); s < ends[p] && !one_pass; ++s) e += all_len[s];
+    pass_entries.push_back(one_pass ? total : e);
+  }
+  const std::int64_t most = *std::max_element(pass_entries.begin(), pass_entries.end());
+  device_buffer<std::uint64_t> keys(most, stream);
+  device_buffer<std::int32_t> idx(most, stream);
+  device_buffer<float> dist(most, stream);
+  device_buffer<int> long_rows(n, stream), long_count(1, stream);
+  std::vector<std::int32_t> h_idx(one_pass ? 0 : most), qid(one_pass ? 0 : n);
+  std::vector<float> h_dist(h_idx.size());
+
+  int begin = 0;
+  for (std::size_t p = 0; p < ends.size(); ++p) {
+    const int end = ends[p], rows = end - begin;
+    const std::int64_t entries = pass_entries[p];
+    cuda_event pass_start, searched, downloaded;
+    pass_start.record(stream);
+    radius_rows_kernel<<<blocks_for(rows, kThreads), kThreads, 0, stream>>>(
+        queries, begin, rows, counts.data(), one_pass ? offsets.data() : nullptr, len.data(),
+        row_start.data());
+    PCNN_CHECK_LAUNCH();
+    if (!one_pass) exclusive_sum(len.data(), row_start.data(), rows, stream);
+    a.slot_begin = begin;
+    a.slot_end = end;
+    a.row_start = row_start.data();
+    a.keys = keys.data();
+    radius_tree_kernel<true>
+        <<<blocks_for(rows, kTreeQueryBlock), kTreeQueryBlock, 0, stream>>>(tree, a);
+    PCNN_CHECK_LAUNCH();
+    PCNN_CUDA_TRY(cudaMemsetAsync(long_count.data(), 0, sizeof(int), stream));
+    radius_sort_kernel<<<blocks_for(rows, kTreeWarps), kTreeWarps * 32, 0, stream>>>(
+        rows, row_start.data(), len.data(), keys.data(), idx.data(), dist.data(), long_rows.data(),
+        long_count.data());
+    PCNN_CHECK_LAUNCH();
+    int n_long = 0;
+    PCNN_CUDA_TRY(
+        cudaMemcpyAsync(&n_long, long_count.data(), sizeof(int), cudaMemcpyDeviceToHost, stream));
+    PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+    if (n_long > 0)
+      sort_long_rows(n_long, long_rows.data(), row_start.data(), len.data(), keys.data(),
+                     idx.data(), dist.data(), stream);
+    searched.record(stream);
+    std::int32_t* to_idx = one_pass ? result.indices.data() : h_idx.data();
+    float* to_dist = one_pass ? result.sqdist.data() : h_dist.data();
+    PCNN_CUDA_TRY(cudaMemcpyAsync(to_idx, idx.data(), entries * sizeof(std::int32_t),
+                                  cudaMemcpyDeviceToHost, stream));
+    PCNN_CUDA_TRY(cudaMemcpyAsync(to_dist, dist.data(), entries * sizeof(float),
+                                  cudaMemcpyDeviceToHost, stream));
+    if (!one_pass)  // the original index of each query of the pass: the w word of its point
+      PCNN_CUDA_TRY(cudaMemcpy2DAsync(qid.data(), sizeof(int), &queries[begin].w, sizeof(float4),
+                                      sizeof(int), rows, cudaMemcpyDeviceToHost, stream));
+    downloaded.record(stream);
+    PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+    if (!one_pass) {
+      std::int64_t from = 0;
+      for (int r = 0; r < rows; ++r) {
+        const std::int64_t m = all_len[begin + r], to = result.offsets[qid[r]];
+        std::memcpy(result.indices.data() + to, h_idx.data() + from, m * sizeof(std::int32_t));
+        std::memcpy(result.sqdist.data() + to, h_dist.data() + from, m * sizeof(float));
+        from += m;
+      }
+    }
+    times.search_ms += searched.since(pass_start);
+    times.download_ms += downloaded.since(searched);
+    ++times.passes;
+    begin = end;
+  }
+  return times;
+}
+
+}  // namespace
+
+void check_radius_fits(std::int64_t working, std::int64_t rows) {
+  const std::int64_t needed = working + rows * kSlotBytes, available = device_memory_available();
+  if (needed > available)
+    throw_out_of_memory("a radius search of " + std::to_string(rows) + " queries", needed,
+                        available);
+}
+
+RadiusResult radius_query(const SpatialIndex& index, const PointsView* queries,
+                          const RadiusParams& params, GpuKnnTimings* timings, cudaStream_t stream,
+                          cuda_event& start, cuda_event& uploaded) {
+  const std::int64_t rows = queries ? queries->count : index.n_total;
+  RadiusResult result;
+  result.rows = rows;
+  cuda_event built;
+  device_buffer<float4> sorted;
+  if (queries && rows > 0)
+    sorted = sort_queries(index, queries->data, queries->stride, static_cast<int>(rows), stream);
+  built.record(stream);
+  // Host work after the device work is queued, so that the device does not wait on it.
+  result.offsets.assign(rows + 1, 0);
+  if (rows == 0) return result;
+  const RadiusTimes t = radius_on_index(index, queries ? sorted.data() : index.points.data(),
+                                        static_cast<int>(rows), params, result, stream);
+  if (timings) {
+    timings->algorithm = Algorithm::grid;
+    timings->upload_ms = uploaded.since(start);
+    timings->build_ms = built.since(uploaded);
+    timings->search_ms = t.search_ms;
+    timings->download_ms = t.download_ms;
+    timings->passes = std::max(t.passes, 1);
+    timings->distance_evaluations = t.evaluations;
+  }
+  return result;
+}
+
+}  // namespace detail
+
+void validate_radius(double radius) {
+  PCNN_EXPECTS(std::isfinite(radius) && radius >= 0,
+               "radius must be a finite number >= 0, got " + std::to_string(radius));
+}
+
+RadiusResult gpu_radius_search(PointsView refs, const PointsView* queries, RadiusParams params,
+                               GpuKnnTimings* timings, cudaStream_t stream) {
+  validate_radius(params.radius);
+  validate_knn_args(refs, queries, {1, params.exclude_self});
+  const std::int64_t rows = queries ? queries->count : refs.count;
+  if (timings) {
+    *timings = GpuKnnTimings{};
+    timings->algorithm = Algorithm::grid;
+  }
+  if (rows == 0) {
+    RadiusResult result;
+    result.offsets.assign(1, 0);
+    return result;
+  }
+  // The index and the count pass must fit before anything else.
+  detail::check_radius_fits(detail::tree_working_bytes(refs, queries, false), rows);
+  detail::cuda_event start, uploaded;
+  start.record(stream);
+  detail::device_buffer<float> raw_refs, raw_queries;
+  detail::upload_points(refs, raw_refs, stream);
+  if (queries) detail::upload_points(*queries, raw_queries, stream);
+  uploaded.record(stream);
+  const detail::SpatialIndex index = detail::build_spatial_index(
+      raw_refs.data(), refs.stride, static_cast<int>(refs.count), stream);
+  raw_refs = detail::device_buffer<float>();
+  const PointsView d_queries =
+      queries ? PointsView{raw_queries.data(), queries->count, queries->stride} : PointsView{};
+  return detail::radius_query(index, queries ? &d_queries : nullptr, params, timings, stream, start,
+                              uploaded);
+}
+
+HybridResult gpu_hybrid_search(PointsView refs, const PointsView* queries, HybridParams params,
+                               GpuKnnTimings* timings, cudaStream_t stream) {
+  validate_radius(params.radius);
+  const KnnParams kp{params.max_nn, params.exclude_self, params.max_rows_per_pass};
+  validate_knn_args(refs, queries, kp);
+  const std::int64_t rows = queries ? queries->count : refs.count;
+  const std::int64_t rows_per_pass = detail::plan_rows_per_pass(
+      rows, std::int64_t(kp.k) * 8, detail::tree_working_bytes(refs, queries, false),
+      kp.max_rows_per_pass,
+      "a hybrid search of " + std::to_string(rows) +
+          " queries with max_nn = " + std::to_string(kp.k));
+  if (timings) {
+    *timings = GpuKnnTimings{};
+    timings->algorithm = Algorithm::grid;
+  }
+  HybridResult result;
+  const detail::RadiusBound bound = detail::make_radius_bound(params.radius);
+  result.knn = detail::knn_to_host(
+      rows, kp.k, rows_per_pass, stream, timings,
+      [&](const detail::KnnOutput& out, detail::cuda_event& uploaded, detail::cuda_event& built) {
+        return detail::tree_search(refs, queries, kp, bound, out, stream, uploaded, built);
+      });
+  result.counts = row_counts(result.knn);
+  return result;
+}
+
+}  // namespace pcnn
