@@ -263,18 +263,12 @@ int run_radius(const RadiusCommand& cmd) {
     if (use_gpu) {
       report.add("speedup", (t.build_ms + t.query_ms) / gpu_total, "x");
       report.add_note("", "speedup = CPU total / GPU total");
-      bool agree = false;
-      if (hybrid) {
-        const KnnAgreement ag =
-            compare_knn(in.ref_view, in.qv(), capped.knn, cpu_capped.knn, cmd.exclude_self);
-        report.add_section("agreement with CPU", knn_agreement_section(ag));
-        agree = ag.all_agree();
-      } else {
-        const RadiusAgreement ag =
-            compare_radius(in.ref_view, in.qv(), radius, cpu_radius, cmd.radius, cmd.exclude_self);
-        report.add_section("agreement with CPU", radius_agreement_section(ag));
-        agree = ag.all_agree();
-      }
+      const RadiusAgreement ag = hybrid ? compare_hybrid(in.ref_view, in.qv(), capped, cpu_capped,
+                                                         cmd.radius, cmd.exclude_self)
+                                        : compare_radius(in.ref_view, in.qv(), radius, cpu_radius,
+                                                         cmd.radius, cmd.exclude_self);
+      report.add_section("agreement with CPU", radius_agreement_section(ag));
+      const bool agree = ag.all_agree();
       if (!agree) exit_code = kExitDisagree;
     } else {
       radius = std::move(cpu_radius);

@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
           row.mean = sum / double(n);
           if (run_cpu) {
             const HybridResult cpu = pcl_hybrid(v, nullptr, hp, &ct);
-            const KnnAgreement ag = compare_knn(v, nullptr, res.knn, cpu.knn, true);
+            const RadiusAgreement ag = compare_hybrid(v, nullptr, res, cpu, r, true);
             row.agree_pct = 100.0 * double(ag.agreeing_rows) / double(std::max(ag.rows, 1L));
           }
         }

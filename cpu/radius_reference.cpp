@@ -1,5 +1,6 @@
 // Exact double-precision radius and hybrid search by brute force: the references for the tests.
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 #include <string>
 #include <utility>
@@ -119,6 +120,63 @@ RadiusAgreement compare_radius(PointsView refs, const PointsView* queries, const
           a.count(q) == b.count(q) &&
           std::equal(a.indices.begin() + a.offsets[q], a.indices.begin() + a.offsets[q + 1],
                      b.indices.begin() + b.offsets[q]);
+    } else if (ag.first_bad_row < 0) {
+      ag.first_bad_row = q;
+      ag.first_problem = "row " + std::to_string(q) + ": " + problem;
+    }
+  }
+  return ag;
+}
+
+RadiusAgreement compare_hybrid(PointsView refs, const PointsView* queries, const HybridResult& a,
+                               const HybridResult& b, double radius, bool exclude_self,
+                               double rel_tol) {
+  const PointsView& qv = queries ? *queries : refs;
+  PCNN_EXPECTS(a.knn.rows == qv.count && b.knn.rows == qv.count && a.knn.k == b.knn.k,
+               "compare_hybrid: results do not have the same shape as the queries");
+  const int k = a.knn.k;
+  const double lo = radius * radius * (1 - rel_tol);
+  RadiusAgreement ag;
+  ag.rows = qv.count;
+  for (std::int64_t q = 0; q < qv.count; ++q) {
+    // Each row as a one-row radius result, to check what it lists as compare_radius does.
+    auto row = [&](const HybridResult& h) {
+      RadiusResult r;
+      r.rows = 1;
+      const std::int32_t* idx = h.knn.indices.data() + q * k;
+      r.indices.assign(idx, idx + h.counts[q]);
+      r.offsets = {0, h.counts[q]};
+      return r;
+    };
+    const RadiusResult ra = row(a), rb = row(b);
+    const PointsView one{qv.data + q * qv.stride, 1, qv.stride};
+    std::string problem;
+    // Validity of each side (neighbors, distinct, within r), through compare_radius on one row.
+    for (const RadiusResult* r : {&ra, &rb}) {
+      const RadiusAgreement self_check = compare_radius(refs, &one, *r, *r, radius, false, rel_tol);
+      if (!self_check.all_agree() && problem.empty()) problem = self_check.first_problem;
+      for (std::int32_t i : r->indices)
+        if (exclude_self && i == q && problem.empty()) problem = "lists the query itself";
+    }
+    const std::int64_t m = std::min(ra.count(0), rb.count(0));
+    auto d2 = [&](std::int32_t i) {
+      return cpu::sqdist_double(cpu::point(qv, q), cpu::point(refs, i));
+    };
+    for (std::int64_t j = 0; j < m && problem.empty(); ++j) {
+      const double da = d2(ra.indices[j]), db = d2(rb.indices[j]);
+      if (std::abs(da - db) > rel_tol * std::max(da, db) + 1e-30)
+        problem = "position " + std::to_string(j) + ": distances " + std::to_string(da) + " and " +
+                  std::to_string(db);
+    }
+    const RadiusResult& longer = ra.count(0) > rb.count(0) ? ra : rb;
+    for (std::int64_t j = m; j < longer.count(0) && problem.empty(); ++j)
+      if (d2(longer.indices[j]) < lo)
+        problem = "one side lists " + std::to_string(longer.count(0)) + " neighbors, the other " +
+                  std::to_string(m);
+    if (problem.empty()) {
+      ++ag.agreeing_rows;
+      ag.boundary_points += longer.count(0) - m;
+      ag.identical_rows += ra.indices == rb.indices;
     } else if (ag.first_bad_row < 0) {
       ag.first_bad_row = q;
       ag.first_problem = "row " + std::to_string(q) + ": " + problem;

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "pcnn/error.hpp"
+#include "pcnn/radius.hpp"
 #include "pcnn/recenter.hpp"
 #include "pcnn/reference.hpp"
 #include "pcnn/synthetic.hpp"
@@ -149,6 +150,76 @@ TEST(Recenter, KeepsResolutionOfGeoreferencedCoordinates) {
   EXPECT_TRUE(std::isnan(f[6]) && std::isnan(f[7]) && std::isnan(f[8]));
   const std::vector<double> huge = {0, 0, 0, 3e18, 0, 0};
   EXPECT_THROW(recenter(huge.data(), 2, {0, 0, 0}), error);
+}
+
+}  // namespace
+}  // namespace pcnn
+
+namespace pcnn {
+namespace {
+
+// A 3x3x3 lattice: point 13 is the center (1,1,1); its neighbors within r = 1 are itself
+// (d² = 0) and six points at exactly d² = 1 (on the boundary, included: d² <= r²).
+class RadiusReference : public ::testing::Test {
+ protected:
+  std::vector<float> pts = test::lattice(3);
+  PointsView v{pts.data(), 27, 3};
+};
+
+TEST_F(RadiusReference, BoundaryPointsAreInsideAndRowsAreSorted) {
+  const RadiusResult r = reference_radius(v, nullptr, {1.0});
+  ASSERT_EQ(r.count(13), 7);
+  EXPECT_EQ(r.indices[r.offsets[13]], 13);
+  EXPECT_EQ(r.sqdist[r.offsets[13]], 0.f);
+  const std::vector<std::int32_t> ring(r.indices.begin() + r.offsets[13] + 1,
+                                       r.indices.begin() + r.offsets[14]);
+  EXPECT_EQ(ring, (std::vector<std::int32_t>{4, 10, 12, 14, 16, 22}));  // ties by index
+  EXPECT_EQ(reference_radius(v, nullptr, {1.0, true}).count(13), 6);
+  EXPECT_EQ(reference_radius(v, nullptr, {0.999}).count(13), 1);
+  EXPECT_EQ(reference_radius(v, nullptr, {0.0}).offsets.back(), 27);
+}
+
+TEST_F(RadiusReference, ComparisonAcceptsOnlyBoundaryDifferences) {
+  const RadiusResult a = reference_radius(v, nullptr, {1.0});
+  EXPECT_TRUE(compare_radius(v, nullptr, a, a, 1.0, false).all_agree());
+  // Drop one row entry and rebuild the CSR arrays.
+  auto drop = [&](std::int64_t row, std::int32_t index) {
+    RadiusResult b;
+    b.rows = a.rows;
+    b.offsets = {0};
+    for (std::int64_t q = 0; q < a.rows; ++q) {
+      for (std::int64_t i = a.offsets[q]; i < a.offsets[q + 1]; ++i)
+        if (!(q == row && a.indices[i] == index)) {
+          b.indices.push_back(a.indices[i]);
+          b.sqdist.push_back(a.sqdist[i]);
+        }
+      b.offsets.push_back(static_cast<std::int64_t>(b.indices.size()));
+    }
+    return b;
+  };
+  const RadiusAgreement boundary = compare_radius(v, nullptr, a, drop(13, 4), 1.0, false);
+  EXPECT_TRUE(boundary.all_agree());
+  EXPECT_EQ(boundary.boundary_points, 1);
+  EXPECT_EQ(boundary.identical_rows, 26);
+  const RadiusAgreement inner = compare_radius(v, nullptr, a, drop(13, 13), 1.0, false);
+  EXPECT_FALSE(inner.all_agree());
+  EXPECT_EQ(inner.first_bad_row, 13);
+  EXPECT_FALSE(compare_radius(v, nullptr, a, a, 1.0, true).all_agree());   // lists itself
+  EXPECT_FALSE(compare_radius(v, nullptr, a, a, 0.5, false).all_agree());  // beyond r
+}
+
+TEST_F(RadiusReference, HybridIsTheNearestWithinTheRadius) {
+  const HybridResult h = reference_hybrid(v, nullptr, {1.0, 4, true});
+  EXPECT_EQ(h.counts[13], 4);
+  EXPECT_EQ(h.counts[0], 3);  // a corner has three neighbors at 1
+  EXPECT_EQ(row_counts(h.knn), h.counts);
+  EXPECT_TRUE(compare_hybrid(v, nullptr, h, h, 1.0, true).all_agree());
+  HybridResult shorter = h;  // the last neighbor of a corner (on the boundary) left out
+  shorter.knn.indices[0 * 4 + 2] = -1;
+  shorter.knn.sqdist[0 * 4 + 2] = INFINITY;
+  shorter.counts[0] = 2;
+  EXPECT_TRUE(compare_hybrid(v, nullptr, h, shorter, 1.0, true).all_agree());
+  EXPECT_FALSE(compare_hybrid(v, nullptr, h, shorter, 1.5, true).all_agree());
 }
 
 }  // namespace

@@ -95,6 +95,13 @@ RadiusAgreement compare_radius(PointsView refs, const PointsView* queries, const
                                const RadiusResult& b, double radius, bool exclude_self,
                                double rel_tol = 1e-5);
 
+/// The same for hybrid results (e.g. pcnn and PCL): position by position the neighbors' exact
+/// distances must agree within rel_tol (ties may swap indices, as in compare_knn), and where one
+/// row is longer its extra neighbors must lie within rounding of r.
+RadiusAgreement compare_hybrid(PointsView refs, const PointsView* queries, const HybridResult& a,
+                               const HybridResult& b, double radius, bool exclude_self,
+                               double rel_tol = 1e-5);
+
 /// Rows that differ between two radius results (the same inputs): both must list exactly the
 /// same neighbors with the same distances in the same order. Returns -1 when all agree.
 std::int64_t first_radius_difference(const RadiusResult& a, const RadiusResult& b);
