@@ -13,6 +13,8 @@
 #include "pcnn/filters.hpp"
 #include "pcnn/io.hpp"
 #include "pcnn/knn.hpp"
+#include "pcnn/reference.hpp"
+#include "pcnn/smooth.hpp"
 #include "pcnn/stats.hpp"
 #include "report.hpp"
 
@@ -165,6 +167,134 @@ int run_filter(const FilterCommand& cmd) {
                 1, "index");
     r.add("kept indices written to", cmd.kept_indices);
   }
+  r.print_table(stderr);
+  if (cmd.json) std::printf("%s\n", r.json().c_str());
+  return exit_code;
+}
+
+int run_smooth(const SmoothCommand& cmd) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Cloud cloud = load_cloud(cmd.input);
+  const double load_ms = ms_since(t0);
+  const bool organized = cloud.height > 1;
+  OrganizedSmoothParams op;
+  UnorganizedSmoothParams up;
+  if (organized) {
+    op.stencil = parse_stencil(cmd.stencil);
+    op.value = cmd.value == "z" ? SmoothValue::z : SmoothValue::range;
+    for (int a = 0; a < 3; ++a)  // rays from the file's (0, 0, 0), in re-centered coordinates
+      op.sensor[a] = static_cast<float>(-cloud.origin[a]);
+    op.depth_jump = cmd.depth_jump;
+    op.max_move = cmd.max_move;
+    validate(op);
+  } else {
+    up.k = cmd.k;
+    up.lambda = cmd.lambda;
+    up.mu = cmd.mu;
+    up.iterations = cmd.iterations;
+    up.weights = cmd.weights == "distance" ? UnorganizedSmoothParams::Weights::distance
+                                           : UnorganizedSmoothParams::Weights::rank;
+    up.max_move = cmd.max_move;
+    validate(up);
+  }
+  const bool gpu = want_gpu(cmd.device);
+  Report r;
+  r.add("command", "smooth");
+  r.add_section("cloud", describe_cloud(cloud));
+  r.add("load", load_ms, "ms");
+  const int w = static_cast<int>(cloud.width), h = static_cast<int>(cloud.height);
+  if (organized) {
+    char jump[64] = "";
+    if (op.depth_jump > 0) std::snprintf(jump, sizeof jump, ", depth jump %g", op.depth_jump);
+    r.add("method", "stencil " + cmd.stencil + " on " + cmd.value + jump);
+  } else {
+    r.add("method", std::string(cmd.mu != 0 ? "Taubin" : "Laplacian") +
+                        ", k = " + std::to_string(cmd.k) + ", " + std::to_string(cmd.iterations) +
+                        " iterations, " + cmd.weights + " weights");
+  }
+  std::vector<float> result;
+  double gpu_total = 0;
+  if (gpu) {
+    SmoothTimings t;
+    result = organized ? gpu_smooth_organized(cloud.view(), w, h, op, &t)
+                       : gpu_smooth_unorganized(cloud.view(), up, &t);
+    gpu_total = double(t.upload_ms) + t.knn_ms + t.smooth_ms + t.download_ms;
+    Report g;
+    g.add("upload", t.upload_ms, "ms");
+    if (!organized) g.add("neighbor search", t.knn_ms, "ms");
+    g.add(organized && t.separable ? "smooth (separable)" : "smooth", t.smooth_ms, "ms");
+    g.add("download", t.download_ms, "ms");
+    g.add("total", gpu_total, "ms");
+    g.add_note("", "device time by CUDA events");
+    r.add_section("gpu", std::move(g));
+  }
+  int exit_code = kExitOk;
+  if (!gpu || cmd.compare_cpu) {
+    const auto t1 = std::chrono::steady_clock::now();
+    std::vector<float> cpu;
+    const bool exact = gpu && cloud.size() <= 200000;
+    if (organized) {
+      cpu = reference_smooth_organized(cloud.view(), w, h, op);
+    } else {
+      // To compare, the exact reference's neighbors (ties to the smaller index, as on the GPU;
+      // PCL breaks ties its own way, and a different neighbor moves a point differently).
+      const KnnResult nb = exact ? reference_knn(cloud.view(), nullptr, {up.k, true})
+                                 : pcl_knn(cloud.view(), nullptr, {up.k, true});
+      if (gpu) {
+        // Neighbors at equal distance (up to rounding) may be listed either way, and a different
+        // neighbor moves a point differently: check the GPU's lists against these, tie-aware,
+        // then smooth over the GPU's lists (the ones gpu_smooth_unorganized used) to compare
+        // the smoothing itself.
+        const KnnResult gpu_nb = gpu_knn(cloud.view(), nullptr, {up.k, true}, Algorithm::grid);
+        const KnnAgreement ag = compare_knn(cloud.view(), nullptr, gpu_nb, nb, true);
+        r.add("neighbor lists agreeing (tie-aware)",
+              100.0 * double(ag.agreeing_rows) / double(std::max<std::int64_t>(ag.rows, 1)), "%");
+        if (!ag.all_agree()) exit_code = kExitDisagree;
+        cpu = reference_smooth_unorganized(cloud.view(), gpu_nb, up);
+      } else {
+        cpu = reference_smooth_unorganized(cloud.view(), nb, up);
+      }
+    }
+    const double cpu_ms = ms_since(t1);
+    Report c;
+    c.add("method", organized ? "pcnn CPU reference (1 thread)"
+                    : exact   ? "exact kNN (all cores) + pcnn CPU reference (1 thread)"
+                              : "PCL kNN + pcnn CPU reference (1 thread)");
+    c.add("total", cpu_ms, "ms");
+    if (gpu) {
+      double worst = 0;
+      std::int64_t differing = 0;
+      for (std::size_t i = 0; i < cpu.size(); ++i) {
+        if (std::isnan(cpu[i]) != std::isnan(result[i])) {
+          ++differing;
+          continue;
+        }
+        if (std::isnan(cpu[i])) continue;
+        const double d = std::fabs(double(cpu[i]) - result[i]);
+        worst = std::max(worst, d);
+        differing += d > 1e-5 * std::max(1.0, std::fabs(double(cpu[i])));
+      }
+      c.add("max difference", worst);
+      c.add("values differing by more than 1e-5 (relative)", static_cast<double>(differing));
+      if (differing > 0) exit_code = kExitDisagree;
+      r.add("speedup", cpu_ms / gpu_total, "x");
+    } else {
+      result = std::move(cpu);
+    }
+    r.add_section("cpu", std::move(c));
+  }
+  double moved = 0;
+  for (std::int64_t i = 0; i < cloud.size(); ++i) {
+    if (std::isnan(result[i * 3])) continue;
+    const double dx = result[i * 3] - cloud.xyz[i * 3],
+                 dy = result[i * 3 + 1] - cloud.xyz[i * 3 + 1],
+                 dz = result[i * 3 + 2] - cloud.xyz[i * 3 + 2];
+    moved = std::max(moved, std::sqrt(dx * dx + dy * dy + dz * dz));
+  }
+  r.add("largest move", moved);
+  save_cloud_moved(cloud, result, cmd.out);
+  r.add("written to", cmd.out + (organized ? " (organized, every field of the input)"
+                                           : " (every field of the input)"));
   r.print_table(stderr);
   if (cmd.json) std::printf("%s\n", r.json().c_str());
   return exit_code;

@@ -30,8 +30,15 @@ void add_search_options(CLI::App* cmd, SearchOptions& o, std::string& memory) {
   cmd->add_flag("--json", o.json, "print the summary as one JSON object on stdout");
 }
 
-int run_generate(const std::string& kind, long long n, unsigned long long seed,
-                 const std::string& out) {
+int run_generate(const std::string& kind, long long n, unsigned long long seed, int width,
+                 int height, const std::string& out) {
+  if (kind == "depth") {
+    pcnn::save_xyz_pcd(out, pcnn::make_depth_scene(width, height, 0.005, 0.02, seed),
+                       static_cast<std::uint32_t>(width));
+    std::fprintf(stderr, "pcnn: wrote an organized %d x %d depth scene (seed %llu) to %s\n", width,
+                 height, seed, out.c_str());
+    return kExitOk;
+  }
   const auto xyz = pcnn::make_synthetic_cloud(pcnn::parse_synthetic_kind(kind), n, seed);
   pcnn::save_xyz_pcd(out, xyz);
   std::fprintf(stderr, "pcnn: wrote %s points (%s, seed %llu) to %s\n", thousands(n).c_str(),
@@ -95,9 +102,19 @@ int main(int argc, char** argv) {
   long long gen_n = 50000;
   unsigned long long gen_seed = 1;
   auto* gen_cmd = app.add_subcommand("generate", "write a synthetic cloud as binary PCD");
-  gen_cmd->add_option("kind", gen_kind, "uniform, clustered, lidar or hotspot")
+  int gen_width = 640, gen_height = 480;
+  gen_cmd
+      ->add_option("kind", gen_kind,
+                   "uniform, clustered, lidar, hotspot, or depth (an organized depth-camera "
+                   "scene with noise, holes and depth edges)")
       ->required()
-      ->check(CLI::IsMember({"uniform", "clustered", "lidar", "hotspot"}));
+      ->check(CLI::IsMember({"uniform", "clustered", "lidar", "hotspot", "depth"}));
+  gen_cmd->add_option("--width", gen_width, "depth: columns")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  gen_cmd->add_option("--height", gen_height, "depth: rows")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
   gen_cmd->add_option("-n,--points", gen_n, "number of points")
       ->capture_default_str()
       ->check(CLI::Range(0LL, 2147483647LL));
@@ -138,6 +155,43 @@ int main(int argc, char** argv) {
                        "also run PCL's filter and check that the same points are kept");
   filter_cmd->add_flag("--json", filter.json, "print the summary as one JSON object on stdout");
 
+  SmoothCommand smooth;
+  std::string taubin;
+  auto* smooth_cmd = app.add_subcommand(
+      "smooth",
+      "smooth a cloud: a stencil over the grid of an organized cloud, Laplacian or Taubin "
+      "smoothing over the k nearest neighbors of an unorganized one");
+  smooth_cmd->add_option("input", smooth.input, "cloud (.pcd or .ply)")->required();
+  smooth_cmd->add_option("-o,--out", smooth.out, "smoothed cloud (.pcd or .ply)")->required();
+  smooth_cmd
+      ->add_option("--stencil", smooth.stencil,
+                   "organized: box:R, gaussian:R:SIGMA, list:c0,c1,... (separable taps) or "
+                   "grid:c0,c1,... ((2R+1)^2 coefficients), R <= 7")
+      ->capture_default_str();
+  smooth_cmd->add_option("--depth-jump", smooth.depth_jump,
+                         "organized: skip neighbors whose range differs by more (keeps edges)");
+  smooth_cmd->add_option("--max-move", smooth.max_move, "no point moves farther than this");
+  smooth_cmd->add_option("--value", smooth.value, "organized: smooth the range or z")
+      ->check(CLI::IsMember({"range", "z"}))
+      ->capture_default_str();
+  auto* lap_opt = smooth_cmd->add_option("--laplacian", smooth.lambda,
+                                         "unorganized: Laplacian smoothing with this lambda");
+  auto* taubin_opt =
+      smooth_cmd->add_option("--taubin", taubin, "unorganized: Taubin smoothing, LAMBDA,MU");
+  lap_opt->excludes(taubin_opt);
+  smooth_cmd->add_option("--iterations", smooth.iterations, "unorganized: iterations")
+      ->capture_default_str();
+  smooth_cmd->add_option("-k", smooth.k, "unorganized: neighbors (1-128)")->capture_default_str();
+  smooth_cmd->add_option("--weights", smooth.weights, "unorganized: rank or distance")
+      ->check(CLI::IsMember({"rank", "distance"}))
+      ->capture_default_str();
+  smooth_cmd->add_option("--device", smooth.device, "auto, cuda or cpu")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->capture_default_str();
+  smooth_cmd->add_flag("--compare-cpu", smooth.compare_cpu,
+                       "also run the CPU reference and compare");
+  smooth_cmd->add_flag("--json", smooth.json, "print the summary as one JSON object on stdout");
+
   app.add_subcommand("devices", "show the CUDA device pcnn would use");
 
   try {
@@ -163,7 +217,22 @@ int main(int argc, char** argv) {
             "written as OUT.offsets/indices/sqdist)");
       return run_radius(radius);
     }
-    if (gen_cmd->parsed()) return run_generate(gen_kind, gen_n, gen_seed, gen_out);
+    if (smooth_cmd->parsed()) {
+      if (!taubin.empty()) {
+        const std::size_t comma = taubin.find(',');
+        if (comma == std::string::npos)
+          throw pcnn::error("--taubin needs LAMBDA,MU (e.g. 0.5,-0.53), got '" + taubin + "'");
+        try {
+          smooth.lambda = std::stof(taubin.substr(0, comma));
+          smooth.mu = std::stof(taubin.substr(comma + 1));
+        } catch (const std::exception&) {
+          throw pcnn::error("--taubin needs two numbers LAMBDA,MU, got '" + taubin + "'");
+        }
+      }
+      return run_smooth(smooth);
+    }
+    if (gen_cmd->parsed())
+      return run_generate(gen_kind, gen_n, gen_seed, gen_width, gen_height, gen_out);
     if (stats_cmd->parsed()) return run_stats(stats);
     if (filter_cmd->parsed()) {
       if (filter.method == "ror" && filter.radius <= 0)

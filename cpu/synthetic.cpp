@@ -129,6 +129,46 @@ void lidar(std::int64_t n, std::mt19937_64& rng, std::vector<float>& out) {
 
 }  // namespace
 
+std::vector<float> make_depth_scene(int width, int height, double noise, double holes,
+                                    std::uint64_t seed, std::vector<float>* truth) {
+  PCNN_EXPECTS(width > 0 && height > 0, "depth scene: width and height must be positive");
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> g(0.0, 1.0);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  const double f = 0.8 * width, cx = 0.5 * (width - 1), cy = 0.5 * (height - 1);
+  const std::size_t n = std::size_t(width) * height;
+  std::vector<char> hole(n, 0);
+  // Blobs of about 9 pixels until the fraction is reached.
+  for (std::size_t made = 0; made < holes * double(n);) {
+    const int x0 = int(u(rng) * width), y0 = int(u(rng) * height);
+    for (int dy = -1; dy <= 1; ++dy)
+      for (int dx = -1; dx <= 1; ++dx) {
+        const int x = x0 + dx, y = y0 + dy;
+        if (x < 0 || x >= width || y < 0 || y >= height || hole[std::size_t(y) * width + x])
+          continue;
+        hole[std::size_t(y) * width + x] = 1;
+        ++made;
+      }
+  }
+  std::vector<float> out(n * 3), clean(n * 3);
+  for (int y = 0; y < height; ++y)
+    for (int x = 0; x < width; ++x) {
+      const std::size_t i = std::size_t(y) * width + x;
+      const double rx = (x - cx) / f, ry = (y - cy) / f;
+      const bool box = x >= width / 3 && x < 2 * width / 3 && y >= height / 3 &&
+                       y < 2 * height / 3;
+      const double z = box ? 2.0 : 4.0 + 0.5 * rx + 0.25 * ry;  // the wall is tilted
+      const double zn = z + noise * g(rng);
+      for (int a = 0; a < 3; ++a) {
+        const double r = a == 0 ? rx : a == 1 ? ry : 1.0;
+        clean[i * 3 + a] = hole[i] ? NAN : static_cast<float>(r * z);
+        out[i * 3 + a] = hole[i] ? NAN : static_cast<float>(r * zn);
+      }
+    }
+  if (truth) *truth = std::move(clean);
+  return out;
+}
+
 SyntheticKind parse_synthetic_kind(const std::string& name) {
   if (name == "uniform") return SyntheticKind::uniform;
   if (name == "clustered") return SyntheticKind::clustered;

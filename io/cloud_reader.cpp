@@ -105,6 +105,36 @@ double read_as_double(const std::uint8_t* p, std::uint8_t type) {
   }
 }
 
+// Stores v in the given PCL type: floats as they are (NaN included), integers rounded; an
+// integer field keeps its old value where v is not finite (integers have no NaN).
+void write_from_double(std::uint8_t* p, std::uint8_t type, double v) {
+  auto put = [p](auto x) { std::memcpy(p, &x, sizeof(x)); };
+  if (type == pcl::PCLPointField::FLOAT32) return put(static_cast<float>(v));
+  if (type == pcl::PCLPointField::FLOAT64) return put(v);
+  if (!std::isfinite(v)) return;
+  const double r = std::nearbyint(v);
+  switch (type) {
+    case pcl::PCLPointField::INT8:
+      return put(static_cast<std::int8_t>(std::clamp(r, -128.0, 127.0)));
+    case pcl::PCLPointField::UINT8:
+      return put(static_cast<std::uint8_t>(std::clamp(r, 0.0, 255.0)));
+    case pcl::PCLPointField::INT16:
+      return put(static_cast<std::int16_t>(std::clamp(r, -32768.0, 32767.0)));
+    case pcl::PCLPointField::UINT16:
+      return put(static_cast<std::uint16_t>(std::clamp(r, 0.0, 65535.0)));
+    case pcl::PCLPointField::INT32:
+      return put(static_cast<std::int32_t>(std::clamp(r, -2147483648.0, 2147483647.0)));
+    case pcl::PCLPointField::UINT32:
+      return put(static_cast<std::uint32_t>(std::clamp(r, 0.0, 4294967295.0)));
+    case pcl::PCLPointField::INT64:
+      return put(static_cast<std::int64_t>(std::clamp(r, -9.2e18, 9.2e18)));
+    case pcl::PCLPointField::UINT64:
+      return put(static_cast<std::uint64_t>(std::clamp(r, 0.0, 1.8e19)));
+    default:
+      return;
+  }
+}
+
 const char* type_name(std::uint8_t type) {
   switch (type) {
     case pcl::PCLPointField::INT8:
@@ -234,6 +264,30 @@ Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin, b
   return c;
 }
 
+namespace {
+
+// Writes a PCLPointCloud2 as binary .pcd or .ply (by extension), atomically.
+void write_cloud2(const pcl::PCLPointCloud2& out, const std::string& path) {
+  const std::string ext = lower_extension(path);
+  if (ext != ".pcd" && ext != ".ply")
+    throw output_error("cannot write '" + path + "': unknown extension '" + ext +
+                       "' (expected .pcd or .ply)");
+  io_detail::write_atomically(path, [&](const std::string& tmp) -> std::string {
+    if (out.width * out.height == 0) return write_empty(tmp, ext, out);  // PCL refuses
+    int rc = 0;
+    if (ext == ".pcd") {
+      pcl::PCDWriter w;
+      rc = w.writeBinary(tmp, out);
+    } else {
+      pcl::PLYWriter w;
+      rc = w.writeBinary(tmp, out);
+    }
+    return rc < 0 ? "PCL could not write it" : "";
+  });
+}
+
+}  // namespace
+
 void save_cloud_subset(const Cloud& cloud, const std::vector<std::int32_t>& indices,
                        const std::string& path) {
   if (!cloud.fields) throw output_error("cannot write '" + path + "': the cloud has no fields");
@@ -254,32 +308,38 @@ void save_cloud_subset(const Cloud& cloud, const std::vector<std::int32_t>& indi
                          " is outside the cloud");
     std::memcpy(&out.data[j * out.point_step], &in.data[i * in.point_step], in.point_step);
   }
-  const std::string ext = lower_extension(path);
-  if (ext != ".pcd" && ext != ".ply")
-    throw output_error("cannot write '" + path + "': unknown extension '" + ext +
-                       "' (expected .pcd or .ply)");
-  io_detail::write_atomically(path, [&](const std::string& tmp) -> std::string {
-    if (out.width == 0) return write_empty(tmp, ext, out);  // PCL refuses to write no points
-    int rc = 0;
-    if (ext == ".pcd") {
-      pcl::PCDWriter w;
-      rc = w.writeBinary(tmp, out);
-    } else {
-      pcl::PLYWriter w;
-      rc = w.writeBinary(tmp, out);
-    }
-    return rc < 0 ? "PCL could not write it" : "";
-  });
+  write_cloud2(out, path);
 }
 
-void save_xyz_pcd(const std::string& path, const std::vector<float>& xyz) {
+void save_cloud_moved(const Cloud& cloud, const std::vector<float>& xyz, const std::string& path) {
+  if (!cloud.fields) throw output_error("cannot write '" + path + "': the cloud has no fields");
+  if (static_cast<std::int64_t>(xyz.size()) != cloud.size() * 3)
+    throw output_error("cannot write '" + path + "': " + std::to_string(xyz.size() / 3) +
+                       " new positions for " + std::to_string(cloud.size()) + " points");
+  pcl::PCLPointCloud2 out = cloud.fields->cloud;
+  const pcl::PCLPointField* f[3] = {&coordinate_field(path, out, "x"),
+                                    &coordinate_field(path, out, "y"),
+                                    &coordinate_field(path, out, "z")};
+  for (std::int64_t i = 0; i < cloud.size(); ++i) {
+    std::uint8_t* rec = out.data.data() + i * out.point_step;
+    for (int a = 0; a < 3; ++a)
+      write_from_double(rec + f[a]->offset, f[a]->datatype,
+                        double(xyz[i * 3 + a]) + cloud.origin[a]);
+  }
+  write_cloud2(out, path);
+}
+
+void save_xyz_pcd(const std::string& path, const std::vector<float>& xyz, std::uint32_t width) {
   pcl::PCLPointCloud2 pc;
   const std::uint32_t n = static_cast<std::uint32_t>(xyz.size() / 3);
-  pc.width = n;
-  pc.height = 1;
-  pc.is_dense = true;
+  if (width > 0 && n % width != 0)
+    throw output_error("cannot write '" + path + "': " + std::to_string(n) +
+                       " points do not make rows of " + std::to_string(width));
+  pc.width = width > 0 ? width : n;
+  pc.height = width > 0 ? n / width : 1;
+  pc.is_dense = std::all_of(xyz.begin(), xyz.end(), [](float v) { return std::isfinite(v); });
   pc.point_step = 12;
-  pc.row_step = 12 * n;
+  pc.row_step = 12 * pc.width;
   const char* names[3] = {"x", "y", "z"};
   for (std::uint32_t a = 0; a < 3; ++a) {
     pcl::PCLPointField f;

@@ -60,7 +60,19 @@ expect 2 "k must be between 1 and 128, got 500" -- radius "$sample" -r 1 --max-n
 expect 2 "go with --max-nn" -- radius "$sample" -r 1 --counts "$tmp/x.csv"
 expect 2 "required" -- radius "$sample"
 expect 2 "not a memory size" -- knn "$sample" --max-device-memory lots
+expect 0 "organized 160 x 120" -- generate depth --width 160 --height 120 -o "$tmp/depth.pcd"
+expect 0 "organized, every field" -- smooth "$tmp/depth.pcd" -o "$tmp/depth_s.pcd" --stencil gaussian:3:1.5 --depth-jump 0.1 --device cpu
+expect 0 "organized +160 x 120" -- stats "$tmp/depth_s.pcd" --device cpu
+expect 0 "Taubin, k = 8" -- smooth "$sample" -o "$tmp/s.ply" --taubin 0.5,-0.53 -k 8 --iterations 3 --device cpu
+expect 2 "radius must be 0..7" -- smooth "$tmp/depth.pcd" -o "$tmp/x.pcd" --stencil box:9
+expect 2 "positive sum" -- smooth "$tmp/depth.pcd" -o "$tmp/x.pcd" --stencil list:1,-3,1
+expect 2 "excludes" -- smooth "$sample" -o "$tmp/x.pcd" --laplacian 0.5 --taubin 0.5,-0.53
+expect 2 "Taubin needs" -- smooth "$sample" -o "$tmp/x.pcd" --taubin 0.5,-0.2 --device cpu
+[ ! -e "$tmp/x.pcd" ] || { echo "FAIL: output left after an error"; fails=$((fails + 1)); }
 if "$pcnn" devices >/dev/null 2>&1; then
+  expect 0 "values differing by more than 1e-5 \(relative\) +0" -- smooth "$tmp/depth.pcd" -o "$tmp/g.pcd" --stencil gaussian:2:1 --depth-jump 0.1 --compare-cpu
+  expect 0 "values differing by more than 1e-5 \(relative\) +0" -- smooth "$tmp/depth.pcd" -o "$tmp/g.pcd" --stencil gaussian:2:1 --compare-cpu
+  expect 0 "values differing by more than 1e-5 \(relative\) +0" -- smooth "$sample" -o "$tmp/g.pcd" --taubin 0.5,-0.53 -k 10 --compare-cpu
   expect 0 "agreeing percent +100 %" -- radius "$sample" -r 0.3 --compare-cpu
   expect 0 "agreeing percent +100 %" -- radius "$sample" -r 0.3 --max-nn 16 --exclude-self --compare-cpu
   expect 0 "passes" -- radius "$sample" -r 0.3 --max-device-memory 24M

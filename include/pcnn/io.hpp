@@ -64,9 +64,17 @@ Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin = 
 void save_cloud_subset(const Cloud& cloud, const std::vector<std::int32_t>& indices,
                        const std::string& path);
 
-/// Writes packed xyz (in meters, stored = xyz) as a binary PCD with fields x y z.
+/// Writes `cloud` with its points moved to `xyz` (3 floats per point, in the cloud's re-centered
+/// coordinates, as Cloud::xyz), every other field and the organization (width × height)
+/// unchanged, to a .pcd (binary) or .ply (binary little-endian) by extension. Coordinates are
+/// stored in their original type (integers rounded; an integer coordinate stays as it was where
+/// the new one is NaN). Written to a temporary file and renamed. @throws pcnn::output_error
+void save_cloud_moved(const Cloud& cloud, const std::vector<float>& xyz, const std::string& path);
+
+/// Writes packed xyz (in meters, stored = xyz) as a binary PCD with fields x y z; organized as
+/// `width` × (points / width) when `width` > 0 (NaN points allowed), else unorganized.
 /// @throws pcnn::output_error
-void save_xyz_pcd(const std::string& path, const std::vector<float>& xyz);
+void save_xyz_pcd(const std::string& path, const std::vector<float>& xyz, std::uint32_t width = 0);
 
 /// Writes a rows × cols row-major array as a NumPy .npy file (little-endian int32 / float32),
 /// or as CSV when `path` ends in .csv (one row per line, a leading "row" column, a header line

@@ -25,4 +25,12 @@ const char* to_string(SyntheticKind kind);
 /// `n` points, packed xyz (3 floats each), in meters; the same seed gives the same cloud.
 std::vector<float> make_synthetic_cloud(SyntheticKind kind, std::int64_t n, std::uint64_t seed);
 
+/// An organized depth-camera scene, `width` × `height` points row-major (pinhole camera at the
+/// origin looking along +z, focal length 0.8 × width): a tilted wall about 4 m away and a box face
+/// at 2 m covering the middle third (sharp depth edges), depth noise of `noise` meters (Gaussian),
+/// and a fraction `holes` of the pixels invalid (NaN), in small blobs. `truth`, when given,
+/// receives the noise-free points (NaN at the holes).
+std::vector<float> make_depth_scene(int width, int height, double noise, double holes,
+                                    std::uint64_t seed, std::vector<float>* truth = nullptr);
+
 }  // namespace pcnn
