@@ -22,6 +22,7 @@ struct SearchOptions {
 struct KnnCommand : SearchOptions {
   int k = 8;
   std::string algorithm = "auto";  // auto | brute | grid
+  std::string staging = "auto";    // auto | pageable | pinned | registered | mapped
 };
 
 struct RadiusCommand : SearchOptions {

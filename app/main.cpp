@@ -78,6 +78,12 @@ int main(int argc, char** argv) {
                    "GPU search: auto, brute (all pairs) or grid (spatial index)")
       ->check(CLI::IsMember({"auto", "brute", "grid"}))
       ->capture_default_str();
+  knn_cmd
+      ->add_option("--staging", knn.staging,
+                   "transfers: auto (mapped on integrated GPUs, else pinned), pageable, pinned, "
+                   "registered or mapped (zero-copy)")
+      ->check(CLI::IsMember({"auto", "pageable", "pinned", "registered", "mapped"}))
+      ->capture_default_str();
 
   RadiusCommand radius;
   std::string radius_memory;

@@ -18,7 +18,9 @@ namespace pcnn {
 
 namespace detail {
 namespace {
-std::atomic<std::int64_t> g_current{0}, g_peak{0}, g_allocs{0}, g_limit{0};
+std::atomic<std::int64_t> g_current{0}, g_peak{0}, g_allocs{0}, g_limit{0}, g_pinned{0},
+    g_registrations{0}, g_registered_now{0};
+thread_local DeviceArena* t_arena = nullptr;
 
 // Whether the current device supports stream-ordered allocation; the first call per device also
 // tells its pool to keep freed memory cached instead of returning it at every synchronization.
@@ -88,6 +90,79 @@ void device_free(void* p, std::size_t bytes, cudaStream_t stream) noexcept {
   }
   g_current -= static_cast<std::int64_t>(bytes);
 }
+DeviceArena::~DeviceArena() {
+  for (const Block& b : all_) device_free(b.ptr, b.bytes, nullptr);
+}
+
+void* DeviceArena::take(std::size_t bytes, cudaStream_t stream) {
+  // The smallest cached block that fits (exact sizes repeat from one call to the next).
+  auto best = free_.end();
+  for (auto it = free_.begin(); it != free_.end(); ++it)
+    if (it->bytes >= bytes && (best == free_.end() || it->bytes < best->bytes)) best = it;
+  if (best != free_.end()) {
+    void* p = best->ptr;
+    free_.erase(best);
+    return p;
+  }
+  void* p = device_allocate(bytes, stream);
+  all_.push_back({p, bytes});
+  return p;
+}
+
+void DeviceArena::give(void* ptr, std::size_t) noexcept {
+  for (const Block& b : all_)
+    if (b.ptr == ptr) {
+      pending_.push_back(b);
+      return;
+    }
+}
+
+void DeviceArena::end_call() noexcept {
+  free_.insert(free_.end(), pending_.begin(), pending_.end());
+  pending_.clear();
+}
+
+std::int64_t DeviceArena::cached_bytes() const {
+  std::int64_t n = 0;
+  for (const Block& b : all_) n += static_cast<std::int64_t>(b.bytes);
+  return n;
+}
+
+ArenaScope::ArenaScope(DeviceArena* arena) : previous_(t_arena) { t_arena = arena; }
+ArenaScope::~ArenaScope() { t_arena = previous_; }
+DeviceArena* current_arena() { return t_arena; }
+
+void* pinned_allocate_bytes(std::size_t bytes, bool mapped) {
+  void* p = nullptr;
+  const cudaError_t err =
+      cudaHostAlloc(&p, bytes, mapped ? cudaHostAllocMapped : cudaHostAllocDefault);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    throw out_of_memory_error(
+        "out of page-locked host memory: " + format_bytes(bytes) + " requested",
+        static_cast<std::int64_t>(bytes), 0);
+  }
+  PCNN_CUDA_TRY(err);
+  ++g_pinned;
+  return p;
+}
+
+void pinned_free_bytes(void* ptr) noexcept { PCNN_CUDA_TRY_NO_THROW(cudaFreeHost(ptr)); }
+
+host_registration::host_registration(const void* ptr, std::size_t bytes) {
+  if (!ptr || bytes == 0) return;
+  PCNN_CUDA_TRY(cudaHostRegister(const_cast<void*>(ptr), bytes, cudaHostRegisterDefault));
+  ptr_ = const_cast<void*>(ptr);
+  ++g_registrations;
+  ++g_registered_now;
+}
+
+host_registration::~host_registration() {
+  if (!ptr_) return;
+  PCNN_CUDA_TRY_NO_THROW(cudaHostUnregister(ptr_));
+  --g_registered_now;
+}
+
 }  // namespace detail
 
 void release_cached_device_memory() {
@@ -101,7 +176,9 @@ void release_cached_device_memory() {
 }
 
 DeviceMemoryStats device_memory_stats() {
-  return {detail::g_current.load(), detail::g_peak.load(), detail::g_allocs.load()};
+  return {detail::g_current.load(),       detail::g_peak.load(),
+          detail::g_allocs.load(),        detail::g_pinned.load(),
+          detail::g_registrations.load(), detail::g_registered_now.load()};
 }
 
 void reset_peak_device_memory() { detail::g_peak = detail::g_current.load(); }

@@ -114,6 +114,26 @@ void run_passes(const TreeView& tree, TreeKnnArgs a, int n_queries, const KnnOut
 
 }  // namespace
 
+std::int64_t tree_search_range(const SpatialIndex& index, const float4* queries, bool self_search,
+                               int slot_begin, int slot_end, KnnParams params, std::int32_t* d_idx,
+                               float* d_dist, int* outlier_slots, int* outlier_count,
+                               unsigned long long* evaluations, cudaStream_t stream) {
+  if (slot_end <= slot_begin) return 0;
+  TreeKnnArgs a;
+  a.queries = queries;
+  a.slot_begin = slot_begin;
+  a.slot_end = slot_end;
+  a.self_search = self_search;
+  a.k = params.k;
+  a.exclude_self = params.exclude_self;
+  a.out_idx = d_idx;
+  a.out_dist = d_dist;
+  a.outlier_slots = outlier_slots;
+  a.outlier_count = outlier_count;
+  a.evaluations = evaluations;
+  return launch_for_k(index.view(), a, stream).outliers;
+}
+
 std::int64_t tree_working_bytes(PointsView refs, const PointsView* queries, bool index_built) {
   constexpr std::int64_t kSlack = 16 << 20;  // CUB scratch, boxes, counters, pool granularity
   std::int64_t bytes = kSlack;
@@ -169,6 +189,7 @@ TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries,
   a.bound = bound;
   a.out_idx = out.d_idx;
   a.out_dist = out.d_dist;
+  a.query_offset = out.query_offset;
   const std::int64_t per_pass = out.rows_per_pass > 0 ? out.rows_per_pass : n_queries;
   device_buffer<int> outlier_slots(per_pass, stream), outlier_count(1, stream);
   device_buffer<unsigned long long> evaluations(1, stream);

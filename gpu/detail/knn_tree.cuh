@@ -76,6 +76,7 @@ struct TreeKnnArgs {
   int k = 1;
   bool exclude_self = false;
   int out_slot_base = -1;  // < 0: row = original query index; else row = slot - out_slot_base
+  int query_offset = 0;    // exclude_self: query i is reference i + query_offset
   RadiusBound bound;       // hybrid search: only points within the radius
   std::int32_t* out_idx = nullptr;
   float* out_dist = nullptr;
@@ -149,7 +150,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32) knn_tree_kernel(TreeView t, T
   const int slot = first + lane;
   const float4 q = slot < a.slot_end ? a.queries[slot] : make_float4(NAN, NAN, NAN, 0.f);
   const int qid = __float_as_int(q.w);
-  const int self = a.exclude_self ? qid : -1;
+  const int self = a.exclude_self ? qid + a.query_offset : -1;
   bool active = slot < a.slot_end && finite3(q.x, q.y, q.z) && t.levels > 0;
   bool outlier = false;
   TreeList<CAP> best;
@@ -336,7 +337,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
   const int slot = a.outlier_slots[i];
   const float4 q = a.queries[slot];
   const int qid = __float_as_int(q.w);
-  const int self = a.exclude_self ? qid : -1;
+  const int self = a.exclude_self ? qid + a.query_offset : -1;
   TopK<CAP, false> best;
   best.init(a.k, a.bound.upper);
   unsigned long long evals = 0;

@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32) hybrid_tree_kernel(TreeView t
   const WarpQueries w(t, a);
   NearestSink<CAP> sink{
       w.q,
-      a.exclude_self ? w.qid : -1,
+      a.exclude_self ? w.qid + a.query_offset : -1,
       a.bound,
       {lists + threadIdx.x, reinterpret_cast<int*>(lists + CAP * blockDim.x) + threadIdx.x,
        static_cast<int>(blockDim.x)},

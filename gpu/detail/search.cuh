@@ -40,6 +40,9 @@ struct KnnOutput {
   std::int64_t rows_per_pass = 0;
   std::int32_t* h_idx = nullptr;
   float* h_dist = nullptr;
+  /// The original index of the first query: with exclude_self, query i is reference
+  /// i + query_offset (a chunk of the references searched as a separate query set).
+  int query_offset = 0;
 };
 
 /// Queries a launch of the tree search covers per block; passes are multiples of it.
@@ -59,6 +62,15 @@ TreeSearchStats tree_search_device(PointsView refs, const PointsView* queries, K
 TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries, KnnParams params,
                            const RadiusBound& bound, const KnnOutput& out, cudaStream_t stream,
                            cuda_event& built);
+
+/// One launch of the tree kNN over the sorted queries [slot_begin, slot_end) (the index's own
+/// points when `self_search`), rows written by original query index; `outlier_slots` holds
+/// slot_end - slot_begin entries. Synchronizes `stream` (to size the outlier pass). Returns the
+/// outliers it searched alone.
+std::int64_t tree_search_range(const SpatialIndex& index, const float4* queries, bool self_search,
+                               int slot_begin, int slot_end, KnnParams params, std::int32_t* d_idx,
+                               float* d_dist, int* outlier_slots, int* outlier_count,
+                               unsigned long long* evaluations, cudaStream_t stream);
 
 /// Device bytes a tree search needs besides its output rows: uploaded points, the index (unless
 /// `index_built`), the sorted queries and the search's own workspace. An estimate on the safe

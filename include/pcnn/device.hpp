@@ -30,8 +30,11 @@ double initialize_device(int ordinal = 0);
 /// Device memory pcnn itself holds (through its own allocations), in bytes.
 struct DeviceMemoryStats {
   std::int64_t current_bytes = 0;
-  std::int64_t peak_bytes = 0;   ///< since the last reset_peak_device_memory()
-  std::int64_t allocations = 0;  ///< cudaMalloc calls made, ever
+  std::int64_t peak_bytes = 0;          ///< since the last reset_peak_device_memory()
+  std::int64_t allocations = 0;         ///< cudaMalloc calls made, ever
+  std::int64_t pinned_allocations = 0;  ///< cudaHostAlloc calls made, ever
+  std::int64_t registrations = 0;       ///< cudaHostRegister calls made, ever
+  std::int64_t registered_now = 0;      ///< caller buffers registered at this moment
 };
 DeviceMemoryStats device_memory_stats();
 void reset_peak_device_memory();
