@@ -155,8 +155,7 @@ std::vector<float> make_depth_scene(int width, int height, double noise, double 
     for (int x = 0; x < width; ++x) {
       const std::size_t i = std::size_t(y) * width + x;
       const double rx = (x - cx) / f, ry = (y - cy) / f;
-      const bool box = x >= width / 3 && x < 2 * width / 3 && y >= height / 3 &&
-                       y < 2 * height / 3;
+      const bool box = x >= width / 3 && x < 2 * width / 3 && y >= height / 3 && y < 2 * height / 3;
       const double z = box ? 2.0 : 4.0 + 0.5 * rx + 0.25 * ry;  // the wall is tilted
       const double zn = z + noise * g(rng);
       for (int a = 0; a < 3; ++a) {
