@@ -62,14 +62,7 @@ int main(int argc, char** argv) {
   app.add_option("--csv", csv, "also write the rows as CSV");
   CLI11_PARSE(app, argc, argv);
 
-  const DeviceInfo dev = query_device();
-  if (!dev.available) {
-    std::fprintf(stderr, "pcnn_bench_knn: no usable CUDA device: %s\n", dev.reason.c_str());
-    return 4;
-  }
-  initialize_device(dev.ordinal);
-  std::printf("# device: %s, %d SMs, %.1f GiB\n", dev.name.c_str(), dev.multiprocessors,
-              dev.total_memory / 1073741824.0);
+  const DeviceInfo dev = bench::start_device("pcnn_bench_knn");
   std::printf("%-9s %9s %3s %-5s %9s %9s %9s %8s %8s %10s %9s %7s %9s %8s %9s %7s\n", "kind", "n",
               "k", "alg", "build_ms", "query_ms", "total_ms", "up_ms", "down_ms", "evals/q",
               "evals/s", "B/pt", "outliers", "out_ms", "cpu_ms", "agree%");

@@ -83,14 +83,7 @@ int main(int argc, char** argv) {
   app.add_option("--csv", csv, "also write the rows as CSV");
   CLI11_PARSE(app, argc, argv);
 
-  const DeviceInfo dev = query_device();
-  if (!dev.available) {
-    std::fprintf(stderr, "pcnn_bench_radius: no usable CUDA device: %s\n", dev.reason.c_str());
-    return 4;
-  }
-  initialize_device(dev.ordinal);
-  std::printf("# device: %s, %d SMs, %.1f GiB\n", dev.name.c_str(), dev.multiprocessors,
-              dev.total_memory / 1073741824.0);
+  const DeviceInfo dev = bench::start_device("pcnn_bench_radius");
   std::printf("%-9s %9s %-6s %8s %7s %7s %9s %9s %9s %8s %6s %9s %7s\n", "kind", "n", "mode",
               "radius", "mean", "max", "build_ms", "search_ms", "total_ms", "down_ms", "passes",
               "cpu_ms", "agree%");

@@ -103,13 +103,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--pictures", pictures, "directory for the PNG pictures (none when empty)");
   CLI11_PARSE(app, argc, argv);
-  const DeviceInfo dev = query_device();
-  if (!dev.available) {
-    std::fprintf(stderr, "pcnn_bench_smooth: no usable CUDA device: %s\n", dev.reason.c_str());
-    return 4;
-  }
-  initialize_device(dev.ordinal);
-  std::printf("# device: %s\n", dev.name.c_str());
+  const DeviceInfo dev = bench::start_device("pcnn_bench_smooth");
   std::printf("%-22s %-28s %10s %10s %10s %12s\n", "cloud", "method", "up_ms", "smooth_ms",
               "down_ms", "max|gpu-cpu|");
 

@@ -87,16 +87,11 @@ int main(int argc, char** argv) {
   app.add_option("--peak-mb", peak_mb, "size of the peak-rate copies")->capture_default_str();
   app.add_option("--csv", csv, "also write the rows as CSV");
   CLI11_PARSE(app, argc, argv);
-  const DeviceInfo dev = query_device();
-  if (!dev.available) {
-    std::fprintf(stderr, "pcnn_bench_staging: no usable CUDA device: %s\n", dev.reason.c_str());
-    return 4;
-  }
-  initialize_device(dev.ordinal);
+  const DeviceInfo dev = bench::start_device("pcnn_bench_staging");
   const auto [peak_up, peak_down] = peak_rates(std::size_t(peak_mb) << 20);
-  std::printf("# device: %s (%s); peak pinned copies: up %.1f GB/s, down %.1f GB/s (%lld MiB)\n",
-              dev.name.c_str(), dev.integrated ? "integrated" : "discrete", peak_up, peak_down,
-              peak_mb);
+  std::printf("# peak page-locked copies: up %.1f GB/s, down %.1f GB/s (%lld MiB)\n", peak_up,
+              peak_down, peak_mb);
+  (void)dev;
   std::printf("%-10s %9s %3s %-10s %8s %7s %8s %7s %9s %9s %9s %9s %9s %7s %6s %8s\n", "kind", "n",
               "k", "staging", "up_GB/s", "%peak", "down_GB/s", "%peak", "build_ms", "search_ms",
               "xfer_ms", "e2e_ms", "oneshot", "overlap", "chunks", "stage_ms");

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "pcnn/baseline.hpp"
 #include "pcnn/device.hpp"
 #include "pcnn/filters.hpp"
@@ -43,13 +44,7 @@ int main(int argc, char** argv) {
   app.add_option("--pcl-points", np, "points for the GPU-vs-PCL filter comparison")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  const pcnn::DeviceInfo dev = pcnn::query_device();
-  if (!dev.available) {
-    std::fprintf(stderr, "no usable CUDA device: %s\n", dev.reason.c_str());
-    return 4;
-  }
-  pcnn::initialize_device(dev.ordinal);
-  std::printf("# device: %s\n", dev.name.c_str());
+  pcnn::bench::start_device("pcnn_bench_stats");
 
   const std::vector<float> xyz = pcnn::make_synthetic_cloud(pcnn::SyntheticKind::uniform, n, 3);
   const std::size_t bytes = xyz.size() * sizeof(float);

@@ -126,6 +126,32 @@ struct KnnSession::Impl {
     for (auto s : streams) PCNN_CUDA_TRY(cudaStreamSynchronize(s));
   }
 
+  void check(const PointsView* queries, KnnParams params) const {
+    PCNN_EXPECTS(!(params.exclude_self && queries),
+                 "exclude_self applies to a self-search only (no separate query set)");
+    validate_knn_args({reinterpret_cast<const float*>(1), indexed ? index.n_total : 0, 3}, queries,
+                      params);
+  }
+
+  // One query call inside the caller's ArenaScope: the search, then the arena's blocks made
+  // reusable (after the streams are idle, on every path), and the call's timings.
+  void call(const PointsView* queries, KnnParams params, std::int32_t* idx, float* dist,
+            SessionTimings* timings) {
+    const auto t0 = clock_type::now();
+    SessionTimings t;
+    t.staging = staging;
+    try {
+      run(queries, params, idx, dist, t);
+    } catch (...) {
+      sync();
+      arena.end_call();
+      throw;
+    }
+    arena.end_call();
+    t.total_ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+    if (timings) *timings = t;
+  }
+
   // Stages `pts` for the device on streams[0]; returns the view kernels read. Records the
   // upload's events and bytes into `t`.
   PointsView stage(StagedPoints& sp, PointsView pts, SessionTimings& t) {
@@ -393,29 +419,14 @@ void KnnSession::set_reference(PointsView refs, SessionTimings* timings) {
 KnnView KnnSession::query(const PointsView* queries, KnnParams params, SessionTimings* timings) {
   PCNN_EXPECTS(impl_ != nullptr, "KnnSession: use of a moved-from session");
   Impl& m = *impl_;
-  PCNN_EXPECTS(!(params.exclude_self && queries),
-               "exclude_self applies to a self-search only (no separate query set)");
-  validate_knn_args({reinterpret_cast<const float*>(1), size(), 3}, queries, params);
-  const auto t0 = clock_type::now();
-  SessionTimings t;
-  t.staging = m.staging;
   const std::int64_t rows = queries ? queries->count : size();
-  const std::size_t cells = static_cast<std::size_t>(rows) * params.k;
+  m.check(queries, params);
   detail::ArenaScope scope(&m.arena);
-  m.own_results(std::max<std::size_t>(cells, 1));
+  m.own_results(std::max<std::size_t>(static_cast<std::size_t>(rows) * params.k, 1));
   const bool page_locked = m.staging == Staging::pinned || m.staging == Staging::mapped;
   std::int32_t* idx = page_locked ? m.host_idx.data() : m.page_idx.data();
   float* dist = page_locked ? m.host_dist.data() : m.page_dist.data();
-  try {
-    m.run(queries, params, idx, dist, t);
-  } catch (...) {
-    m.sync();
-    m.arena.end_call();
-    throw;
-  }
-  m.arena.end_call();
-  t.total_ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
-  if (timings) *timings = t;
+  m.call(queries, params, idx, dist, timings);
   return {rows, params.k, idx, dist};
 }
 
@@ -431,15 +442,9 @@ void KnnSession::query_into(const PointsView* queries, KnnParams params, std::in
     const KnnView v = query(queries, params, timings);
     std::memcpy(indices, v.indices, cells * sizeof(std::int32_t));
     std::memcpy(sqdist, v.sqdist, cells * sizeof(float));
-    if (timings) timings->total_ms += 0;  // the copy is inside the caller's wall time
     return;
   }
-  PCNN_EXPECTS(!(params.exclude_self && queries),
-               "exclude_self applies to a self-search only (no separate query set)");
-  validate_knn_args({reinterpret_cast<const float*>(1), size(), 3}, queries, params);
-  const auto t0 = clock_type::now();
-  SessionTimings t;
-  t.staging = m.staging;
+  m.check(queries, params);
   detail::ArenaScope scope(&m.arena);
   // Registered: the caller's buffers are page-locked for this call (released on every path).
   detail::host_registration reg_idx, reg_dist;
@@ -447,16 +452,7 @@ void KnnSession::query_into(const PointsView* queries, KnnParams params, std::in
     reg_idx = detail::host_registration(indices, cells * sizeof(std::int32_t));
     reg_dist = detail::host_registration(sqdist, cells * sizeof(float));
   }
-  try {
-    m.run(queries, params, indices, sqdist, t);
-  } catch (...) {
-    m.sync();
-    m.arena.end_call();
-    throw;
-  }
-  m.arena.end_call();
-  t.total_ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
-  if (timings) *timings = t;
+  m.call(queries, params, indices, sqdist, timings);
 }
 
 }  // namespace pcnn
