@@ -166,11 +166,14 @@ int run_knn(const KnnCommand& cmd) {
 
   KnnResult result;
   double gpu_total = 0;
+  bool streamed = false;
   const Staging staging = parse_staging(cmd.staging);
   Algorithm algorithm = parse_algorithm(cmd.algorithm);
   if (algorithm == Algorithm::automatic)
     algorithm = choose_algorithm(in.ref_view.count, in.qv() ? in.qv()->count : in.ref_view.count);
-  if (use_gpu && (staging == Staging::pageable || algorithm != Algorithm::grid)) {
+  const bool session_path =
+      algorithm == Algorithm::grid && (staging != Staging::pageable || cmd.chunk_rows > 0);
+  if (use_gpu && !session_path) {
     Report g = start_gpu_section(cmd, dev);
     GpuKnnTimings t;
     result = gpu_knn(in.ref_view, in.qv(), params, algorithm, &t);
@@ -180,14 +183,36 @@ int run_knn(const KnnCommand& cmd) {
   } else if (use_gpu) {
     // The session: staged transfers, chunks over two streams (download overlapping search).
     Report g = start_gpu_section(cmd, dev);
-    KnnSession session({staging, 0});
+    KnnSession session({staging, cmd.chunk_rows});
     SessionTimings rt, qt;
     session.set_reference(in.ref_view, &rt);
-    const KnnView v = session.query(in.qv(), params, &qt);
-    result.rows = v.rows;
-    result.k = v.k;
-    result.indices.assign(v.indices, v.indices + v.rows * v.k);
-    result.sqdist.assign(v.sqdist, v.sqdist + v.rows * v.k);
+    const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
+    // Results streamed chunk by chunk into the output files when asked to (--chunk-rows) or when
+    // they are large (over 1 GB), unless the CPU comparison needs them all.
+    streamed =
+        !cmd.compare_cpu && (cmd.chunk_rows > 0 || rows * cmd.k * 8 > (std::int64_t(1) << 30));
+    if (streamed) {
+      std::optional<ArrayStreamWriter> out_idx, out_dist;
+      if (!cmd.out.empty()) out_idx.emplace(cmd.out, rows, cmd.k, false, "n");
+      if (!cmd.distances.empty()) out_dist.emplace(cmd.distances, rows, cmd.k, true, "d");
+      session.query_stream(
+          in.qv(), params,
+          [&](std::int64_t, const KnnView& v) {
+            if (out_idx) out_idx->append(v.indices, v.rows);
+            if (out_dist) out_dist->append(v.sqdist, v.rows);
+          },
+          &qt);
+      if (out_idx) out_idx->finish();
+      if (out_dist) out_dist->finish();
+      result.rows = rows;
+      result.k = cmd.k;
+    } else {
+      const KnnView v = session.query(in.qv(), params, &qt);
+      result.rows = v.rows;
+      result.k = v.k;
+      result.indices.assign(v.indices, v.indices + v.rows * v.k);
+      result.sqdist.assign(v.sqdist, v.sqdist + v.rows * v.k);
+    }
     g.add("algorithm", "grid");
     g.add("staging", to_string(session.staging()));
     g.add("upload", double(rt.upload_ms) + qt.upload_ms, "ms");
@@ -199,6 +224,7 @@ int run_knn(const KnnCommand& cmd) {
     g.add("download", qt.download_ms, "ms");
     if (qt.download_ms > 0) g.add("download rate", qt.download_gbps(), "GB/s");
     g.add("chunks", qt.chunks);
+    if (streamed) g.add("results", "streamed to the outputs chunk by chunk");
     gpu_total = rt.total_ms + qt.total_ms;
     g.add("total (wall, overlapped)", gpu_total, "ms");
     g.add_note("", "parts: device time by CUDA events; total: host clock to results in memory");
@@ -220,7 +246,12 @@ int run_knn(const KnnCommand& cmd) {
       result = std::move(cpu_result);
     }
   }
-  write_dense(cmd, result, report);
+  if (streamed) {
+    if (!cmd.out.empty()) report.add("indices written to", cmd.out);
+    if (!cmd.distances.empty()) report.add("squared distances written to", cmd.distances);
+  } else {
+    write_dense(cmd, result, report);
+  }
   return finish(cmd, report, exit_code);
 }
 

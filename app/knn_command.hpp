@@ -23,6 +23,7 @@ struct KnnCommand : SearchOptions {
   int k = 8;
   std::string algorithm = "auto";  // auto | brute | grid
   std::string staging = "auto";    // auto | pageable | pinned | registered | mapped
+  std::int64_t chunk_rows = 0;     // > 0: rows per chunk, results streamed to the outputs
 };
 
 struct RadiusCommand : SearchOptions {

@@ -84,6 +84,11 @@ int main(int argc, char** argv) {
                    "registered or mapped (zero-copy)")
       ->check(CLI::IsMember({"auto", "pageable", "pinned", "registered", "mapped"}))
       ->capture_default_str();
+  knn_cmd
+      ->add_option("--chunk-rows", knn.chunk_rows,
+                   "rows per chunk of the pipeline; results are then streamed to the output "
+                   "files chunk by chunk (automatic above 1 GB of results)")
+      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
 
   RadiusCommand radius;
   std::string radius_memory;

@@ -103,7 +103,11 @@ struct KnnSession::Impl {
   detail::pinned_buffer<float> host_dist;
   std::vector<std::int32_t> page_idx;  // pageable / registered results
   std::vector<float> page_dist;
-  detail::host_registration reg_idx, reg_dist;  // registered: page_idx / page_dist
+  detail::host_registration reg_idx, reg_dist;        // registered: page_idx / page_dist
+  detail::pinned_buffer<std::int32_t> stream_idx[2];  // query_stream's chunk buffers
+  detail::pinned_buffer<float> stream_dist[2];
+  std::vector<std::int32_t> stream_page_idx[2];
+  std::vector<float> stream_page_dist[2];
   std::size_t registered_cells = 0;
 
   explicit Impl(SessionOptions o)
@@ -112,7 +116,11 @@ struct KnnSession::Impl {
         refs(staging == Staging::mapped),
         queries(staging == Staging::mapped),
         host_idx(staging == Staging::mapped),
-        host_dist(staging == Staging::mapped) {
+        host_dist(staging == Staging::mapped),
+        stream_idx{detail::pinned_buffer<std::int32_t>(staging == Staging::mapped),
+                   detail::pinned_buffer<std::int32_t>(staging == Staging::mapped)},
+        stream_dist{detail::pinned_buffer<float>(staging == Staging::mapped),
+                    detail::pinned_buffer<float>(staging == Staging::mapped)} {
     for (auto& s : streams) PCNN_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   }
   ~Impl() {
@@ -320,17 +328,91 @@ struct KnnSession::Impl {
     t.chunks = chunks;
   }
 
-  // The search in chunks of rows over the two streams (chunk c + 1 searched while chunk c
-  // downloads), for results larger than the device memory left.
-  void run_chunks(const PointsView* host_queries, KnnParams params, std::int32_t* out_idx,
-                  float* out_dist, SessionTimings& t) {
+  // Where chunk c (rows [a, a + n)) lands on the host; in mapped mode also the device's
+  // address of that memory, which the search writes directly.
+  struct ChunkTarget {
+    std::int32_t* idx;
+    float* dist;
+    std::int32_t* mapped_idx = nullptr;
+    float* mapped_dist = nullptr;
+  };
+
+  // The search in chunks of rows over the two streams: chunk c is searched on streams[c % 2]
+  // into device buffer set c % 2 and copied to target(c, a, n) on the same stream, so chunk c + 1
+  // is searched while chunk c downloads. done(c, a, n) is called, in order, once chunk c is in
+  // host memory (at most two chunks are in flight). For results larger than the device memory
+  // left, and for streaming.
+  template <class Target, class Done>
+  void run_chunks(const PointsView* host_queries, KnnParams params, Target target, Done done,
+                  SessionTimings& t) {
     PCNN_EXPECTS(indexed, "KnnSession: query before set_reference");
     const std::int64_t rows = host_queries ? host_queries->count : index.n_total;
     const int k = params.k;
     PointsView q = host_queries ? stage(queries, *host_queries, t) : refs_device;
     if (rows == 0) return;
     const bool mapped = staging == Staging::mapped;
-    // Chunk size: the option, or a quarter of the queries (at least 64k), within memory.
+    const std::int64_t chunk = chunk_rows(rows, k, q);
+    if (!mapped)
+      for (int b = 0; b < 2; ++b) {
+        d_idx[b].resize(static_cast<std::size_t>(chunk) * k, streams[b]);
+        d_dist[b].resize(static_cast<std::size_t>(chunk) * k, streams[b]);
+      }
+    const int chunks = static_cast<int>((rows + chunk - 1) / chunk);
+    std::vector<detail::cuda_event> ev(3 * chunks);
+    auto finish = [&](int c) {
+      PCNN_CUDA_TRY(cudaStreamSynchronize(streams[c % 2]));
+      t.search_ms += ev[3 * c + 1].since(ev[3 * c]);
+      t.download_ms += ev[3 * c + 2].since(ev[3 * c + 1]);
+      done(c, c * chunk, std::min(chunk, rows - c * chunk));
+    };
+    for (int c = 0; c < chunks; ++c) {
+      const std::int64_t a = c * chunk, n = std::min(chunk, rows - a);
+      const int b = c % 2;
+      cudaStream_t s = streams[b];
+      const ChunkTarget to = target(c, a, n);
+      const PointsView cq{q.data + a * q.stride, n, q.stride};
+      detail::KnnOutput out;
+      out.d_idx = mapped ? to.mapped_idx : d_idx[b].data();
+      out.d_dist = mapped ? to.mapped_dist : d_dist[b].data();
+      out.query_offset = static_cast<int>(a);
+      detail::cuda_event built;
+      ev[3 * c].record(s);
+      detail::tree_query(index, &cq, params, detail::RadiusBound{}, out, s, built);
+      ev[3 * c + 1].record(s);
+      if (!mapped) {
+        const std::size_t cells = static_cast<std::size_t>(n) * k;
+        PCNN_CUDA_TRY(cudaMemcpyAsync(to.idx, d_idx[b].data(), cells * sizeof(std::int32_t),
+                                      cudaMemcpyDeviceToHost, s));
+        PCNN_CUDA_TRY(cudaMemcpyAsync(to.dist, d_dist[b].data(), cells * sizeof(float),
+                                      cudaMemcpyDeviceToHost, s));
+      }
+      ev[3 * c + 2].record(s);
+      if (c > 0) finish(c - 1);
+    }
+    finish(chunks - 1);
+    if (!mapped) t.download_bytes += rows * k * 8;
+    t.chunks = chunks;
+  }
+
+  // Into whole result arrays (`out_*`: host memory, page-locked or mapped as the mode needs).
+  void run_chunks(const PointsView* host_queries, KnnParams params, std::int32_t* out_idx,
+                  float* out_dist, SessionTimings& t) {
+    const bool mapped = staging == Staging::mapped;
+    std::int32_t* m_idx = mapped ? host_idx.device_data() : nullptr;
+    float* m_dist = mapped ? host_dist.device_data() : nullptr;
+    const int k = params.k;
+    run_chunks(
+        host_queries, params,
+        [&](int, std::int64_t a, std::int64_t) {
+          return ChunkTarget{out_idx + a * k, out_dist + a * k, mapped ? m_idx + a * k : nullptr,
+                             mapped ? m_dist + a * k : nullptr};
+        },
+        [](int, std::int64_t, std::int64_t) {}, t);
+  }
+
+  // Rows per chunk: the option, or a quarter of the queries (at least 64k), within memory.
+  std::int64_t chunk_rows(std::int64_t rows, int k, const PointsView& q) const {
+    const bool mapped = staging == Staging::mapped;
     std::int64_t chunk =
         options.chunk_rows > 0 ? options.chunk_rows : std::max<std::int64_t>(65536, (rows + 3) / 4);
     chunk =
@@ -340,45 +422,7 @@ struct KnnSession::Impl {
         detail::tree_working_bytes({q.data, std::min(rows, chunk), q.stride}, &q, true), 0,
         "a session query of " + std::to_string(rows) + " points with k = " + std::to_string(k));
     if (memory_chunk > 0) chunk = std::min(chunk, memory_chunk);
-    chunk = std::min(chunk, rows);
-    if (!mapped)
-      for (int b = 0; b < 2; ++b) {
-        d_idx[b].resize(static_cast<std::size_t>(chunk) * k, streams[b]);
-        d_dist[b].resize(static_cast<std::size_t>(chunk) * k, streams[b]);
-      }
-    std::int32_t* mapped_idx = mapped ? host_idx.device_data() : nullptr;
-    float* mapped_dist = mapped ? host_dist.device_data() : nullptr;
-    const int chunks = static_cast<int>((rows + chunk - 1) / chunk);
-    std::vector<detail::cuda_event> ev(3 * chunks);
-    for (int c = 0; c < chunks; ++c) {
-      const std::int64_t a = c * chunk, n = std::min(chunk, rows - a);
-      const int b = c % 2;
-      cudaStream_t s = streams[b];
-      const PointsView cq{q.data + a * q.stride, n, q.stride};
-      detail::KnnOutput out;
-      out.d_idx = mapped ? mapped_idx + a * k : d_idx[b].data();
-      out.d_dist = mapped ? mapped_dist + a * k : d_dist[b].data();
-      out.query_offset = static_cast<int>(a);
-      detail::cuda_event built;
-      ev[3 * c].record(s);
-      detail::tree_query(index, &cq, params, detail::RadiusBound{}, out, s, built);
-      ev[3 * c + 1].record(s);
-      if (!mapped) {
-        const std::size_t cells = static_cast<std::size_t>(n) * k;
-        PCNN_CUDA_TRY(cudaMemcpyAsync(out_idx + a * k, d_idx[b].data(),
-                                      cells * sizeof(std::int32_t), cudaMemcpyDeviceToHost, s));
-        PCNN_CUDA_TRY(cudaMemcpyAsync(out_dist + a * k, d_dist[b].data(), cells * sizeof(float),
-                                      cudaMemcpyDeviceToHost, s));
-      }
-      ev[3 * c + 2].record(s);
-    }
-    sync();
-    for (int c = 0; c < chunks; ++c) {
-      t.search_ms += ev[3 * c + 1].since(ev[3 * c]);
-      t.download_ms += ev[3 * c + 2].since(ev[3 * c + 1]);
-    }
-    if (!mapped) t.download_bytes += rows * k * 8;
-    t.chunks = chunks;
+    return std::min(chunk, rows);
   }
 };
 
@@ -428,6 +472,63 @@ KnnView KnnSession::query(const PointsView* queries, KnnParams params, SessionTi
   float* dist = page_locked ? m.host_dist.data() : m.page_dist.data();
   m.call(queries, params, idx, dist, timings);
   return {rows, params.k, idx, dist};
+}
+
+void KnnSession::query_stream(const PointsView* queries, KnnParams params, const KnnSink& sink,
+                              SessionTimings* timings) {
+  PCNN_EXPECTS(impl_ != nullptr, "KnnSession: use of a moved-from session");
+  Impl& m = *impl_;
+  m.check(queries, params);
+  detail::ArenaScope scope(&m.arena);
+  const int k = params.k;
+  // Two chunk-sized host buffers, alternating (page-locked; ordinary memory in pageable mode).
+  const bool pageable = m.staging == Staging::pageable, mapped = m.staging == Staging::mapped;
+  const std::int64_t rows = queries ? queries->count : size();
+  // The loop's chunk size (it may choose smaller once the queries are on the device).
+  const std::int64_t chunk = std::max<std::int64_t>(
+      1, m.chunk_rows(rows, k, queries ? *queries : PointsView{nullptr, rows, 3}));
+  const std::size_t cells = static_cast<std::size_t>(chunk) * k;
+  for (int b = 0; b < 2; ++b) {
+    if (pageable) {
+      if (m.stream_page_idx[b].size() < cells) {
+        m.stream_page_idx[b].assign(cells, 0);
+        m.stream_page_dist[b].assign(cells, 0.f);
+      }
+    } else {
+      m.stream_idx[b].ensure(cells);
+      m.stream_dist[b].ensure(cells);
+    }
+  }
+  auto host_idx = [&](int b) {
+    return pageable ? m.stream_page_idx[b].data() : m.stream_idx[b].data();
+  };
+  auto host_dist = [&](int b) {
+    return pageable ? m.stream_page_dist[b].data() : m.stream_dist[b].data();
+  };
+  const auto t0 = clock_type::now();
+  SessionTimings t;
+  t.staging = m.staging;
+  try {
+    m.run_chunks(
+        queries, params,
+        [&](int c, std::int64_t, std::int64_t) {
+          const int b = c % 2;
+          return Impl::ChunkTarget{host_idx(b), host_dist(b),
+                                   mapped ? m.stream_idx[b].device_data() : nullptr,
+                                   mapped ? m.stream_dist[b].device_data() : nullptr};
+        },
+        [&](int c, std::int64_t a, std::int64_t n) {
+          sink(a, KnnView{n, k, host_idx(c % 2), host_dist(c % 2)});
+        },
+        t);
+  } catch (...) {
+    m.sync();
+    m.arena.end_call();
+    throw;
+  }
+  m.arena.end_call();
+  t.total_ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+  if (timings) *timings = t;
 }
 
 void KnnSession::query_into(const PointsView* queries, KnnParams params, std::int32_t* indices,

@@ -2,6 +2,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <limits>
@@ -92,6 +93,82 @@ void write_array(const std::string& path, const float* data, std::int64_t rows, 
 void write_array(const std::string& path, const std::int64_t* data, std::int64_t rows, int cols,
                  const std::string& prefix) {
   write_any(path, data, rows, cols, "<i8", prefix);
+}
+
+struct ArrayStreamWriter::Impl {
+  std::string path, tmp, prefix;
+  std::int64_t rows, written = 0;
+  int cols;
+  bool is_float, csv, done = false;
+  std::ofstream os;
+};
+
+ArrayStreamWriter::ArrayStreamWriter(const std::string& path, std::int64_t rows, int cols,
+                                     bool is_float, const std::string& prefix)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.path = path;
+  m.tmp = path + ".pcnn-tmp";
+  m.prefix = prefix;
+  m.rows = rows;
+  m.cols = cols;
+  m.is_float = is_float;
+  m.csv = ends_with_csv(path);
+  m.os.open(m.tmp, std::ios::binary | std::ios::trunc);
+  if (!m.os) throw output_error("cannot write '" + path + "': " + std::strerror(errno));
+  if (m.csv) {
+    m.os << "row";
+    for (int j = 0; j < cols; ++j) m.os << ',' << prefix << j;
+    m.os << '\n';
+  } else {
+    m.os << npy_header(is_float ? "<f4" : "<i4", rows, cols);
+  }
+}
+
+ArrayStreamWriter::~ArrayStreamWriter() {
+  if (impl_ && !impl_->done) {
+    impl_->os.close();
+    std::remove(impl_->tmp.c_str());
+  }
+}
+
+void ArrayStreamWriter::append(const void* data, std::int64_t rows) {
+  Impl& m = *impl_;
+  if (m.written + rows > m.rows)
+    throw output_error("cannot write '" + m.path + "': more rows than announced");
+  const std::size_t values = static_cast<std::size_t>(rows) * m.cols;
+  if (!m.csv) {
+    m.os.write(static_cast<const char*>(data), static_cast<std::streamsize>(values * 4));
+  } else {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      m.os << m.written + r;
+      for (int j = 0; j < m.cols; ++j) {
+        m.os << ',';
+        const std::size_t at = static_cast<std::size_t>(r) * m.cols + j;
+        if (m.is_float)
+          write_value(m.os, static_cast<const float*>(data)[at]);
+        else
+          write_value(m.os, static_cast<const std::int32_t*>(data)[at]);
+      }
+      m.os << '\n';
+    }
+  }
+  m.written += rows;
+  if (!m.os) throw output_error("cannot write '" + m.path + "': " + std::strerror(errno));
+}
+
+void ArrayStreamWriter::finish() {
+  Impl& m = *impl_;
+  if (m.written != m.rows)
+    throw output_error("cannot write '" + m.path + "': " + std::to_string(m.written) + " of " +
+                       std::to_string(m.rows) + " rows");
+  m.os.flush();
+  m.os.close();
+  if (!m.os) throw output_error("cannot write '" + m.path + "': " + std::strerror(errno));
+  std::error_code ec;
+  std::filesystem::rename(m.tmp, m.path, ec);
+  if (ec) throw output_error("cannot write '" + m.path + "': " + ec.message());
+  m.done = true;
 }
 
 void write_pairs_csv(const std::string& path, const std::int64_t* offsets, std::int64_t rows,

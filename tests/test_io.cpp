@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <ostream>
 #include <random>
@@ -364,6 +365,57 @@ TEST(Write, GeneratedCloudLoadsBack) {
   const Cloud c = load_cloud(tmp / "g.pcd");
   ASSERT_EQ(c.size(), 2);
   for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(float(c.xyz[i] + c.origin[i % 3]), xyz[i]);
+}
+
+}  // namespace
+}  // namespace pcnn
+
+namespace pcnn {
+namespace {
+
+TEST(ArrayStreamWriter, PiecesGiveTheSameFileAsOneWrite) {
+  const std::string dir = ::testing::TempDir();
+  std::vector<std::int32_t> idx(50 * 4);
+  std::vector<float> dist(50 * 4);
+  for (std::size_t i = 0; i < idx.size(); ++i) {
+    idx[i] = static_cast<std::int32_t>(i * 7 % 31) - 1;
+    dist[i] = i % 9 == 0 ? INFINITY : 0.25f * float(i);
+  }
+  auto read = [](const std::string& path) {
+    std::ifstream is(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(is), {});
+  };
+  for (const char* ext : {".npy", ".csv"}) {
+    const std::string whole = dir + "whole" + ext, pieces = dir + "pieces" + ext,
+                      whole_d = dir + "whole_d" + ext, pieces_d = dir + "pieces_d" + ext;
+    write_array(whole, idx.data(), 50, 4, "n");
+    write_array(whole_d, dist.data(), 50, 4, "d");
+    ArrayStreamWriter wi(pieces, 50, 4, false, "n"), wd(pieces_d, 50, 4, true, "d");
+    for (int first = 0; first < 50; first += 17) {
+      const int rows = std::min(17, 50 - first);
+      wi.append(idx.data() + first * 4, rows);
+      wd.append(dist.data() + first * 4, rows);
+    }
+    wi.finish();
+    wd.finish();
+    EXPECT_EQ(read(whole), read(pieces)) << ext;
+    EXPECT_EQ(read(whole_d), read(pieces_d)) << ext;
+  }
+}
+
+TEST(ArrayStreamWriter, AnUnfinishedStreamLeavesNoFile) {
+  const std::string path = ::testing::TempDir() + "unfinished.npy";
+  std::remove(path.c_str());
+  {
+    ArrayStreamWriter w(path, 10, 2, false, "n");
+    const std::int32_t row[2] = {1, 2};
+    w.append(row, 1);
+    EXPECT_THROW(w.finish(), output_error);  // 1 of 10 rows
+  }
+  EXPECT_FALSE(std::ifstream(path).good());
+  EXPECT_FALSE(std::ifstream(path + ".pcnn-tmp").good());
+  EXPECT_THROW(ArrayStreamWriter(::testing::TempDir() + "no/such/dir/x.npy", 1, 1, false, "n"),
+               output_error);
 }
 
 }  // namespace

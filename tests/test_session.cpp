@@ -85,6 +85,41 @@ TEST(KnnSession, TinyChunksGiveTheSameResults) {
   expect_equal(q, gpu_knn(mv, &sv, {3, false}, Algorithm::grid), "chunked queries");
 }
 
+TEST(KnnSession, StreamedRowsArriveInOrderAndMatch) {
+  PCNN_REQUIRE_DEVICE();
+  const Clouds c;
+  const PointsView mv = c.map_view(), sv = c.scan_view();
+  const KnnResult self = gpu_knn(mv, nullptr, {7, true}, Algorithm::grid);
+  const KnnResult other = gpu_knn(mv, &sv, {3, false}, Algorithm::grid);
+  for (Staging mode : {Staging::pinned, Staging::pageable, Staging::mapped}) {
+    KnnSession session({mode, 1000});  // 1024 rows per chunk
+    session.set_reference(mv);
+    for (const PointsView* q : {static_cast<const PointsView*>(nullptr), &sv}) {
+      const KnnResult& want = q ? other : self;
+      const KnnParams p{want.k, q == nullptr};
+      std::vector<std::int32_t> idx;
+      std::vector<float> dist;
+      std::int64_t next = 0;
+      int calls = 0;
+      SessionTimings t;
+      session.query_stream(
+          q, p,
+          [&](std::int64_t first, const KnnView& v) {
+            EXPECT_EQ(first, next);
+            next += v.rows;
+            ++calls;
+            idx.insert(idx.end(), v.indices, v.indices + v.rows * v.k);
+            dist.insert(dist.end(), v.sqdist, v.sqdist + v.rows * v.k);
+          },
+          &t);
+      EXPECT_EQ(calls, static_cast<int>((want.rows + 1023) / 1024)) << to_string(mode);
+      EXPECT_EQ(t.chunks, calls);
+      EXPECT_EQ(idx, want.indices) << to_string(mode);
+      EXPECT_EQ(dist, want.sqdist) << to_string(mode);
+    }
+  }
+}
+
 TEST(KnnSession, UnderAMemoryCapRowsAreSearchedChunkByChunk) {
   PCNN_REQUIRE_DEVICE();
   const Clouds c;

@@ -87,6 +87,27 @@ void write_array(const std::string& path, const float* data, std::int64_t rows, 
 void write_array(const std::string& path, const std::int64_t* data, std::int64_t rows, int cols,
                  const std::string& prefix = "n");
 
+/// A rows × cols array of int32 or float32 written piece by piece, rows in order, as .npy or .csv
+/// (the same formats as write_array): for results streamed from the GPU that need not all be in
+/// memory at once. Written to a temporary file, renamed by finish(); removed when the writer is
+/// destroyed unfinished (an error on the way leaves nothing behind). @throws pcnn::output_error
+class ArrayStreamWriter {
+ public:
+  ArrayStreamWriter(const std::string& path, std::int64_t rows, int cols, bool is_float,
+                    const std::string& prefix);
+  ~ArrayStreamWriter();
+  ArrayStreamWriter(const ArrayStreamWriter&) = delete;
+  ArrayStreamWriter& operator=(const ArrayStreamWriter&) = delete;
+  /// The next `rows` rows (rows × cols values of the writer's type).
+  void append(const void* data, std::int64_t rows);
+  /// All rows written: closes and renames the file into place.
+  void finish();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 /// Variable-length rows (radius results in CSR form) as CSV: a header line, then one line
 /// "query,neighbor,sqdist" per pair, rows in order. Written atomically. @throws pcnn::output_error
 void write_pairs_csv(const std::string& path, const std::int64_t* offsets, std::int64_t rows,

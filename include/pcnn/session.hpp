@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -88,6 +89,16 @@ class KnnSession {
   /// page-locked for the transfer and released afterwards, even when the search throws.
   void query_into(const PointsView* queries, KnnParams params, std::int32_t* indices, float* sqdist,
                   SessionTimings* timings = nullptr);
+
+  /// Receives the rows of a streamed query, chunk by chunk in order: rows [first_row,
+  /// first_row + rows.rows). The view is valid during the call only.
+  using KnnSink = std::function<void(std::int64_t first_row, const KnnView& rows)>;
+
+  /// The same search with the rows handed to `sink` as each chunk arrives (SessionOptions::
+  /// chunk_rows rows at a time, or automatic), so that results larger than the device's or the
+  /// host's memory can go straight to a file. Host memory used: two chunks.
+  void query_stream(const PointsView* queries, KnnParams params, const KnnSink& sink,
+                    SessionTimings* timings = nullptr);
 
   Staging staging() const;    ///< the resolved mode
   std::int64_t size() const;  ///< indexed points
