@@ -95,24 +95,47 @@ DeviceArena::~DeviceArena() {
 }
 
 void* DeviceArena::take(std::size_t bytes, cudaStream_t stream) {
-  // The smallest cached block that fits (exact sizes repeat from one call to the next).
-  auto best = free_.end();
+  // Only blocks of exactly the size asked: a call that repeats the last one's requests then
+  // finds every block it needs (a larger block taken by a smaller request would be missing for a
+  // later one). First the cached blocks, then one given back during this call on the same stream
+  // (its last use is queued before anything this request will queue).
   for (auto it = free_.begin(); it != free_.end(); ++it)
-    if (it->bytes >= bytes && (best == free_.end() || it->bytes < best->bytes)) best = it;
-  if (best != free_.end()) {
-    void* p = best->ptr;
-    free_.erase(best);
-    return p;
+    if (it->bytes == bytes) {
+      void* p = it->ptr;
+      free_.erase(it);
+      return p;
+    }
+  for (auto it = pending_.begin(); it != pending_.end(); ++it)
+    if (it->bytes == bytes && it->stream == stream) {
+      void* p = it->ptr;
+      pending_.erase(it);
+      return p;
+    }
+  void* p = nullptr;
+  try {
+    p = device_allocate(bytes, stream);
+  } catch (const out_of_memory_error&) {
+    // Cached blocks no call is using: give them back to the device, then try once more.
+    if (free_.empty()) throw;
+    for (const Block& b : free_) {
+      device_free(b.ptr, b.bytes, nullptr);
+      for (auto it = all_.begin(); it != all_.end(); ++it)
+        if (it->ptr == b.ptr) {
+          all_.erase(it);
+          break;
+        }
+    }
+    free_.clear();
+    p = device_allocate(bytes, stream);
   }
-  void* p = device_allocate(bytes, stream);
   all_.push_back({p, bytes});
   return p;
 }
 
-void DeviceArena::give(void* ptr, std::size_t) noexcept {
+void DeviceArena::give(void* ptr, std::size_t, cudaStream_t stream) noexcept {
   for (const Block& b : all_)
     if (b.ptr == ptr) {
-      pending_.push_back(b);
+      pending_.push_back({b.ptr, b.bytes, stream});
       return;
     }
 }

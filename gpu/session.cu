@@ -351,7 +351,7 @@ struct KnnSession::Impl {
     PointsView q = host_queries ? stage(queries, *host_queries, t) : refs_device;
     if (rows == 0) return;
     const bool mapped = staging == Staging::mapped;
-    const std::int64_t chunk = chunk_rows(rows, k, q);
+    const std::int64_t chunk = chunk_rows(rows, k);
     if (!mapped)
       for (int b = 0; b < 2; ++b) {
         d_idx[b].resize(static_cast<std::size_t>(chunk) * k, streams[b]);
@@ -411,15 +411,17 @@ struct KnnSession::Impl {
   }
 
   // Rows per chunk: the option, or a quarter of the queries (at least 64k), within memory.
-  std::int64_t chunk_rows(std::int64_t rows, int k, const PointsView& q) const {
+  std::int64_t chunk_rows(std::int64_t rows, int k) const {
     const bool mapped = staging == Staging::mapped;
     std::int64_t chunk =
         options.chunk_rows > 0 ? options.chunk_rows : std::max<std::int64_t>(65536, (rows + 3) / 4);
     chunk =
         (chunk + detail::kTreeQueryBlock - 1) / detail::kTreeQueryBlock * detail::kTreeQueryBlock;
+    // Per row of a chunk: the two device buffer sets (none when mapped), and the search's
+    // workspace for its query (sorted copy, key, sort buffers, outlier slot: 64 bytes).
+    const std::int64_t per_row = (mapped ? 0 : 2 * std::int64_t(k) * 8) + 64;
     const std::int64_t memory_chunk = detail::plan_rows_per_pass(
-        rows, mapped ? 8 : 2 * std::int64_t(k) * 8,
-        detail::tree_working_bytes({q.data, std::min(rows, chunk), q.stride}, &q, true), 0,
+        rows, per_row, std::int64_t(16) << 20, 0,
         "a session query of " + std::to_string(rows) + " points with k = " + std::to_string(k));
     if (memory_chunk > 0) chunk = std::min(chunk, memory_chunk);
     return std::min(chunk, rows);
@@ -485,8 +487,7 @@ void KnnSession::query_stream(const PointsView* queries, KnnParams params, const
   const bool pageable = m.staging == Staging::pageable, mapped = m.staging == Staging::mapped;
   const std::int64_t rows = queries ? queries->count : size();
   // The loop's chunk size (it may choose smaller once the queries are on the device).
-  const std::int64_t chunk = std::max<std::int64_t>(
-      1, m.chunk_rows(rows, k, queries ? *queries : PointsView{nullptr, rows, 3}));
+  const std::int64_t chunk = std::max<std::int64_t>(1, m.chunk_rows(rows, k));
   const std::size_t cells = static_cast<std::size_t>(chunk) * k;
   for (int b = 0; b < 2; ++b) {
     if (pageable) {

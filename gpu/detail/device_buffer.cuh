@@ -36,7 +36,9 @@ class DeviceArena {
   DeviceArena(const DeviceArena&) = delete;
   DeviceArena& operator=(const DeviceArena&) = delete;
   void* take(std::size_t bytes, cudaStream_t stream);
-  void give(void* ptr, std::size_t bytes) noexcept;
+  /// `stream`: where the block's last use was queued; a later take on the same stream may reuse
+  /// it at once (stream order makes that safe), other streams only after end_call().
+  void give(void* ptr, std::size_t bytes, cudaStream_t stream) noexcept;
   /// The owner's work is finished (its streams synchronized): freed blocks become reusable.
   void end_call() noexcept;
   std::int64_t cached_bytes() const;
@@ -45,6 +47,7 @@ class DeviceArena {
   struct Block {
     void* ptr;
     std::size_t bytes;
+    cudaStream_t stream = nullptr;
   };
   std::vector<Block> free_, pending_, all_;
 };
@@ -113,7 +116,7 @@ class device_buffer {
  private:
   void release() noexcept {
     if (ptr_ && arena_)
-      arena_->give(ptr_, size_ * sizeof(T));
+      arena_->give(ptr_, size_ * sizeof(T), stream_);
     else if (ptr_)
       device_free(ptr_, size_ * sizeof(T), stream_);
     ptr_ = nullptr;
