@@ -174,7 +174,12 @@ void pinned_free_bytes(void* ptr) noexcept { PCNN_CUDA_TRY_NO_THROW(cudaFreeHost
 
 host_registration::host_registration(const void* ptr, std::size_t bytes) {
   if (!ptr || bytes == 0) return;
-  PCNN_CUDA_TRY(cudaHostRegister(const_cast<void*>(ptr), bytes, cudaHostRegisterDefault));
+  const cudaError_t err = cudaHostRegister(const_cast<void*>(ptr), bytes, cudaHostRegisterDefault);
+  if (err == cudaErrorHostMemoryAlreadyRegistered) {  // the caller's own registration: keep it
+    cudaGetLastError();
+    return;
+  }
+  PCNN_CUDA_TRY(err);
   ptr_ = const_cast<void*>(ptr);
   ++g_registrations;
   ++g_registered_now;

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -180,6 +181,15 @@ TEST(KnnSession, RegisteredCallerMemoryIsReleasedWhenTheSearchThrows) {
   session.query_into(&sv, {6, false}, idx.data(), dist.data());
   EXPECT_EQ(idx, gpu_knn(mv, &sv, {6, false}, Algorithm::grid).indices);
   EXPECT_EQ(device_memory_stats().registered_now, registered_before);
+  // Memory the caller registered itself stays registered after the call.
+  ASSERT_EQ(cudaHostRegister(dist.data(), dist.size() * sizeof(float), cudaHostRegisterDefault),
+            cudaSuccess);
+  std::fill(idx.begin(), idx.end(), 0);
+  session.query_into(&sv, {6, false}, idx.data(), dist.data());
+  EXPECT_EQ(idx, gpu_knn(mv, &sv, {6, false}, Algorithm::grid).indices);
+  ASSERT_EQ(cudaPointerGetAttributes(&attr, dist.data()), cudaSuccess);
+  EXPECT_EQ(attr.type, cudaMemoryTypeHost);
+  EXPECT_EQ(cudaHostUnregister(dist.data()), cudaSuccess);
 }
 
 TEST(KnnSession, MisuseThrows) {
