@@ -62,9 +62,11 @@ struct HybridResult {
   std::vector<std::int32_t> counts;  ///< per query, 0..max_nn
 };
 
-/// Hybrid search on the GPU: the kNN search with its pruning started at the radius, so it costs
-/// no more than a kNN search and usually far less. Membership (d² <= r²) is decided exactly, as
-/// in gpu_radius_search. Throws as gpu_knn does, and on an invalid radius.
+/// Hybrid search on the GPU: the radius search's walk over the index with a bounded list per
+/// query (filled, then kept as a max-heap of the max_nn nearest), so it needs no count pass and
+/// its output is dense. Membership (d² <= r²) is decided exactly, as in gpu_radius_search; among
+/// the members, the nearest by (float distance, index) as in gpu_knn. Throws as gpu_knn does, and
+/// on an invalid radius.
 HybridResult gpu_hybrid_search(PointsView refs, const PointsView* queries, HybridParams params,
                                GpuKnnTimings* timings = nullptr, cudaStream_t stream = nullptr);
 

@@ -62,10 +62,13 @@ struct SessionTimings {
 };
 
 /// A kNN session. set_reference() indexes a cloud; query() searches it for the references
-/// themselves or for another cloud, in chunks over two streams so that transfers overlap the
-/// search. After the first call of a given size, a call makes no device allocation and no
-/// page-locked allocation (the session keeps its device blocks and staging buffers; see
-/// pcnn::device_memory_stats). The same neighbors as gpu_knn with Algorithm::grid.
+/// themselves or for another cloud. When every row fits on the device, the search runs in passes
+/// along the index's curve (its fastest order) and each chunk of rows goes to the host on a
+/// second stream as soon as all its queries are done; otherwise chunks of rows are searched and
+/// downloaded alternately on two streams (query_stream always works that way). After the first
+/// call of a given size, a call makes no device allocation and no page-locked allocation (the
+/// session keeps its device blocks and staging buffers; see pcnn::device_memory_stats). The same
+/// neighbors as gpu_knn with Algorithm::grid.
 ///
 /// Thread safety: a session is used by one thread at a time (calls are not synchronized);
 /// different sessions may be used from different threads at once. Move-only.
