@@ -96,16 +96,24 @@ Report cpu_section(const std::string& method, const CpuKnnTimings& t) {
   return c;
 }
 
-Report knn_agreement_section(const KnnAgreement& ag) {
+// The rows every agreement section has (KnnAgreement, RadiusAgreement), `extra` adding its own.
+template <class Agreement, class Extra>
+Report agreement_section(const Agreement& ag, Extra&& extra, const char* note) {
   Report a;
   a.add("rows", static_cast<double>(ag.rows));
   a.add("agreeing rows", static_cast<double>(ag.agreeing_rows));
   a.add("agreeing percent", ag.rows ? 100.0 * ag.agreeing_rows / ag.rows : 100.0, "%");
   a.add("identical rows", static_cast<double>(ag.identical_rows));
-  a.add("max sqdist difference", ag.max_abs_sqdist_diff);
+  extra(a);
   if (!ag.all_agree()) a.add("first difference", ag.first_problem);
-  a.add_note("", "tie-aware: indices may differ only between neighbors at equal distance");
+  a.add_note("", note);
   return a;
+}
+
+Report knn_agreement_section(const KnnAgreement& ag) {
+  return agreement_section(
+      ag, [&](Report& a) { a.add("max sqdist difference", ag.max_abs_sqdist_diff); },
+      "tie-aware: indices may differ only between neighbors at equal distance");
 }
 
 void write_dense(const SearchOptions& opt, const KnnResult& r, Report& report) {
@@ -275,15 +283,10 @@ void write_csr(const SearchOptions& opt, const RadiusResult& r, Report& report) 
 }
 
 Report radius_agreement_section(const RadiusAgreement& ag) {
-  Report a;
-  a.add("rows", static_cast<double>(ag.rows));
-  a.add("agreeing rows", static_cast<double>(ag.agreeing_rows));
-  a.add("agreeing percent", ag.rows ? 100.0 * ag.agreeing_rows / ag.rows : 100.0, "%");
-  a.add("identical rows", static_cast<double>(ag.identical_rows));
-  a.add("points on the boundary", static_cast<double>(ag.boundary_points));
-  if (!ag.all_agree()) a.add("first difference", ag.first_problem);
-  a.add_note("", "a point may differ only within float rounding of r (PCL decides in float)");
-  return a;
+  return agreement_section(
+      ag,
+      [&](Report& a) { a.add("points on the boundary", static_cast<double>(ag.boundary_points)); },
+      "a point may differ only within float rounding of r (PCL decides in float)");
 }
 
 }  // namespace

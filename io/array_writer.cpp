@@ -50,126 +50,112 @@ void write_value(std::ostream& os, T v) {
   }
 }
 
-template <class T>
-void write_any(const std::string& path, const T* data, std::int64_t rows, int cols,
-               const char* descr, const std::string& prefix) {
-  io_detail::write_atomically(path, [&](const std::string& tmp) -> std::string {
-    std::ofstream os(tmp, std::ios::binary | std::ios::trunc);
-    if (!os) return std::strerror(errno);
-    if (ends_with_csv(path)) {
+}  // namespace
+
+// An array file being written: the header, then rows appended in order, into a temporary file
+// that finish() renames into place and that is removed if the writing stops before.
+struct ArrayStreamWriter::Impl {
+  std::string path, tmp;
+  std::int64_t rows, written = 0;
+  int cols;
+  bool csv, done = false;
+  std::ofstream os;
+
+  Impl(const std::string& p, std::int64_t r, int c, const char* descr, const std::string& prefix)
+      : path(p), tmp(p + ".pcnn-tmp"), rows(r), cols(c), csv(ends_with_csv(p)) {
+    os.open(tmp, std::ios::binary | std::ios::trunc);
+    if (!os) throw output_error("cannot write '" + path + "': " + std::strerror(errno));
+    if (csv) {
       os << "row";
       for (int j = 0; j < cols; ++j) os << ',' << prefix << j;
       os << '\n';
-      for (std::int64_t r = 0; r < rows; ++r) {
-        os << r;
+    } else {
+      os << npy_header(descr, rows, cols);  // the data below is little-endian, as on x86/ARM
+    }
+  }
+  ~Impl() {
+    if (done) return;
+    os.close();
+    std::remove(tmp.c_str());
+  }
+
+  template <class T>
+  void append(const T* data, std::int64_t n) {
+    if (written + n > rows)
+      throw output_error("cannot write '" + path + "': more rows than announced");
+    if (!csv) {
+      os.write(reinterpret_cast<const char*>(data),
+               static_cast<std::streamsize>(static_cast<std::size_t>(n) * cols * sizeof(T)));
+    } else {
+      for (std::int64_t r = 0; r < n; ++r) {
+        os << written + r;
         for (int j = 0; j < cols; ++j) {
           os << ',';
           write_value(os, data[static_cast<std::size_t>(r) * cols + j]);
         }
         os << '\n';
       }
-    } else {
-      os << npy_header(descr, rows, cols);  // the data below is little-endian, as on x86/ARM
-      os.write(reinterpret_cast<const char*>(data),
-               static_cast<std::streamsize>(static_cast<std::size_t>(rows) * cols * sizeof(T)));
     }
+    written += n;
+    if (!os) throw output_error("cannot write '" + path + "': " + std::strerror(errno));
+  }
+
+  void finish() {
+    if (written != rows)
+      throw output_error("cannot write '" + path + "': " + std::to_string(written) + " of " +
+                         std::to_string(rows) + " rows");
     os.flush();
-    return os ? "" : std::strerror(errno);
-  });
+    os.close();
+    if (!os) throw output_error("cannot write '" + path + "': " + std::strerror(errno));
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) throw output_error("cannot write '" + path + "': " + ec.message());
+    done = true;
+  }
+};
+
+namespace {
+
+template <class T>
+void write_whole(const std::string& path, const T* data, std::int64_t rows, int cols,
+                 const char* descr, const std::string& prefix) {
+  ArrayStreamWriter::Impl file(path, rows, cols, descr, prefix);
+  file.append(data, rows);
+  file.finish();
 }
 
 }  // namespace
 
 void write_array(const std::string& path, const std::int32_t* data, std::int64_t rows, int cols,
                  const std::string& prefix) {
-  write_any(path, data, rows, cols, "<i4", prefix);
+  write_whole(path, data, rows, cols, "<i4", prefix);
 }
 
 void write_array(const std::string& path, const float* data, std::int64_t rows, int cols,
                  const std::string& prefix) {
-  write_any(path, data, rows, cols, "<f4", prefix);
+  write_whole(path, data, rows, cols, "<f4", prefix);
 }
 
 void write_array(const std::string& path, const std::int64_t* data, std::int64_t rows, int cols,
                  const std::string& prefix) {
-  write_any(path, data, rows, cols, "<i8", prefix);
+  write_whole(path, data, rows, cols, "<i8", prefix);
 }
-
-struct ArrayStreamWriter::Impl {
-  std::string path, tmp, prefix;
-  std::int64_t rows, written = 0;
-  int cols;
-  bool is_float, csv, done = false;
-  std::ofstream os;
-};
 
 ArrayStreamWriter::ArrayStreamWriter(const std::string& path, std::int64_t rows, int cols,
                                      bool is_float, const std::string& prefix)
-    : impl_(std::make_unique<Impl>()) {
-  Impl& m = *impl_;
-  m.path = path;
-  m.tmp = path + ".pcnn-tmp";
-  m.prefix = prefix;
-  m.rows = rows;
-  m.cols = cols;
-  m.is_float = is_float;
-  m.csv = ends_with_csv(path);
-  m.os.open(m.tmp, std::ios::binary | std::ios::trunc);
-  if (!m.os) throw output_error("cannot write '" + path + "': " + std::strerror(errno));
-  if (m.csv) {
-    m.os << "row";
-    for (int j = 0; j < cols; ++j) m.os << ',' << prefix << j;
-    m.os << '\n';
-  } else {
-    m.os << npy_header(is_float ? "<f4" : "<i4", rows, cols);
-  }
-}
+    : impl_(std::make_unique<Impl>(path, rows, cols, is_float ? "<f4" : "<i4", prefix)),
+      is_float_(is_float) {}
 
-ArrayStreamWriter::~ArrayStreamWriter() {
-  if (impl_ && !impl_->done) {
-    impl_->os.close();
-    std::remove(impl_->tmp.c_str());
-  }
-}
+ArrayStreamWriter::~ArrayStreamWriter() = default;
 
 void ArrayStreamWriter::append(const void* data, std::int64_t rows) {
-  Impl& m = *impl_;
-  if (m.written + rows > m.rows)
-    throw output_error("cannot write '" + m.path + "': more rows than announced");
-  const std::size_t values = static_cast<std::size_t>(rows) * m.cols;
-  if (!m.csv) {
-    m.os.write(static_cast<const char*>(data), static_cast<std::streamsize>(values * 4));
-  } else {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      m.os << m.written + r;
-      for (int j = 0; j < m.cols; ++j) {
-        m.os << ',';
-        const std::size_t at = static_cast<std::size_t>(r) * m.cols + j;
-        if (m.is_float)
-          write_value(m.os, static_cast<const float*>(data)[at]);
-        else
-          write_value(m.os, static_cast<const std::int32_t*>(data)[at]);
-      }
-      m.os << '\n';
-    }
-  }
-  m.written += rows;
-  if (!m.os) throw output_error("cannot write '" + m.path + "': " + std::strerror(errno));
+  if (is_float_)
+    impl_->append(static_cast<const float*>(data), rows);
+  else
+    impl_->append(static_cast<const std::int32_t*>(data), rows);
 }
 
-void ArrayStreamWriter::finish() {
-  Impl& m = *impl_;
-  if (m.written != m.rows)
-    throw output_error("cannot write '" + m.path + "': " + std::to_string(m.written) + " of " +
-                       std::to_string(m.rows) + " rows");
-  m.os.flush();
-  m.os.close();
-  if (!m.os) throw output_error("cannot write '" + m.path + "': " + std::strerror(errno));
-  std::error_code ec;
-  std::filesystem::rename(m.tmp, m.path, ec);
-  if (ec) throw output_error("cannot write '" + m.path + "': " + ec.message());
-  m.done = true;
-}
+void ArrayStreamWriter::finish() { impl_->finish(); }
 
 void write_pairs_csv(const std::string& path, const std::int64_t* offsets, std::int64_t rows,
                      const std::int32_t* indices, const float* sqdist) {

@@ -103,9 +103,11 @@ class ArrayStreamWriter {
   /// All rows written: closes and renames the file into place.
   void finish();
 
+  struct Impl;  ///< also what write_array writes with
+
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
+  bool is_float_;
 };
 
 /// Variable-length rows (radius results in CSR form) as CSV: a header line, then one line
