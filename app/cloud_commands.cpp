@@ -8,14 +8,17 @@
 #include <cstdio>
 
 #include "knn_command.hpp"
-#include "pcnn/baseline.hpp"
 #include "pcnn/device.hpp"
 #include "pcnn/filters.hpp"
+#include "pcnn/index.hpp"
 #include "pcnn/io.hpp"
 #include "pcnn/knn.hpp"
-#include "pcnn/reference.hpp"
 #include "pcnn/smooth.hpp"
 #include "pcnn/stats.hpp"
+#include "pcnn/testing/baseline.hpp"
+#include "pcnn/testing/reference.hpp"
+#include "pcnn/testing/smooth_reference.hpp"
+#include "pcnn/testing/stats_reference.hpp"
 #include "report.hpp"
 
 namespace pcnn::app {
@@ -85,8 +88,9 @@ int run_stats(const StatsCommand& cmd) {
   }
   if (s.finite > 1) {  // nearest-neighbor spacing
     const KnnParams p{1, true};
-    const KnnResult nn =
-        gpu ? gpu_knn(cloud.view(), nullptr, p) : pcl_knn(cloud.view(), nullptr, p);
+    IndexOptions o;
+    o.backend = gpu ? Backend::cuda : Backend::cpu;
+    const KnnResult nn = Index(cloud.view(), o).self_knn(p);
     std::vector<float> spacing(nn.sqdist.size());
     std::transform(nn.sqdist.begin(), nn.sqdist.end(), spacing.begin(),
                    [](float d) { return std::sqrt(d); });
@@ -232,20 +236,22 @@ int run_smooth(const SmoothCommand& cmd) {
   if (!gpu || cmd.compare_cpu) {
     const auto t1 = std::chrono::steady_clock::now();
     std::vector<float> cpu;
-    const bool exact = gpu && cloud.size() <= 200000;
     if (organized) {
       cpu = reference_smooth_organized(cloud.view(), w, h, op);
     } else {
-      // To compare, the exact reference's neighbors (ties to the smaller index, as on the GPU;
-      // PCL breaks ties its own way, and a different neighbor moves a point differently).
-      const KnnResult nb = exact ? reference_knn(cloud.view(), nullptr, {up.k, true})
-                                 : pcl_knn(cloud.view(), nullptr, {up.k, true});
+      // The exact neighbors from the CPU backend (ties to the smaller index, as on the GPU; PCL
+      // breaks ties its own way, and a different neighbor moves a point differently).
+      IndexOptions on_cpu;
+      on_cpu.backend = Backend::cpu;
+      const KnnResult nb = Index(cloud.view(), on_cpu).self_knn(KnnParams{up.k, true});
       if (gpu) {
         // Neighbors at equal distance (up to rounding) may be listed either way, and a different
         // neighbor moves a point differently: check the GPU's lists against these, tie-aware,
         // then smooth over the GPU's lists (the ones gpu_smooth_unorganized used) to compare
         // the smoothing itself.
-        const KnnResult gpu_nb = gpu_knn(cloud.view(), nullptr, {up.k, true}, Algorithm::grid);
+        IndexOptions on_gpu;
+        on_gpu.backend = Backend::cuda;
+        const KnnResult gpu_nb = Index(cloud.view(), on_gpu).self_knn(KnnParams{up.k, true});
         const KnnAgreement ag = compare_knn(cloud.view(), nullptr, gpu_nb, nb, true);
         r.add("neighbor lists agreeing (tie-aware)",
               100.0 * double(ag.agreeing_rows) / double(std::max<std::int64_t>(ag.rows, 1)), "%");
@@ -258,8 +264,7 @@ int run_smooth(const SmoothCommand& cmd) {
     const double cpu_ms = ms_since(t1);
     Report c;
     c.add("method", organized ? "pcnn CPU reference (1 thread)"
-                    : exact   ? "exact kNN (all cores) + pcnn CPU reference (1 thread)"
-                              : "PCL kNN + pcnn CPU reference (1 thread)");
+                              : "pcnn CPU backend kNN + pcnn CPU reference (1 thread)");
     c.add("total", cpu_ms, "ms");
     if (gpu) {
       double worst = 0;

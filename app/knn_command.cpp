@@ -4,13 +4,14 @@
 #include <cstdio>
 #include <optional>
 
-#include "pcnn/baseline.hpp"
+#include <algorithm>
+#include <vector>
+
 #include "pcnn/device.hpp"
+#include "pcnn/index.hpp"
 #include "pcnn/io.hpp"
-#include "pcnn/knn.hpp"
-#include "pcnn/radius.hpp"
-#include "pcnn/reference.hpp"
-#include "pcnn/session.hpp"
+#include "pcnn/testing/baseline.hpp"
+#include "pcnn/testing/reference.hpp"
 #include "report.hpp"
 
 namespace pcnn::app {
@@ -37,17 +38,6 @@ Inputs load_inputs(const SearchOptions& opt) {
   return in;
 }
 
-// Whether the GPU runs (with --device auto, only when one is usable), and the device.
-bool want_gpu(const SearchOptions& opt, DeviceInfo& dev) {
-  dev = query_device();
-  if (opt.device == "cpu") return false;
-  if (dev.available) return true;
-  if (opt.device == "cuda") throw no_device_error("no usable CUDA device: " + dev.reason);
-  std::fprintf(stderr, "pcnn: no usable CUDA device (%s); running on the CPU\n",
-               dev.reason.c_str());
-  return false;
-}
-
 Report start_report(const char* command, const SearchOptions& opt, const Inputs& in) {
   Report report;
   report.add("command", command);
@@ -58,32 +48,66 @@ Report start_report(const char* command, const SearchOptions& opt, const Inputs&
   return report;
 }
 
-// The device, its start-up (kept out of the total) and the memory cap, before the search.
-Report start_gpu_section(const SearchOptions& opt, const DeviceInfo& dev) {
-  Report g;
-  g.add("device",
-        dev.name + " (sm_" + std::to_string(dev.cc_major) + std::to_string(dev.cc_minor) + ")");
-  g.add("context start-up", initialize_device(dev.ordinal), "ms");
-  if (opt.max_device_memory > 0) {
-    set_device_memory_limit(opt.max_device_memory);
-    g.add("device memory limit", static_cast<double>(opt.max_device_memory), "bytes");
+// The index every search command runs on: the backend from --device (auto: the GPU when one is
+// usable, else the CPU backend), the device's start-up reported apart, the memory cap as the
+// index's memory resource. Builds over the references; fills the section's first rows.
+Index build_index(const SearchOptions& opt, const Inputs& in, Report& s) {
+  IndexOptions o;
+  o.backend = parse_backend(opt.device);
+  if (o.backend == Backend::automatic) {
+    const DeviceInfo dev = query_device();
+    o.backend = dev.available ? Backend::cuda : Backend::cpu;
+    if (!dev.available)
+      std::fprintf(stderr, "pcnn: no usable CUDA device (%s); running on the CPU\n",
+                   dev.reason.c_str());
   }
-  return g;
+  if (o.backend == Backend::cuda) {
+    const DeviceInfo dev = query_device();
+    if (!dev.available) throw no_device_error("no usable CUDA device: " + dev.reason);
+    s.add("device",
+          dev.name + " (sm_" + std::to_string(dev.cc_major) + std::to_string(dev.cc_minor) + ")");
+    s.add("context start-up", initialize_device(dev.ordinal), "ms");
+    if (opt.max_device_memory > 0) {
+      o.memory = make_limited_pool_resource(opt.max_device_memory);
+      s.add("device memory limit", static_cast<double>(opt.max_device_memory), "bytes");
+    }
+  } else {
+    s.add("device", "cpu");
+  }
+  o.staging = parse_staging(opt.staging);
+  o.chunk_rows = opt.chunk_rows;
+  Index index(o);
+  index.build(in.ref_view);
+  const SearchTimings& b = index.last_timings();
+  if (b.backend == Backend::cuda) {
+    s.add("staging", to_string(b.staging));
+    s.add("upload references", b.upload_ms, "ms");
+  }
+  s.add("build index", b.build_ms, "ms");
+  return index;
 }
 
-// The parts of a GPU search; returns the total.
-double finish_gpu_section(Report& g, const GpuKnnTimings& t) {
-  const double total = double(t.upload_ms) + t.build_ms + t.search_ms + t.download_ms;
-  g.add("algorithm", to_string(t.algorithm));
-  g.add("upload", t.upload_ms, "ms");
-  g.add(t.algorithm == Algorithm::grid ? "build index" : "prepare", t.build_ms, "ms");
-  g.add("search", t.search_ms, "ms");
-  g.add("download", t.download_ms, "ms");
-  g.add("total", total, "ms");
-  if (t.passes > 1) g.add("passes", t.passes);
-  if (t.algorithm == Algorithm::grid && t.outlier_queries > 0)
-    g.add("outlier queries", static_cast<double>(t.outlier_queries));
-  g.add_note("", "device time by CUDA events; start-up is not in the total");
+// The search's parts after the build; returns the whole (build + search) in milliseconds.
+double finish_search_section(Report& s, const SearchTimings& build, const SearchTimings& t) {
+  if (t.backend == Backend::cuda) {
+    s.add("upload queries", t.upload_ms, "ms");
+    s.add("order queries", t.build_ms, "ms");
+    s.add("search", t.search_ms, "ms");
+    s.add("download", t.download_ms, "ms");
+    if (t.download_ms > 0)
+      s.add("download rate", t.download_bytes / (double(t.download_ms) * 1e6), "GB/s");
+    if (t.passes > 1) s.add("passes", t.passes);
+    if (t.distance_evaluations > 0)
+      s.add("distance evaluations", static_cast<double>(t.distance_evaluations));
+  } else {
+    s.add("search", t.search_ms, "ms");
+  }
+  const double total = build.total_ms + t.total_ms;
+  s.add("total", total, "ms");
+  s.add_note("", t.backend == Backend::cuda
+                     ? "parts: device time (CUDA events); total: wall clock of build and search, "
+                       "from points in host memory to results in host memory, start-up apart"
+                     : "wall clock");
   return total;
 }
 
@@ -167,92 +191,71 @@ int run_knn(const KnnCommand& cmd) {
   const KnnParams params{cmd.k, cmd.exclude_self};
   const Inputs in = load_inputs(cmd);
   validate_knn_args(in.ref_view, in.qv(), params);  // bad options fail before any device work
-  DeviceInfo dev;
-  const bool use_gpu = want_gpu(cmd, dev);
   Report report = start_report("knn", cmd, in);
   report.add("k", cmd.k);
 
+  Report s;
+  Index index = build_index(cmd, in, s);
+  const SearchTimings build = index.last_timings();
+  const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
+  // Results go straight to the output files chunk by chunk when asked to (--chunk-rows) or when
+  // they are large (over 1 GB), unless the CPU comparison needs them all.
+  const bool streamed =
+      !cmd.compare_cpu && (cmd.chunk_rows > 0 || rows * cmd.k * 8 > (std::int64_t(1) << 30));
   KnnResult result;
-  double gpu_total = 0;
-  bool streamed = false;
-  const Staging staging = parse_staging(cmd.staging);
-  Algorithm algorithm = parse_algorithm(cmd.algorithm);
-  if (algorithm == Algorithm::automatic)
-    algorithm = choose_algorithm(in.ref_view.count, in.qv() ? in.qv()->count : in.ref_view.count);
-  const bool session_path =
-      algorithm == Algorithm::grid && (staging != Staging::pageable || cmd.chunk_rows > 0);
-  if (use_gpu && !session_path) {
-    Report g = start_gpu_section(cmd, dev);
-    GpuKnnTimings t;
-    result = gpu_knn(in.ref_view, in.qv(), params, algorithm, &t);
-    g.add("staging", "pageable");
-    gpu_total = finish_gpu_section(g, t);
-    report.add_section("gpu", std::move(g));
-  } else if (use_gpu) {
-    // The session: staged transfers, chunks over two streams (download overlapping search).
-    Report g = start_gpu_section(cmd, dev);
-    KnnSession session({staging, cmd.chunk_rows});
-    SessionTimings rt, qt;
-    session.set_reference(in.ref_view, &rt);
-    const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
-    // Results streamed chunk by chunk into the output files when asked to (--chunk-rows) or when
-    // they are large (over 1 GB), unless the CPU comparison needs them all.
-    streamed =
-        !cmd.compare_cpu && (cmd.chunk_rows > 0 || rows * cmd.k * 8 > (std::int64_t(1) << 30));
-    if (streamed) {
-      std::optional<ArrayStreamWriter> out_idx, out_dist;
-      if (!cmd.out.empty()) out_idx.emplace(cmd.out, rows, cmd.k, false, "n");
-      if (!cmd.distances.empty()) out_dist.emplace(cmd.distances, rows, cmd.k, true, "d");
-      session.query_stream(
-          in.qv(), params,
-          [&](std::int64_t, const KnnView& v) {
-            if (out_idx) out_idx->append(v.indices, v.rows);
-            if (out_dist) out_dist->append(v.sqdist, v.rows);
-          },
-          &qt);
-      if (out_idx) out_idx->finish();
-      if (out_dist) out_dist->finish();
-      result.rows = rows;
-      result.k = cmd.k;
-    } else {
-      const KnnView v = session.query(in.qv(), params, &qt);
-      result.rows = v.rows;
-      result.k = v.k;
-      result.indices.assign(v.indices, v.indices + v.rows * v.k);
-      result.sqdist.assign(v.sqdist, v.sqdist + v.rows * v.k);
+  SearchTimings t;
+  if (streamed) {
+    std::optional<ArrayStreamWriter> out_idx, out_dist;
+    if (!cmd.out.empty()) out_idx.emplace(cmd.out, rows, cmd.k, false, "n");
+    if (!cmd.distances.empty()) out_dist.emplace(cmd.distances, rows, cmd.k, true, "d");
+    const std::int64_t chunk = cmd.chunk_rows > 0 ? cmd.chunk_rows : std::int64_t(1) << 22;
+    std::vector<std::int32_t> idx;
+    std::vector<float> dist;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::int64_t a = 0; a < rows; a += chunk) {
+      const std::int64_t n = std::min(chunk, rows - a);
+      idx.resize(static_cast<std::size_t>(n) * cmd.k);
+      dist.resize(idx.size());
+      const MatrixView<std::int32_t> iv{idx.data(), n, cmd.k};
+      const MatrixView<float> dv{dist.data(), n, cmd.k};
+      if (in.qv()) {
+        const PointsView q{in.query_view.data + a * in.query_view.stride, n, in.query_view.stride};
+        index.knn(q, params, iv, dv);
+      } else {
+        index.self_knn_rows(a, params, iv, dv);
+      }
+      const SearchTimings& c = index.last_timings();
+      t.backend = c.backend;
+      t.upload_ms += c.upload_ms;
+      t.build_ms += c.build_ms;
+      t.search_ms += c.search_ms;
+      t.download_ms += c.download_ms;
+      t.download_bytes += c.download_bytes;
+      t.distance_evaluations += c.distance_evaluations;
+      if (out_idx) out_idx->append(idx.data(), n);
+      if (out_dist) out_dist->append(dist.data(), n);
     }
-    g.add("algorithm", "grid");
-    g.add("staging", to_string(session.staging()));
-    g.add("upload", double(rt.upload_ms) + qt.upload_ms, "ms");
-    const double up_bytes = double(rt.upload_bytes + qt.upload_bytes);
-    const double up_ms = double(rt.upload_ms) + qt.upload_ms;
-    if (up_ms > 0) g.add("upload rate", up_bytes / (up_ms * 1e6), "GB/s");
-    g.add("build index", rt.build_ms, "ms");
-    g.add("search", qt.search_ms, "ms");
-    g.add("download", qt.download_ms, "ms");
-    if (qt.download_ms > 0) g.add("download rate", qt.download_gbps(), "GB/s");
-    g.add("chunks", qt.chunks);
-    if (streamed) g.add("results", "streamed to the outputs chunk by chunk");
-    gpu_total = rt.total_ms + qt.total_ms;
-    g.add("total (wall, overlapped)", gpu_total, "ms");
-    g.add_note("", "parts: device time by CUDA events; total: host clock to results in memory");
-    report.add_section("gpu", std::move(g));
+    t.passes = static_cast<int>((rows + chunk - 1) / chunk);
+    t.total_ms = ms_since(t0);
+    if (out_idx) out_idx->finish();
+    if (out_dist) out_dist->finish();
+    s.add("results", "streamed to the outputs chunk by chunk");
+  } else {
+    result = in.qv() ? index.knn(*in.qv(), params) : index.self_knn(params);
+    t = index.last_timings();
   }
+  const double total = finish_search_section(s, build, t);
+  report.add_section("search", std::move(s));
   int exit_code = kExitOk;
-  if (!use_gpu || cmd.compare_cpu) {
-    CpuKnnTimings t;
-    KnnResult cpu_result = pcl_knn(in.ref_view, in.qv(), params, &t);
-    report.add_section("cpu", cpu_section("PCL KdTreeFLANN", t));
-    if (use_gpu) {
-      report.add("speedup", (t.build_ms + t.query_ms) / gpu_total, "x");
-      report.add_note("", "speedup = CPU total / GPU total");
-      const KnnAgreement ag =
-          compare_knn(in.ref_view, in.qv(), result, cpu_result, cmd.exclude_self);
-      report.add_section("agreement with CPU", knn_agreement_section(ag));
-      if (!ag.all_agree()) exit_code = kExitDisagree;
-    } else {
-      result = std::move(cpu_result);
-    }
+  if (cmd.compare_cpu) {
+    CpuKnnTimings ct;
+    const KnnResult cpu_result = pcl_knn(in.ref_view, in.qv(), params, &ct);
+    report.add_section("cpu baseline", cpu_section("PCL KdTreeFLANN", ct));
+    report.add("speedup", (ct.build_ms + ct.query_ms) / total, "x");
+    report.add_note("", "speedup = CPU baseline total / pcnn total");
+    const KnnAgreement ag = compare_knn(in.ref_view, in.qv(), result, cpu_result, cmd.exclude_self);
+    report.add_section("agreement with CPU", knn_agreement_section(ag));
+    if (!ag.all_agree()) exit_code = kExitDisagree;
   }
   if (streamed) {
     if (!cmd.out.empty()) report.add("indices written to", cmd.out);
@@ -296,50 +299,41 @@ int run_radius(const RadiusCommand& cmd) {
   const bool hybrid = cmd.max_nn > 0;
   validate_radius(cmd.radius);
   validate_knn_args(in.ref_view, in.qv(), {hybrid ? cmd.max_nn : 1, cmd.exclude_self});
-  DeviceInfo dev;
-  const bool use_gpu = want_gpu(cmd, dev);
   Report report = start_report(hybrid ? "radius (hybrid)" : "radius", cmd, in);
   report.add("radius", cmd.radius);
   if (hybrid) report.add("max nn", cmd.max_nn);
 
+  Report s;
+  Index index = build_index(cmd, in, s);
+  const SearchTimings build = index.last_timings();
   RadiusResult radius;
   HybridResult capped;
-  double gpu_total = 0;
-  if (use_gpu) {
-    Report g = start_gpu_section(cmd, dev);
-    GpuKnnTimings t;
-    if (hybrid)
-      capped =
-          gpu_hybrid_search(in.ref_view, in.qv(), {cmd.radius, cmd.max_nn, cmd.exclude_self}, &t);
-    else
-      radius = gpu_radius_search(in.ref_view, in.qv(), {cmd.radius, cmd.exclude_self}, &t);
-    gpu_total = finish_gpu_section(g, t);
-    report.add_section("gpu", std::move(g));
-  }
+  const HybridParams hp{cmd.radius, cmd.max_nn, cmd.exclude_self};
+  const RadiusParams rp{cmd.radius, cmd.exclude_self};
+  if (hybrid)
+    capped = in.qv() ? index.hybrid(*in.qv(), hp) : index.self_hybrid(hp);
+  else
+    radius = in.qv() ? index.radius(*in.qv(), rp) : index.self_radius(rp);
+  const double total = finish_search_section(s, build, index.last_timings());
+  report.add_section("search", std::move(s));
   int exit_code = kExitOk;
-  if (!use_gpu || cmd.compare_cpu) {
+  if (cmd.compare_cpu) {
     CpuKnnTimings t;
     RadiusResult cpu_radius;
     HybridResult cpu_capped;
     if (hybrid)
-      cpu_capped = pcl_hybrid(in.ref_view, in.qv(), {cmd.radius, cmd.max_nn, cmd.exclude_self}, &t);
+      cpu_capped = pcl_hybrid(in.ref_view, in.qv(), hp, &t);
     else
-      cpu_radius = pcl_radius(in.ref_view, in.qv(), {cmd.radius, cmd.exclude_self}, &t);
-    report.add_section("cpu", cpu_section("PCL KdTreeFLANN radiusSearch", t));
-    if (use_gpu) {
-      report.add("speedup", (t.build_ms + t.query_ms) / gpu_total, "x");
-      report.add_note("", "speedup = CPU total / GPU total");
-      const RadiusAgreement ag = hybrid ? compare_hybrid(in.ref_view, in.qv(), capped, cpu_capped,
-                                                         cmd.radius, cmd.exclude_self)
-                                        : compare_radius(in.ref_view, in.qv(), radius, cpu_radius,
-                                                         cmd.radius, cmd.exclude_self);
-      report.add_section("agreement with CPU", radius_agreement_section(ag));
-      const bool agree = ag.all_agree();
-      if (!agree) exit_code = kExitDisagree;
-    } else {
-      radius = std::move(cpu_radius);
-      capped = std::move(cpu_capped);
-    }
+      cpu_radius = pcl_radius(in.ref_view, in.qv(), rp, &t);
+    report.add_section("cpu baseline", cpu_section("PCL KdTreeFLANN radiusSearch", t));
+    report.add("speedup", (t.build_ms + t.query_ms) / total, "x");
+    report.add_note("", "speedup = CPU baseline total / pcnn total");
+    const RadiusAgreement ag = hybrid ? compare_hybrid(in.ref_view, in.qv(), capped, cpu_capped,
+                                                       cmd.radius, cmd.exclude_self)
+                                      : compare_radius(in.ref_view, in.qv(), radius, cpu_radius,
+                                                       cmd.radius, cmd.exclude_self);
+    report.add_section("agreement with CPU", radius_agreement_section(ag));
+    if (!ag.all_agree()) exit_code = kExitDisagree;
   }
   if (hybrid) {
     write_dense(cmd, capped.knn, report);

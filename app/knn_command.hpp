@@ -14,6 +14,8 @@ struct SearchOptions {
   std::string out;                     // results (.npy or .csv); empty: not written
   std::string distances;               // dense searches: squared distances (.npy or .csv)
   std::string device = "auto";         // auto | cuda | cpu
+  std::string staging = "auto";        // auto | pageable | pinned | registered | mapped
+  std::int64_t chunk_rows = 0;         // > 0: rows per chunk (kNN: results streamed to the outputs)
   std::int64_t max_device_memory = 0;  // bytes; 0: no cap
   bool compare_cpu = false;
   bool json = false;
@@ -21,9 +23,6 @@ struct SearchOptions {
 
 struct KnnCommand : SearchOptions {
   int k = 8;
-  std::string algorithm = "auto";  // auto | brute | grid
-  std::string staging = "auto";    // auto | pageable | pinned | registered | mapped
-  std::int64_t chunk_rows = 0;     // > 0: rows per chunk, results streamed to the outputs
 };
 
 struct RadiusCommand : SearchOptions {

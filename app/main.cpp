@@ -8,7 +8,7 @@
 #include "pcnn/device.hpp"
 #include "pcnn/filters.hpp"
 #include "pcnn/io.hpp"
-#include "pcnn/synthetic.hpp"
+#include "pcnn/testing/synthetic.hpp"
 #include "report.hpp"
 
 namespace {
@@ -20,13 +20,19 @@ void add_search_options(CLI::App* cmd, SearchOptions& o, std::string& memory) {
   cmd->add_option("input", o.input, "reference cloud (.pcd or .ply)")->required();
   cmd->add_option("--query", o.query, "separate query cloud (.pcd or .ply)");
   cmd->add_flag("--exclude-self", o.exclude_self, "a point is not its own neighbor");
-  cmd->add_option("--device", o.device, "auto, cuda or cpu")
+  cmd->add_option("--device", o.device,
+                  "auto (the GPU when one is usable, else the CPU), cuda or cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->capture_default_str();
+  cmd->add_option("--staging", o.staging,
+                  "GPU transfers: auto (mapped on integrated GPUs, else pinned), pageable, "
+                  "pinned, registered or mapped (zero-copy)")
+      ->check(CLI::IsMember({"auto", "pageable", "pinned", "registered", "mapped"}))
       ->capture_default_str();
   cmd->add_option("--max-device-memory", memory,
                   "device memory pcnn may use (e.g. 2G, 512Mi): larger results go in passes");
   cmd->add_flag("--compare-cpu", o.compare_cpu,
-                "also run the CPU baseline (PCL k-d tree) and compare");
+                "also run the CPU baseline (PCL's k-d tree on all cores), time it and compare");
   cmd->add_flag("--json", o.json, "print the summary as one JSON object on stdout");
 }
 
@@ -74,20 +80,9 @@ int main(int argc, char** argv) {
   knn_cmd->add_option("--distances", knn.distances,
                       "squared distances: .npy (float32, n x k) or .csv");
   knn_cmd
-      ->add_option("--algorithm", knn.algorithm,
-                   "GPU search: auto, brute (all pairs) or grid (spatial index)")
-      ->check(CLI::IsMember({"auto", "brute", "grid"}))
-      ->capture_default_str();
-  knn_cmd
-      ->add_option("--staging", knn.staging,
-                   "transfers: auto (mapped on integrated GPUs, else pinned), pageable, pinned, "
-                   "registered or mapped (zero-copy)")
-      ->check(CLI::IsMember({"auto", "pageable", "pinned", "registered", "mapped"}))
-      ->capture_default_str();
-  knn_cmd
       ->add_option("--chunk-rows", knn.chunk_rows,
-                   "rows per chunk of the pipeline; results are then streamed to the output "
-                   "files chunk by chunk (automatic above 1 GB of results)")
+                   "rows per chunk; results are then streamed to the output files chunk by "
+                   "chunk (automatic above 1 GB of results)")
       ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
 
   RadiusCommand radius;

@@ -1,147 +1,483 @@
-// pcnn_bench_knn: exact kNN on synthetic clouds (uniform, clustered, LiDAR-like), every size and
-// k of the standard set, GPU algorithms against PCL's k-d tree on all cores.
+// pcnn_bench_knn: exact kNN through pcnn::Index, timed as a library user's program sees it.
 //
-// Times are device time from CUDA events (build + query, as a library user's frame would see
-// them after the data is on the device), the median of --repeats runs after one warm-up run.
-// Upload and download are reported apart. Agreement with the CPU baseline is checked where the
-// baseline runs.
+// Modes (--mode):
+//   sweep       synthetic clouds (uniform, clustered, LiDAR-like) of every size and k asked for:
+//               an Index built over the cloud, then self-kNN (exclude_self) into outputs the
+//               caller allocated once; PCL's k-d tree on all cores beside it up to --cpu-max.
+//   frame-loop  a robot's loop: (a) an Index rebuilt every frame from a new --frame-points cloud,
+//               self-kNN k = 8 into host memory allocated once; (b) an Index over a --map-points
+//               map, queried every frame by a new --scan-points scan, k = 8, into host memory.
+//   cpu-vs-pcl  the CPU backend against pcl::KdTreeFLANN on the same --pcl-n uniform cloud,
+//               self-kNN k = 8 (exclude_self), both on all cores, build and query apart.
+//
+// Timing: one untimed warm-up run, then the median of --repeats timed runs (frame loop: frame 0
+// untimed, the median over --frames frames). "build" is the wall clock of Index::build(): from
+// points in host memory it includes their upload, from device memory (--memory device) the index
+// alone. "query" is the wall clock of the synchronizing Index::self_knn()/knn() into the caller's
+// outputs: with outputs in host memory it includes the download. The up/idx/ord/srch/down columns
+// are the parts the index reports in Index::last_timings() (CUDA: device time from CUDA events;
+// CPU: wall clock). Never included: making the clouds, allocating the outputs, creating the CUDA
+// context (done before the first case), the PCL comparison and the agreement check.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "bench_util.hpp"
-#include "pcnn/baseline.hpp"
-#include "pcnn/device.hpp"
-#include "pcnn/knn.hpp"
-#include "pcnn/reference.hpp"
-#include "pcnn/synthetic.hpp"
+#include "pcnn/error.hpp"
+#include "pcnn/index.hpp"
+#include "pcnn/testing/baseline.hpp"
+#include "pcnn/testing/reference.hpp"
+#include "pcnn/testing/synthetic.hpp"
 
 namespace {
 
 using namespace pcnn;
+using bench::Clock;
 using bench::median;
-using bench::parse_list;
-using bench::parse_words;
+using bench::ms_since;
+
+struct Options {
+  std::string mode = "sweep", device = "auto", memory = "host";
+  int threads = 0;
+  std::string sizes = "10000,100000,1000000,10000000", ks = "1,8,16,32,64";
+  std::string kinds = "uniform,clustered,lidar";
+  long long cpu_max = 1000000;
+  int repeats = 5, pcl_repeats = 3;
+  int frames = 50;
+  long long frame_points = 100000, map_points = 1000000, scan_points = 100000, pcl_n = 1000000;
+  std::string csv;
+};
+
+// Dense kNN outputs the caller allocates once: host vectors, or cudaMalloc'd device buffers.
+class KnnOutputs {
+ public:
+  KnnOutputs(std::int64_t rows, int k, Memory where) : rows_(rows), k_(k), where_(where) {
+    const std::int64_t cells = rows * k;
+    if (where == Memory::host) {
+      host_idx_.resize(static_cast<std::size_t>(cells));
+      host_dist_.resize(static_cast<std::size_t>(cells));
+    } else {
+      dev_idx_ = bench::DeviceArray<std::int32_t>(cells);
+      dev_dist_ = bench::DeviceArray<float>(cells);
+    }
+  }
+  MatrixView<std::int32_t> indices() {
+    return {where_ == Memory::host ? host_idx_.data() : dev_idx_.data(), rows_, k_, where_};
+  }
+  MatrixView<float> sqdist() {
+    return {where_ == Memory::host ? host_dist_.data() : dev_dist_.data(), rows_, k_, where_};
+  }
+  // A host copy for the agreement check (outside every timing).
+  KnnResult result() const {
+    KnnResult r;
+    r.rows = rows_;
+    r.k = k_;
+    if (where_ == Memory::host) {
+      r.indices = host_idx_;
+      r.sqdist = host_dist_;
+    } else {
+      r.indices.resize(static_cast<std::size_t>(rows_) * k_);
+      r.sqdist.resize(r.indices.size());
+      dev_idx_.download(r.indices.data());
+      dev_dist_.download(r.sqdist.data());
+    }
+    return r;
+  }
+
+ private:
+  std::int64_t rows_;
+  int k_;
+  Memory where_;
+  std::vector<std::int32_t> host_idx_;
+  std::vector<float> host_dist_;
+  bench::DeviceArray<std::int32_t> dev_idx_;
+  bench::DeviceArray<float> dev_dist_;
+};
+
+// Rows agreeing with the baseline, in percent (100 for an empty cloud: nothing disagrees).
+double agree_pct(const KnnAgreement& a) {
+  return a.rows == 0 ? 100.0 : 100.0 * double(a.agreeing_rows) / double(a.rows);
+}
+
+// PCL's k-d tree on the same points: warm-up, then the median of `repeats` runs of its build
+// and its queries (its own clocks around each part; outputs allocated before them).
+KnnResult pcl_median(PointsView pts, KnnParams params, int repeats, CpuKnnTimings& median_t) {
+  KnnResult r = pcl_knn(pts, nullptr, params);  // warm-up
+  std::vector<double> b, q;
+  for (int i = 0; i < std::max(repeats, 1); ++i) {
+    CpuKnnTimings t;
+    r = pcl_knn(pts, nullptr, params, &t);
+    b.push_back(t.build_ms);
+    q.push_back(t.query_ms);
+    median_t.threads = t.threads;
+  }
+  median_t.build_ms = median(b);
+  median_t.query_ms = median(q);
+  return r;
+}
+
+IndexOptions index_options(Backend backend, int threads) {
+  IndexOptions o;
+  o.backend = backend;
+  o.threads = threads;
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------------
+// sweep
 
 struct Row {
-  std::string kind, algorithm;
+  std::string kind;
   long long n = 0;
   int k = 0;
-  double build_ms = 0, query_ms = 0, total_ms = 0, upload_ms = 0, download_ms = 0;
-  double evaluations = 0, evals_per_s = 0, peak_bytes_per_point = 0;
-  long long outliers = 0;
-  double outlier_ms = 0;
-  double cpu_build_ms = -1, cpu_query_ms = -1;
-  double agree_pct = -1;
+  double build_ms = 0, query_ms = 0, total_ms = 0;  // wall clock of the public calls
+  double up_ms = 0, index_ms = 0, order_ms = 0, search_ms = 0, down_ms = 0;  // last_timings()
+  int passes = 0;
+  double evaluations = 0, peak_bytes_per_point = -1;
+  double pcl_build_ms = -1, pcl_query_ms = -1, agree = -1;
 };
+
+int run_sweep(const Options& o, Backend backend) {
+  const Memory where = o.memory == "device" ? Memory::device : Memory::host;
+  if (where == Memory::device && backend != Backend::cuda) {
+    std::fprintf(stderr, "pcnn_bench_knn: --memory device needs the CUDA backend\n");
+    return 2;
+  }
+  std::printf(
+      "# sweep: self-kNN (exclude_self) through pcnn::Index, %s backend, points and results in "
+      "%s memory\n"
+      "# times in ms, median of %d timed runs after 1 untimed warm-up; build/query/total: wall "
+      "clock of Index::build and Index::self_knn; up/idx (build) and ord/srch/down (query): "
+      "Index::last_timings()%s; pcl: KdTreeFLANN build / query, median of %d after a warm-up\n",
+      to_string(backend), where == Memory::host ? "host" : "device", o.repeats,
+      backend == Backend::cuda ? " (device time, CUDA events)" : " (wall clock)", o.pcl_repeats);
+  std::printf("%-9s %9s %3s %9s %9s %9s %7s %8s %7s %9s %8s %6s %9s %9s %7s %9s %9s %7s\n", "kind",
+              "n", "k", "build_ms", "query_ms", "total_ms", "up_ms", "idx_ms", "ord_ms", "srch_ms",
+              "down_ms", "passes", "evals/q", "evals/s", "B/pt", "pcl_bld", "pcl_qry", "agree%");
+  std::vector<Row> rows;
+  for (const std::string& kind_name : bench::parse_words(o.kinds)) {
+    const SyntheticKind kind = parse_synthetic_kind(kind_name);
+    for (const long long n : bench::parse_list(o.sizes)) {
+      const std::vector<float> cloud = make_synthetic_cloud(kind, n, 42);
+      const PointsView host_view = host_points(cloud.data(), n);
+      bench::DeviceArray<float> dev_cloud;
+      PointsView pts = host_view;
+      if (where == Memory::device) {
+        dev_cloud = bench::DeviceArray<float>(3 * n);
+        dev_cloud.upload(cloud.data());
+        pts = device_points(dev_cloud.data(), n);
+      }
+      for (const long long k64 : bench::parse_list(o.ks)) {
+        Row r;
+        r.kind = kind_name;
+        r.n = n;
+        r.k = static_cast<int>(k64);
+        KnnParams params;
+        params.k = r.k;
+        params.exclude_self = true;
+        // A fresh index per case: its memory counters then describe this case alone.
+        Index index(index_options(backend, o.threads));
+        KnnOutputs out(n, r.k, where);
+        index.build(pts);  // warm-up: first allocations, first use of the kernels
+        index.self_knn(params, out.indices(), out.sqdist());
+        std::vector<double> b, q, tot, up, idx, ord, srch, down;
+        SearchTimings tq;
+        for (int i = 0; i < o.repeats; ++i) {
+          const auto t0 = Clock::now();
+          index.build(pts);
+          const double build_ms = ms_since(t0);
+          const SearchTimings tb = index.last_timings();
+          const auto t1 = Clock::now();
+          index.self_knn(params, out.indices(), out.sqdist());
+          const double query_ms = ms_since(t1);
+          tq = index.last_timings();
+          b.push_back(build_ms);
+          q.push_back(query_ms);
+          tot.push_back(build_ms + query_ms);
+          up.push_back(tb.upload_ms);
+          idx.push_back(tb.build_ms);
+          ord.push_back(tq.build_ms);
+          srch.push_back(tq.search_ms);
+          down.push_back(tq.download_ms);
+        }
+        r.build_ms = median(b);
+        r.query_ms = median(q);
+        r.total_ms = median(tot);
+        r.up_ms = median(up);
+        r.index_ms = median(idx);
+        r.order_ms = median(ord);
+        r.search_ms = median(srch);
+        r.down_ms = median(down);
+        r.passes = tq.passes;
+        r.evaluations = double(tq.distance_evaluations);
+        if (backend == Backend::cuda)
+          r.peak_bytes_per_point =
+              double(index.memory_stats().device.peak_bytes) / double(std::max(n, 1LL));
+        if (n <= o.cpu_max) {
+          CpuKnnTimings ct;
+          const KnnResult pcl = pcl_median(host_view, params, o.pcl_repeats, ct);
+          r.pcl_build_ms = ct.build_ms;
+          r.pcl_query_ms = ct.query_ms;
+          r.agree = agree_pct(compare_knn(host_view, nullptr, out.result(), pcl, true));
+        }
+        std::printf(
+            "%-9s %9lld %3d %9.3f %9.3f %9.3f %7.3f %8.3f %7.3f %9.3f %8.3f %6d %9.1f %9.3g %7.1f "
+            "%9.1f %9.1f %7.3f\n",
+            r.kind.c_str(), n, r.k, r.build_ms, r.query_ms, r.total_ms, r.up_ms, r.index_ms,
+            r.order_ms, r.search_ms, r.down_ms, r.passes, r.evaluations / double(std::max(n, 1LL)),
+            r.search_ms > 0 ? r.evaluations / (r.search_ms * 1e-3) : 0.0, r.peak_bytes_per_point,
+            r.pcl_build_ms, r.pcl_query_ms, r.agree);
+        std::fflush(stdout);
+        rows.push_back(r);
+      }
+    }
+  }
+  if (!o.csv.empty()) {
+    std::ofstream os(o.csv);
+    os << "kind,n,k,backend,memory,build_ms,query_ms,total_ms,upload_ms,index_build_ms,order_ms,"
+          "search_ms,download_ms,passes,evaluations,peak_bytes_per_point,pcl_build_ms,"
+          "pcl_query_ms,agree_pct\n";
+    for (const Row& r : rows)
+      os << r.kind << ',' << r.n << ',' << r.k << ',' << to_string(backend) << ',' << o.memory
+         << ',' << r.build_ms << ',' << r.query_ms << ',' << r.total_ms << ',' << r.up_ms << ','
+         << r.index_ms << ',' << r.order_ms << ',' << r.search_ms << ',' << r.down_ms << ','
+         << r.passes << ',' << r.evaluations << ',' << r.peak_bytes_per_point << ','
+         << r.pcl_build_ms << ',' << r.pcl_query_ms << ',' << r.agree << '\n';
+  }
+  int disagree = 0;
+  for (const Row& r : rows) disagree += r.agree >= 0 && r.agree < 100;
+  return disagree ? 3 : 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// frame loop
+
+// `count` different LiDAR-like clouds of `n` points (frame f uses clouds[f % count]); made
+// before the loop so that generating them is not timed. `shift` moves cloud i by i * shift
+// along x, as a sensor on a moving robot would see the scene.
+std::vector<std::vector<float>> make_frames(int count, long long n, std::uint64_t seed,
+                                            float shift) {
+  std::vector<std::vector<float>> out;
+  for (int i = 0; i < count; ++i) {
+    out.push_back(make_synthetic_cloud(SyntheticKind::lidar, n, seed + std::uint64_t(i)));
+    for (std::size_t j = 0; j < out.back().size(); j += 3) out.back()[j] += shift * float(i);
+  }
+  return out;
+}
+
+void print_allocations(const IndexMemoryStats& first, const IndexMemoryStats& last) {
+  std::printf(
+      "    allocations after frame 0: device %+lld, page-locked %+lld, registrations %+lld "
+      "(device memory held %.1f MiB, peak %.1f MiB)\n",
+      static_cast<long long>(last.device_allocations - first.device_allocations),
+      static_cast<long long>(last.pinned_allocations - first.pinned_allocations),
+      static_cast<long long>(last.registrations - first.registrations),
+      last.device.current_bytes / 1048576.0, last.device.peak_bytes / 1048576.0);
+}
+
+// The distribution of per-frame wall times.
+void print_frames(const std::vector<double>& frame) {
+  std::printf("    per frame: median %.3f ms (p90 %.3f, max %.3f) over %zu timed frames\n",
+              median(frame), bench::quantile(frame, 0.9),
+              frame.empty() ? 0.0 : *std::max_element(frame.begin(), frame.end()), frame.size());
+}
+
+int run_frame_loop(const Options& o, Backend backend) {
+  const int k = 8;
+  const int distinct = std::max(1, std::min(o.frames + 1, 8));
+  std::printf(
+      "# frame loop, %s backend, LiDAR-like clouds, k = %d, results into host memory allocated "
+      "once; frame 0 untimed (first allocations), then wall clock per frame around the public "
+      "calls; %d different clouds, cycled\n",
+      to_string(backend), k, distinct);
+
+  {  // (a) a new cloud every frame: rebuild, self-kNN
+    const long long n = o.frame_points;
+    const auto clouds = make_frames(distinct, n, 100, 0.05f);
+    Index index(index_options(backend, o.threads));
+    KnnOutputs out(n, k, Memory::host);
+    KnnParams params;
+    params.k = k;
+    params.exclude_self = true;
+    std::vector<double> frame, build, query;
+    IndexMemoryStats first;
+    for (int f = 0; f <= o.frames; ++f) {
+      const std::vector<float>& c = clouds[static_cast<std::size_t>(f % distinct)];
+      const auto t0 = Clock::now();
+      index.build(host_points(c.data(), n));
+      const auto t1 = Clock::now();
+      index.self_knn(params, out.indices(), out.sqdist());
+      const auto t2 = Clock::now();
+      if (f == 0) {
+        first = index.memory_stats();
+        continue;
+      }
+      frame.push_back(std::chrono::duration<double, std::milli>(t2 - t0).count());
+      build.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      query.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+    }
+    std::printf(
+        "  rebuilt every frame: Index::build(%lld points) + Index::self_knn(k = %d, "
+        "exclude_self)\n",
+        n, k);
+    print_frames(frame);
+    std::printf("    parts: median build %.3f ms, median self_knn %.3f ms\n", median(build),
+                median(query));
+    print_allocations(first, index.memory_stats());
+  }
+
+  {  // (b) a map indexed once, a new scan every frame: kNN of the scan's points in the map
+    const long long n = o.map_points, m = o.scan_points;
+    const std::vector<float> map = make_synthetic_cloud(SyntheticKind::lidar, n, 1);
+    const auto scans = make_frames(distinct, m, 10, 0.05f);
+    Index index(index_options(backend, o.threads));
+    index.build(host_points(map.data(), n));  // warm-up
+    std::vector<double> map_build;
+    for (int i = 0; i < o.repeats; ++i) {
+      const auto t0 = Clock::now();
+      index.build(host_points(map.data(), n));
+      map_build.push_back(ms_since(t0));
+    }
+    KnnOutputs out(m, k, Memory::host);
+    KnnParams params;
+    params.k = k;
+    std::vector<double> frame;
+    IndexMemoryStats first;
+    for (int f = 0; f <= o.frames; ++f) {
+      const std::vector<float>& s = scans[static_cast<std::size_t>(f % distinct)];
+      const auto t0 = Clock::now();
+      index.knn(host_points(s.data(), m), params, out.indices(), out.sqdist());
+      const double ms = ms_since(t0);
+      if (f == 0) {
+        first = index.memory_stats();
+        continue;
+      }
+      frame.push_back(ms);
+    }
+    std::printf(
+        "  map of %lld points indexed once (Index::build: median %.3f ms of %d after a "
+        "warm-up), then Index::knn of %lld new scan points per frame (k = %d)\n",
+        n, median(map_build), o.repeats, m, k);
+    print_frames(frame);
+    print_allocations(first, index.memory_stats());
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// CPU backend against PCL
+
+int run_cpu_vs_pcl(const Options& o) {
+  const long long n = o.pcl_n;
+  const int k = 8;
+  const std::vector<float> cloud = make_synthetic_cloud(SyntheticKind::uniform, n, 42);
+  const PointsView pts = host_points(cloud.data(), n);
+  KnnParams params;
+  params.k = k;
+  params.exclude_self = true;
+
+  Index index(index_options(Backend::cpu, o.threads));
+  KnnOutputs out(n, k, Memory::host);
+  index.build(pts);  // warm-up
+  index.self_knn(params, out.indices(), out.sqdist());
+  std::vector<double> b, q;
+  for (int i = 0; i < o.repeats; ++i) {
+    const auto t0 = Clock::now();
+    index.build(pts);
+    b.push_back(ms_since(t0));
+    const auto t1 = Clock::now();
+    index.self_knn(params, out.indices(), out.sqdist());
+    q.push_back(ms_since(t1));
+  }
+  CpuKnnTimings ct;
+  const KnnResult pcl = pcl_median(pts, params, o.repeats, ct);
+  const KnnAgreement ag = compare_knn(pts, nullptr, out.result(), pcl, true);
+
+  std::printf(
+      "# CPU backend vs PCL KdTreeFLANN: %lld uniform points (100 m cube), self-kNN k = %d "
+      "(exclude_self), results into host memory allocated before the clock starts\n"
+      "# times in ms, median of %d timed runs after 1 untimed warm-up. pcnn: wall clock of "
+      "Index::build and Index::self_knn (%d threads). PCL: its tree build (copy into a "
+      "PointCloud<PointXYZ> + KdTreeFLANN::setInputCloud, single-threaded in FLANN) and its "
+      "queries (OpenMP, %d threads)\n",
+      n, k, o.repeats, bench::cpu_threads(o.threads), ct.threads);
+  std::printf("%-10s %10s %10s %10s %8s\n", "", "build_ms", "query_ms", "total_ms", "threads");
+  const double pb = median(b), pq = median(q);
+  std::printf("%-10s %10.1f %10.1f %10.1f %8d\n", "pcnn cpu", pb, pq, pb + pq,
+              bench::cpu_threads(o.threads));
+  std::printf("%-10s %10.1f %10.1f %10.1f %8d\n", "pcl", ct.build_ms, ct.query_ms,
+              ct.build_ms + ct.query_ms, ct.threads);
+  std::printf("%-10s %10.2fx %9.2fx %9.2fx\n", "speedup", ct.build_ms / pb, ct.query_ms / pq,
+              (ct.build_ms + ct.query_ms) / (pb + pq));
+  std::printf("agreement with PCL (tie-aware): %lld of %lld rows%s%s\n",
+              static_cast<long long>(ag.agreeing_rows), static_cast<long long>(ag.rows),
+              ag.all_agree() ? "" : "; first problem: ", ag.first_problem.c_str());
+  if (!o.csv.empty()) {
+    std::ofstream os(o.csv);
+    os << "engine,n,k,threads,build_ms,query_ms,total_ms\n"
+       << "pcnn_cpu," << n << ',' << k << ',' << bench::cpu_threads(o.threads) << ',' << pb << ','
+       << pq << ',' << pb + pq << '\n'
+       << "pcl," << n << ',' << k << ',' << ct.threads << ',' << ct.build_ms << ',' << ct.query_ms
+       << ',' << ct.build_ms + ct.query_ms << '\n';
+  }
+  return ag.all_agree() ? 0 : 3;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"pcnn exact kNN benchmark"};
-  std::string sizes = "10000,100000,1000000,10000000", ks = "1,8,16,32,64";
-  std::string kinds = "uniform,clustered,lidar", algorithms = "grid,brute";
-  long long brute_max = 1000000, cpu_max = 1000000;
-  int repeats = 5;
-  std::string csv;
-  app.add_option("--sizes", sizes, "comma-separated point counts")->capture_default_str();
-  app.add_option("--ks", ks, "comma-separated k values")->capture_default_str();
-  app.add_option("--kinds", kinds, "uniform,clustered,lidar")->capture_default_str();
-  app.add_option("--algorithms", algorithms, "grid,brute")->capture_default_str();
-  app.add_option("--brute-max", brute_max, "largest n for brute force (k = 8 only above 100k)")
+  CLI::App app{"pcnn exact kNN benchmark (pcnn::Index)"};
+  Options o;
+  app.add_option("--mode", o.mode, "sweep, frame-loop or cpu-vs-pcl")
+      ->check(CLI::IsMember({"sweep", "frame-loop", "cpu-vs-pcl"}))
       ->capture_default_str();
-  app.add_option("--cpu-max", cpu_max, "largest n for the PCL baseline")->capture_default_str();
-  app.add_option("--repeats", repeats, "timed runs per case (median reported)")
+  app.add_option("--device", o.device, "backend: auto, cuda or cpu (cpu-vs-pcl: always cpu)")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
       ->capture_default_str();
-  app.add_option("--csv", csv, "also write the rows as CSV");
+  app.add_option("--memory", o.memory, "sweep: where points and results live (device: cuda only)")
+      ->check(CLI::IsMember({"host", "device"}))
+      ->capture_default_str();
+  app.add_option("--threads", o.threads, "CPU backend threads (0: all)")->capture_default_str();
+  app.add_option("--sizes", o.sizes, "sweep: comma-separated point counts")->capture_default_str();
+  app.add_option("--ks", o.ks, "sweep: comma-separated k values")->capture_default_str();
+  app.add_option("--kinds", o.kinds, "sweep: uniform,clustered,lidar,hotspot")
+      ->capture_default_str();
+  app.add_option("--cpu-max", o.cpu_max, "sweep: largest n for the PCL baseline")
+      ->capture_default_str();
+  app.add_option("--repeats", o.repeats, "timed runs per case (median reported)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--pcl-repeats", o.pcl_repeats, "sweep: timed PCL runs per case")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--frames", o.frames, "frame-loop: timed frames (after an untimed frame 0)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--frame-points", o.frame_points, "frame-loop: points of each rebuilt cloud")
+      ->capture_default_str();
+  app.add_option("--map-points", o.map_points, "frame-loop: points of the map")
+      ->capture_default_str();
+  app.add_option("--scan-points", o.scan_points, "frame-loop: query points per frame")
+      ->capture_default_str();
+  app.add_option("--pcl-n", o.pcl_n, "cpu-vs-pcl: points of the uniform cloud")
+      ->capture_default_str();
+  app.add_option("--csv", o.csv, "also write the rows as CSV (sweep, cpu-vs-pcl)");
   CLI11_PARSE(app, argc, argv);
 
-  const DeviceInfo dev = bench::start_device("pcnn_bench_knn");
-  std::printf("%-9s %9s %3s %-5s %9s %9s %9s %8s %8s %10s %9s %7s %9s %8s %9s %7s\n", "kind", "n",
-              "k", "alg", "build_ms", "query_ms", "total_ms", "up_ms", "down_ms", "evals/q",
-              "evals/s", "B/pt", "outliers", "out_ms", "cpu_ms", "agree%");
-  std::vector<Row> rows;
-  for (const std::string& kind_name : parse_words(kinds)) {
-    const SyntheticKind kind = parse_synthetic_kind(kind_name);
-    for (long long n : parse_list(sizes)) {
-      const std::vector<float> pts = make_synthetic_cloud(kind, n, 42);
-      const PointsView v{pts.data(), n, 3};
-      for (long long k64 : parse_list(ks)) {
-        const int k = static_cast<int>(k64);
-        KnnResult cpu;
-        CpuKnnTimings ct;
-        const bool run_cpu = n <= cpu_max;
-        if (run_cpu) cpu = pcl_knn(v, nullptr, {k, true}, &ct);
-        for (const std::string& alg_name : parse_words(algorithms)) {
-          const Algorithm alg = parse_algorithm(alg_name);
-          if (alg == Algorithm::brute_force && (n > brute_max || (n > 100000 && k != 8))) continue;
-          Row r;
-          r.kind = kind_name;
-          r.algorithm = alg_name;
-          r.n = n;
-          r.k = k;
-          GpuKnnTimings t;
-          KnnResult res = gpu_knn(v, nullptr, {k, true}, alg, &t);  // warm-up
-          std::vector<double> b, q, tot, up, down, om;
-          reset_peak_device_memory();
-          const std::int64_t before = device_memory_stats().current_bytes;
-          for (int i = 0; i < repeats; ++i) {
-            res = gpu_knn(v, nullptr, {k, true}, alg, &t);
-            b.push_back(t.build_ms);
-            q.push_back(t.search_ms);
-            tot.push_back(double(t.build_ms) + t.search_ms);
-            up.push_back(t.upload_ms);
-            down.push_back(t.download_ms);
-            om.push_back(t.outlier_ms);
-          }
-          r.build_ms = median(b);
-          r.query_ms = median(q);
-          r.total_ms = median(tot);
-          r.upload_ms = median(up);
-          r.download_ms = median(down);
-          r.evaluations = double(t.distance_evaluations);
-          r.evals_per_s = r.evaluations / (r.query_ms * 1e-3);
-          r.peak_bytes_per_point =
-              double(device_memory_stats().peak_bytes - before) / double(std::max(n, 1LL));
-          r.outliers = t.outlier_queries;
-          r.outlier_ms = median(om);
-          if (run_cpu) {
-            r.cpu_build_ms = ct.build_ms;
-            r.cpu_query_ms = ct.query_ms;
-            const KnnAgreement ag = compare_knn(v, nullptr, res, cpu, true);
-            r.agree_pct =
-                100.0 * double(ag.agreeing_rows) / double(std::max<std::int64_t>(ag.rows, 1));
-          }
-          std::printf(
-              "%-9s %9lld %3d %-5s %9.3f %9.3f %9.3f %8.3f %8.3f %10.1f %9.3g %7.1f %9lld %8.3f "
-              "%9.1f %7.3f\n",
-              r.kind.c_str(), n, k, r.algorithm.c_str(), r.build_ms, r.query_ms, r.total_ms,
-              r.upload_ms, r.download_ms, r.evaluations / double(std::max(n, 1LL)), r.evals_per_s,
-              r.peak_bytes_per_point, r.outliers, r.outlier_ms,
-              run_cpu ? r.cpu_build_ms + r.cpu_query_ms : -1.0, r.agree_pct);
-          std::fflush(stdout);
-          rows.push_back(r);
-        }
-      }
+  try {
+    if (o.mode == "cpu-vs-pcl") {
+      bench::start_backend("pcnn_bench_knn", "cpu", o.threads);
+      return run_cpu_vs_pcl(o);
     }
+    const Backend backend = bench::start_backend("pcnn_bench_knn", o.device, o.threads);
+    return o.mode == "sweep" ? run_sweep(o, backend) : run_frame_loop(o, backend);
+  } catch (const pcnn::error& e) {
+    std::fprintf(stderr, "pcnn_bench_knn: %s\n", e.what());
+    return 1;
   }
-  if (!csv.empty()) {
-    std::ofstream os(csv);
-    os << "kind,n,k,algorithm,build_ms,query_ms,total_ms,upload_ms,download_ms,evaluations,"
-          "evals_per_s,peak_bytes_per_point,outliers,outlier_ms,cpu_build_ms,cpu_query_ms,agree_"
-          "pct\n";
-    for (const Row& r : rows)
-      os << r.kind << ',' << r.n << ',' << r.k << ',' << r.algorithm << ',' << r.build_ms << ','
-         << r.query_ms << ',' << r.total_ms << ',' << r.upload_ms << ',' << r.download_ms << ','
-         << r.evaluations << ',' << r.evals_per_s << ',' << r.peak_bytes_per_point << ','
-         << r.outliers << ',' << r.outlier_ms << ',' << r.cpu_build_ms << ',' << r.cpu_query_ms
-         << ',' << r.agree_pct << '\n';
-  }
-  return 0;
 }

@@ -9,10 +9,10 @@
 #include "detail/cuda_try.cuh"
 #include "detail/device_buffer.cuh"
 #include "detail/finite.cuh"
-#include "detail/search.cuh"
 #include "detail/upload.cuh"
 #include "pcnn/error.hpp"
 #include "pcnn/filters.hpp"
+#include "pcnn/index.hpp"
 #include "pcnn/knn.hpp"
 #include "pcnn/stats.hpp"
 
@@ -138,32 +138,63 @@ std::vector<std::int32_t> kept_indices(const std::vector<unsigned char>& keep) {
 }  // namespace
 }  // namespace detail
 
+namespace {
+
+// What both filters share: the points on the device (uploaded when in host memory), an index
+// over them, and every buffer from one pool of the call's own.
+IndexOptions options(std::shared_ptr<DeviceMemoryResource> mr) {
+  IndexOptions o;
+  o.backend = Backend::cuda;
+  o.memory = std::move(mr);
+  return o;
+}
+
+struct FilterSearch {
+  std::shared_ptr<DeviceMemoryResource> mr = make_pool_resource();
+  detail::device_buffer<float> raw;
+  PointsView d_pts;
+  Index index;
+  detail::device_buffer<std::int32_t> idx;
+  detail::device_buffer<float> sq;
+
+  // The k nearest other points of every point, into `idx` / `sq` (device memory).
+  FilterSearch(PointsView pts, int k, cudaStream_t stream) : d_pts(pts), index(options(mr)) {
+    if (pts.memory == Memory::host) {
+      detail::upload_points(pts, raw, stream, *mr);
+      d_pts = device_points(raw.data(), pts.count, pts.stride);
+    }
+    index.build(d_pts, stream);
+    const std::int64_t n = pts.count;
+    idx.resize(static_cast<std::size_t>(n) * k, stream, *mr);
+    sq.resize(idx.size(), stream, *mr);
+    index.self_knn_async({k, true}, {idx.data(), n, k, Memory::device},
+                         {sq.data(), n, k, Memory::device}, stream);
+  }
+};
+
+}  // namespace
+
 FilterResult gpu_statistical_outlier_removal(PointsView pts, SorParams params,
                                              cudaStream_t stream) {
   validate(params);
-  validate_knn_args(pts, nullptr, {params.mean_k, true});
   FilterResult r;
   const int n = static_cast<int>(pts.count);
-  detail::device_buffer<float> raw;
-  detail::upload_points(pts, raw, stream);
-  const PointsView d_pts{raw.data(), pts.count, pts.stride};
-  const std::size_t cells = static_cast<std::size_t>(n) * params.mean_k;
-  detail::device_buffer<std::int32_t> idx(cells, stream);
-  detail::device_buffer<float> sq(cells, stream);
-  detail::cuda_event t0, built, t1, t2;
+  detail::cuda_event t0, t1, t2;
   t0.record(stream);
-  const detail::TreeSearchStats st = detail::tree_search_device(
-      d_pts, nullptr, {params.mean_k, true}, {idx.data(), sq.data()}, stream, built);
-  PCNN_EXPECTS(st.refs_finite > params.mean_k,
-               "SOR: the cloud has " + std::to_string(st.refs_finite) +
+  FilterSearch fs(pts, params.mean_k, stream);
+  PCNN_EXPECTS(fs.index.finite_size() > params.mean_k,
+               "SOR: the cloud has " + std::to_string(fs.index.finite_size()) +
                    " finite points; mean_k needs more than " + std::to_string(params.mean_k));
+  DeviceMemoryResource& mr = *fs.mr;
+  const float* raw = fs.d_pts.data;
+  const detail::device_buffer<std::int32_t>& idx = fs.idx;
   t1.record(stream);
-  detail::device_buffer<float> dist(n, stream), valid(n, stream);
+  detail::device_buffer<float> dist(n, stream, mr), valid(n, stream, mr);
   detail::sor_mean_distance_kernel<<<detail::blocks_for(n), detail::kThreads, 0, stream>>>(
-      raw.data(), pts.stride, n, idx.data(), params.mean_k, dist.data(), valid.data());
+      raw, pts.stride, n, idx.data(), params.mean_k, dist.data(), valid.data());
   PCNN_CHECK_LAUNCH();
   const int blocks = detail::reduce_blocks(n);
-  detail::device_buffer<detail::SorMoments> partials(blocks, stream), total(1, stream);
+  detail::device_buffer<detail::SorMoments> partials(blocks, stream, mr), total(1, stream, mr);
   detail::reduce_partials_kernel<detail::SorMoments><<<blocks, detail::kReduceThreads, 0, stream>>>(
       detail::SorLoad{valid.data()}, n, partials.data());
   PCNN_CHECK_LAUNCH();
@@ -178,8 +209,8 @@ FilterResult gpu_statistical_outlier_removal(PointsView pts, SorParams params,
   r.stddev = std::sqrt((m.ss - m.s * m.s / m.n) / (m.n - 1));
   r.threshold = r.mean + params.std_mul * r.stddev;
 
-  detail::device_buffer<unsigned char> keep(n, stream);
-  detail::device_buffer<unsigned long long> borderline(1, stream);
+  detail::device_buffer<unsigned char> keep(n, stream, mr);
+  detail::device_buffer<unsigned long long> borderline(1, stream, mr);
   PCNN_CUDA_TRY(cudaMemsetAsync(borderline.data(), 0, sizeof(unsigned long long), stream));
   detail::sor_classify_kernel<<<detail::blocks_for(n), detail::kThreads, 0, stream>>>(
       dist.data(), n, r.threshold, keep.data(), borderline.data());
@@ -201,26 +232,20 @@ FilterResult gpu_statistical_outlier_removal(PointsView pts, SorParams params,
 FilterResult gpu_radius_outlier_removal(PointsView pts, RorParams params, cudaStream_t stream) {
   validate(params);
   const int k = params.min_neighbors > 0 ? params.min_neighbors : 1;
-  validate_knn_args(pts, nullptr, {k, true});
+  PCNN_EXPECTS(pts.memory == Memory::host, "ROR: the points must be in host memory");
   FilterResult r;
   const int n = static_cast<int>(pts.count);
-  detail::device_buffer<float> raw;
-  detail::upload_points(pts, raw, stream);
-  const PointsView d_pts{raw.data(), pts.count, pts.stride};
-  const std::size_t cells = static_cast<std::size_t>(n) * k;
-  detail::device_buffer<std::int32_t> idx(cells, stream);
-  detail::device_buffer<float> sq(cells, stream);
-  detail::cuda_event t0, built, t1, t2;
+  detail::cuda_event t0, t1, t2;
   t0.record(stream);
-  const detail::TreeSearchStats st =
-      detail::tree_search_device(d_pts, nullptr, {k, true}, {idx.data(), sq.data()}, stream, built);
+  FilterSearch fs(pts, k, stream);
   t1.record(stream);
-  (void)st;
+  DeviceMemoryResource& mr = *fs.mr;
   const double r2 = params.radius * params.radius;
-  detail::device_buffer<unsigned char> keep(n, stream);
+  detail::device_buffer<unsigned char> keep(n, stream, mr);
   if (n > 0) {
     detail::ror_classify_kernel<<<detail::blocks_for(n), detail::kThreads, 0, stream>>>(
-        raw.data(), pts.stride, n, idx.data(), sq.data(), k, params.min_neighbors, r2, keep.data());
+        fs.d_pts.data, pts.stride, n, fs.idx.data(), fs.sq.data(), k, params.min_neighbors, r2,
+        keep.data());
     PCNN_CHECK_LAUNCH();
   }
   t2.record(stream);

@@ -6,6 +6,7 @@
 #include "detail/cuda_try.cuh"
 #include "detail/knn_tree.cuh"
 #include "detail/radius_tree.cuh"
+#include "detail/refine.cuh"
 #include "detail/search.cuh"
 #include "detail/spatial_index.cuh"
 #include "detail/upload.cuh"
@@ -15,15 +16,11 @@ namespace {
 
 static_assert(kTreeQueryBlock == kTreeWarps * 32, "a pass must cover whole blocks");
 
-struct LaunchStats {
-  int outliers = 0;
-  float outlier_ms = 0;
-};
-
-// One launch over the slots [a.slot_begin, a.slot_end), then the outliers it found. A hybrid
-// search (a radius bound) takes the fixed-radius walk instead, which has no outliers.
+// One launch over the slots [a.slot_begin, a.slot_end), then the outliers it found (no host
+// round trip: the outlier kernel reads their count on the device). A hybrid search (a radius
+// bound) takes the fixed-radius walk instead, which has no outliers.
 template <int CAP>
-LaunchStats launch(const TreeView& tree, TreeKnnArgs a, cudaStream_t stream) {
+void launch(const TreeView& tree, TreeKnnArgs a, cudaStream_t stream) {
   constexpr int threads = kTreeWarps * 32;
   const int blocks = (a.slot_end - a.slot_begin + threads - 1) / threads;
   constexpr int list_bytes = tree_list_bytes<CAP>();
@@ -38,28 +35,21 @@ LaunchStats launch(const TreeView& tree, TreeKnnArgs a, cudaStream_t stream) {
   if (hybrid) {
     hybrid_tree_kernel<CAP><<<blocks, threads, list_bytes, stream>>>(tree, a);
     PCNN_CHECK_LAUNCH();
-    return {};
+    return;
   }
   PCNN_CUDA_TRY(cudaMemsetAsync(a.outlier_count, 0, sizeof(int), stream));
   knn_tree_kernel<CAP><<<blocks, threads, list_bytes, stream>>>(tree, a);
   PCNN_CHECK_LAUNCH();
-  int outliers = 0;
-  PCNN_CUDA_TRY(
-      cudaMemcpyAsync(&outliers, a.outlier_count, sizeof(int), cudaMemcpyDeviceToHost, stream));
-  PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
-  cuda_event outliers_start, outliers_end;
-  outliers_start.record(stream);
-  if (outliers > 0) {
-    knn_tree_outlier_kernel<CAP>
-        <<<(outliers + kTreeWarps - 1) / kTreeWarps, threads, 0, stream>>>(tree, a, outliers);
-    PCNN_CHECK_LAUNCH();
-  }
-  outliers_end.record(stream);
-  PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
-  return {outliers, outliers_end.since(outliers_start)};
+  // Outliers are rare (a fraction of a percent): a few waves of warps cover them.
+  int device = 0, sms = 0;
+  PCNN_CUDA_TRY(cudaGetDevice(&device));
+  PCNN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int outlier_blocks = std::max(1, std::min(blocks * kTreeWarps, 4 * sms));
+  knn_tree_outlier_kernel<CAP><<<outlier_blocks, threads, 0, stream>>>(tree, a);
+  PCNN_CHECK_LAUNCH();
 }
 
-LaunchStats launch_for_k(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
+void launch_for_k(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
   const int k = a.k;
   if (k <= 1) return launch<1>(tree, a, stream);
   if (k <= 2) return launch<2>(tree, a, stream);
@@ -72,9 +62,72 @@ LaunchStats launch_for_k(const TreeView& tree, const TreeKnnArgs& a, cudaStream_
   return launch<128>(tree, a, stream);
 }
 
+template <int CAP>
+void launch_refine(const TreeView& tree, const RefineArgs& r, cudaStream_t stream) {
+  const int slots = r.slot_end - r.slot_begin;
+  refine_kernel<CAP><<<(slots + 127) / 128, 128, 0, stream>>>(r);
+  PCNN_CHECK_LAUNCH();
+  int device = 0, sms = 0;
+  PCNN_CUDA_TRY(cudaGetDevice(&device));
+  PCNN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int warps = (slots + 31) / 32;
+  const int blocks = std::max(1, std::min((warps + kTreeWarps - 1) / kTreeWarps, 2 * sms));
+  refine_gather_kernel<CAP><<<blocks, kTreeWarps * 32, 0, stream>>>(tree, r);
+  PCNN_CHECK_LAUNCH();
+}
+
+// The float search of a launch's slots with k + 1 candidates into scratch, then the exact
+// refinement of every row into the caller's rows (see detail/refine.cuh).
+void launch_exact(const TreeView& tree, const TreeKnnArgs& a, const ExactSearch& ex,
+                  cudaStream_t stream, DeviceMemoryResource& mr) {
+  const int slots = a.slot_end - a.slot_begin;
+  if (slots <= 0) return;
+  const int width = std::min(a.k + 1, kMaxK);
+  device_buffer<std::int32_t> cand_idx(static_cast<std::size_t>(slots) * width, stream, mr);
+  device_buffer<float> cand_dist(cand_idx.size(), stream, mr);
+  device_buffer<int> flagged_slots(slots, stream, mr), flagged_count(1, stream, mr);
+  device_buffer<float> flagged_reach(slots, stream, mr);
+  TreeKnnArgs s = a;
+  s.k = width;
+  s.out_idx = cand_idx.data();
+  s.out_dist = cand_dist.data();
+  s.out_slot_base = a.slot_begin;
+  launch_for_k(tree, s, stream);
+  PCNN_CUDA_TRY(cudaMemsetAsync(flagged_count.data(), 0, sizeof(int), stream));
+  RefineArgs r;
+  r.queries = a.queries;
+  r.slot_begin = a.slot_begin;
+  r.slot_end = a.slot_end;
+  r.out_slot_base = a.out_slot_base;
+  r.k = a.k;
+  r.self_offset = a.exclude_self ? a.query_offset : -1;
+  r.bound = a.bound;
+  r.cand_idx = cand_idx.data();
+  r.cand_dist = cand_dist.data();
+  r.width = width;
+  r.refs = ex.refs;
+  r.queries_exact = ex.queries;
+  r.err = ex.err;
+  r.out_idx = a.out_idx;
+  r.out_dist = a.out_dist;
+  r.flagged_slots = flagged_slots.data();
+  r.flagged_reach = flagged_reach.data();
+  r.flagged_count = flagged_count.data();
+  const int k = a.k;
+  if (k <= 1) return launch_refine<1>(tree, r, stream);
+  if (k <= 2) return launch_refine<2>(tree, r, stream);
+  if (k <= 4) return launch_refine<4>(tree, r, stream);
+  if (k <= 8) return launch_refine<8>(tree, r, stream);
+  if (k <= 16) return launch_refine<16>(tree, r, stream);
+  if (k <= 32) return launch_refine<32>(tree, r, stream);
+  if (k <= 64) return launch_refine<64>(tree, r, stream);
+  launch_refine<128>(tree, r, stream);
+}
+
 // Chunked output: the passes, each downloaded and its rows put in place on the host.
 void run_passes(const TreeView& tree, TreeKnnArgs a, int n_queries, const KnnOutput& out,
-                cudaStream_t stream, TreeSearchStats& stats) {
+                const ExactSearch& ex, cudaStream_t stream, DeviceMemoryResource& mr,
+                TreeSearchStats& stats) {
   const int k = a.k;
   const auto per_pass = static_cast<int>(out.rows_per_pass);
   std::vector<std::int32_t> idx(static_cast<std::size_t>(per_pass) * k), qid(per_pass);
@@ -88,7 +141,7 @@ void run_passes(const TreeView& tree, TreeKnnArgs a, int n_queries, const KnnOut
     a.out_slot_base = begin;
     cuda_event start, searched, downloaded;
     start.record(stream);
-    const LaunchStats ls = launch_for_k(tree, a, stream);
+    launch_exact(tree, a, ex, stream, mr);
     searched.record(stream);
     PCNN_CUDA_TRY(cudaMemcpyAsync(idx.data(), a.out_idx, cells * sizeof(std::int32_t),
                                   cudaMemcpyDeviceToHost, stream));
@@ -104,8 +157,6 @@ void run_passes(const TreeView& tree, TreeKnnArgs a, int n_queries, const KnnOut
       std::memcpy(out.h_idx + to, idx.data() + from, k * sizeof(std::int32_t));
       std::memcpy(out.h_dist + to, dist.data() + from, k * sizeof(float));
     }
-    stats.outliers += ls.outliers;
-    stats.outlier_ms += ls.outlier_ms;
     stats.search_ms += searched.since(start);
     stats.download_ms += downloaded.since(searched);
     ++stats.passes;
@@ -114,11 +165,12 @@ void run_passes(const TreeView& tree, TreeKnnArgs a, int n_queries, const KnnOut
 
 }  // namespace
 
-std::int64_t tree_search_range(const SpatialIndex& index, const float4* queries, bool self_search,
-                               int slot_begin, int slot_end, KnnParams params, std::int32_t* d_idx,
-                               float* d_dist, int* outlier_slots, int* outlier_count,
-                               unsigned long long* evaluations, cudaStream_t stream) {
-  if (slot_end <= slot_begin) return 0;
+void tree_search_range(const SpatialIndex& index, const float4* queries, bool self_search,
+                       int slot_begin, int slot_end, KnnParams params, const RadiusBound& bound,
+                       std::int32_t* d_idx, float* d_dist, int* outlier_slots, int* outlier_count,
+                       unsigned long long* evaluations, int query_offset, const ExactSearch& ex,
+                       cudaStream_t stream, DeviceMemoryResource& mr) {
+  if (slot_end <= slot_begin) return;
   TreeKnnArgs a;
   a.queries = queries;
   a.slot_begin = slot_begin;
@@ -130,53 +182,20 @@ std::int64_t tree_search_range(const SpatialIndex& index, const float4* queries,
   a.out_dist = d_dist;
   a.outlier_slots = outlier_slots;
   a.outlier_count = outlier_count;
+  a.bound = bound;
   a.evaluations = evaluations;
-  return launch_for_k(index.view(), a, stream).outliers;
-}
-
-std::int64_t tree_working_bytes(PointsView refs, const PointsView* queries, bool index_built) {
-  constexpr std::int64_t kSlack = 16 << 20;  // CUB scratch, boxes, counters, pool granularity
-  std::int64_t bytes = kSlack;
-  // Uploaded coordinates, then the index: sorted points (16), keys (8), and while sorting the
-  // key/id pairs twice over (24), plus the boxes (small).
-  if (!index_built) bytes += 4 * static_cast<std::int64_t>(span_floats(refs)) + 56 * refs.count;
-  const std::int64_t nq = queries ? queries->count : refs.count;
-  if (queries)  // uploaded, keyed, sorted (same shape as the index build)
-    bytes += 4 * static_cast<std::int64_t>(span_floats(*queries)) + 56 * queries->count;
-  return bytes + 4 * nq;  // outlier slots
-}
-
-TreeSearchStats tree_search(PointsView refs, const PointsView* queries, KnnParams params,
-                            const RadiusBound& bound, const KnnOutput& out, cudaStream_t stream,
-                            cuda_event& uploaded, cuda_event& built) {
-  device_buffer<float> raw_refs, raw_queries;
-  upload_points(refs, raw_refs, stream);
-  if (queries) upload_points(*queries, raw_queries, stream);
-  uploaded.record(stream);
-  SpatialIndex index =
-      build_spatial_index(raw_refs.data(), refs.stride, static_cast<int>(refs.count), stream);
-  raw_refs = device_buffer<float>();                          // the index holds its own copy
-  if (!queries) index.keys = device_buffer<std::uint64_t>();  // only separate queries use keys
-  const PointsView d_queries =
-      queries ? PointsView{raw_queries.data(), queries->count, queries->stride} : PointsView{};
-  return tree_query(index, queries ? &d_queries : nullptr, params, bound, out, stream, built);
-}
-
-TreeSearchStats tree_search_device(PointsView refs, const PointsView* queries, KnnParams params,
-                                   const KnnOutput& out, cudaStream_t stream, cuda_event& built) {
-  SpatialIndex index =
-      build_spatial_index(refs.data, refs.stride, static_cast<int>(refs.count), stream);
-  if (!queries) index.keys = device_buffer<std::uint64_t>();
-  return tree_query(index, queries, params, RadiusBound{}, out, stream, built);
+  a.query_offset = query_offset;
+  launch_exact(index.view(), a, ex, stream, mr);
 }
 
 TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries, KnnParams params,
-                           const RadiusBound& bound, const KnnOutput& out, cudaStream_t stream,
-                           cuda_event& built) {
+                           const RadiusBound& bound, const KnnOutput& out, const ExactSearch& ex,
+                           cudaStream_t stream, cuda_event& built, DeviceMemoryResource& mr,
+                           bool read_stats) {
   device_buffer<float4> sorted_queries;
   if (queries)
     sorted_queries = sort_queries(index, queries->data, queries->stride,
-                                  static_cast<int>(queries->count), stream);
+                                  static_cast<int>(queries->count), stream, mr);
   const int n_queries = queries ? static_cast<int>(queries->count) : index.n_total;
 
   TreeKnnArgs a;
@@ -191,8 +210,8 @@ TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries,
   a.out_dist = out.d_dist;
   a.query_offset = out.query_offset;
   const std::int64_t per_pass = out.rows_per_pass > 0 ? out.rows_per_pass : n_queries;
-  device_buffer<int> outlier_slots(per_pass, stream), outlier_count(1, stream);
-  device_buffer<unsigned long long> evaluations(1, stream);
+  device_buffer<int> outlier_slots(per_pass, stream, mr), outlier_count(1, stream, mr);
+  device_buffer<unsigned long long> evaluations(1, stream, mr);
   a.outlier_slots = outlier_slots.data();
   a.outlier_count = outlier_count.data();
   a.evaluations = evaluations.data();
@@ -203,13 +222,11 @@ TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries,
   if (n_queries == 0) return stats;
 
   const TreeView tree = index.view();
-  if (out.rows_per_pass > 0) {
-    run_passes(tree, a, n_queries, out, stream, stats);
-  } else {
-    const LaunchStats ls = launch_for_k(tree, a, stream);
-    stats.outliers = ls.outliers;
-    stats.outlier_ms = ls.outlier_ms;
-  }
+  if (out.rows_per_pass > 0)
+    run_passes(tree, a, n_queries, out, ex, stream, mr, stats);
+  else
+    launch_exact(tree, a, ex, stream, mr);
+  if (!read_stats) return stats;
   unsigned long long evals = 0;
   PCNN_CUDA_TRY(
       cudaMemcpyAsync(&evals, evaluations.data(), sizeof(evals), cudaMemcpyDeviceToHost, stream));

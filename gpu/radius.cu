@@ -11,7 +11,7 @@
 
 #include "detail/cuda_try.cuh"
 #include "detail/device_buffer.cuh"
-#include "detail/knn_to_host.cuh"
+#include "detail/plan.cuh"
 #include "detail/radius_tree.cuh"
 #include "detail/search.cuh"
 #include "detail/spatial_index.cuh"
@@ -100,10 +100,11 @@ int blocks_for(std::int64_t n, int per_block) {
   return static_cast<int>((n + per_block - 1) / per_block);
 }
 
-void exclusive_sum(const std::int64_t* in, std::int64_t* out, std::int64_t n, cudaStream_t stream) {
+void exclusive_sum(const std::int64_t* in, std::int64_t* out, std::int64_t n, cudaStream_t stream,
+                   DeviceMemoryResource& mr) {
   std::size_t temp_bytes = 0;
   PCNN_CUDA_TRY(cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, in, out, n, stream));
-  device_buffer<unsigned char> temp(temp_bytes, stream);
+  device_buffer<unsigned char> temp(temp_bytes, stream, mr);
   PCNN_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp.data(), temp_bytes, in, out, n, stream));
 }
 
@@ -141,17 +142,17 @@ __global__ void long_rows_len_kernel(const int* __restrict__ rows, int n_long,
 // sort, and written back as (index, distance).
 void sort_long_rows(int n_long, const int* d_rows, const std::int64_t* start,
                     const std::int64_t* len, const std::uint64_t* keys, std::int32_t* idx,
-                    float* dist, cudaStream_t stream) {
-  device_buffer<std::int64_t> long_len(n_long + 1, stream), compact(n_long + 1, stream);
+                    float* dist, cudaStream_t stream, DeviceMemoryResource& mr) {
+  device_buffer<std::int64_t> long_len(n_long + 1, stream, mr), compact(n_long + 1, stream, mr);
   long_rows_len_kernel<<<blocks_for(n_long + 1, kThreads), kThreads, 0, stream>>>(
       d_rows, n_long, len, long_len.data());
   PCNN_CHECK_LAUNCH();
-  exclusive_sum(long_len.data(), compact.data(), n_long + 1, stream);
+  exclusive_sum(long_len.data(), compact.data(), n_long + 1, stream, mr);
   std::int64_t total = 0;
   PCNN_CUDA_TRY(cudaMemcpyAsync(&total, compact.data() + n_long, sizeof total,
                                 cudaMemcpyDeviceToHost, stream));
   PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
-  device_buffer<std::uint64_t> a(total, stream), b(total, stream);
+  device_buffer<std::uint64_t> a(total, stream, mr), b(total, stream, mr);
   long_rows_gather_kernel<<<n_long, kThreads, 0, stream>>>(d_rows, start, compact.data(), keys,
                                                            a.data());
   PCNN_CHECK_LAUNCH();
@@ -159,7 +160,7 @@ void sort_long_rows(int n_long, const int* d_rows, const std::int64_t* start,
   PCNN_CUDA_TRY(cub::DeviceSegmentedSort::SortKeys(nullptr, temp_bytes, a.data(), b.data(), total,
                                                    n_long, compact.data(), compact.data() + 1,
                                                    stream));
-  device_buffer<unsigned char> temp(temp_bytes, stream);
+  device_buffer<unsigned char> temp(temp_bytes, stream, mr);
   PCNN_CUDA_TRY(cub::DeviceSegmentedSort::SortKeys(temp.data(), temp_bytes, a.data(), b.data(),
                                                    total, n_long, compact.data(),
                                                    compact.data() + 1, stream));
@@ -197,7 +198,8 @@ struct RadiusTimes {
 
 // Radius search of `n` queries (sorted along the index's curve) against `index`; fills `result`.
 RadiusTimes radius_on_index(const SpatialIndex& index, const float4* queries, int n,
-                            const RadiusParams& params, RadiusResult& result, cudaStream_t stream) {
+                            const RadiusParams& params, RadiusResult& result, cudaStream_t stream,
+                            DeviceMemoryResource& mr) {
   RadiusTimes times;
   const TreeView tree = index.view();
   RadiusArgs a;
@@ -208,8 +210,8 @@ RadiusTimes radius_on_index(const SpatialIndex& index, const float4* queries, in
   a.bound = make_radius_bound(params.radius);
   cuda_event start, counted;
   start.record(stream);
-  device_buffer<std::int64_t> counts(n + 1, stream), offsets(n + 1, stream);
-  device_buffer<unsigned long long> evaluations(1, stream);
+  device_buffer<std::int64_t> counts(n + 1, stream, mr), offsets(n + 1, stream, mr);
+  device_buffer<unsigned long long> evaluations(1, stream, mr);
   PCNN_CUDA_TRY(cudaMemsetAsync(counts.data(), 0, counts.bytes(), stream));
   PCNN_CUDA_TRY(cudaMemsetAsync(evaluations.data(), 0, evaluations.bytes(), stream));
   a.counts = counts.data();
@@ -217,7 +219,7 @@ RadiusTimes radius_on_index(const SpatialIndex& index, const float4* queries, in
   radius_tree_kernel<false>
       <<<blocks_for(n, kTreeQueryBlock), kTreeQueryBlock, 0, stream>>>(tree, a);
   PCNN_CHECK_LAUNCH();
-  exclusive_sum(counts.data(), offsets.data(), n + 1, stream);
+  exclusive_sum(counts.data(), offsets.data(), n + 1, stream, mr);
   counted.record(stream);
   unsigned long long evals = 0;
   PCNN_CUDA_TRY(cudaMemcpyAsync(result.offsets.data(), offsets.data(), offsets.bytes(),
@@ -233,7 +235,7 @@ RadiusTimes radius_on_index(const SpatialIndex& index, const float4* queries, in
   if (total == 0) return times;
 
   // One pass when every neighbor fits, else passes of consecutive slots.
-  const std::int64_t available = device_memory_available();
+  const std::int64_t available = mr.available();
   const std::int64_t capacity =
       (available - available / 10 - std::int64_t(n) * kSlotBytes) / kEntryBytes;
   const std::int64_t max_slots =
@@ -243,7 +245,7 @@ RadiusTimes radius_on_index(const SpatialIndex& index, const float4* queries, in
   const bool one_pass = total <= capacity && max_slots >= n;
   std::vector<int> ends{n};
   std::vector<std::int64_t> all_len;
-  device_buffer<std::int64_t> len(n, stream), row_start(n, stream);
+  device_buffer<std::int64_t> len(n, stream, mr), row_start(n, stream, mr);
   if (!one_pass) {
     if (capacity < 1)
       throw_out_of_memory("a radius search of " + std::to_string(n) + " queries",
@@ -264,10 +266,10 @@ RadiusTimes radius_on_index(const SpatialIndex& index, const float4* queries, in
     pass_entries.push_back(one_pass ? total : e);
   }
   const std::int64_t most = *std::max_element(pass_entries.begin(), pass_entries.end());
-  device_buffer<std::uint64_t> keys(most, stream);
-  device_buffer<std::int32_t> idx(most, stream);
-  device_buffer<float> dist(most, stream);
-  device_buffer<int> long_rows(n, stream), long_count(1, stream);
+  device_buffer<std::uint64_t> keys(most, stream, mr);
+  device_buffer<std::int32_t> idx(most, stream, mr);
+  device_buffer<float> dist(most, stream, mr);
+  device_buffer<int> long_rows(n, stream, mr), long_count(1, stream, mr);
   std::vector<std::int32_t> h_idx(one_pass ? 0 : most), qid(one_pass ? 0 : n);
   std::vector<float> h_dist(h_idx.size());
 
@@ -281,7 +283,7 @@ RadiusTimes radius_on_index(const SpatialIndex& index, const float4* queries, in
         queries, begin, rows, counts.data(), one_pass ? offsets.data() : nullptr, len.data(),
         row_start.data());
     PCNN_CHECK_LAUNCH();
-    if (!one_pass) exclusive_sum(len.data(), row_start.data(), rows, stream);
+    if (!one_pass) exclusive_sum(len.data(), row_start.data(), rows, stream, mr);
     a.slot_begin = begin;
     a.slot_end = end;
     a.row_start = row_start.data();
@@ -300,7 +302,7 @@ RadiusTimes radius_on_index(const SpatialIndex& index, const float4* queries, in
     PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
     if (n_long > 0)
       sort_long_rows(n_long, long_rows.data(), row_start.data(), len.data(), keys.data(),
-                     idx.data(), dist.data(), stream);
+                     idx.data(), dist.data(), stream, mr);
     searched.record(stream);
     std::int32_t* to_idx = one_pass ? result.indices.data() : h_idx.data();
     float* to_dist = one_pass ? result.sqdist.data() : h_dist.data();
@@ -332,31 +334,31 @@ RadiusTimes radius_on_index(const SpatialIndex& index, const float4* queries, in
 
 }  // namespace
 
-void check_radius_fits(std::int64_t working, std::int64_t rows) {
-  const std::int64_t needed = working + rows * kSlotBytes, available = device_memory_available();
+void check_radius_fits(std::int64_t working, std::int64_t rows, std::int64_t available) {
+  const std::int64_t needed = working + rows * kSlotBytes;
   if (needed > available)
     throw_out_of_memory("a radius search of " + std::to_string(rows) + " queries", needed,
                         available);
 }
 
 RadiusResult radius_query(const SpatialIndex& index, const PointsView* queries,
-                          const RadiusParams& params, GpuKnnTimings* timings, cudaStream_t stream,
-                          cuda_event& start, cuda_event& uploaded) {
+                          const RadiusParams& params, SearchTimings* timings, cudaStream_t stream,
+                          cuda_event& start, cuda_event& uploaded, DeviceMemoryResource& mr) {
   const std::int64_t rows = queries ? queries->count : index.n_total;
   RadiusResult result;
   result.rows = rows;
   cuda_event built;
   device_buffer<float4> sorted;
   if (queries && rows > 0)
-    sorted = sort_queries(index, queries->data, queries->stride, static_cast<int>(rows), stream);
+    sorted =
+        sort_queries(index, queries->data, queries->stride, static_cast<int>(rows), stream, mr);
   built.record(stream);
   // Host work after the device work is queued, so that the device does not wait on it.
   result.offsets.assign(rows + 1, 0);
   if (rows == 0) return result;
   const RadiusTimes t = radius_on_index(index, queries ? sorted.data() : index.points.data(),
-                                        static_cast<int>(rows), params, result, stream);
+                                        static_cast<int>(rows), params, result, stream, mr);
   if (timings) {
-    timings->algorithm = Algorithm::grid;
     timings->upload_ms = uploaded.since(start);
     timings->build_ms = built.since(uploaded);
     timings->search_ms = t.search_ms;
@@ -368,67 +370,5 @@ RadiusResult radius_query(const SpatialIndex& index, const PointsView* queries,
 }
 
 }  // namespace detail
-
-void validate_radius(double radius) {
-  PCNN_EXPECTS(std::isfinite(radius) && radius >= 0,
-               "radius must be a finite number >= 0, got " + std::to_string(radius));
-}
-
-RadiusResult gpu_radius_search(PointsView refs, const PointsView* queries, RadiusParams params,
-                               GpuKnnTimings* timings, cudaStream_t stream) {
-  validate_radius(params.radius);
-  validate_knn_args(refs, queries, {1, params.exclude_self});
-  const std::int64_t rows = queries ? queries->count : refs.count;
-  if (timings) {
-    *timings = GpuKnnTimings{};
-    timings->algorithm = Algorithm::grid;
-  }
-  if (rows == 0) {
-    RadiusResult result;
-    result.offsets.assign(1, 0);
-    return result;
-  }
-  // The index and the count pass must fit before anything else.
-  detail::check_radius_fits(detail::tree_working_bytes(refs, queries, false), rows);
-  detail::cuda_event start, uploaded;
-  start.record(stream);
-  detail::device_buffer<float> raw_refs, raw_queries;
-  detail::upload_points(refs, raw_refs, stream);
-  if (queries) detail::upload_points(*queries, raw_queries, stream);
-  uploaded.record(stream);
-  const detail::SpatialIndex index = detail::build_spatial_index(
-      raw_refs.data(), refs.stride, static_cast<int>(refs.count), stream);
-  raw_refs = detail::device_buffer<float>();
-  const PointsView d_queries =
-      queries ? PointsView{raw_queries.data(), queries->count, queries->stride} : PointsView{};
-  return detail::radius_query(index, queries ? &d_queries : nullptr, params, timings, stream, start,
-                              uploaded);
-}
-
-HybridResult gpu_hybrid_search(PointsView refs, const PointsView* queries, HybridParams params,
-                               GpuKnnTimings* timings, cudaStream_t stream) {
-  validate_radius(params.radius);
-  const KnnParams kp{params.max_nn, params.exclude_self, params.max_rows_per_pass};
-  validate_knn_args(refs, queries, kp);
-  const std::int64_t rows = queries ? queries->count : refs.count;
-  const std::int64_t rows_per_pass = detail::plan_rows_per_pass(
-      rows, std::int64_t(kp.k) * 8, detail::tree_working_bytes(refs, queries, false),
-      kp.max_rows_per_pass,
-      "a hybrid search of " + std::to_string(rows) +
-          " queries with max_nn = " + std::to_string(kp.k));
-  if (timings) {
-    *timings = GpuKnnTimings{};
-    timings->algorithm = Algorithm::grid;
-  }
-  HybridResult result;
-  const detail::RadiusBound bound = detail::make_radius_bound(params.radius);
-  result.knn = detail::knn_to_host(
-      rows, kp.k, rows_per_pass, stream, timings,
-      [&](const detail::KnnOutput& out, detail::cuda_event& uploaded, detail::cuda_event& built) {
-        return detail::tree_search(refs, queries, kp, bound, out, stream, uploaded, built);
-      });
-  result.counts = row_counts(result.knn);
-  return result;
-}
 
 }  // namespace pcnn

@@ -5,15 +5,16 @@
 // (__fmul_rn, __fadd_rn: no fused multiply-add), in the same order, so the two agree to the bit
 // on the 2-D stencil path and the unorganized steps; the separable path sums in another order.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <mutex>
 #include <vector>
 
 #include "detail/cuda_try.cuh"
 #include "detail/device_buffer.cuh"
-#include "detail/search.cuh"
 #include "detail/upload.cuh"
 #include "pcnn/error.hpp"
+#include "pcnn/index.hpp"
 #include "pcnn/smooth.hpp"
 
 namespace pcnn {
@@ -248,7 +249,10 @@ std::vector<float> gpu_smooth_organized(PointsView pts, int width, int height,
                                         const OrganizedSmoothParams& params, SmoothTimings* timings,
                                         cudaStream_t stream) {
   validate(params);
-  validate_knn_args(pts, nullptr, {1, false});
+  PCNN_EXPECTS(pts.count >= 0 && pts.stride >= 3 && (pts.count == 0 || pts.data != nullptr),
+               "organized smoothing: invalid points view");
+  PCNN_EXPECTS(pts.memory == Memory::host,
+               "organized smoothing: the points must be in host memory");
   PCNN_EXPECTS(width > 0 && height > 0 && std::int64_t(width) * height == pts.count,
                "organized smoothing: width x height (" + std::to_string(width) + " x " +
                    std::to_string(height) + ") must equal the point count (" +
@@ -263,11 +267,12 @@ std::vector<float> gpu_smooth_organized(PointsView pts, int width, int height,
           st.separable ? st.weights[dy] * st.weights[dx] : st.weights[dy * side + dx];
 
   std::lock_guard<std::mutex> lock(detail::g_constant_mutex);
-  detail::device_buffer<float> raw, out(pts.count * 3, stream);
-  detail::device_buffer<float2> partial(separable ? pts.count : 0, stream);
+  DeviceMemoryResource& mr = detail::async_resource();
+  detail::device_buffer<float> raw, out(pts.count * 3, stream, mr);
+  detail::device_buffer<float2> partial(separable ? pts.count : 0, stream, mr);
   detail::cuda_event start, uploaded, smoothed, downloaded;
   start.record(stream);
-  detail::upload_points(pts, raw, stream);
+  detail::upload_points(pts, raw, stream, mr);
   if (separable)
     PCNN_CUDA_TRY(cudaMemcpyToSymbolAsync(detail::c_taps, st.weights.data(), side * sizeof(float),
                                           0, cudaMemcpyHostToDevice, stream));
@@ -318,16 +323,21 @@ std::vector<float> gpu_smooth_organized(PointsView pts, int width, int height,
 std::vector<float> gpu_smooth_unorganized(PointsView pts, const UnorganizedSmoothParams& params,
                                           SmoothTimings* timings, cudaStream_t stream) {
   validate(params);
-  validate_knn_args(pts, nullptr, {params.k, true});
+  PCNN_EXPECTS(pts.memory == Memory::host, "smoothing: the points must be in host memory");
+  PCNN_EXPECTS(pts.count >= 0 && pts.count <= INT_MAX, "smoothing: invalid point count");
   const int n = static_cast<int>(pts.count), k = params.k;
   std::lock_guard<std::mutex> lock(detail::g_constant_mutex);
+  // One pool for the index and the smoothing's own buffers.
+  const std::shared_ptr<DeviceMemoryResource> pool = make_pool_resource();
+  DeviceMemoryResource& mr = *pool;
   detail::cuda_event start, uploaded, searched, smoothed, downloaded;
   start.record(stream);
-  detail::device_buffer<float> raw, a(std::size_t(n) * 3, stream), b(std::size_t(n) * 3, stream),
-      first(std::size_t(n) * 3, stream), sq(std::size_t(n) * k, stream),
-      w(std::size_t(n) * k, stream), rank(params.rank_weights.size(), stream);
-  detail::device_buffer<std::int32_t> idx(std::size_t(n) * k, stream);
-  detail::upload_points(pts, raw, stream);
+  detail::device_buffer<float> raw, a(std::size_t(n) * 3, stream, mr),
+      b(std::size_t(n) * 3, stream, mr), first(std::size_t(n) * 3, stream, mr),
+      sq(std::size_t(n) * k, stream, mr), w(std::size_t(n) * k, stream, mr),
+      rank(params.rank_weights.size(), stream, mr);
+  detail::device_buffer<std::int32_t> idx(std::size_t(n) * k, stream, mr);
+  detail::upload_points(pts, raw, stream, mr);
   if (rank.size() > 0)
     PCNN_CUDA_TRY(cudaMemcpyAsync(rank.data(), params.rank_weights.data(), rank.bytes(),
                                   cudaMemcpyHostToDevice, stream));
@@ -336,9 +346,12 @@ std::vector<float> gpu_smooth_unorganized(PointsView pts, const UnorganizedSmoot
                                         cudaMemcpyHostToDevice, stream));
   uploaded.record(stream);
   // The neighbors, once, kept on the device.
-  detail::cuda_event built;
-  const PointsView d_pts{raw.data(), pts.count, pts.stride};
-  detail::tree_search_device(d_pts, nullptr, {k, true}, {idx.data(), sq.data()}, stream, built);
+  IndexOptions on_gpu;
+  on_gpu.backend = Backend::cuda;
+  on_gpu.memory = pool;
+  Index index(device_points(raw.data(), pts.count, pts.stride), on_gpu, stream);
+  index.self_knn_async({k, true}, {idx.data(), n, k, Memory::device},
+                       {sq.data(), n, k, Memory::device}, stream);
   searched.record(stream);
   std::vector<float> result(std::size_t(n) * 3);
   if (n > 0) {

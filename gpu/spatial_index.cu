@@ -120,14 +120,14 @@ __global__ void node_boxes_kernel(const float4* __restrict__ child_lo,
 
 // Sorts (key, index) pairs with CUB; returns the buffers holding the sorted result.
 void sort_pairs(device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, int n,
-                cudaStream_t stream) {
-  device_buffer<std::uint64_t> keys_alt(n, stream);
-  device_buffer<int> ids_alt(n, stream);
+                cudaStream_t stream, DeviceMemoryResource& mr) {
+  device_buffer<std::uint64_t> keys_alt(n, stream, mr);
+  device_buffer<int> ids_alt(n, stream, mr);
   cub::DoubleBuffer<std::uint64_t> k(keys.data(), keys_alt.data());
   cub::DoubleBuffer<int> v(ids.data(), ids_alt.data());
   std::size_t temp_bytes = 0;
   PCNN_CUDA_TRY(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, k, v, n, 0, 63, stream));
-  device_buffer<unsigned char> temp(temp_bytes, stream);
+  device_buffer<unsigned char> temp(temp_bytes, stream, mr);
   PCNN_CUDA_TRY(cub::DeviceRadixSort::SortPairs(temp.data(), temp_bytes, k, v, n, 0, 63, stream));
   if (k.Current() != keys.data()) std::swap(keys, keys_alt);
   if (v.Current() != ids.data()) std::swap(ids, ids_alt);
@@ -160,11 +160,11 @@ TreeView SpatialIndex::view() const {
 }
 
 SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_total,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, DeviceMemoryResource& mr) {
   SpatialIndex index;
   index.n_total = n_total;
-  device_buffer<int> stats(7, stream);
-  index.bounds.resize(6, stream);
+  device_buffer<int> stats(7, stream, mr);
+  index.bounds.resize(6, stream, mr);
   init_bounds_kernel<<<1, 1, 0, stream>>>(stats.data());
   PCNN_CHECK_LAUNCH();
   if (n_total > 0) {
@@ -175,14 +175,15 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
   decode_bounds_kernel<<<1, 1, 0, stream>>>(stats.data(), index.bounds.data());
   PCNN_CHECK_LAUNCH();
 
-  index.keys.resize(n_total, stream);
+  index.keys.resize(n_total, stream, mr);
   if (n_total > 0) {
-    device_buffer<int> ids(n_total, stream);
+    device_buffer<int> ids(n_total, stream, mr);
     keys_kernel<<<blocks_for(n_total), kThreads, 0, stream>>>(
         xyz, stride, n_total, index.bounds.data(), index.keys.data(), ids.data());
     PCNN_CHECK_LAUNCH();
-    sort_pairs(index.keys, ids, n_total, stream);
-    index.points.resize(n_total, stream);  // after the sort, whose double buffers are gone by now
+    sort_pairs(index.keys, ids, n_total, stream, mr);
+    index.points.resize(n_total, stream,
+                        mr);  // after the sort, whose double buffers are gone by now
     gather_kernel<<<blocks_for(n_total), kThreads, 0, stream>>>(xyz, stride, n_total, ids.data(),
                                                                 index.points.data());
     PCNN_CHECK_LAUNCH();
@@ -202,8 +203,8 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
     total += c;
     if (c <= kFanout) break;
   }
-  index.box_lo.resize(total, stream);
-  index.box_hi.resize(total, stream);
+  index.box_lo.resize(total, stream, mr);
+  index.box_hi.resize(total, stream, mr);
   const int levels = static_cast<int>(index.level_count.size());
   for (int l = 0; l < levels; ++l) {
     float4* lo = index.box_lo.data() + index.level_offset[l];
@@ -223,15 +224,15 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
 }
 
 device_buffer<float4> sort_queries(const SpatialIndex& index, const float* xyz, std::int64_t stride,
-                                   int nq, cudaStream_t stream) {
-  device_buffer<float4> sorted(nq, stream);
+                                   int nq, cudaStream_t stream, DeviceMemoryResource& mr) {
+  device_buffer<float4> sorted(nq, stream, mr);
   if (nq == 0) return sorted;
-  device_buffer<std::uint64_t> keys(nq, stream);
-  device_buffer<int> ids(nq, stream);
+  device_buffer<std::uint64_t> keys(nq, stream, mr);
+  device_buffer<int> ids(nq, stream, mr);
   keys_kernel<<<blocks_for(nq), kThreads, 0, stream>>>(xyz, stride, nq, index.bounds.data(),
                                                        keys.data(), ids.data());
   PCNN_CHECK_LAUNCH();
-  sort_pairs(keys, ids, nq, stream);
+  sort_pairs(keys, ids, nq, stream, mr);
   gather_kernel<<<blocks_for(nq), kThreads, 0, stream>>>(xyz, stride, nq, ids.data(),
                                                          sorted.data());
   PCNN_CHECK_LAUNCH();

@@ -143,7 +143,8 @@ struct FloatValues {
 template <class Acc, class Load>
 Acc reduce(Load load, std::int64_t items, cudaStream_t stream, float* ms) {
   const int blocks = reduce_blocks(items);
-  device_buffer<Acc> partials(blocks, stream), out(1, stream);
+  DeviceMemoryResource& mr = async_resource();
+  device_buffer<Acc> partials(blocks, stream, mr), out(1, stream, mr);
   cuda_event start, stop;
   start.record(stream);
   reduce_partials_kernel<Acc><<<blocks, kReduceThreads, 0, stream>>>(load, items, partials.data());
@@ -168,8 +169,8 @@ void check_view(const PointsView& pts) {
 }  // namespace
 }  // namespace detail
 
-CloudStats gpu_cloud_stats_device(PointsView pts, cudaStream_t stream) {
-  detail::check_view(pts);
+namespace {
+CloudStats stats_of_device_points(PointsView pts, cudaStream_t stream) {
   CloudStats r;
   r.count = pts.count;
   if (pts.count == 0) return r;
@@ -193,11 +194,14 @@ CloudStats gpu_cloud_stats_device(PointsView pts, cudaStream_t stream) {
   return r;
 }
 
+}  // namespace
+
 CloudStats gpu_cloud_stats(PointsView pts, cudaStream_t stream) {
   detail::check_view(pts);
+  if (pts.memory == Memory::device) return stats_of_device_points(pts, stream);
   detail::device_buffer<float> d;
-  detail::upload_points(pts, d, stream);
-  return gpu_cloud_stats_device({d.data(), pts.count, pts.stride}, stream);
+  detail::upload_points(pts, d, stream, detail::async_resource());
+  return stats_of_device_points(device_points(d.data(), pts.count, pts.stride), stream);
 }
 
 ValueStats gpu_value_stats_device(const float* values, std::int64_t n, cudaStream_t stream) {

@@ -79,11 +79,11 @@ if "$pcnn" devices >/dev/null 2>&1; then
   expect 4 "out of device memory: .* needs .* available under the limit" -- knn "$sample" --max-device-memory 100K
   expect 0 "agreeing percent +100 %" -- knn "$sample" -k 8 --compare-cpu
   for staging in pageable pinned registered mapped; do
-    expect 0 "staging +$staging" -- knn "$sample" -k 8 --algorithm grid --staging $staging --compare-cpu -o "$tmp/s_$staging.npy"
+    expect 0 "staging +$staging" -- knn "$sample" -k 8 --staging $staging --compare-cpu -o "$tmp/s_$staging.npy"
   done
   cmp -s "$tmp/s_pageable.npy" "$tmp/s_mapped.npy" && cmp -s "$tmp/s_pageable.npy" "$tmp/s_registered.npy" || { echo "FAIL: staging modes differ"; fails=$((fails + 1)); }
-  expect 0 "streamed to the outputs chunk by chunk" -- knn "$sample" -k 8 --algorithm grid --chunk-rows 5000 -o "$tmp/s_stream.npy" --distances "$tmp/s_stream_d.csv"
-  expect 0 "squared distances written to" -- knn "$sample" -k 8 --algorithm grid --staging pinned --distances "$tmp/s_pinned_d.csv"
+  expect 0 "streamed to the outputs chunk by chunk" -- knn "$sample" -k 8 --chunk-rows 5000 -o "$tmp/s_stream.npy" --distances "$tmp/s_stream_d.csv"
+  expect 0 "squared distances written to" -- knn "$sample" -k 8 --staging pinned --distances "$tmp/s_pinned_d.csv"
   cmp -s "$tmp/s_pageable.npy" "$tmp/s_stream.npy" && cmp -s "$tmp/s_pinned_d.csv" "$tmp/s_stream_d.csv" || { echo "FAIL: streamed outputs differ"; fails=$((fails + 1)); }
   expect 0 "same points kept +yes" -- filter sor "$sample" -o "$tmp/g.pcd" --compare-cpu
   expect 0 "same points kept +yes" -- filter ror "$sample" -o "$tmp/g.pcd" --radius 0.3 --min-neighbors 3 --compare-cpu

@@ -3,9 +3,9 @@
 
 #include <ostream>
 
-#include "pcnn/baseline.hpp"
-#include "pcnn/reference.hpp"
-#include "pcnn/synthetic.hpp"
+#include "pcnn/testing/baseline.hpp"
+#include "pcnn/testing/reference.hpp"
+#include "pcnn/testing/synthetic.hpp"
 #include "test_clouds.hpp"
 
 namespace pcnn {

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "pcnn/synthetic.hpp"
+#include "pcnn/testing/synthetic.hpp"
 
 namespace pcnn::test {
 

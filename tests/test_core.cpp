@@ -8,8 +8,8 @@
 #include "pcnn/error.hpp"
 #include "pcnn/radius.hpp"
 #include "pcnn/recenter.hpp"
-#include "pcnn/reference.hpp"
-#include "pcnn/synthetic.hpp"
+#include "pcnn/testing/reference.hpp"
+#include "pcnn/testing/synthetic.hpp"
 #include "test_clouds.hpp"
 
 namespace pcnn {

@@ -1,17 +1,21 @@
 // GPU statistics against the long-double reference, and GPU outlier filters against PCL's
 // filters: the same inlier sets. GPU tests skip (saying why) without a device.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <ostream>
+#include <vector>
 
 #include "gpu_test.hpp"
-#include "pcnn/baseline.hpp"
 #include "pcnn/device.hpp"
 #include "pcnn/error.hpp"
 #include "pcnn/filters.hpp"
 #include "pcnn/stats.hpp"
-#include "pcnn/synthetic.hpp"
+#include "pcnn/testing/baseline.hpp"
+#include "pcnn/testing/stats_reference.hpp"
+#include "pcnn/testing/synthetic.hpp"
 #include "test_clouds.hpp"
 
 namespace pcnn {
@@ -50,6 +54,47 @@ TEST_P(Stats, MatchReference) {
     const CloudStats again = gpu_cloud_stats(v);
     EXPECT_EQ(again.covariance, g.covariance) << "not deterministic";
   }
+}
+
+TEST(StatsDevice, DeviceViewsGiveTheHostViewResult) {
+  PCNN_REQUIRE_DEVICE();
+  const int n = 50000;
+  std::vector<float> xyz = make_synthetic_cloud(SyntheticKind::lidar, n, 13);
+  test::poison(xyz, 0.02, 14);
+  std::vector<float> strided;  // like pcl::PointXYZ
+  for (std::size_t i = 0; i < xyz.size(); i += 3)
+    strided.insert(strided.end(), {xyz[i], xyz[i + 1], xyz[i + 2], 0.f});
+  float *packed_d = nullptr, *strided_d = nullptr;
+  ASSERT_EQ(cudaMalloc(&packed_d, xyz.size() * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&strided_d, strided.size() * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(packed_d, xyz.data(), xyz.size() * sizeof(float), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(
+      cudaMemcpy(strided_d, strided.data(), strided.size() * sizeof(float), cudaMemcpyHostToDevice),
+      cudaSuccess);
+  const CloudStats h = gpu_cloud_stats(host_points(xyz.data(), n));
+  const CloudStats d = gpu_cloud_stats(device_points(packed_d, n));
+  const CloudStats s = gpu_cloud_stats(device_points(strided_d, n, 4));
+  const CloudStats r = reference_cloud_stats(host_points(xyz.data(), n));
+  // The same points in the same layout: the same deterministic reduction, to the bit.
+  EXPECT_EQ(d.count, n);
+  EXPECT_EQ(d.finite, h.finite);
+  EXPECT_EQ(d.min, h.min);
+  EXPECT_EQ(d.max, h.max);
+  EXPECT_EQ(d.centroid, h.centroid);
+  EXPECT_EQ(d.covariance, h.covariance);
+  // Strided in device memory: against the reference.
+  EXPECT_EQ(s.finite, r.finite);
+  const double scale = std::max(1.0, r.covariance[0] + r.covariance[3] + r.covariance[5]);
+  for (int a = 0; a < 3; ++a) {
+    EXPECT_EQ(s.min[a], r.min[a]);
+    EXPECT_EQ(s.max[a], r.max[a]);
+    expect_close(s.centroid[a], r.centroid[a], 1e-12, "strided centroid");
+  }
+  for (int c = 0; c < 6; ++c) EXPECT_NEAR(s.covariance[c], r.covariance[c], 1e-10 * scale) << c;
+  EXPECT_THROW(gpu_cloud_stats(device_points(nullptr, 10)), invalid_argument_error);
+  EXPECT_EQ(cudaFree(packed_d), cudaSuccess);
+  EXPECT_EQ(cudaFree(strided_d), cudaSuccess);
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, Stats, ::testing::Values(0, 1, 31, 32, 33, 1025, 100003));

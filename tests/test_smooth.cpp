@@ -9,10 +9,12 @@
 
 #include "gpu_test.hpp"
 #include "pcnn/error.hpp"
+#include "pcnn/index.hpp"
 #include "pcnn/knn.hpp"
-#include "pcnn/reference.hpp"
 #include "pcnn/smooth.hpp"
-#include "pcnn/synthetic.hpp"
+#include "pcnn/testing/reference.hpp"
+#include "pcnn/testing/smooth_reference.hpp"
+#include "pcnn/testing/synthetic.hpp"
 
 namespace pcnn {
 namespace {
@@ -226,7 +228,9 @@ TEST(GpuSmooth, UnorganizedMatchesTheReference) {
   std::vector<float> pts = noisy_sphere(20000, 0.02, 7);
   pts[30] = NAN;  // a non-finite point stays as it is and is nobody's neighbor
   const PointsView v{pts.data(), 20000, 3};
-  const KnnResult nb = gpu_knn(v, nullptr, {16, true}, Algorithm::grid);
+  IndexOptions cuda;
+  cuda.backend = Backend::cuda;
+  const KnnResult nb = Index(v, cuda).self_knn({16, true});  // exact: the reference's rows
   std::vector<UnorganizedSmoothParams> cases(3);
   cases[0].lambda = 0.5f;
   cases[0].mu = -0.53f;

@@ -3,45 +3,50 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "cuda_try.cuh"
+#include "pcnn/memory.hpp"
 
 namespace pcnn::detail {
-
-/// Stream-ordered allocation from the device's memory pool (kept cached between calls, so a
-/// search does not pay for cudaMalloc/cudaFree and their implicit synchronization), or plain
-/// cudaMalloc where the device has no memory pools. Also keeps pcnn's bookkeeping
-/// (pcnn::device_memory_stats).
-void* device_allocate(std::size_t bytes, cudaStream_t stream);
-void device_free(void* ptr, std::size_t bytes, cudaStream_t stream) noexcept;
 
 /// Throws pcnn::out_of_memory_error: "out of device memory: <what> needs N, M available".
 [[noreturn]] void throw_out_of_memory(const std::string& what, std::int64_t needed,
                                       std::int64_t available);
+std::string format_bytes(std::int64_t bytes);
 
-/// Device memory kept between the calls of one owner (a KnnSession): blocks freed during a call
-/// are cached, and handed out again from the next call on (not in the same call, whose work on
-/// other streams may still be using them), so a call that repeats the last one's allocations
-/// makes no device allocation at all. While an ArenaScope is active on a thread, every
-/// device_buffer that thread allocates comes from its arena.
-class DeviceArena {
+/// Counters of the page-locked host memory one owner (an index) allocates or registers.
+struct HostCounters {
+  std::atomic<std::int64_t> pinned{0}, registrations{0}, registered_now{0};
+};
+
+/// Device memory kept between the calls of one owner (an index): blocks freed during a call are
+/// cached, and handed out again for a request of exactly the same size (so a call that repeats
+/// the last one's requests finds every block it needs), from the next call on, or at once on the
+/// stream the block was last used on (stream order makes that safe). Obtains blocks from
+/// `upstream`; gives them back when destroyed, or when an allocation would otherwise fail.
+class Workspace final : public DeviceMemoryResource {
  public:
-  DeviceArena() = default;
-  ~DeviceArena();
-  DeviceArena(const DeviceArena&) = delete;
-  DeviceArena& operator=(const DeviceArena&) = delete;
-  void* take(std::size_t bytes, cudaStream_t stream);
-  /// `stream`: where the block's last use was queued; a later take on the same stream may reuse
-  /// it at once (stream order makes that safe), other streams only after end_call().
-  void give(void* ptr, std::size_t bytes, cudaStream_t stream) noexcept;
-  /// The owner's work is finished (its streams synchronized): freed blocks become reusable.
-  void end_call() noexcept;
-  std::int64_t cached_bytes() const;
+  explicit Workspace(std::shared_ptr<DeviceMemoryResource> upstream);
+  ~Workspace() override;
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  void* allocate(std::size_t bytes, cudaStream_t stream) override;
+  void deallocate(void* ptr, std::size_t bytes, cudaStream_t stream) noexcept override;
+  std::int64_t available() const override;
+  MemoryStats stats() const override;
+  /// The work queued on streams `a` and `b` has finished (both synchronized): blocks last used
+  /// there become reusable on any stream. Blocks last used on other streams stay pending.
+  void end_call(cudaStream_t a, cudaStream_t b) noexcept;
+  DeviceMemoryResource& upstream() const { return *upstream_; }
+  HostCounters host;
 
  private:
   struct Block {
@@ -49,29 +54,26 @@ class DeviceArena {
     std::size_t bytes;
     cudaStream_t stream = nullptr;
   };
+  void release_free() noexcept;
+  std::shared_ptr<DeviceMemoryResource> upstream_;
+  mutable std::mutex mu_;
   std::vector<Block> free_, pending_, all_;
+  MemoryStats stats_;
 };
 
-/// The arena device_buffers allocate from on this thread while the scope lives.
-class ArenaScope {
- public:
-  explicit ArenaScope(DeviceArena* arena);
-  ~ArenaScope();
-  ArenaScope(const ArenaScope&) = delete;
-  ArenaScope& operator=(const ArenaScope&) = delete;
+/// Stream-ordered allocation from the current device's default memory pool (cudaMallocAsync),
+/// without changing any of the pool's settings: for one-shot functions that own no resource.
+DeviceMemoryResource& async_resource();
 
- private:
-  DeviceArena* previous_;
-};
-DeviceArena* current_arena();
-
-/// `size` elements of T in device memory, allocated and freed in the order of `stream` (or taken
-/// from and given back to the thread's current DeviceArena). Move-only.
+/// `size` elements of T in device memory from a DeviceMemoryResource, allocated and freed in the
+/// order of `stream`. Move-only.
 template <class T>
 class device_buffer {
  public:
   device_buffer() = default;
-  device_buffer(std::size_t size, cudaStream_t stream) { resize(size, stream); }
+  device_buffer(std::size_t size, cudaStream_t stream, DeviceMemoryResource& mr) {
+    resize(size, stream, mr);
+  }
   ~device_buffer() { release(); }
   device_buffer(const device_buffer&) = delete;
   device_buffer& operator=(const device_buffer&) = delete;
@@ -79,27 +81,25 @@ class device_buffer {
       : ptr_(std::exchange(o.ptr_, nullptr)),
         size_(std::exchange(o.size_, 0)),
         stream_(o.stream_),
-        arena_(std::exchange(o.arena_, nullptr)) {}
+        mr_(o.mr_) {}
   device_buffer& operator=(device_buffer&& o) noexcept {
     if (this != &o) {
       release();
       ptr_ = std::exchange(o.ptr_, nullptr);
       size_ = std::exchange(o.size_, 0);
       stream_ = o.stream_;
-      arena_ = std::exchange(o.arena_, nullptr);
+      mr_ = o.mr_;
     }
     return *this;
   }
 
   /// Makes room for `size` elements on `stream`; the contents are not kept.
-  void resize(std::size_t size, cudaStream_t stream) {
-    if (size == size_ && stream == stream_) return;
+  void resize(std::size_t size, cudaStream_t stream, DeviceMemoryResource& mr) {
+    if (size == size_ && stream == stream_ && &mr == mr_) return;
     release();
     stream_ = stream;
-    arena_ = current_arena();
-    if (size > 0)
-      ptr_ = static_cast<T*>(arena_ ? arena_->take(size * sizeof(T), stream)
-                                    : device_allocate(size * sizeof(T), stream));
+    mr_ = &mr;
+    if (size > 0) ptr_ = static_cast<T*>(mr.allocate(size * sizeof(T), stream));
     size_ = size;
   }
 
@@ -115,26 +115,26 @@ class device_buffer {
 
  private:
   void release() noexcept {
-    if (ptr_ && arena_)
-      arena_->give(ptr_, size_ * sizeof(T), stream_);
-    else if (ptr_)
-      device_free(ptr_, size_ * sizeof(T), stream_);
+    if (ptr_) mr_->deallocate(ptr_, size_ * sizeof(T), stream_);
     ptr_ = nullptr;
     size_ = 0;
-    arena_ = nullptr;
   }
   T* ptr_ = nullptr;
   std::size_t size_ = 0;
   cudaStream_t stream_ = nullptr;
-  DeviceArena* arena_ = nullptr;
+  DeviceMemoryResource* mr_ = nullptr;
 };
 
+void* pinned_allocate_bytes(std::size_t bytes, bool mapped);
+void pinned_free_bytes(void* ptr) noexcept;
+
 /// Page-locked host memory from cudaHostAlloc (mapped into the device's address space when
-/// `mapped`), grown on demand and never shrunk; counted in pcnn::device_memory_stats.
+/// `mapped`), grown on demand and never shrunk; counted in `counters` when given.
 template <class T>
 class pinned_buffer {
  public:
-  explicit pinned_buffer(bool mapped = false) : mapped_(mapped) {}
+  explicit pinned_buffer(bool mapped = false, HostCounters* counters = nullptr)
+      : mapped_(mapped), counters_(counters) {}
   ~pinned_buffer() { release(); }
   pinned_buffer(const pinned_buffer&) = delete;
   pinned_buffer& operator=(const pinned_buffer&) = delete;
@@ -142,7 +142,8 @@ class pinned_buffer {
   void ensure(std::size_t n) {
     if (n <= capacity_) return;
     release();
-    ptr_ = static_cast<T*>(pinned_allocate(n * sizeof(T), mapped_));
+    ptr_ = static_cast<T*>(pinned_allocate_bytes(n * sizeof(T), mapped_));
+    if (counters_) ++counters_->pinned;
     capacity_ = n;
   }
   T* data() { return ptr_; }
@@ -155,19 +156,13 @@ class pinned_buffer {
   }
 
  private:
-  static void* pinned_allocate(std::size_t bytes, bool mapped);
   void release() noexcept;
   T* ptr_ = nullptr;
   std::size_t capacity_ = 0;
   bool mapped_;
+  HostCounters* counters_;
 };
 
-void* pinned_allocate_bytes(std::size_t bytes, bool mapped);
-void pinned_free_bytes(void* ptr) noexcept;
-template <class T>
-void* pinned_buffer<T>::pinned_allocate(std::size_t bytes, bool mapped) {
-  return pinned_allocate_bytes(bytes, mapped);
-}
 template <class T>
 void pinned_buffer<T>::release() noexcept {
   if (ptr_) pinned_free_bytes(ptr_);
@@ -176,24 +171,32 @@ void pinned_buffer<T>::release() noexcept {
 }
 
 /// cudaHostRegister of a caller's memory for the life of the object (unregistered even when a
-/// search throws). Counted: pcnn::device_memory_stats().registered_now.
+/// search throws); memory the caller registered itself is used as it is. Counted in `counters`.
 class host_registration {
  public:
   host_registration() = default;
-  host_registration(const void* ptr, std::size_t bytes);
+  host_registration(const void* ptr, std::size_t bytes, HostCounters* counters);
   ~host_registration();
-  host_registration(host_registration&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)) {}
+  host_registration(host_registration&& o) noexcept
+      : ptr_(std::exchange(o.ptr_, nullptr)), counters_(o.counters_) {}
+  bool active() const { return ptr_ != nullptr; }
   host_registration& operator=(host_registration&& o) noexcept {
     if (this != &o) {
       host_registration old(std::move(*this));  // unregisters what this held
       ptr_ = std::exchange(o.ptr_, nullptr);
+      counters_ = o.counters_;
     }
     return *this;
   }
 
  private:
   void* ptr_ = nullptr;
+  HostCounters* counters_ = nullptr;
 };
+
+/// Whether `ptr` is page-locked host memory (cudaHostAlloc or cudaHostRegister), so that copies
+/// to and from it can run asynchronously.
+bool is_page_locked(const void* ptr);
 
 /// A CUDA event, destroyed with its owner.
 class cuda_event {

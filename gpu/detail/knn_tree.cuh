@@ -325,15 +325,9 @@ __global__ void __launch_bounds__(kTreeWarps * 32) knn_tree_kernel(TreeView t, T
 /// and pushed nearest-on-top) and computes the distance to point t of a cell; every lane keeps
 /// the same list, updated with the cell's candidates in lane order.
 template <int CAP>
-__global__ void __launch_bounds__(kTreeWarps * 32)
-    knn_tree_outlier_kernel(TreeView t, TreeKnnArgs a, int count) {
-  __shared__ int node_all[kTreeWarps][kTreeStack];
-  __shared__ float dist_all[kTreeWarps][kTreeStack];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  const int i = blockIdx.x * kTreeWarps + warp;
-  if (i >= count) return;  // whole warps only
-  int* stack_node = node_all[warp];
-  float* stack_d = dist_all[warp];
+__device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, int* stack_node,
+                               float* stack_d) {
+  const int lane = threadIdx.x & 31;
   const int slot = a.outlier_slots[i];
   const float4 q = a.queries[slot];
   const int qid = __float_as_int(q.w);
@@ -410,6 +404,19 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
     best.write(a.out_idx + row, a.out_dist + row, nullptr);
     atomicAdd(a.evaluations, evals);
   }
+}
+
+/// The outliers the main kernel listed, a warp each, over a fixed grid: the count is read on the
+/// device, so the launch needs no round trip to the host.
+template <int CAP>
+__global__ void __launch_bounds__(kTreeWarps * 32)
+    knn_tree_outlier_kernel(TreeView t, TreeKnnArgs a) {
+  __shared__ int node_all[kTreeWarps][kTreeStack];
+  __shared__ float dist_all[kTreeWarps][kTreeStack];
+  const int warp = threadIdx.x / 32;
+  const int count = *a.outlier_count;
+  for (int i = blockIdx.x * kTreeWarps + warp; i < count; i += gridDim.x * kTreeWarps)
+    search_outlier<CAP>(t, a, i, node_all[warp], dist_all[warp]);  // whole warps only
 }
 
 }  // namespace pcnn::detail

@@ -1,6 +1,5 @@
-// The algorithms behind pcnn::gpu_knn. Each uploads, prepares and launches its search on
-// `stream`, writing rows × k results into device buffers, and records `uploaded` after its
-// copies and `built` before its search kernels.
+// The searches of the spatial index behind the CUDA backend: kNN (and hybrid, a kNN bounded by a
+// radius) and radius, over queries already on the device.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,6 +7,8 @@
 #include <cstdint>
 
 #include "device_buffer.cuh"
+#include "exact.cuh"
+#include "pcnn/index.hpp"
 #include "pcnn/knn.hpp"
 #include "pcnn/radius.hpp"
 #include "radius_bound.cuh"
@@ -15,14 +16,8 @@
 
 namespace pcnn::detail {
 
-void brute_force_search(PointsView refs, const PointsView* queries, KnnParams params,
-                        std::int32_t* d_idx, float* d_dist, cudaStream_t stream,
-                        cuda_event& uploaded, cuda_event& built);
-
 struct TreeSearchStats {
-  std::int64_t outliers = 0;     // queries searched alone
   std::int64_t evaluations = 0;  // query-point distance computations
-  float outlier_ms = 0;          // device time of the outlier search
   std::int64_t refs_finite = 0;  // references with finite coordinates
   // Set when the rows went to the host in several passes (KnnOutput::rows_per_pass > 0):
   int passes = 1;
@@ -48,44 +43,35 @@ struct KnnOutput {
 /// Queries a launch of the tree search covers per block; passes are multiples of it.
 inline constexpr int kTreeQueryBlock = 128;
 
-TreeSearchStats tree_search(PointsView refs, const PointsView* queries, KnnParams params,
-                            const RadiusBound& bound, const KnnOutput& out, cudaStream_t stream,
-                            cuda_event& uploaded, cuda_event& built);
-
-/// The same for points already on the device (`data` are device pointers); no upload.
-TreeSearchStats tree_search_device(PointsView refs, const PointsView* queries, KnnParams params,
-                                   const KnnOutput& out, cudaStream_t stream, cuda_event& built);
-
 /// A search of an existing index: `queries` (device pointers) or, when null, the index's own
 /// points. `built` is recorded after the queries are ordered, before the search kernels.
-/// `bound` limits neighbors to a radius (hybrid search); the default is no limit.
+/// `bound` limits neighbors to a radius (hybrid search); the default is no limit. Every row is
+/// refined to the exact k nearest from `ex` (detail/refine.cuh). `read_stats` false: no
+/// synchronization, unless the rows go to the host in passes.
 TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries, KnnParams params,
-                           const RadiusBound& bound, const KnnOutput& out, cudaStream_t stream,
-                           cuda_event& built);
+                           const RadiusBound& bound, const KnnOutput& out, const ExactSearch& ex,
+                           cudaStream_t stream, cuda_event& built, DeviceMemoryResource& mr,
+                           bool read_stats = true);
 
 /// One launch of the tree kNN over the sorted queries [slot_begin, slot_end) (the index's own
 /// points when `self_search`), rows written by original query index; `outlier_slots` holds
-/// slot_end - slot_begin entries. Synchronizes `stream` (to size the outlier pass). Returns the
-/// outliers it searched alone.
-std::int64_t tree_search_range(const SpatialIndex& index, const float4* queries, bool self_search,
-                               int slot_begin, int slot_end, KnnParams params, std::int32_t* d_idx,
-                               float* d_dist, int* outlier_slots, int* outlier_count,
-                               unsigned long long* evaluations, cudaStream_t stream);
-
-/// Device bytes a tree search needs besides its output rows: uploaded points, the index (unless
-/// `index_built`), the sorted queries and the search's own workspace. An estimate on the safe
-/// side, for planning passes.
-std::int64_t tree_working_bytes(PointsView refs, const PointsView* queries, bool index_built);
+/// slot_end - slot_begin entries; with exclude_self, query i is indexed point i + query_offset.
+/// Does not synchronize.
+void tree_search_range(const SpatialIndex& index, const float4* queries, bool self_search,
+                       int slot_begin, int slot_end, KnnParams params, const RadiusBound& bound,
+                       std::int32_t* d_idx, float* d_dist, int* outlier_slots, int* outlier_count,
+                       unsigned long long* evaluations, int query_offset, const ExactSearch& ex,
+                       cudaStream_t stream, DeviceMemoryResource& mr);
 
 /// Throws pcnn::out_of_memory_error when `working` bytes plus the per-query memory of a radius
-/// search of `rows` queries exceed the device memory available.
-void check_radius_fits(std::int64_t working, std::int64_t rows);
+/// search of `rows` queries exceed `available`.
+void check_radius_fits(std::int64_t working, std::int64_t rows, std::int64_t available);
 
 /// Radius search of an existing index (see pcnn::gpu_radius_search): `queries` are device
 /// pointers, or null for the index's own points. `start` and `uploaded` were recorded by the
 /// caller around its uploads; fills `timings` when given.
 RadiusResult radius_query(const SpatialIndex& index, const PointsView* queries,
-                          const RadiusParams& params, GpuKnnTimings* timings, cudaStream_t stream,
-                          cuda_event& start, cuda_event& uploaded);
+                          const RadiusParams& params, SearchTimings* timings, cudaStream_t stream,
+                          cuda_event& start, cuda_event& uploaded, DeviceMemoryResource& mr);
 
 }  // namespace pcnn::detail

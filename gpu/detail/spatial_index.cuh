@@ -51,12 +51,12 @@ struct SpatialIndex {
 /// Builds the index over `n_total` points already on the device (`stride` floats apart), on
 /// `stream`. Synchronizes once, to learn how many points are finite (which sizes the hierarchy).
 SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_total,
-                                 cudaStream_t stream);
+                                 cudaStream_t stream, DeviceMemoryResource& mr);
 
 /// Sorts a separate query set (on the device) along the index's Morton curve (same bounds,
 /// clamped), so that a warp's queries are neighbors. Returns the sorted queries (w = original
 /// index, non-finite ones last).
 device_buffer<float4> sort_queries(const SpatialIndex& index, const float* xyz, std::int64_t stride,
-                                   int nq, cudaStream_t stream);
+                                   int nq, cudaStream_t stream, DeviceMemoryResource& mr);
 
 }  // namespace pcnn::detail

@@ -15,8 +15,9 @@ inline std::size_t span_floats(const PointsView& v) {
 }
 
 /// Asynchronous copy of the points' span into `dst` (resized to fit).
-inline void upload_points(const PointsView& v, device_buffer<float>& dst, cudaStream_t stream) {
-  dst.resize(span_floats(v), stream);
+inline void upload_points(const PointsView& v, device_buffer<float>& dst, cudaStream_t stream,
+                          DeviceMemoryResource& mr) {
+  dst.resize(span_floats(v), stream, mr);
   if (dst.size() > 0)
     PCNN_CUDA_TRY(cudaMemcpyAsync(dst.data(), v.data, dst.bytes(), cudaMemcpyHostToDevice, stream));
 }

@@ -1,4 +1,5 @@
-// pcnn — errors thrown by the library.
+// pcnn — errors thrown by the library: a small taxonomy. The library never prints, never exits and
+// never asserts on input; every failure reaches the caller as one of these.
 #pragma once
 
 #include <cstdint>
@@ -7,13 +8,21 @@
 
 namespace pcnn {
 
-/// Base of every exception pcnn throws: a bad argument, an unreadable file, a device failure.
+/// Base of every exception pcnn throws.
 class error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
-/// A CUDA runtime call or kernel launch failed; the message names the call site and CUDA's reason.
+/// An argument the caller passed is invalid (k out of range, a view with a null pointer, an
+/// output of the wrong size, a device view given to the CPU backend...). The message says which
+/// and why; nothing was changed.
+class invalid_argument_error : public error {
+ public:
+  using error::error;
+};
+
+/// A CUDA runtime call or kernel launch failed; the message names the call and CUDA's reason.
 class cuda_error : public error {
  public:
   using error::error;
@@ -25,14 +34,14 @@ class no_device_error : public cuda_error {
   using cuda_error::cuda_error;
 };
 
-/// Device memory ran out, or a search would need more than is available (or more than the
-/// limit set with pcnn::set_device_memory_limit). Nothing was launched for the failed request,
-/// every device buffer it took was released, and the library stays usable: a smaller request, or
-/// the same one after memory is freed, works.
-class out_of_memory_error : public cuda_error {
+/// Memory ran out, or a search would need more than is available (device memory, or the cap of a
+/// pcnn::LimitedResource). Nothing was launched for the failed request, every buffer it took was
+/// released, and the object stays usable: a smaller request, or the same one after memory is
+/// freed, works.
+class out_of_memory_error : public error {
  public:
   out_of_memory_error(const std::string& what, std::int64_t needed, std::int64_t available)
-      : cuda_error(what), needed_(needed), available_(available) {}
+      : error(what), needed_(needed), available_(available) {}
   std::int64_t needed_bytes() const { return needed_; }        ///< what the request needed
   std::int64_t available_bytes() const { return available_; }  ///< what was available then
 
@@ -40,17 +49,29 @@ class out_of_memory_error : public cuda_error {
   std::int64_t needed_, available_;
 };
 
-namespace detail {
-[[noreturn]] inline void throw_expects(const char* cond, const std::string& msg, const char* file,
-                                       int line) {
-  throw error(msg + " (" + cond + " failed at " + file + ":" + std::to_string(line) + ")");
-}
-}  // namespace detail
+/// A file could not be read or written (base of pcnn::input_error and pcnn::output_error).
+class io_error : public error {
+ public:
+  using error::error;
+};
+
+/// A file could not be read as a cloud; the message names the file and the reason.
+class input_error : public io_error {
+ public:
+  using io_error::io_error;
+};
+
+/// A result could not be written; the message names the file and the reason.
+class output_error : public io_error {
+ public:
+  using io_error::io_error;
+};
 
 }  // namespace pcnn
 
-/// Checks a precondition on caller input and throws pcnn::error with `msg` when it does not hold.
-#define PCNN_EXPECTS(cond, msg)                                                   \
-  do {                                                                            \
-    if (!(cond)) ::pcnn::detail::throw_expects(#cond, (msg), __FILE__, __LINE__); \
+/// Checks a precondition on caller input; throws pcnn::invalid_argument_error with `msg` (a
+/// sentence for the user: no source location, no expression) when it does not hold.
+#define PCNN_EXPECTS(cond, msg)                               \
+  do {                                                        \
+    if (!(cond)) throw ::pcnn::invalid_argument_error((msg)); \
   } while (0)

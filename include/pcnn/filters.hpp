@@ -6,8 +6,7 @@
 
 #include "pcnn/points.hpp"
 
-struct CUstream_st;
-using cudaStream_t = CUstream_st*;
+#include "pcnn/cuda_stream.hpp"
 
 namespace pcnn {
 

@@ -13,18 +13,6 @@
 
 namespace pcnn {
 
-/// A file could not be read as a cloud; the message names the file and the reason.
-class input_error : public error {
- public:
-  using error::error;
-};
-
-/// A result could not be written; the message names the file and the reason.
-class output_error : public error {
- public:
-  using error::error;
-};
-
 /// Every field of every point as the file stored it (opaque; defined by the io library).
 struct StoredFields;
 
@@ -32,13 +20,13 @@ struct StoredFields;
 /// georeferenced coordinates (1e5..1e7 m) keep their resolution. stored = xyz + origin.
 struct Cloud {
   std::string path;
-  std::vector<float> xyz;                ///< 3 floats per point; non-finite points hold NaN
-  std::array<double, 3> origin{};        ///< added back to get the stored coordinates
-  std::uint32_t width = 0;               ///< organized clouds: columns; otherwise the point count
-  std::uint32_t height = 0;              ///< organized clouds: rows (> 1); otherwise 1
-  std::int64_t finite = 0;               ///< points with finite x, y and z
-  std::string coordinate_type;           ///< type x/y/z were stored in: "float32", "float64", ...
-  std::vector<std::string> field_names;  ///< every field of the file, in order
+  std::vector<float> xyz;          ///< 3 floats per point; non-finite points hold NaN
+  std::array<double, 3> origin{};  ///< added back to get the stored coordinates
+  std::uint32_t width = 0;         ///< organized clouds: columns; otherwise the point count
+  std::uint32_t height = 0;        ///< organized clouds: rows (> 1); otherwise 1
+  std::int64_t finite = 0;         ///< points with finite x, y and z
+  std::string coordinate_type;     ///< type x/y/z were stored in: "float32", "float64", ...
+  std::vector<std::string> field_names;        ///< every field of the file, in order
   std::shared_ptr<const StoredFields> fields;  ///< kept for writing subsets with every field
 
   std::int64_t size() const { return static_cast<std::int64_t>(xyz.size() / 3); }

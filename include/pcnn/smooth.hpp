@@ -10,8 +10,7 @@
 #include "pcnn/knn.hpp"
 #include "pcnn/points.hpp"
 
-struct CUstream_st;
-using cudaStream_t = CUstream_st*;
+#include "pcnn/cuda_stream.hpp"
 
 namespace pcnn {
 
@@ -99,17 +98,10 @@ std::vector<float> gpu_smooth_organized(PointsView pts, int width, int height,
                                         SmoothTimings* timings = nullptr,
                                         cudaStream_t stream = nullptr);
 
-/// Smooths an unorganized cloud on the GPU (neighbors from gpu_knn, computed once).
+/// Smooths an unorganized cloud on the GPU (neighbors from a pcnn::Index on the device, computed
+/// once).
 std::vector<float> gpu_smooth_unorganized(PointsView pts, const UnorganizedSmoothParams& params,
                                           SmoothTimings* timings = nullptr,
                                           cudaStream_t stream = nullptr);
-
-/// CPU references (single-threaded loops, same formulas and summation order). The unorganized
-/// one takes the neighbors (a self-search, exclude_self, k = params.k) so that both sides smooth
-/// over the same lists.
-std::vector<float> reference_smooth_organized(PointsView pts, int width, int height,
-                                              const OrganizedSmoothParams& params);
-std::vector<float> reference_smooth_unorganized(PointsView pts, const KnnResult& neighbors,
-                                                const UnorganizedSmoothParams& params);
 
 }  // namespace pcnn

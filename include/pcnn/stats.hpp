@@ -6,8 +6,7 @@
 
 #include "pcnn/points.hpp"
 
-struct CUstream_st;
-using cudaStream_t = CUstream_st*;
+#include "pcnn/cuda_stream.hpp"
 
 namespace pcnn {
 
@@ -31,21 +30,14 @@ struct ValueStats {
 
 /// Cloud statistics on the GPU: one pass of warp-shuffle reductions, accumulated in double,
 /// deterministic (the same result run to run). Points with a non-finite coordinate are skipped.
-/// @param[in] pts points in host memory
-/// @throws pcnn::error on an invalid view; pcnn::cuda_error on device failures.
+/// @param[in] pts points in host memory (uploaded first) or device memory (reduced in place,
+///            for pipelines that keep clouds on the GPU)
+/// @throws pcnn::invalid_argument_error on an invalid view; pcnn::cuda_error on device failures.
 /// Synchronizes with `stream`.
 CloudStats gpu_cloud_stats(PointsView pts, cudaStream_t stream = nullptr);
-
-/// The same for points already in device memory (`pts.data` is a device pointer): the pure
-/// device-side reduction, for pipelines that keep clouds on the GPU.
-CloudStats gpu_cloud_stats_device(PointsView pts, cudaStream_t stream = nullptr);
 
 /// Statistics of `n` values in device memory. Synchronizes with `stream`.
 ValueStats gpu_value_stats_device(const float* values, std::int64_t n,
                                   cudaStream_t stream = nullptr);
-
-/// The double-precision references the tests compare with (sequential sums in long double).
-CloudStats reference_cloud_stats(PointsView pts);
-ValueStats reference_value_stats(const float* values, std::int64_t n);
 
 }  // namespace pcnn

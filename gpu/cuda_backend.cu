@@ -1,0 +1,587 @@
+// The CUDA backend of pcnn::Index: the spatial index on the device, host points staged by the
+// index's transfer policy, results written into the caller's device memory in place or brought to
+// the caller's host memory with the download overlapping the search, and every allocation from the
+// index's workspace (so a frame loop of equal sizes allocates nothing after its first frame).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "core/backend.hpp"
+#include "detail/cuda_try.cuh"
+#include "detail/device_buffer.cuh"
+#include "detail/plan.cuh"
+#include "detail/radius_bound.cuh"
+#include "detail/search.cuh"
+#include "detail/spatial_index.cuh"
+#include "detail/upload.cuh"
+#include "pcnn/device.hpp"
+#include "pcnn/error.hpp"
+
+namespace pcnn {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double ms_since(clock_type::time_point t0) {
+  return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+}
+
+// Makes the index's device current for one call and gives the caller's back afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    PCNN_CUDA_TRY(cudaGetDevice(&previous_));
+    if (previous_ != device) PCNN_CUDA_TRY(cudaSetDevice(device));
+  }
+  ~DeviceGuard() {
+    int now = previous_;
+    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+Staging resolve_staging(Staging staging, int ordinal) {
+  if (staging != Staging::automatic) return staging;
+  int integrated = 0, can_map = 0;
+  PCNN_CUDA_TRY(cudaDeviceGetAttribute(&integrated, cudaDevAttrIntegrated, ordinal));
+  PCNN_CUDA_TRY(cudaDeviceGetAttribute(&can_map, cudaDevAttrCanMapHostMemory, ordinal));
+  return integrated && can_map ? Staging::mapped : Staging::pinned;
+}
+
+}  // namespace
+
+// For each chunk of `per` rows (by original query index), the last slot (curve order) holding
+// one of its finite queries; counts the finite queries.
+__global__ void last_slot_kernel(const float4* __restrict__ sorted, int n, std::int64_t per,
+                                 int* __restrict__ last, int* __restrict__ finite) {
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s >= n) return;
+  const float4 q = sorted[s];
+  if (!(isfinite(q.x) && isfinite(q.y) && isfinite(q.z))) return;
+  atomicMax(last + __float_as_int(q.w) / per, s);
+  atomicAdd(finite, 1);
+}
+
+// Rows of the non-finite queries (slots from `first` on): no neighbors.
+__global__ void empty_rows_kernel(const float4* __restrict__ sorted, int first, int n, int k,
+                                  std::int32_t* __restrict__ idx, float* __restrict__ dist) {
+  const int s = first + blockIdx.x * blockDim.x + threadIdx.x;
+  if (s >= n) return;
+  const std::size_t row = static_cast<std::size_t>(__float_as_int(sorted[s].w)) * k;
+  for (int j = 0; j < k; ++j) {
+    idx[row + j] = -1;
+    dist[row + j] = INFINITY;
+  }
+}
+
+namespace {
+
+class CudaBackend final : public Index::Backend_ {
+ public:
+  explicit CudaBackend(const IndexOptions& o)
+      : options_(o),
+        upstream_(o.memory ? o.memory : make_pool_resource(o.device)),
+        ws_(upstream_),
+        staging_(resolve_staging(o.staging, o.device)),
+        mapped_(staging_ == Staging::mapped),
+        refs_host_(mapped_, &ws_.host),
+        queries_host_(mapped_, &ws_.host),
+        idx_host_(mapped_, &ws_.host),
+        dist_host_(mapped_, &ws_.host) {
+    DeviceGuard guard(o.device);
+    PCNN_CUDA_TRY(cudaStreamCreateWithFlags(&aux_, cudaStreamNonBlocking));
+    SearchTimings t;
+    build(PointsView{}, aux_, t);  // an empty index until the first build: searches find nothing
+  }
+  ~CudaBackend() override {
+    if (!aux_) return;
+    PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(aux_));
+    PCNN_CUDA_TRY_NO_THROW(cudaStreamDestroy(aux_));
+  }
+
+  Backend kind() const override { return Backend::cuda; }
+  std::int64_t size() const override { return index_.n_total; }
+  std::int64_t finite_size() const override { return index_.n; }
+
+  IndexMemoryStats memory_stats() const override {
+    IndexMemoryStats s;
+    s.device = ws_.stats();
+    s.device_allocations = s.device.allocations;
+    s.pinned_allocations = ws_.host.pinned.load();
+    s.registrations = ws_.host.registrations.load();
+    s.registered_now = ws_.host.registered_now.load();
+    return s;
+  }
+
+  void build(PointsView points, cudaStream_t stream, SearchTimings& t) override {
+    DeviceGuard guard(options_.device);
+    const auto t0 = clock_type::now();
+    t = start_timings();
+    // Whatever ran on this index is finished (every call before this one synchronized, or the
+    // caller synchronized its stream): the old index's blocks are free for the new one.
+    PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+    index_ = detail::SpatialIndex();
+    exact_ = detail::device_buffer<float>();
+    exact_view_ = PointsView{};
+    ws_.end_call(stream, aux_);
+    try {
+      ev_[0].record(stream);
+      detail::device_buffer<float> raw;
+      const PointsView d = stage(points, raw, refs_host_, stream, t);
+      ev_[1].record(stream);
+      index_ =
+          detail::build_spatial_index(d.data, d.stride, static_cast<int>(d.count), stream, ws_);
+      ev_[2].record(stream);
+      // The coordinates as given, kept for the exact refinement and for searches of a range of
+      // the indexed points: the staged copy, or a copy of the caller's device memory.
+      if (points.memory == Memory::device && d.count > 0) {
+        exact_.resize(detail::span_floats(d), stream, ws_);
+        PCNN_CUDA_TRY(cudaMemcpyAsync(exact_.data(), d.data, exact_.bytes(),
+                                      cudaMemcpyDeviceToDevice, stream));
+        exact_view_ = device_points(exact_.data(), d.count, d.stride);
+      } else if (raw.size() > 0) {
+        exact_ = std::move(raw);
+        exact_view_ = device_points(exact_.data(), d.count, d.stride);
+      } else {
+        exact_view_ = d;  // mapped: the index's own page-locked copy, kept until the next build
+      }
+      PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+    } catch (...) {
+      index_ = detail::SpatialIndex();
+      abandon_call(stream);
+      throw;
+    }
+    exact_.detach_stream();  // outlives the caller's stream
+    t.upload_ms = ev_[1].since(ev_[0]);
+    t.build_ms = ev_[2].since(ev_[1]);
+    finish_sync_call(stream, t, t0);
+  }
+
+  void knn(const PointsView* queries, std::int64_t first_row, const KnnParams& params,
+           MatrixView<std::int32_t> indices, MatrixView<float> sqdist, cudaStream_t stream,
+           bool sync, SearchTimings& t) override {
+    if (queries || (first_row == 0 && indices.rows == index_.n_total)) {
+      dense(queries, 0, params, detail::RadiusBound{}, indices, sqdist, stream, sync, t);
+      return;
+    }
+    // Part of the self-search: those indexed points as a separate query set, each still
+    // excluding itself (query i is indexed point first_row + i).
+    const PointsView rows = device_points(exact_view_.data + first_row * exact_view_.stride,
+                                          indices.rows, exact_view_.stride);
+    dense(&rows, static_cast<int>(first_row), params, detail::RadiusBound{}, indices, sqdist,
+          stream, sync, t);
+  }
+
+  void hybrid(const PointsView* queries, const HybridParams& params,
+              MatrixView<std::int32_t> indices, MatrixView<float> sqdist, cudaStream_t stream,
+              SearchTimings& t) override {
+    dense(queries, 0, {params.max_nn, params.exclude_self, params.max_rows_per_pass},
+          detail::make_radius_bound(params.radius), indices, sqdist, stream, true, t);
+  }
+
+  RadiusResult radius(const PointsView* queries, const RadiusParams& params, cudaStream_t stream,
+                      SearchTimings& t) override {
+    DeviceGuard guard(options_.device);
+    const auto t0 = clock_type::now();
+    t = start_timings();
+    const std::int64_t rows = queries ? queries->count : index_.n_total;
+    RadiusResult result;
+    result.rows = rows;
+    result.offsets.assign(1, 0);
+    if (rows == 0) return result;
+    try {
+      detail::check_radius_fits(queries ? query_working_bytes(*queries) : 0, rows, ws_.available());
+      detail::device_buffer<float> raw;
+      ev_[0].record(stream);
+      PointsView d;
+      if (queries) d = stage(*queries, raw, queries_host_, stream, t);
+      ev_[1].record(stream);
+      result = detail::radius_query(index_, queries ? &d : nullptr, params, &t, stream, ev_[0],
+                                    ev_[1], ws_);
+    } catch (...) {
+      abandon_call(stream);
+      throw;
+    }
+    finish_sync_call(stream, t, t0);
+    return result;
+  }
+
+  std::int64_t radius_count(const PointsView* queries, const RadiusParams& params,
+                            ArrayView<std::int64_t> offsets, cudaStream_t stream,
+                            SearchTimings& t) override {
+    last_radius_ = radius(queries, params, stream, t);
+    last_key_ = radius_key(queries, params);
+    copy_out(offsets.data, last_radius_.offsets.data(), last_radius_.offsets.size(), offsets.memory,
+             stream);
+    return last_radius_.offsets.back();
+  }
+
+  void radius_fill(const PointsView* queries, const RadiusParams& params,
+                   ArrayView<const std::int64_t> offsets, ArrayView<std::int32_t> indices,
+                   ArrayView<float> sqdist, cudaStream_t stream, SearchTimings& t) override {
+    // The count's result is kept when the fill follows it for the same search (the same query
+    // view and parameters); otherwise the search runs again. Either way the caller's offsets
+    // must be the ones this search gives.
+    RadiusResult r = std::move(last_radius_);
+    const RadiusKey key = radius_key(queries, params);
+    last_radius_ = RadiusResult();
+    if (!(key == last_key_) || r.rows != (queries ? queries->count : index_.n_total))
+      r = radius(queries, params, stream, t);
+    std::vector<std::int64_t> given(r.offsets.size());
+    if (offsets.memory == Memory::device) {
+      PCNN_CUDA_TRY(cudaMemcpy(given.data(), offsets.data, given.size() * sizeof(std::int64_t),
+                               cudaMemcpyDeviceToHost));
+    } else {
+      std::copy(offsets.data, offsets.data + given.size(), given.begin());
+    }
+    PCNN_EXPECTS(given == r.offsets,
+                 "radius_fill: the offsets are not those radius_count wrote for this search");
+    PCNN_EXPECTS(static_cast<std::int64_t>(r.indices.size()) == indices.size,
+                 "radius_fill: the outputs hold " + std::to_string(indices.size) +
+                     " entries, the search found " + std::to_string(r.indices.size()));
+    copy_out(indices.data, r.indices.data(), r.indices.size(), indices.memory, stream);
+    copy_out(sqdist.data, r.sqdist.data(), r.sqdist.size(), sqdist.memory, stream);
+  }
+
+ private:
+  SearchTimings start_timings() const {
+    SearchTimings t;
+    t.backend = Backend::cuda;
+    t.staging = staging_;
+    return t;
+  }
+
+  // After a call whose work on `stream` (and the aux stream) has finished.
+  void finish_sync_call(cudaStream_t stream, SearchTimings& t, clock_type::time_point t0) {
+    ws_.end_call(stream, aux_);
+    t.total_ms = ms_since(t0);
+  }
+
+  // A call that failed part-way: its queued work must finish before its blocks are reused.
+  void abandon_call(cudaStream_t stream) noexcept {
+    PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(stream));
+    PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(aux_));
+    ws_.end_call(stream, aux_);
+  }
+
+  template <class T>
+  void copy_out(T* to, const T* from, std::size_t n, Memory memory, cudaStream_t stream) {
+    if (n == 0) return;
+    if (memory == Memory::host) {
+      std::memcpy(to, from, n * sizeof(T));
+      return;
+    }
+    PCNN_CUDA_TRY(cudaMemcpyAsync(to, from, n * sizeof(T), cudaMemcpyHostToDevice, stream));
+    PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+  }
+
+  // Device bytes a search of separate `queries` needs besides its results: uploaded, keyed and
+  // sorted queries, an outlier slot each, and slack for CUB's scratch and counters.
+  static std::int64_t query_working_bytes(const PointsView& q) {
+    const std::int64_t upload =
+        q.memory == Memory::device ? 0 : 4 * static_cast<std::int64_t>(detail::span_floats(q));
+    return (16 << 20) + upload + 60 * q.count;
+  }
+
+  // Where kernels read `pts`: device memory as given, or staged from host memory by the mode.
+  // The copy is queued on `stream`; a page-locked staging buffer is not refilled before the
+  // device has read its last contents.
+  PointsView stage(PointsView pts, detail::device_buffer<float>& dev,
+                   detail::pinned_buffer<float>& pinned, cudaStream_t stream, SearchTimings& t) {
+    if (pts.memory == Memory::device) return pts;
+    const std::size_t floats = detail::span_floats(pts), bytes = floats * sizeof(float);
+    if (floats == 0) return {nullptr, pts.count, pts.stride, Memory::device};
+    const float* from = pts.data;
+    detail::host_registration reg;
+    const bool locked = detail::is_page_locked(pts.data);
+    if (mapped_ || (staging_ == Staging::pinned && !locked)) {
+      PCNN_CUDA_TRY(cudaEventSynchronize(staged_.get()));  // the last copy out of it is done
+      pinned.ensure(floats);
+      std::memcpy(pinned.data(), pts.data, bytes);
+      from = pinned.data();
+      if (mapped_) return {pinned.device_data(), pts.count, pts.stride, Memory::device};
+    } else if (staging_ == Staging::registered && !locked) {
+      reg = detail::host_registration(pts.data, bytes, &ws_.host);
+    }
+    dev.resize(floats, stream, ws_);
+    PCNN_CUDA_TRY(cudaMemcpyAsync(dev.data(), from, bytes, cudaMemcpyHostToDevice, stream));
+    staged_.record(stream);
+    t.upload_bytes += static_cast<std::int64_t>(bytes);
+    if (reg.active()) PCNN_CUDA_TRY(cudaStreamSynchronize(stream));  // before it is unregistered
+    return {dev.data(), pts.count, pts.stride, Memory::device};
+  }
+
+  // kNN and hybrid: dense rows × k into the caller's outputs.
+  // `query_offset`: with exclude_self, query i is indexed point i + query_offset.
+  void dense(const PointsView* queries, int query_offset, const KnnParams& params,
+             const detail::RadiusBound& bound, MatrixView<std::int32_t> indices,
+             MatrixView<float> sqdist, cudaStream_t stream, bool sync, SearchTimings& timings) {
+    DeviceGuard guard(options_.device);
+    const auto t0 = clock_type::now();
+    // An _async call leaves the last synchronizing call's timings as they are.
+    SearchTimings t = start_timings();
+    const std::int64_t rows = indices.rows;
+    if (rows == 0) {
+      if (sync) {
+        finish_sync_call(stream, t, t0);
+        timings = t;
+      }
+      return;
+    }
+    try {
+      ev_[0].record(stream);
+      detail::device_buffer<float> raw;
+      PointsView d;
+      if (queries) d = stage(*queries, raw, queries_host_, stream, t);
+      ev_[1].record(stream);
+      if (indices.memory == Memory::device)
+        dense_to_device(queries ? &d : nullptr, query_offset, params, bound, indices.data,
+                        sqdist.data, stream, sync, t);
+      else
+        dense_to_host(queries ? &d : nullptr, query_offset, params, bound, indices.data,
+                      sqdist.data, stream, t);
+    } catch (...) {
+      abandon_call(stream);
+      throw;
+    }
+    if (!sync)
+      return;  // blocks freed by this call are reusable on `stream` at once, elsewhere
+               // after the next synchronizing call
+    PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+    t.upload_ms = ev_[1].since(ev_[0]);
+    finish_sync_call(stream, t, t0);
+    timings = t;
+  }
+
+  // The exact coordinates of a search: the indexed points as given, and the queries' (the
+  // staged query view; the indexed points themselves for a self-search).
+  detail::ExactSearch exact_search(const PointsView* d_queries) const {
+    detail::ExactSearch ex;
+    ex.refs = {exact_view_.data, nullptr, exact_view_.stride};
+    ex.queries =
+        d_queries ? detail::ExactCoords{d_queries->data, nullptr, d_queries->stride} : ex.refs;
+    return ex;
+  }
+
+  // The caller's device memory holds every row: the search writes there directly.
+  void dense_to_device(const PointsView* d_queries, int query_offset, const KnnParams& params,
+                       const detail::RadiusBound& bound, std::int32_t* idx, float* dist,
+                       cudaStream_t stream, bool sync, SearchTimings& t) {
+    detail::KnnOutput out;
+    out.d_idx = idx;
+    out.d_dist = dist;
+    out.query_offset = query_offset;
+    const detail::TreeSearchStats st = detail::tree_query(
+        index_, d_queries, params, bound, out, exact_search(d_queries), stream, ev_[2], ws_, sync);
+    ev_[3].record(stream);
+    if (!sync) return;
+    PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+    t.build_ms = ev_[2].since(ev_[1]);
+    t.search_ms = ev_[3].since(ev_[2]);
+    t.distance_evaluations = st.evaluations;
+  }
+
+  // Rows for host memory. When every row fits on the device, the search runs in passes along
+  // the index's curve (its fastest order) and each chunk of rows goes to the host on the aux
+  // stream as soon as all its queries are done; otherwise passes of rows, each downloaded before
+  // the next, so that results larger than the device memory left still work.
+  void dense_to_host(const PointsView* d_queries, int query_offset, const KnnParams& params,
+                     const detail::RadiusBound& bound, std::int32_t* out_idx, float* out_dist,
+                     cudaStream_t stream, SearchTimings& t) {
+    const int k = params.k;
+    const std::int64_t rows = d_queries ? d_queries->count : index_.n_total;
+    const std::size_t cells = static_cast<std::size_t>(rows) * k;
+    // Per row: its k results, k + 1 candidates of the float search, a flag slot and reach, an
+    // outlier slot.
+    const std::int64_t per_pass = detail::plan_rows_per_pass(
+        rows, std::int64_t(2 * k + 3) * 8, d_queries ? query_working_bytes(*d_queries) : (16 << 20),
+        params.max_rows_per_pass,
+        "a search of " + std::to_string(rows) + " queries with k = " + std::to_string(k),
+        ws_.available());
+    // Where the device writes and the host reads: the caller's memory when it is page-locked
+    // (or registered for this call), else the index's page-locked buffers.
+    detail::host_registration reg_idx, reg_dist;
+    const bool locked = detail::is_page_locked(out_idx) && detail::is_page_locked(out_dist);
+    bool direct = locked && !mapped_;
+    if (!locked && staging_ == Staging::registered) {
+      reg_idx = detail::host_registration(out_idx, cells * sizeof(std::int32_t), &ws_.host);
+      reg_dist = detail::host_registration(out_dist, cells * sizeof(float), &ws_.host);
+      direct = true;
+    }
+    if (staging_ == Staging::pageable && !locked) direct = true;
+    std::int32_t* h_idx = out_idx;
+    float* h_dist = out_dist;
+    if (!direct) {
+      idx_host_.ensure(cells);
+      dist_host_.ensure(cells);
+      h_idx = idx_host_.data();
+      h_dist = dist_host_.data();
+    }
+    if (per_pass > 0) {  // rows do not fit: passes, each brought to the host before the next
+      detail::device_buffer<std::int32_t> d_idx(static_cast<std::size_t>(per_pass) * k, stream,
+                                                ws_);
+      detail::device_buffer<float> d_dist(d_idx.size(), stream, ws_);
+      detail::KnnOutput out{d_idx.data(), d_dist.data(), per_pass, h_idx, h_dist, query_offset};
+      const detail::TreeSearchStats st =
+          detail::tree_query(index_, d_queries, params, bound, out, exact_search(d_queries), stream,
+                             ev_[2], ws_, true);
+      t.search_ms = st.search_ms;
+      t.download_ms = st.download_ms;
+      t.passes = st.passes;
+      t.distance_evaluations = st.evaluations;
+    } else {
+      curve_order_search(d_queries, query_offset, params, bound, h_idx, h_dist, stream, t);
+    }
+    t.download_bytes = static_cast<std::int64_t>(cells) * 8;
+    if (h_idx != out_idx) {
+      std::memcpy(out_idx, h_idx, cells * sizeof(std::int32_t));
+      std::memcpy(out_dist, h_dist, cells * sizeof(float));
+    }
+  }
+
+  // Every row on the device; passes in curve order; chunks of rows (by original index)
+  // downloaded on the aux stream once their last query is searched. Synchronizes.
+  void curve_order_search(const PointsView* d_queries, int query_offset, const KnnParams& params,
+                          const detail::RadiusBound& bound, std::int32_t* out_idx, float* out_dist,
+                          cudaStream_t s0, SearchTimings& t) {
+    const int k = params.k;
+    const std::int64_t rows = d_queries ? d_queries->count : index_.n_total;
+    cudaStream_t s1 = aux_;
+    detail::device_buffer<float4> sorted_buf;
+    if (d_queries)
+      sorted_buf = detail::sort_queries(index_, d_queries->data, d_queries->stride,
+                                        static_cast<int>(rows), s0, ws_);
+    const float4* sorted = d_queries ? sorted_buf.data() : index_.points.data();
+    const detail::ExactSearch ex = exact_search(d_queries);
+    ev_[2].record(s0);
+    std::int64_t per = options_.chunk_rows > 0 ? options_.chunk_rows
+                                               : std::max<std::int64_t>(65536, (rows + 7) / 8);
+    per = std::min(
+        (per + detail::kTreeQueryBlock - 1) / detail::kTreeQueryBlock * detail::kTreeQueryBlock,
+        rows);
+    const int chunks = static_cast<int>((rows + per - 1) / per);
+    const std::size_t cells = static_cast<std::size_t>(rows) * k;
+    detail::device_buffer<std::int32_t> all_idx(mapped_ ? 0 : cells, s0, ws_);
+    detail::device_buffer<float> all_dist(mapped_ ? 0 : cells, s0, ws_);
+    std::int32_t* d_out_idx = mapped_ ? idx_host_.device_data() : all_idx.data();
+    float* d_out_dist = mapped_ ? dist_host_.device_data() : all_dist.data();
+    detail::device_buffer<int> last(chunks + 1, s0, ws_), outlier_slots(per, s0, ws_),
+        outlier_count(1, s0, ws_);
+    detail::device_buffer<unsigned long long> evals(1, s0, ws_);
+    PCNN_CUDA_TRY(cudaMemsetAsync(last.data(), 0xff, last.bytes(), s0));  // -1
+    PCNN_CUDA_TRY(cudaMemsetAsync(last.data() + chunks, 0, sizeof(int), s0));
+    PCNN_CUDA_TRY(cudaMemsetAsync(evals.data(), 0, evals.bytes(), s0));
+    const int blocks = static_cast<int>((rows + 255) / 256);
+    last_slot_kernel<<<blocks, 256, 0, s0>>>(sorted, static_cast<int>(rows), per, last.data(),
+                                             last.data() + chunks);
+    PCNN_CHECK_LAUNCH();
+    last_host_.resize(chunks + 1);
+    PCNN_CUDA_TRY(
+        cudaMemcpyAsync(last_host_.data(), last.data(), last.bytes(), cudaMemcpyDeviceToHost, s0));
+    PCNN_CUDA_TRY(cudaStreamSynchronize(s0));
+    const int finite = last_host_[chunks];
+    if (finite < rows) {
+      empty_rows_kernel<<<blocks, 256, 0, s0>>>(sorted, finite, static_cast<int>(rows), k,
+                                                d_out_idx, d_out_dist);
+      PCNN_CHECK_LAUNCH();
+    }
+    const int passes = finite > 0 ? static_cast<int>((finite + per - 1) / per) : 0;
+    while (pass_events_.size() < static_cast<std::size_t>(2 * passes + 2 * chunks))
+      pass_events_.push_back(std::make_unique<detail::cuda_event>());
+    auto ev = [&](int i) -> detail::cuda_event& { return *pass_events_[i]; };
+    auto download = [&](int j) {  // rows [j * per, ...) to the host, on s1
+      const std::int64_t a = j * per, n = std::min(per, rows - a);
+      ev(2 * passes + 2 * j).record(s1);
+      PCNN_CUDA_TRY(cudaMemcpyAsync(out_idx + a * k, d_out_idx + a * k,
+                                    n * k * sizeof(std::int32_t), cudaMemcpyDeviceToHost, s1));
+      PCNN_CUDA_TRY(cudaMemcpyAsync(out_dist + a * k, d_out_dist + a * k, n * k * sizeof(float),
+                                    cudaMemcpyDeviceToHost, s1));
+      ev(2 * passes + 2 * j + 1).record(s1);
+    };
+    std::vector<char> sent(chunks, 0);
+    for (int p = 0; p < passes; ++p) {
+      const int begin = static_cast<int>(p * per),
+                end = static_cast<int>(std::min<std::int64_t>(finite, (p + 1) * per));
+      ev(2 * p).record(s0);
+      detail::tree_search_range(index_, sorted, d_queries == nullptr, begin, end, params, bound,
+                                d_out_idx, d_out_dist, outlier_slots.data(), outlier_count.data(),
+                                evals.data(), query_offset, ex, s0, ws_);
+      ev(2 * p + 1).record(s0);
+      if (mapped_) continue;
+      bool waited = false;
+      for (int j = 0; j < chunks; ++j)
+        if (!sent[j] && (last_host_[j] < end || p == passes - 1)) {
+          if (!waited) PCNN_CUDA_TRY(cudaStreamWaitEvent(s1, ev(2 * p + 1).get(), 0));
+          waited = true;
+          download(j);
+          sent[j] = 1;
+        }
+    }
+    if (!mapped_ && passes == 0) {  // nothing to search: the empty rows only
+      PCNN_CUDA_TRY(cudaStreamSynchronize(s0));
+      for (int j = 0; j < chunks; ++j) download(j);
+    }
+    unsigned long long n_evals = 0;
+    PCNN_CUDA_TRY(
+        cudaMemcpyAsync(&n_evals, evals.data(), sizeof n_evals, cudaMemcpyDeviceToHost, s0));
+    PCNN_CUDA_TRY(cudaStreamSynchronize(s0));
+    PCNN_CUDA_TRY(cudaStreamSynchronize(s1));
+    for (int p = 0; p < passes; ++p) t.search_ms += ev(2 * p + 1).since(ev(2 * p));
+    if (!mapped_)
+      for (int j = 0; j < chunks; ++j)
+        t.download_ms += ev(2 * passes + 2 * j + 1).since(ev(2 * passes + 2 * j));
+    t.build_ms = ev_[2].since(ev_[1]);
+    t.passes = chunks;
+    t.distance_evaluations = static_cast<std::int64_t>(n_evals);
+  }
+
+  IndexOptions options_;
+  std::shared_ptr<DeviceMemoryResource> upstream_;  // before everything allocated from it
+  detail::Workspace ws_;
+  Staging staging_;
+  bool mapped_;
+  cudaStream_t aux_ = nullptr;
+  detail::SpatialIndex index_;
+  detail::device_buffer<float> exact_;  // the indexed points as given, original order
+  PointsView exact_view_;               // where they are (exact_, or mapped page-locked memory)
+  detail::pinned_buffer<float> refs_host_, queries_host_;
+  detail::pinned_buffer<std::int32_t> idx_host_;
+  detail::pinned_buffer<float> dist_host_;
+  detail::cuda_event ev_[4], staged_;
+  std::vector<std::unique_ptr<detail::cuda_event>> pass_events_;
+  std::vector<int> last_host_;
+  // What identifies a radius search, so that a fill reuses only its own count's result.
+  struct RadiusKey {
+    const float* data = nullptr;
+    std::int64_t count = -1, stride = 0;
+    double radius = -1;
+    bool exclude_self = false;
+    bool operator==(const RadiusKey& o) const {
+      return data == o.data && count == o.count && stride == o.stride && radius == o.radius &&
+             exclude_self == o.exclude_self;
+    }
+  };
+  static RadiusKey radius_key(const PointsView* q, const RadiusParams& p) {
+    return q ? RadiusKey{q->data, q->count, q->stride, p.radius, p.exclude_self}
+             : RadiusKey{nullptr, 0, 0, p.radius, p.exclude_self};
+  }
+  RadiusResult last_radius_;
+  RadiusKey last_key_;
+};
+
+}  // namespace
+
+namespace detail {
+std::unique_ptr<Index::Backend_> make_cuda_backend(const IndexOptions& options) {
+  const DeviceInfo info = query_device(options.device);
+  if (!info.available) throw no_device_error("no usable CUDA device: " + info.reason);
+  return std::make_unique<CudaBackend>(options);
+}
+}  // namespace detail
+
+}  // namespace pcnn

@@ -1,0 +1,62 @@
+// What exact distances are computed from: the caller's coordinates as stored, and how far the
+// float filter of the search can be from them (the proof is at the top of refine.cuh).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cstdint>
+
+namespace pcnn::detail {
+
+/// The coordinates as the caller stored them, in original order: where exact distances come
+/// from. One of the two pointers is set; `stride` is in elements.
+struct ExactCoords {
+  const float* f32 = nullptr;
+  const double* f64 = nullptr;
+  std::int64_t stride = 3;
+
+  __device__ __forceinline__ double3 at(std::int64_t i) const {
+    if (f64) {
+      const double* p = f64 + i * stride;
+      return make_double3(p[0], p[1], p[2]);
+    }
+    const float* p = f32 + i * stride;
+    return make_double3(p[0], p[1], p[2]);
+  }
+  /// The same coordinates from point `offset` on (a range of the points as queries).
+  ExactCoords from(std::int64_t offset) const {
+    ExactCoords e = *this;
+    if (f64) e.f64 += offset * stride;
+    if (f32) e.f32 += offset * stride;
+    return e;
+  }
+};
+
+/// The reference's squared distance, bit for bit: ((dx*dx + dy*dy) + dz*dz) in double, rounded
+/// at every step (no fused multiply-add), as testing/knn_rows.hpp computes it.
+__device__ __forceinline__ double exact_sqdist(double3 a, double3 b) {
+  const double dx = __dsub_rn(a.x, b.x), dy = __dsub_rn(a.y, b.y), dz = __dsub_rn(a.z, b.z);
+  return __dadd_rn(__dadd_rn(__dmul_rn(dx, dx), __dmul_rn(dy, dy)), __dmul_rn(dz, dz));
+}
+
+/// How far float filter distances can be from exact ones (see the top of this file).
+struct FilterError {
+  double scale2 = 1;        // (filter units per caller unit)²
+  double perturbation = 0;  // δ: how far a filter coordinate can be from (x - o)·s
+  /// The largest float filter distance of any point at exact squared distance <= `d2`.
+  __device__ __forceinline__ float reach(double d2) const {
+    const double rho = sqrt(d2 * scale2) * (1 + 0x1p-50) + 3.4641016151377546 * perturbation;
+    const double r2 = rho * rho * (1 + 6 * 0x1p-24 + 0x1p-40) + 0x1p-126;
+    return r2 >= double(FLT_MAX) ? INFINITY : __double2float_ru(r2);
+  }
+};
+
+/// What the refinement of a kNN or hybrid search needs besides the index.
+struct ExactSearch {
+  ExactCoords refs;     // the indexed points, original order
+  ExactCoords queries;  // the queries by original query index (the indexed points: self-search)
+  FilterError err;
+};
+
+}  // namespace pcnn::detail

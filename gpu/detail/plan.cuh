@@ -1,0 +1,33 @@
+// Planning a search within the device memory available: how many result rows fit at once.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "device_buffer.cuh"
+#include "search.cuh"
+
+namespace pcnn::detail {
+
+/// Rows per pass for `rows` output rows of `row_bytes` each, after `working` bytes of other
+/// device memory, out of `available`: 0 when everything fits at once (and no pass size is
+/// forced), else a multiple of kTreeQueryBlock. `forced` > 0 caps the pass size (rounded up to
+/// that multiple). Throws pcnn::out_of_memory_error, naming `what`, when not even one block of
+/// rows fits.
+inline std::int64_t plan_rows_per_pass(std::int64_t rows, std::int64_t row_bytes,
+                                       std::int64_t working, std::int64_t forced,
+                                       const std::string& what, std::int64_t available) {
+  // Keep a tenth back for allocation granularity and what the estimate does not see.
+  const std::int64_t usable = available - available / 10 - working;
+  std::int64_t per_pass = usable > 0 ? usable / row_bytes / kTreeQueryBlock * kTreeQueryBlock : 0;
+  if (per_pass < kTreeQueryBlock && per_pass < rows)
+    throw_out_of_memory(what, working + std::min<std::int64_t>(rows, kTreeQueryBlock) * row_bytes,
+                        available);
+  if (forced > 0)
+    per_pass =
+        std::min(per_pass, (forced + kTreeQueryBlock - 1) / kTreeQueryBlock * kTreeQueryBlock);
+  return per_pass >= rows ? 0 : per_pass;
+}
+
+}  // namespace pcnn::detail

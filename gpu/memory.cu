@@ -1,0 +1,368 @@
+// Device memory resources (a pool of the object's own, a cap), the per-index workspace, and
+// page-locked host memory. No process-wide state: every counter belongs to an object.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "detail/cuda_try.cuh"
+#include "detail/device_buffer.cuh"
+#include "pcnn/device.hpp"
+#include "pcnn/memory.hpp"
+
+namespace pcnn {
+namespace detail {
+
+std::string format_bytes(std::int64_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3g GB (%lld bytes)", double(bytes) / 1e9,
+                static_cast<long long>(bytes));
+  return buf;
+}
+
+void throw_out_of_memory(const std::string& what, std::int64_t needed, std::int64_t available) {
+  throw out_of_memory_error("out of device memory: " + what + " needs " + format_bytes(needed) +
+                                ", " + format_bytes(available) + " available",
+                            needed, available);
+}
+
+namespace {
+
+// Counters shared by the resources: current, peak and allocation count.
+void count_allocation(MemoryStats& s, std::int64_t bytes) {
+  s.current_bytes += bytes;
+  s.peak_bytes = std::max(s.peak_bytes, s.current_bytes);
+  ++s.allocations;
+}
+
+std::int64_t free_device_memory() {
+  std::size_t free_bytes = 0, total = 0;
+  PCNN_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total));
+  return static_cast<std::int64_t>(free_bytes);
+}
+
+// The current device's default pool, used as it is (its settings are the application's).
+class AsyncResource final : public DeviceMemoryResource {
+ public:
+  void* allocate(std::size_t bytes, cudaStream_t stream) override {
+    void* p = nullptr;
+    const cudaError_t err = cudaMallocAsync(&p, bytes, stream);
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // not sticky: later calls start clean
+      throw_out_of_memory("an allocation", static_cast<std::int64_t>(bytes), available());
+    }
+    PCNN_CUDA_TRY(err);
+    std::lock_guard<std::mutex> lock(mu_);
+    count_allocation(stats_, static_cast<std::int64_t>(bytes));
+    return p;
+  }
+  void deallocate(void* p, std::size_t bytes, cudaStream_t stream) noexcept override {
+    PCNN_CUDA_TRY_NO_THROW(cudaFreeAsync(p, stream));
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.current_bytes -= static_cast<std::int64_t>(bytes);
+  }
+  std::int64_t available() const override { return free_device_memory(); }
+  MemoryStats stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  MemoryStats stats_;
+};
+
+}  // namespace
+
+DeviceMemoryResource& async_resource() {
+  static AsyncResource resource;  // stateless but for its counters
+  return resource;
+}
+
+// ---- Workspace ----
+
+Workspace::Workspace(std::shared_ptr<DeviceMemoryResource> upstream)
+    : upstream_(std::move(upstream)) {}
+
+Workspace::~Workspace() {
+  for (const Block& b : all_) upstream_->deallocate(b.ptr, b.bytes, nullptr);
+}
+
+void* Workspace::allocate(std::size_t bytes, cudaStream_t stream) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = free_.begin(); it != free_.end(); ++it)
+      if (it->bytes == bytes) {
+        void* p = it->ptr;
+        free_.erase(it);
+        return p;
+      }
+    for (auto it = pending_.begin(); it != pending_.end(); ++it)
+      if (it->bytes == bytes && it->stream == stream) {
+        void* p = it->ptr;
+        pending_.erase(it);
+        return p;
+      }
+  }
+  void* p = nullptr;
+  try {
+    p = upstream_->allocate(bytes, stream);
+  } catch (const out_of_memory_error&) {
+    // Cached blocks no call is using: give them back, then try once more.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (free_.empty()) throw;
+      release_free();
+    }
+    p = upstream_->allocate(bytes, stream);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  all_.push_back({p, bytes});
+  count_allocation(stats_, static_cast<std::int64_t>(bytes));
+  return p;
+}
+
+void Workspace::release_free() noexcept {
+  for (const Block& b : free_) {
+    upstream_->deallocate(b.ptr, b.bytes, nullptr);
+    stats_.current_bytes -= static_cast<std::int64_t>(b.bytes);
+    all_.erase(
+        std::find_if(all_.begin(), all_.end(), [&](const Block& a) { return a.ptr == b.ptr; }));
+  }
+  free_.clear();
+}
+
+void Workspace::deallocate(void* ptr, std::size_t, cudaStream_t stream) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Block& b : all_)
+    if (b.ptr == ptr) {
+      pending_.push_back({b.ptr, b.bytes, stream});
+      return;
+    }
+}
+
+void Workspace::end_call(cudaStream_t a, cudaStream_t b) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto done = [&](const Block& x) { return x.stream == a || x.stream == b; };
+  for (const Block& x : pending_)
+    if (done(x)) free_.push_back(x);
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), done), pending_.end());
+}
+
+std::int64_t Workspace::available() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::int64_t cached = 0;
+  for (const Block& b : free_) cached += static_cast<std::int64_t>(b.bytes);
+  return upstream_->available() + cached;
+}
+
+MemoryStats Workspace::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+// ---- page-locked host memory ----
+
+void* pinned_allocate_bytes(std::size_t bytes, bool mapped) {
+  void* p = nullptr;
+  const cudaError_t err =
+      cudaHostAlloc(&p, bytes, mapped ? cudaHostAllocMapped : cudaHostAllocDefault);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    throw out_of_memory_error("out of page-locked host memory: " +
+                                  format_bytes(static_cast<std::int64_t>(bytes)) + " requested",
+                              static_cast<std::int64_t>(bytes), 0);
+  }
+  PCNN_CUDA_TRY(err);
+  return p;
+}
+
+void pinned_free_bytes(void* ptr) noexcept { PCNN_CUDA_TRY_NO_THROW(cudaFreeHost(ptr)); }
+
+host_registration::host_registration(const void* ptr, std::size_t bytes, HostCounters* counters)
+    : counters_(counters) {
+  if (!ptr || bytes == 0 || is_page_locked(ptr)) return;  // a caller's own registration: keep it
+  const cudaError_t err = cudaHostRegister(const_cast<void*>(ptr), bytes, cudaHostRegisterDefault);
+  if (err == cudaErrorHostMemoryAlreadyRegistered) {
+    cudaGetLastError();
+    return;
+  }
+  PCNN_CUDA_TRY(err);
+  ptr_ = const_cast<void*>(ptr);
+  if (counters_) {
+    ++counters_->registrations;
+    ++counters_->registered_now;
+  }
+}
+
+host_registration::~host_registration() {
+  if (!ptr_) return;
+  PCNN_CUDA_TRY_NO_THROW(cudaHostUnregister(ptr_));
+  if (counters_) --counters_->registered_now;
+}
+
+bool is_page_locked(const void* ptr) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attr.type == cudaMemoryTypeHost;
+}
+
+}  // namespace detail
+
+// ---- PoolResource ----
+
+struct PoolResource::Impl {
+  int device = 0;
+  cudaMemPool_t pool = nullptr;  // null where the device has no memory pools: cudaMalloc
+  mutable std::mutex mu;
+  MemoryStats stats;
+};
+
+PoolResource::PoolResource(int ordinal) : impl_(std::make_unique<Impl>()) {
+  const DeviceInfo info = query_device(ordinal);
+  if (!info.available) throw no_device_error("no usable CUDA device: " + info.reason);
+  impl_->device = ordinal;
+  int supported = 0;
+  PCNN_CUDA_TRY(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, ordinal));
+  if (!supported) return;
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = ordinal;
+  PCNN_CUDA_TRY(cudaMemPoolCreate(&impl_->pool, &props));
+  // Our own pool keeps what is freed (the default pool, and its settings, stay the application's).
+  std::uint64_t keep = UINT64_MAX;
+  PCNN_CUDA_TRY(cudaMemPoolSetAttribute(impl_->pool, cudaMemPoolAttrReleaseThreshold, &keep));
+}
+
+PoolResource::~PoolResource() {
+  if (impl_ && impl_->pool) PCNN_CUDA_TRY_NO_THROW(cudaMemPoolDestroy(impl_->pool));
+}
+
+void* PoolResource::allocate(std::size_t bytes, cudaStream_t stream) {
+  void* p = nullptr;
+  const cudaError_t err =
+      impl_->pool ? cudaMallocFromPoolAsync(&p, bytes, impl_->pool, stream) : cudaMalloc(&p, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    detail::throw_out_of_memory("an allocation", static_cast<std::int64_t>(bytes), available());
+  }
+  PCNN_CUDA_TRY(err);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  detail::count_allocation(impl_->stats, static_cast<std::int64_t>(bytes));
+  return p;
+}
+
+void PoolResource::deallocate(void* ptr, std::size_t bytes, cudaStream_t stream) noexcept {
+  if (impl_->pool)
+    PCNN_CUDA_TRY_NO_THROW(cudaFreeAsync(ptr, stream));
+  else
+    PCNN_CUDA_TRY_NO_THROW(cudaFree(ptr));
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->stats.current_bytes -= static_cast<std::int64_t>(bytes);
+}
+
+std::int64_t PoolResource::available() const {
+  std::int64_t available = detail::free_device_memory();
+  if (impl_->pool) {  // memory this pool keeps cached is ready for reuse
+    std::uint64_t reserved = 0, used = 0;
+    PCNN_CUDA_TRY(
+        cudaMemPoolGetAttribute(impl_->pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
+    PCNN_CUDA_TRY(cudaMemPoolGetAttribute(impl_->pool, cudaMemPoolAttrUsedMemCurrent, &used));
+    if (reserved > used) available += static_cast<std::int64_t>(reserved - used);
+  }
+  return available;
+}
+
+MemoryStats PoolResource::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+void PoolResource::trim() {
+  if (!impl_->pool) return;
+  PCNN_CUDA_TRY(cudaDeviceSynchronize());
+  PCNN_CUDA_TRY(cudaMemPoolTrimTo(impl_->pool, 0));
+}
+
+int PoolResource::device() const { return impl_->device; }
+
+// ---- LimitedResource ----
+
+struct LimitedResource::Impl {
+  std::shared_ptr<DeviceMemoryResource> upstream;
+  std::int64_t limit = 0;
+  mutable std::mutex mu;
+  MemoryStats stats;
+};
+
+LimitedResource::LimitedResource(std::shared_ptr<DeviceMemoryResource> upstream, std::int64_t limit)
+    : impl_(std::make_unique<Impl>()) {
+  PCNN_EXPECTS(upstream != nullptr, "LimitedResource: no upstream resource");
+  PCNN_EXPECTS(limit > 0, "device memory limit must be positive, got " + std::to_string(limit));
+  impl_->upstream = std::move(upstream);
+  impl_->limit = limit;
+}
+
+LimitedResource::~LimitedResource() = default;
+
+void* LimitedResource::allocate(std::size_t bytes, cudaStream_t stream) {
+  const auto want = static_cast<std::int64_t>(bytes);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->stats.current_bytes + want > impl_->limit)
+      throw out_of_memory_error(
+          "out of device memory: an allocation needs " + detail::format_bytes(want) + ", " +
+              detail::format_bytes(impl_->limit - impl_->stats.current_bytes) +
+              " available under the limit of " + detail::format_bytes(impl_->limit),
+          want, impl_->limit - impl_->stats.current_bytes);
+    detail::count_allocation(impl_->stats, want);  // reserved before the upstream call
+  }
+  try {
+    return impl_->upstream->allocate(bytes, stream);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stats.current_bytes -= want;
+    throw;
+  }
+}
+
+void LimitedResource::deallocate(void* ptr, std::size_t bytes, cudaStream_t stream) noexcept {
+  impl_->upstream->deallocate(ptr, bytes, stream);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->stats.current_bytes -= static_cast<std::int64_t>(bytes);
+}
+
+std::int64_t LimitedResource::available() const {
+  std::int64_t left;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    left = impl_->limit - impl_->stats.current_bytes;
+  }
+  return std::max<std::int64_t>(0, std::min(left, impl_->upstream->available()));
+}
+
+MemoryStats LimitedResource::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+std::int64_t LimitedResource::limit() const { return impl_->limit; }
+
+std::shared_ptr<DeviceMemoryResource> make_pool_resource(int ordinal) {
+  return std::make_shared<PoolResource>(ordinal);
+}
+
+std::shared_ptr<DeviceMemoryResource> make_limited_pool_resource(std::int64_t limit, int ordinal) {
+  PCNN_EXPECTS(limit >= 0,
+               "device memory limit must be >= 0 (0: no limit), got " + std::to_string(limit));
+  auto pool = make_pool_resource(ordinal);
+  if (limit == 0) return pool;
+  return std::make_shared<LimitedResource>(std::move(pool), limit);
+}
+
+}  // namespace pcnn

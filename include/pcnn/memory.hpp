@@ -1,0 +1,88 @@
+// pcnn — explicit device memory: a memory resource per object, never process-wide state.
+//
+// Every pcnn object that uses the device (an Index, a smoothing or filter call) takes its device
+// memory from a DeviceMemoryResource. By default an Index creates its own pool (a CUDA memory pool
+// of its own, not the device's default pool, whose settings belong to the application). A cap is a
+// resource adaptor (LimitedResource), so two indexes can share one budget or have their own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "pcnn/cuda_stream.hpp"
+
+namespace pcnn {
+
+/// Counters of one resource (or of an index's workspace), for tests and for users who budget.
+struct MemoryStats {
+  std::int64_t current_bytes = 0;  ///< held now
+  std::int64_t peak_bytes = 0;     ///< the most held at once
+  std::int64_t allocations = 0;    ///< calls that obtained memory from the upstream (ever)
+};
+
+/// Stream-ordered device memory. Implementations must be thread-safe.
+class DeviceMemoryResource {
+ public:
+  virtual ~DeviceMemoryResource() = default;
+  /// `bytes` of device memory usable on `stream` in stream order.
+  /// @throws pcnn::out_of_memory_error (needed and available bytes); pcnn::cuda_error.
+  virtual void* allocate(std::size_t bytes, cudaStream_t stream) = 0;
+  /// Returns memory from allocate(); its last use must be queued on `stream`. Never throws.
+  virtual void deallocate(void* ptr, std::size_t bytes, cudaStream_t stream) noexcept = 0;
+  /// Bytes an allocation could obtain now (free device memory plus what the resource keeps
+  /// cached, or what is left under a cap): what searches plan their passes with.
+  virtual std::int64_t available() const = 0;
+  /// This resource's counters.
+  virtual MemoryStats stats() const = 0;
+};
+
+/// A pool of device memory of its own on device `ordinal` (cudaMemPoolCreate), keeping freed
+/// memory cached for reuse until the resource is destroyed or trim() is called. Falls back to
+/// cudaMalloc/cudaFree where the device has no memory pools.
+/// @throws pcnn::no_device_error when the device is not usable.
+class PoolResource : public DeviceMemoryResource {
+ public:
+  explicit PoolResource(int ordinal = 0);
+  ~PoolResource() override;
+  PoolResource(const PoolResource&) = delete;
+  PoolResource& operator=(const PoolResource&) = delete;
+  void* allocate(std::size_t bytes, cudaStream_t stream) override;
+  void deallocate(void* ptr, std::size_t bytes, cudaStream_t stream) noexcept override;
+  std::int64_t available() const override;
+  MemoryStats stats() const override;
+  /// Gives the cached memory back to the device (synchronizes the device first).
+  void trim();
+  int device() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// At most `limit` bytes at once from `upstream` (e.g. to share a GPU with other work). An
+/// allocation over the cap throws pcnn::out_of_memory_error; available() reports what is left
+/// under the cap, so searches plan passes within it.
+class LimitedResource : public DeviceMemoryResource {
+ public:
+  LimitedResource(std::shared_ptr<DeviceMemoryResource> upstream, std::int64_t limit);
+  ~LimitedResource() override;
+  void* allocate(std::size_t bytes, cudaStream_t stream) override;
+  void deallocate(void* ptr, std::size_t bytes, cudaStream_t stream) noexcept override;
+  std::int64_t available() const override;
+  MemoryStats stats() const override;
+  std::int64_t limit() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// A new PoolResource on device `ordinal`.
+std::shared_ptr<DeviceMemoryResource> make_pool_resource(int ordinal = 0);
+
+/// A new PoolResource capped at `limit` bytes (`limit` 0: no cap).
+std::shared_ptr<DeviceMemoryResource> make_limited_pool_resource(std::int64_t limit,
+                                                                 int ordinal = 0);
+
+}  // namespace pcnn

@@ -1,0 +1,572 @@
+"""Tests of the pcnn Python module against a NumPy brute force, compared strictly.
+
+The reference follows the library's contract: squared distances ((dx*dx + dy*dy) + dz*dz) in
+float64 from the float32 coordinates as given, each row sorted by (distance, index), the first k
+kept, padded with -1 / inf; reported distances are the float64 value rounded to float32; radius
+membership is d <= r*r in float64. Results must equal the reference exactly.
+
+Runs on the CPU backend everywhere and, where pcnn.cuda_available(), on the CUDA backend too.
+"""
+
+import concurrent.futures
+import gc
+
+import numpy as np
+import pytest
+
+import pcnn
+
+GPU = pcnn.cuda_available()
+DEVICES = ["cpu", "cuda"] if GPU else ["cpu"]
+
+
+# ---- the reference ----
+
+def sqdist_matrix(points, queries):
+    """float64 squared distances (queries x points) from float32 coordinates; inf where either
+    row is not finite."""
+    p = np.asarray(points, dtype=np.float32).astype(np.float64).reshape(-1, 3)
+    q = np.asarray(queries, dtype=np.float32).astype(np.float64).reshape(-1, 3)
+    with np.errstate(invalid="ignore"):  # inf - inf where rows are not finite
+        dx = q[:, None, 0] - p[None, :, 0]
+        dy = q[:, None, 1] - p[None, :, 1]
+        dz = q[:, None, 2] - p[None, :, 2]
+        d = (dx * dx + dy * dy) + dz * dz
+    valid = np.isfinite(q).all(axis=1)[:, None] & np.isfinite(p).all(axis=1)[None, :]
+    return np.where(valid, d, np.inf), valid
+
+
+def reference_rows(points, queries, exclude_self=False, r=None):
+    """For each query: (candidate indices, float64 distances) sorted by (distance, index)."""
+    d, valid = sqdist_matrix(points, queries)
+    rows = []
+    for i in range(d.shape[0]):
+        cand = np.nonzero(valid[i])[0]
+        if exclude_self:
+            cand = cand[cand != i]
+        if r is not None:
+            cand = cand[d[i, cand] <= r * r]  # r * r in float64, as the library
+        order = cand[np.lexsort((cand, d[i, cand]))]
+        rows.append((order, d[i, order]))
+    return rows
+
+
+def reference_knn(points, queries, k, exclude_self=False, r=None):
+    rows = reference_rows(points, queries, exclude_self, r)
+    idx = np.full((len(rows), k), -1, np.int32)
+    dist = np.full((len(rows), k), np.inf, np.float32)
+    for i, (order, d) in enumerate(rows):
+        m = min(k, len(order))
+        idx[i, :m] = order[:m]
+        dist[i, :m] = d[:m].astype(np.float32)
+    return idx, dist
+
+
+def reference_radius(points, queries, r, exclude_self=False):
+    rows = reference_rows(points, queries, exclude_self, r)
+    offsets = np.zeros(len(rows) + 1, np.int64)
+    offsets[1:] = np.cumsum([len(o) for o, _ in rows])
+    indices = np.concatenate([o for o, _ in rows] + [np.zeros(0)]).astype(np.int32)
+    sqdist = np.concatenate([d for _, d in rows] + [np.zeros(0)]).astype(np.float32)
+    return offsets, indices, sqdist
+
+
+def check_knn(result, expected):
+    indices, sqdist = result
+    ref_i, ref_d = expected
+    assert indices.dtype == np.int32 and sqdist.dtype == np.float32
+    assert indices.shape == ref_i.shape and sqdist.shape == ref_d.shape
+    np.testing.assert_array_equal(indices, ref_i)
+    np.testing.assert_array_equal(sqdist, ref_d)
+
+
+# A known departure of the CUDA backend from the contract, reported to the library: its radius
+# rows are ordered by (float32 distance, index) rather than (float64 distance, index), so two
+# neighbors whose distances differ only below float32 resolution come in index order.
+GPU_RADIUS_ORDER = ("CUDA radius rows are ordered by (float32 distance, index), not (float64 "
+                    "distance, index): gpu/detail/radius_tree.cuh radius_key")
+
+
+def check_radius(result, expected, device=None):
+    offsets, indices, sqdist = result
+    assert offsets.dtype == np.int64 and indices.dtype == np.int32 and sqdist.dtype == np.float32
+    assert offsets.ndim == indices.ndim == sqdist.ndim == 1
+    try:
+        for got, ref in zip(result, expected):
+            assert got.shape == ref.shape
+            np.testing.assert_array_equal(got, ref)
+    except AssertionError:
+        if device != "cuda":
+            raise
+        # Everything but the order among float32 ties must still hold, then the known failure.
+        ref_offsets, ref_indices, ref_sqdist = expected
+        np.testing.assert_array_equal(offsets, ref_offsets)
+        np.testing.assert_array_equal(sqdist, ref_sqdist)
+        for q in range(len(offsets) - 1):
+            a, b = offsets[q], offsets[q + 1]
+            np.testing.assert_array_equal(np.sort(indices[a:b]), np.sort(ref_indices[a:b]))
+            order = np.lexsort((indices[a:b], sqdist[a:b]))
+            np.testing.assert_array_equal(order, np.arange(b - a))
+        pytest.xfail(GPU_RADIUS_ORDER)
+
+
+def check_hybrid(result, points, queries, r, max_nn, exclude_self=False):
+    indices, sqdist, counts = result
+    check_knn((indices, sqdist), reference_knn(points, queries, max_nn, exclude_self, r))
+    assert counts.dtype == np.int32 and counts.shape == (indices.shape[0],)
+    np.testing.assert_array_equal(counts, (indices >= 0).sum(axis=1))
+
+
+def test_reference_rejects_wrong_answers():
+    # The comparison is strict: a tie broken the other way, or a distance one float32 ulp off,
+    # fails it.
+    pts = lattice(3, 1.0)
+    idx, dist = pcnn.knn(pts, 7)
+    expected = reference_knn(pts, pts, 7)
+    check_knn((idx, dist), expected)
+    assert dist[13, 1] == dist[13, 2]  # the lattice's center: six neighbors at distance 1
+    swapped = idx.copy()
+    swapped[13, [1, 2]] = swapped[13, [2, 1]]
+    with pytest.raises(AssertionError):
+        check_knn((swapped, dist), expected)
+    nudged = dist.copy()
+    nudged[13, 1] = np.nextafter(nudged[13, 1], np.float32(np.inf))
+    with pytest.raises(AssertionError):
+        check_knn((idx, nudged), expected)
+
+
+# ---- clouds ----
+
+def random_cloud(n, seed, scale=10.0):
+    rng = np.random.default_rng(seed)
+    return (rng.random((n, 3)) * scale).astype(np.float32)
+
+
+def lattice(m, step):
+    """An m^3 integer lattice scaled by step: many exact ties; plus exact duplicates."""
+    g = np.arange(m)
+    pts = np.stack(np.meshgrid(g, g, g, indexing="ij"), -1).reshape(-1, 3) * step
+    pts = pts.astype(np.float32)
+    return np.concatenate([pts, pts[::7]])
+
+
+def with_nan_rows(pts, seed):
+    pts = pts.copy()
+    rng = np.random.default_rng(seed)
+    rows = rng.choice(len(pts), size=max(1, len(pts) // 10), replace=False)
+    pts[rows[::2], 0] = np.nan
+    pts[rows[1::2], 2] = np.inf
+    return pts
+
+
+# ---- kNN ----
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("seed,n,k", [(0, 1, 1), (1, 7, 3), (2, 500, 8), (3, 300, 32),
+                                      (4, 200, 128)])
+def test_knn_self_random(device, seed, n, k):
+    pts = random_cloud(n, seed)
+    check_knn(pcnn.knn(pts, k, device=device), reference_knn(pts, pts, k))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("seed", [10, 11])
+def test_knn_queries(device, seed):
+    pts = random_cloud(400, seed)
+    queries = random_cloud(150, seed + 100, scale=12.0) - 1.0
+    queries[5] = np.nan
+    check_knn(pcnn.knn(pts, 10, queries=queries, device=device),
+              reference_knn(pts, queries, 10))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_knn_exclude_self(device):
+    pts = np.concatenate([random_cloud(200, 20), random_cloud(20, 20)])  # exact duplicates
+    check_knn(pcnn.knn(pts, 6, exclude_self=True, device=device),
+              reference_knn(pts, pts, 6, exclude_self=True))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("step", [0.1, 1.0])
+def test_knn_ties_lattice(device, step):
+    pts = lattice(6, step)
+    for k in (1, 7, 27, 33):
+        check_knn(pcnn.knn(pts, k, device=device), reference_knn(pts, pts, k))
+        check_knn(pcnn.knn(pts, k, exclude_self=True, device=device),
+                  reference_knn(pts, pts, k, exclude_self=True))
+    queries = (lattice(4, step)[:64] + np.float32(step / 2)).astype(np.float32)
+    check_knn(pcnn.knn(pts, 9, queries=queries, device=device), reference_knn(pts, queries, 9))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_knn_nan_rows(device):
+    pts = with_nan_rows(random_cloud(300, 30), 31)
+    idx, dist = pcnn.knn(pts, 5, device=device)
+    check_knn((idx, dist), reference_knn(pts, pts, 5))
+    bad = ~np.isfinite(pts).all(axis=1)
+    assert (idx[bad] == -1).all() and np.isinf(dist[bad]).all()
+    assert not np.isin(idx, np.nonzero(bad)[0]).any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_knn_k_greater_than_n(device):
+    pts = random_cloud(5, 40)
+    idx, dist = pcnn.knn(pts, 8, device=device)
+    check_knn((idx, dist), reference_knn(pts, pts, 8))
+    assert (idx[:, 5:] == -1).all() and np.isinf(dist[:, 5:]).all()
+    check_knn(pcnn.knn(pts, 8, exclude_self=True, device=device),
+              reference_knn(pts, pts, 8, exclude_self=True))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty(device):
+    empty = np.zeros((0, 3), np.float32)
+    pts = random_cloud(10, 50)
+    idx, dist = pcnn.knn(empty, 4, device=device)
+    assert idx.shape == (0, 4) and dist.shape == (0, 4)
+    check_knn(pcnn.knn(empty, 4, queries=pts, device=device), reference_knn(empty, pts, 4))
+    check_knn(pcnn.knn(pts, 4, queries=empty, device=device), reference_knn(pts, empty, 4))
+    offsets, indices, sqdist = pcnn.radius(empty, 1.0, device=device)
+    assert offsets.tolist() == [0] and indices.size == 0 and sqdist.size == 0
+    check_radius(pcnn.radius(empty, 1.0, queries=pts, device=device),
+                 reference_radius(empty, pts, 1.0), device)
+    idx, dist, counts = pcnn.hybrid(empty, 1.0, 3, device=device)
+    assert idx.shape == (0, 3) and counts.shape == (0,)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_large_coordinates(device):
+    # Far from the origin (as unprojected survey data): exact for the float32 values given.
+    pts = (random_cloud(300, 60, scale=50.0).astype(np.float64) + 1e6).astype(np.float32)
+    check_knn(pcnn.knn(pts, 8, device=device), reference_knn(pts, pts, 8))
+    check_radius(pcnn.radius(pts, 5.0, device=device), reference_radius(pts, pts, 5.0),
+                 device)
+
+
+# ---- radius ----
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("seed,n,r", [(70, 1, 1.0), (71, 400, 1.5), (72, 300, 0.0),
+                                      (73, 200, 4.0)])
+def test_radius_self_random(device, seed, n, r):
+    pts = random_cloud(n, seed)
+    check_radius(pcnn.radius(pts, r, device=device), reference_radius(pts, pts, r), device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_radius_queries_and_exclude_self(device):
+    pts = with_nan_rows(random_cloud(300, 80), 81)
+    queries = random_cloud(100, 82)
+    queries[3] = np.nan
+    check_radius(pcnn.radius(pts, 2.0, queries=queries, device=device),
+                 reference_radius(pts, queries, 2.0), device)
+    check_radius(pcnn.radius(pts, 2.0, exclude_self=True, device=device),
+                 reference_radius(pts, pts, 2.0, exclude_self=True), device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("step,r", [(1.0, 1.0), (1.0, 2.0 ** 0.5), (0.1, 0.1), (0.1, 0.2)])
+def test_radius_lattice_boundary(device, step, r):
+    # Neighbors exactly at distance r (and float32 lattices whose distances straddle it): the
+    # boundary is inclusive and decided in float64.
+    pts = lattice(5, step)
+    check_radius(pcnn.radius(pts, 0.0, exclude_self=True, device=device),
+                 reference_radius(pts, pts, 0.0, exclude_self=True), device)
+    check_radius(pcnn.radius(pts, r, device=device), reference_radius(pts, pts, r), device)
+
+
+# ---- hybrid ----
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_hybrid(device):
+    pts = with_nan_rows(random_cloud(400, 90), 91)
+    queries = random_cloud(120, 92)
+    check_hybrid(pcnn.hybrid(pts, 1.5, 6, device=device), pts, pts, 1.5, 6)
+    check_hybrid(pcnn.hybrid(pts, 1.5, 6, exclude_self=True, device=device), pts, pts, 1.5, 6,
+                 exclude_self=True)
+    check_hybrid(pcnn.hybrid(pts, 2.5, 16, queries=queries, device=device), pts, queries, 2.5,
+                 16)
+    lat = lattice(5, 1.0)
+    check_hybrid(pcnn.hybrid(lat, 1.0, 4, device=device), lat, lat, 1.0, 4)
+
+
+# ---- the Index class ----
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_index_reused(device):
+    pts = with_nan_rows(random_cloud(500, 100), 101)
+    index = pcnn.Index(pts, device=device, threads=2)
+    assert index.backend == device and index.size == len(pts) == len(index)
+    assert index.finite_size == int(np.isfinite(pts).all(axis=1).sum())
+    assert device in repr(index)
+    for seed in range(3):
+        queries = random_cloud(50 + seed * 40, 110 + seed)
+        check_knn(index.knn(queries, 4 + seed), reference_knn(pts, queries, 4 + seed))
+        check_radius(index.radius(queries, 1.0 + seed), reference_radius(pts, queries, 1.0 + seed),
+                     device)
+        check_hybrid(index.hybrid(queries, 1.5, 5), pts, queries, 1.5, 5)
+    check_knn(index.self_knn(7), reference_knn(pts, pts, 7))
+    check_knn(index.self_knn(7, exclude_self=True), reference_knn(pts, pts, 7, exclude_self=True))
+    check_radius(index.self_radius(1.2), reference_radius(pts, pts, 1.2), device)
+    check_radius(index.self_radius(1.2, exclude_self=True),
+                 reference_radius(pts, pts, 1.2, exclude_self=True), device)
+    check_hybrid(index.self_hybrid(1.2, 3, exclude_self=True), pts, pts, 1.2, 3,
+                 exclude_self=True)
+    t = index.last_timings
+    assert t["backend"] == device
+    for key in ("total_ms", "build_ms", "search_ms", "upload_ms", "download_ms", "passes",
+                "distance_evaluations", "upload_bytes", "download_bytes", "staging"):
+        assert key in t
+    assert t["total_ms"] >= 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_index_keeps_its_own_copy_and_rebuilds(device):
+    pts = random_cloud(200, 120)
+    queries = random_cloud(30, 121)
+    expected = reference_knn(pts, queries, 5)
+    index = pcnn.Index(pts.copy(), device=device)
+    gc.collect()  # the array it was built from is gone
+    check_knn(index.knn(queries, 5), expected)
+    other = random_cloud(80, 122)
+    index.build(other)
+    assert index.size == 80
+    check_knn(index.knn(queries, 5), reference_knn(other, queries, 5))
+
+
+def test_index_auto_backend():
+    index = pcnn.Index(random_cloud(10, 130))
+    assert index.backend == ("cuda" if GPU else "cpu")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_index_shared_between_threads(device):
+    pts = random_cloud(2000, 140)
+    index = pcnn.Index(pts, device=device)
+    queries = [random_cloud(300, 141 + i) for i in range(8)]
+    expected = [reference_knn(pts, q, 6) for q in queries]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda q: index.knn(q, 6), queries))
+    for got, ref in zip(results, expected):
+        check_knn(got, ref)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_results_own_their_memory(device):
+    pts = random_cloud(100, 150)
+    index = pcnn.Index(pts, device=device)
+    idx, dist = index.self_knn(4)
+    offsets, indices, sqdist = index.self_radius(2.0)
+    del index
+    gc.collect()
+    check_knn((idx, dist), reference_knn(pts, pts, 4))
+    check_radius((offsets, indices, sqdist), reference_radius(pts, pts, 2.0), device)
+    for a in (idx, dist, offsets, indices, sqdist):
+        assert a.flags.c_contiguous and a.flags.writeable
+    assert idx.flags.owndata and dist.flags.owndata
+    idx[0, 0] = 12345  # writable, and no one else's memory
+    assert idx[0, 0] == 12345
+
+
+# ---- inputs: views, conversions, shapes ----
+
+def test_zero_copy_layouts():
+    pts = random_cloud(300, 160)
+    expected = reference_knn(pts, pts, 6)
+
+    assert pcnn._view_info(pts) == {"copied": False, "stride": 3}
+
+    wide = np.zeros((300, 8), np.float32)
+    wide[:, :3] = pts
+    assert pcnn._view_info(wide[:, :3]) == {"copied": False, "stride": 8}
+    check_knn(pcnn.knn(wide[:, :3], 6), expected)
+
+    huge = np.zeros((300, 20_000), np.float32)  # rows 80 kB apart
+    huge[:, :3] = pts
+    assert pcnn._view_info(huge[:, :3]) == {"copied": False, "stride": 20_000}
+    check_knn(pcnn.knn(huge[:, :3], 6), expected)
+
+    read_only = pts.copy()
+    read_only.setflags(write=False)
+    assert not pcnn._view_info(read_only)["copied"]
+    check_knn(pcnn.knn(read_only, 6), expected)
+
+    fortran = np.asfortranarray(pts)
+    assert pcnn._view_info(fortran)["copied"]
+    check_knn(pcnn.knn(fortran, 6), expected)
+
+    every_other = np.repeat(pts, 2, axis=0)[::2]
+    assert pcnn._view_info(every_other) == {"copied": False, "stride": 6}
+    check_knn(pcnn.knn(every_other, 6), expected)
+
+    reversed_rows = pts[::-1]
+    assert pcnn._view_info(reversed_rows)["copied"]
+    check_knn(pcnn.knn(reversed_rows, 6), reference_knn(pts[::-1], pts[::-1], 6))
+
+    big_endian = pts.astype(">f4")
+    assert pcnn._view_info(big_endian)["copied"]
+    check_knn(pcnn.knn(big_endian, 6), expected)
+
+    check_knn(pcnn.knn(pts.tolist(), 6), expected)  # any array-like
+
+
+def test_float64_is_rounded_to_float32():
+    rng = np.random.default_rng(170)
+    pts64 = rng.random((200, 3)) * 10.0
+    assert pcnn._view_info(pts64)["copied"]
+    pts32 = pts64.astype(np.float32)
+    check_knn(pcnn.knn(pts64, 5), reference_knn(pts32, pts32, 5))
+    ints = rng.integers(-50, 50, size=(100, 3))
+    check_knn(pcnn.knn(ints, 5), reference_knn(ints, ints, 5))
+
+
+@pytest.mark.parametrize("shape", [(10, 2), (10, 4), (3,), (10, 3, 1), (1, 10, 3), ()])
+def test_wrong_shape_raises_value_error(shape):
+    bad = np.zeros(shape, np.float32)
+    good = random_cloud(10, 180)
+    with pytest.raises(ValueError, match=r"shape \(n, 3\)"):
+        pcnn.knn(bad, 2)
+    with pytest.raises(ValueError, match="queries"):
+        pcnn.knn(good, 2, queries=bad)
+    with pytest.raises(ValueError):
+        pcnn.radius(bad, 1.0)
+    with pytest.raises(ValueError):
+        pcnn.Index(bad)
+    index = pcnn.Index(good)
+    with pytest.raises(ValueError):
+        index.knn(bad, 2)
+    with pytest.raises(ValueError):
+        index.radius(bad, 1.0)
+    with pytest.raises(ValueError):
+        pcnn.stats(bad)
+
+
+def test_non_numeric_raises_type_error():
+    with pytest.raises(TypeError):
+        pcnn.knn(np.array([["a", "b", "c"]]), 1)
+    with pytest.raises(TypeError):
+        pcnn.knn(np.zeros((4, 3), np.complex64), 1)
+
+
+# ---- invalid arguments ----
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_invalid_arguments_raise_value_error(device):
+    pts = random_cloud(20, 190)
+    index = pcnn.Index(pts, device=device)
+    for k in (0, -1, 129):
+        with pytest.raises(ValueError, match="k must be"):
+            pcnn.knn(pts, k, device=device)
+        with pytest.raises(ValueError, match="k must be"):
+            index.knn(pts, k)
+        with pytest.raises(ValueError, match="k must be"):
+            index.self_knn(k)
+        with pytest.raises(ValueError, match="max_nn"):
+            pcnn.hybrid(pts, 1.0, k, device=device)
+    for r in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="radius"):
+            pcnn.radius(pts, r, device=device)
+        with pytest.raises(ValueError, match="radius"):
+            index.self_radius(r)
+        with pytest.raises(ValueError, match="radius"):
+            pcnn.hybrid(pts, r, 4, device=device)
+    with pytest.raises(ValueError, match="exclude_self"):
+        pcnn.knn(pts, 2, queries=pts, exclude_self=True, device=device)
+    with pytest.raises(ValueError, match="exclude_self"):
+        pcnn.radius(pts, 1.0, queries=pts, exclude_self=True, device=device)
+    with pytest.raises(ValueError):
+        pcnn.knn(pts, 2, device="tpu")
+    with pytest.raises(ValueError):
+        pcnn.Index(pts, threads=-1)
+    # The index is still usable after rejected calls.
+    check_knn(index.self_knn(3), reference_knn(pts, pts, 3))
+
+
+@pytest.mark.skipif(GPU, reason="a CUDA device is present")
+def test_cuda_without_device_raises_runtime_error():
+    pts = random_cloud(20, 200)
+    with pytest.raises(RuntimeError, match="CUDA"):
+        pcnn.knn(pts, 2, device="cuda")
+    with pytest.raises(RuntimeError, match="CUDA"):
+        pcnn.Index(pts, device="cuda")
+    with pytest.raises(RuntimeError, match="CUDA"):
+        pcnn.stats(pts, device="cuda")
+    assert pcnn.device_info()["available"] is False
+    assert pcnn.device_info()["reason"]
+
+
+# ---- statistics ----
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_stats(device):
+    pts = with_nan_rows((random_cloud(1000, 210) + 100.0).astype(np.float32), 211)
+    s = pcnn.stats(pts, device=device)
+    finite = pts[np.isfinite(pts).all(axis=1)].astype(np.float64)
+    assert s["count"] == len(pts) and s["finite"] == len(finite)
+    assert s["backend"] == device
+    np.testing.assert_array_equal(s["min"], finite.min(axis=0))
+    np.testing.assert_array_equal(s["max"], finite.max(axis=0))
+    np.testing.assert_allclose(s["centroid"], finite.mean(axis=0), rtol=1e-12)
+    cov = np.cov(finite.T, bias=True)
+    assert s["covariance"].shape == (3, 3)
+    np.testing.assert_allclose(s["covariance"], cov, rtol=1e-9, atol=1e-9)
+
+    empty = pcnn.stats(np.zeros((0, 3), np.float32), device=device)
+    assert empty["count"] == 0 and empty["finite"] == 0
+    assert np.isnan(empty["centroid"]).all() and np.isnan(empty["covariance"]).all()
+
+
+def test_stats_auto():
+    s = pcnn.stats(random_cloud(50, 220))
+    assert s["backend"] == ("cuda" if GPU else "cpu")
+
+
+# ---- loading ----
+
+needs_io = pytest.mark.skipif(not hasattr(pcnn, "load"), reason="built without the io library")
+
+
+@needs_io
+def test_load(tmp_path):
+    stored = np.array([[500000.25, 4100000.5, 12.0],
+                       [500001.75, 4100002.0, 13.5],
+                       [np.nan, np.nan, np.nan],
+                       [500000.5, 4100001.25, 12.25]])
+    path = tmp_path / "cloud.pcd"
+    lines = ["# .PCD v0.7", "VERSION 0.7", "FIELDS x y z", "SIZE 8 8 8", "TYPE F F F",
+             "COUNT 1 1 1", f"WIDTH {len(stored)}", "HEIGHT 1", "VIEWPOINT 0 0 0 1 0 0 0",
+             f"POINTS {len(stored)}", "DATA ascii"]
+    lines += [" ".join("nan" if np.isnan(v) else repr(float(v)) for v in row) for row in stored]
+    path.write_text("\n".join(lines) + "\n")
+
+    xyz, info = pcnn.load(str(path))
+    assert xyz.dtype == np.float64 and xyz.shape == (4, 3)
+    assert np.isnan(xyz[2]).all()
+    good = [0, 1, 3]
+    np.testing.assert_allclose(xyz[good], stored[good], rtol=0, atol=1e-6)
+    assert info["finite"] == 3 and info["coordinate_type"] == "float64"
+    assert info["field_names"][:3] == ["x", "y", "z"]
+    assert info["local"].dtype == np.float32 and info["local"].shape == (4, 3)
+    np.testing.assert_array_equal(xyz[good], info["local"][good].astype(np.float64) +
+                                  info["origin"])
+    # The re-centered coordinates are what to search.
+    local = info["local"]
+    check_knn(pcnn.knn(local, 2), reference_knn(local, local, 2))
+
+
+@needs_io
+def test_load_missing_file_raises_os_error(tmp_path):
+    with pytest.raises(OSError):
+        pcnn.load(str(tmp_path / "missing.pcd"))
+
+
+# ---- the module itself ----
+
+def test_docstrings():
+    for f in (pcnn.knn, pcnn.radius, pcnn.hybrid, pcnn.stats, pcnn.cuda_available,
+              pcnn.device_info, pcnn.Index, pcnn.Index.knn, pcnn.Index.self_knn,
+              pcnn.Index.radius, pcnn.Index.self_radius, pcnn.Index.hybrid,
+              pcnn.Index.self_hybrid, pcnn.Index.build):
+        assert f.__doc__ and len(f.__doc__) > 20, f
+    assert "exact" in pcnn.__doc__
+    assert isinstance(pcnn.cuda_available(), bool)

@@ -1,0 +1,251 @@
+// Shared by the pcnn::Index tests: inputs with known structure (from fixed seeds) and the strict
+// comparison with the exact double-precision references: each row must hold the same indices and
+// the same float squared distances as the reference row, in the same order.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "pcnn/index.hpp"
+#include "pcnn/testing/reference.hpp"
+#include "pcnn/testing/synthetic.hpp"
+#include "test_clouds.hpp"
+
+namespace pcnn {
+/// Names the backend in test output (gtest finds it by argument-dependent lookup).
+inline void PrintTo(Backend backend, std::ostream* os) { *os << to_string(backend); }
+}  // namespace pcnn
+
+namespace pcnn::test {
+
+/// Packed (or strided) host points of a vector.
+inline PointsView view(const std::vector<float>& xyz, std::int64_t stride = 3) {
+  return host_points(xyz.data(), static_cast<std::int64_t>(xyz.size()) / stride, stride);
+}
+
+inline IndexOptions options(Backend backend) {
+  IndexOptions o;
+  o.backend = backend;
+  return o;
+}
+
+inline std::int64_t count_finite(const std::vector<float>& xyz) {
+  std::int64_t n = 0;
+  for (std::size_t i = 0; i + 2 < xyz.size(); i += 3)
+    n += std::isfinite(xyz[i]) && std::isfinite(xyz[i + 1]) && std::isfinite(xyz[i + 2]);
+  return n;
+}
+
+enum class Input {
+  uniform,
+  clustered,
+  lidar,
+  hotspot,
+  lattice,     // integer lattice: every distance exact in float, ties everywhere
+  duplicates,  // each point 8 times: exact ties at distance 0
+  outliers,    // uniform in a 100 m cube, plus a few points kilometers away
+  identical,   // every point the same
+  plane,       // a tilted plane
+  line,        // points on a line
+};
+
+inline const char* name(Input in) {
+  switch (in) {
+    case Input::uniform:
+      return "uniform";
+    case Input::clustered:
+      return "clustered";
+    case Input::lidar:
+      return "lidar";
+    case Input::hotspot:
+      return "hotspot";
+    case Input::lattice:
+      return "lattice";
+    case Input::duplicates:
+      return "duplicates";
+    case Input::outliers:
+      return "outliers";
+    case Input::identical:
+      return "identical";
+    case Input::plane:
+      return "plane";
+    case Input::line:
+      return "line";
+  }
+  return "?";
+}
+
+/// About `n` points of kind `in` (a lattice is rounded to a cube, duplicates to a multiple of 8).
+inline std::vector<float> make(Input in, int n, std::uint64_t seed) {
+  switch (in) {
+    case Input::uniform:
+      return make_synthetic_cloud(SyntheticKind::uniform, n, seed);
+    case Input::clustered:
+      return make_synthetic_cloud(SyntheticKind::clustered, n, seed);
+    case Input::lidar:
+      return make_synthetic_cloud(SyntheticKind::lidar, n, seed);
+    case Input::hotspot:
+      return make_synthetic_cloud(SyntheticKind::hotspot, n, seed);
+    case Input::lattice:
+      return lattice(static_cast<int>(std::lround(std::cbrt(n))));
+    case Input::duplicates:
+      return duplicates(n / 8 > 0 ? n / 8 : 1, 8, seed);
+    case Input::outliers:
+      return with_outliers(n, seed);
+    case Input::identical:
+      return std::vector<float>(static_cast<std::size_t>(n) * 3, 2.5f);
+    case Input::plane:
+      return plane(n, seed);
+    case Input::line:
+      return line(n, seed);
+  }
+  return {};
+}
+
+/// Moves a cloud far from the origin (x + offset, y + 1.3 offset, z + 1.6 offset), in float:
+/// the coordinates as stored are the translated floats.
+inline void translate(std::vector<float>& xyz, double offset) {
+  for (std::size_t i = 0; i < xyz.size(); ++i)
+    xyz[i] = static_cast<float>(double(xyz[i]) + offset * (1.0 + 0.3 * double(i % 3)));
+}
+
+inline std::string row_string(const std::int32_t* idx, const float* dist, std::int64_t n) {
+  std::ostringstream os;
+  os << std::setprecision(9) << "[";
+  for (std::int64_t j = 0; j < n; ++j) os << (j ? " " : "") << idx[j] << ":" << dist[j];
+  if (n == 0) os << "empty";
+  return os.str() + "]";
+}
+
+/// Rows × k results at `idx`/`dist` equal `want` exactly (indices, and float squared distances
+/// compared with ==, so +inf padding matches +inf).
+inline ::testing::AssertionResult same_rows(const std::int32_t* idx, const float* dist,
+                                            const KnnResult& want) {
+  const std::int64_t k = want.k;
+  for (std::int64_t q = 0; q < want.rows; ++q)
+    for (std::int64_t j = 0; j < k; ++j) {
+      const std::size_t at = static_cast<std::size_t>(q * k + j);
+      if (idx[at] != want.indices[at] || !(dist[at] == want.sqdist[at]))
+        return ::testing::AssertionFailure()
+               << "row " << q << " differs at column " << j << ": got "
+               << row_string(idx + q * k, dist + q * k, k) << ", the reference has "
+               << row_string(want.indices.data() + q * k, want.sqdist.data() + q * k, k);
+    }
+  return ::testing::AssertionSuccess();
+}
+
+inline ::testing::AssertionResult same_rows(const std::vector<std::int32_t>& idx,
+                                            const std::vector<float>& dist, const KnnResult& want) {
+  if (idx.size() != want.indices.size() || dist.size() != want.sqdist.size())
+    return ::testing::AssertionFailure() << "sizes " << idx.size() << " / " << dist.size()
+                                         << ", the reference has " << want.indices.size();
+  return same_rows(idx.data(), dist.data(), want);
+}
+
+inline ::testing::AssertionResult same_knn(const KnnResult& got, const KnnResult& want) {
+  if (got.rows != want.rows || got.k != want.k)
+    return ::testing::AssertionFailure() << "shape " << got.rows << " x " << got.k
+                                         << ", the reference is " << want.rows << " x " << want.k;
+  return same_rows(got.indices, got.sqdist, want);
+}
+
+inline ::testing::AssertionResult same_hybrid(const HybridResult& got, const HybridResult& want) {
+  const ::testing::AssertionResult rows = same_knn(got.knn, want.knn);
+  if (!rows) return rows;
+  if (got.counts != want.counts) return ::testing::AssertionFailure() << "counts differ";
+  return ::testing::AssertionSuccess();
+}
+
+/// CSR radius results equal `want` exactly: offsets, then each row's indices and distances.
+inline ::testing::AssertionResult same_radius(const std::int64_t* offsets, const std::int32_t* idx,
+                                              const float* dist, std::int64_t rows,
+                                              const RadiusResult& want) {
+  if (rows != want.rows)
+    return ::testing::AssertionFailure() << rows << " rows, the reference has " << want.rows;
+  if (offsets[0] != 0) return ::testing::AssertionFailure() << "offsets[0] = " << offsets[0];
+  for (std::int64_t q = 0; q < rows; ++q) {
+    const std::int64_t b = want.offsets[q], e = want.offsets[q + 1];
+    const bool same_count = offsets[q + 1] - offsets[q] == e - b;
+    bool same = same_count && offsets[q] == b;
+    for (std::int64_t i = b; same && i < e; ++i)
+      same = idx[i] == want.indices[i] && dist[i] == want.sqdist[i];
+    if (!same) {
+      std::ostringstream os;
+      os << "row " << q << ": got " << offsets[q + 1] - offsets[q] << " neighbors at offset "
+         << offsets[q];
+      if (same_count) os << " " << row_string(idx + offsets[q], dist + offsets[q], e - b);
+      os << ", the reference has " << e - b << " at offset " << b << " "
+         << row_string(want.indices.data() + b, want.sqdist.data() + b, e - b);
+      return ::testing::AssertionFailure() << os.str();
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+inline ::testing::AssertionResult same_radius(const RadiusResult& got, const RadiusResult& want) {
+  if (got.offsets.size() != static_cast<std::size_t>(got.rows + 1))
+    return ::testing::AssertionFailure()
+           << got.offsets.size() << " offsets for " << got.rows << " rows";
+  if (got.indices.size() != static_cast<std::size_t>(got.offsets.back()) ||
+      got.sqdist.size() != got.indices.size())
+    return ::testing::AssertionFailure() << "entries do not match offsets";
+  return same_radius(got.offsets.data(), got.indices.data(), got.sqdist.data(), got.rows, want);
+}
+
+/// The exact self-search rows of the points `rows` of `pts` (for clouds too large for a full
+/// reference): the k + 1 nearest of each as a separate query, itself removed (or the last one
+/// dropped when it is not among them: then k copies of it with smaller indices come first).
+/// `params.k` must be below kMaxK when exclude_self is set.
+inline KnnResult reference_self_rows(PointsView pts, const std::vector<std::int64_t>& rows,
+                                     KnnParams params) {
+  std::vector<float> q;
+  for (std::int64_t r : rows)
+    for (int a = 0; a < 3; ++a) q.push_back(pts.data[r * pts.stride + a]);
+  const PointsView qv = host_points(q.data(), static_cast<std::int64_t>(rows.size()));
+  const int k = params.k, extra = params.exclude_self ? 1 : 0;
+  const KnnResult wide = reference_knn(pts, &qv, {k + extra});
+  KnnResult out;
+  out.rows = static_cast<std::int64_t>(rows.size());
+  out.k = k;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    int taken = 0;
+    for (int j = 0; j < k + extra && taken < k; ++j) {
+      const std::size_t at = i * (k + extra) + j;
+      if (params.exclude_self && wide.indices[at] == rows[i]) continue;
+      out.indices.push_back(wide.indices[at]);
+      out.sqdist.push_back(wide.sqdist[at]);
+      ++taken;
+    }
+  }
+  return out;
+}
+
+/// Rows `rows` of a dense result.
+inline KnnResult pick_rows(const KnnResult& r, const std::vector<std::int64_t>& rows) {
+  KnnResult out;
+  out.rows = static_cast<std::int64_t>(rows.size());
+  out.k = r.k;
+  for (std::int64_t q : rows) {
+    const auto b = static_cast<std::ptrdiff_t>(q * r.k);
+    out.indices.insert(out.indices.end(), r.indices.begin() + b, r.indices.begin() + b + r.k);
+    out.sqdist.insert(out.sqdist.end(), r.sqdist.begin() + b, r.sqdist.begin() + b + r.k);
+  }
+  return out;
+}
+
+/// `count` rows spread over [0, n), the first and the last included.
+inline std::vector<std::int64_t> sample_rows(std::int64_t n, std::int64_t count) {
+  std::vector<std::int64_t> rows;
+  for (std::int64_t i = 0; i < count && n > 0; ++i)
+    rows.push_back(count > 1 ? i * (n - 1) / (count - 1) : 0);
+  return rows;
+}
+
+}  // namespace pcnn::test

@@ -1,0 +1,717 @@
+// pcnn::Index, CUDA backend only: outputs in pageable, page-locked and device memory; the
+// caller's stream and the default stream, _async forms; points and queries in device memory;
+// every staging mode; a frame loop that allocates nothing after its first frame; memory caps
+// (clear out-of-memory errors, passes that give one-pass results); two threads with their own
+// streams. Every test skips, saying why, without a device.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu_test.hpp"
+#include "index_test_util.hpp"
+#include "pcnn/error.hpp"
+#include "pcnn/index.hpp"
+#include "pcnn/memory.hpp"
+#include "pcnn/testing/reference.hpp"
+
+namespace pcnn {
+namespace {
+
+using test::same_hybrid;
+using test::same_knn;
+using test::same_radius;
+using test::same_rows;
+using test::view;
+
+void cuda_ok(cudaError_t err, const char* what) {
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+#define CUDA_OK(call) cuda_ok((call), #call)
+
+IndexOptions cuda_options(Staging staging = Staging::automatic) {
+  IndexOptions o = test::options(Backend::cuda);
+  o.staging = staging;
+  return o;
+}
+
+// Where a test puts results (or points): ordinary host memory, page-locked host memory
+// (cudaMallocHost), device memory (cudaMalloc).
+enum class Where { pageable, page_locked, device };
+
+const char* name(Where w) {
+  switch (w) {
+    case Where::pageable:
+      return "pageable";
+    case Where::page_locked:
+      return "page_locked";
+    case Where::device:
+      return "device";
+  }
+  return "?";
+}
+
+/// `n` elements of T in the memory `where` says; read() copies them to a vector.
+template <class T>
+class Buffer {
+ public:
+  Buffer(Where where, std::size_t n) : where_(where), n_(n) {
+    const std::size_t bytes = std::max<std::size_t>(n, 1) * sizeof(T);
+    void* p = nullptr;
+    if (where == Where::pageable) {
+      host_.assign(std::max<std::size_t>(n, 1), T{});
+      p = host_.data();
+    } else if (where == Where::page_locked) {
+      CUDA_OK(cudaMallocHost(&p, bytes));
+    } else {
+      CUDA_OK(cudaMalloc(&p, bytes));
+    }
+    data_ = static_cast<T*>(p);
+    scribble();
+  }
+  ~Buffer() {
+    if (where_ == Where::page_locked) cudaFreeHost(data_);
+    if (where_ == Where::device) cudaFree(data_);
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  T* data() { return data_; }
+  std::int64_t size() const { return static_cast<std::int64_t>(n_); }
+  Memory memory() const { return where_ == Where::device ? Memory::device : Memory::host; }
+  MatrixView<T> matrix(std::int64_t rows, std::int64_t cols) {
+    return {data_, rows, cols, memory()};
+  }
+  ArrayView<T> array() { return {data_, size(), memory()}; }
+  ArrayView<const T> const_array() { return {data_, size(), memory()}; }
+
+  /// Garbage (0xab bytes), so that rows a search failed to write are seen.
+  void scribble() {
+    if (where_ == Where::device)
+      CUDA_OK(cudaMemset(data_, 0xab, std::max<std::size_t>(n_, 1) * sizeof(T)));
+    else
+      std::memset(static_cast<void*>(data_), 0xab, std::max<std::size_t>(n_, 1) * sizeof(T));
+  }
+  std::vector<T> read() const {
+    std::vector<T> out(n_);
+    if (n_ == 0) return out;
+    if (where_ == Where::device)
+      CUDA_OK(cudaMemcpy(out.data(), data_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    else
+      std::copy(data_, data_ + n_, out.begin());
+    return out;
+  }
+
+ private:
+  Where where_;
+  std::size_t n_;
+  std::vector<T> host_;
+  T* data_ = nullptr;
+};
+
+/// A copy of host points in device memory.
+class DevicePoints {
+ public:
+  explicit DevicePoints(const std::vector<float>& xyz) : count_(xyz.size() / 3) {
+    CUDA_OK(cudaMalloc(&data_, std::max<std::size_t>(xyz.size(), 1) * sizeof(float)));
+    CUDA_OK(cudaMemcpy(data_, xyz.data(), xyz.size() * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  ~DevicePoints() { cudaFree(data_); }
+  DevicePoints(const DevicePoints&) = delete;
+  DevicePoints& operator=(const DevicePoints&) = delete;
+  PointsView view() const { return device_points(data_, static_cast<std::int64_t>(count_)); }
+
+ private:
+  float* data_ = nullptr;
+  std::size_t count_;
+};
+
+/// A stream of the test's own (non-blocking), or the default stream.
+class Stream {
+ public:
+  explicit Stream(bool own) {
+    if (own) CUDA_OK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
+  }
+  ~Stream() {
+    if (s_) cudaStreamDestroy(s_);
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+// A map and a scan with a few non-finite points, and their references (computed once).
+struct Fixture {
+  static constexpr int kK = 8, kQK = 6, kMaxNn = 10;
+  static constexpr double kRadius = 0.6;
+  std::vector<float> map = make_synthetic_cloud(SyntheticKind::lidar, 8000, 31);
+  std::vector<float> scan = [] {
+    std::vector<float> s = make_synthetic_cloud(SyntheticKind::lidar, 3000, 32);
+    test::poison(s, 0.01, 33);
+    return s;
+  }();
+  PointsView mv() const { return view(map); }
+  PointsView sv() const { return view(scan); }
+  std::int64_t n() const { return mv().count; }
+  std::int64_t m() const { return sv().count; }
+  KnnResult self_knn, knn;
+  HybridResult self_hybrid, hybrid;
+  RadiusResult self_radius, radius;
+  Fixture() {
+    const PointsView s = sv();
+    self_knn = reference_knn(mv(), nullptr, {kK, true});
+    knn = reference_knn(mv(), &s, {kQK});
+    self_hybrid = reference_hybrid(mv(), nullptr, {kRadius, kMaxNn, true});
+    hybrid = reference_hybrid(mv(), &s, {kRadius, kMaxNn});
+    self_radius = reference_radius(mv(), nullptr, {kRadius, true});
+    radius = reference_radius(mv(), &s, {kRadius});
+  }
+};
+
+const Fixture& fixture() {
+  static const Fixture f;
+  return f;
+}
+
+// ---- outputs in every location, on the default stream and on the caller's ----
+
+struct LocationCase {
+  Where outputs;
+  bool own_stream;     // false: the default stream
+  bool device_inputs;  // points and queries in device memory
+};
+
+std::ostream& operator<<(std::ostream& os, const LocationCase& c) {
+  return os << "outputs in " << name(c.outputs) << " memory, "
+            << (c.own_stream ? "own stream" : "default stream")
+            << (c.device_inputs ? ", points and queries in device memory" : "");
+}
+
+std::string location_name(const ::testing::TestParamInfo<LocationCase>& info) {
+  return std::string(name(info.param.outputs)) +
+         (info.param.own_stream ? "_own_stream" : "_default_stream") +
+         (info.param.device_inputs ? "_device_inputs" : "");
+}
+
+class IndexOutputs : public ::testing::TestWithParam<LocationCase> {
+ protected:
+  void SetUp() override {
+    PCNN_REQUIRE_DEVICE();
+    const LocationCase c = GetParam();
+    f_ = &fixture();
+    stream_ = std::make_unique<Stream>(c.own_stream);
+    if (c.device_inputs) {
+      d_map_ = std::make_unique<DevicePoints>(f_->map);
+      d_scan_ = std::make_unique<DevicePoints>(f_->scan);
+    }
+    index_ = std::make_unique<Index>(points(), cuda_options(), s());
+  }
+  cudaStream_t s() const { return stream_->get(); }
+  PointsView points() const { return d_map_ ? d_map_->view() : f_->mv(); }
+  PointsView queries() const { return d_scan_ ? d_scan_->view() : f_->sv(); }
+  Where where() const { return GetParam().outputs; }
+
+  const Fixture* f_ = nullptr;
+  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<DevicePoints> d_map_, d_scan_;
+  std::unique_ptr<Index> index_;
+};
+
+TEST_P(IndexOutputs, KnnAndSelfKnn) {
+  const Fixture& f = *f_;
+  Index& index = *index_;
+  EXPECT_EQ(index.size(), f.n());
+  {
+    Buffer<std::int32_t> idx(where(), f.m() * f.kQK);
+    Buffer<float> dist(where(), f.m() * f.kQK);
+    index.knn(queries(), {f.kQK}, idx.matrix(f.m(), f.kQK), dist.matrix(f.m(), f.kQK), s());
+    EXPECT_TRUE(same_rows(idx.read(), dist.read(), f.knn)) << "knn";
+    idx.scribble();
+    dist.scribble();
+    index.knn_async(queries(), {f.kQK}, idx.matrix(f.m(), f.kQK), dist.matrix(f.m(), f.kQK), s());
+    ASSERT_EQ(cudaStreamSynchronize(s()), cudaSuccess);
+    EXPECT_TRUE(same_rows(idx.read(), dist.read(), f.knn)) << "knn_async";
+  }
+  {
+    Buffer<std::int32_t> idx(where(), f.n() * f.kK);
+    Buffer<float> dist(where(), f.n() * f.kK);
+    index.self_knn({f.kK, true}, idx.matrix(f.n(), f.kK), dist.matrix(f.n(), f.kK), s());
+    EXPECT_TRUE(same_rows(idx.read(), dist.read(), f.self_knn)) << "self_knn";
+    idx.scribble();
+    dist.scribble();
+    index.self_knn_async({f.kK, true}, idx.matrix(f.n(), f.kK), dist.matrix(f.n(), f.kK), s());
+    ASSERT_EQ(cudaStreamSynchronize(s()), cudaSuccess);
+    EXPECT_TRUE(same_rows(idx.read(), dist.read(), f.self_knn)) << "self_knn_async";
+  }
+  // The owning forms on the same stream.
+  EXPECT_TRUE(same_knn(index.knn(queries(), {f.kQK}, s()), f.knn));
+  EXPECT_TRUE(same_knn(index.self_knn({f.kK, true}, s()), f.self_knn));
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+TEST_P(IndexOutputs, HybridAndSelfHybrid) {
+  const Fixture& f = *f_;
+  Index& index = *index_;
+  const int k = f.kMaxNn;
+  {
+    Buffer<std::int32_t> idx(where(), f.m() * k);
+    Buffer<float> dist(where(), f.m() * k);
+    index.hybrid(queries(), {f.kRadius, k}, idx.matrix(f.m(), k), dist.matrix(f.m(), k), s());
+    EXPECT_TRUE(same_rows(idx.read(), dist.read(), f.hybrid.knn)) << "hybrid";
+  }
+  {
+    Buffer<std::int32_t> idx(where(), f.n() * k);
+    Buffer<float> dist(where(), f.n() * k);
+    index.self_hybrid({f.kRadius, k, true}, idx.matrix(f.n(), k), dist.matrix(f.n(), k), s());
+    EXPECT_TRUE(same_rows(idx.read(), dist.read(), f.self_hybrid.knn)) << "self_hybrid";
+  }
+  EXPECT_TRUE(same_hybrid(index.hybrid(queries(), {f.kRadius, k}, s()), f.hybrid));
+  EXPECT_TRUE(same_hybrid(index.self_hybrid({f.kRadius, k, true}, s()), f.self_hybrid));
+}
+
+TEST_P(IndexOutputs, RadiusCountThenFill) {
+  const Fixture& f = *f_;
+  Index& index = *index_;
+  for (bool self : {false, true}) {
+    SCOPED_TRACE(self ? "self" : "queries");
+    const RadiusResult& want = self ? f.self_radius : f.radius;
+    const RadiusParams p{f.kRadius, self};
+    const std::int64_t rows = want.rows;
+    Buffer<std::int64_t> offsets(where(), rows + 1);
+    const std::int64_t total = self ? index.self_radius_count(p, offsets.array(), s())
+                                    : index.radius_count(queries(), p, offsets.array(), s());
+    ASSERT_EQ(total, want.offsets.back());
+    const std::vector<std::int64_t> off = offsets.read();
+    ASSERT_EQ(off, want.offsets);
+    Buffer<std::int32_t> idx(where(), total);
+    Buffer<float> dist(where(), total);
+    if (self)
+      index.self_radius_fill(p, offsets.const_array(), idx.array(), dist.array(), s());
+    else
+      index.radius_fill(queries(), p, offsets.const_array(), idx.array(), dist.array(), s());
+    const std::vector<std::int32_t> i = idx.read();
+    const std::vector<float> d = dist.read();
+    EXPECT_TRUE(same_radius(off.data(), i.data(), d.data(), rows, want));
+    EXPECT_TRUE(
+        same_radius(self ? index.self_radius(p, s()) : index.radius(queries(), p, s()), want));
+  }
+}
+
+std::vector<LocationCase> location_cases() {
+  std::vector<LocationCase> v;
+  for (Where w : {Where::pageable, Where::page_locked, Where::device})
+    for (bool own : {false, true}) v.push_back({w, own, false});
+  v.push_back({Where::device, true, true});
+  v.push_back({Where::pageable, false, true});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Locations, IndexOutputs, ::testing::ValuesIn(location_cases()),
+                         location_name);
+
+// ---- staging ----
+
+TEST(IndexStaging, EveryModeGivesTheSameRows) {
+  PCNN_REQUIRE_DEVICE();
+  const Fixture& f = fixture();
+  for (Staging mode : {Staging::pageable, Staging::pinned, Staging::registered, Staging::mapped,
+                       Staging::automatic}) {
+    SCOPED_TRACE(to_string(mode));
+    Index index(f.mv(), cuda_options(mode));
+    EXPECT_EQ(index.options().staging, mode);
+    EXPECT_TRUE(same_knn(index.self_knn({f.kK, true}), f.self_knn));
+    const Staging used = index.last_timings().staging;
+    EXPECT_NE(used, Staging::automatic);
+    if (mode != Staging::automatic) {
+      EXPECT_EQ(used, mode);
+    }
+    EXPECT_TRUE(same_knn(index.knn(f.sv(), {f.kQK}), f.knn));
+    if (used != Staging::mapped) {  // mapped: kernels read and write host memory in place
+      EXPECT_GT(index.last_timings().upload_bytes, 0);
+      EXPECT_GT(index.last_timings().download_bytes, 0);
+    }
+    for (Where w : {Where::pageable, Where::page_locked}) {
+      Buffer<std::int32_t> idx(w, f.m() * f.kQK);
+      Buffer<float> dist(w, f.m() * f.kQK);
+      index.knn(f.sv(), {f.kQK}, idx.matrix(f.m(), f.kQK), dist.matrix(f.m(), f.kQK));
+      EXPECT_TRUE(same_rows(idx.read(), dist.read(), f.knn)) << name(w);
+    }
+    EXPECT_TRUE(same_hybrid(index.self_hybrid({f.kRadius, f.kMaxNn, true}), f.self_hybrid));
+    EXPECT_TRUE(same_radius(index.radius(f.sv(), {f.kRadius}), f.radius));
+    // Caller memory registered for a call is released after it.
+    EXPECT_EQ(index.memory_stats().registered_now, 0);
+    if (mode == Staging::registered) {
+      EXPECT_GT(index.memory_stats().registrations, 0);
+      cudaPointerAttributes attr{};
+      ASSERT_EQ(cudaPointerGetAttributes(&attr, f.scan.data()), cudaSuccess);
+      EXPECT_EQ(attr.type, cudaMemoryTypeUnregistered);
+    }
+  }
+}
+
+TEST(IndexStaging, SmallChunksGiveTheSameRows) {
+  PCNN_REQUIRE_DEVICE();
+  const Fixture& f = fixture();
+  for (Staging mode : {Staging::pinned, Staging::pageable, Staging::mapped}) {
+    SCOPED_TRACE(to_string(mode));
+    for (std::int64_t chunk : {128, 1000}) {
+      IndexOptions o = cuda_options(mode);
+      o.chunk_rows = chunk;
+      Index index(f.mv(), o);
+      const std::int64_t per = (chunk + 127) / 128 * 128;
+      EXPECT_TRUE(same_knn(index.self_knn({f.kK, true}), f.self_knn)) << chunk;
+      EXPECT_EQ(index.last_timings().passes, (f.n() + per - 1) / per) << chunk;
+      EXPECT_TRUE(same_knn(index.knn(f.sv(), {f.kQK}), f.knn)) << chunk;
+      EXPECT_TRUE(same_hybrid(index.hybrid(f.sv(), {f.kRadius, f.kMaxNn}), f.hybrid)) << chunk;
+    }
+  }
+}
+
+TEST(IndexStaging, ACallersOwnRegistrationIsKept) {
+  PCNN_REQUIRE_DEVICE();
+  const Fixture& f = fixture();
+  Index index(f.mv(), cuda_options(Staging::registered));
+  std::vector<std::int32_t> idx(static_cast<std::size_t>(f.m() * f.kQK));
+  std::vector<float> dist(idx.size());
+  ASSERT_EQ(cudaHostRegister(dist.data(), dist.size() * sizeof(float), cudaHostRegisterDefault),
+            cudaSuccess);
+  index.knn(f.sv(), {f.kQK}, {idx.data(), f.m(), f.kQK}, {dist.data(), f.m(), f.kQK});
+  EXPECT_TRUE(same_rows(idx, dist, f.knn));
+  cudaPointerAttributes attr{};
+  ASSERT_EQ(cudaPointerGetAttributes(&attr, dist.data()), cudaSuccess);
+  EXPECT_EQ(attr.type, cudaMemoryTypeHost);  // still the caller's registration
+  ASSERT_EQ(cudaPointerGetAttributes(&attr, idx.data()), cudaSuccess);
+  EXPECT_EQ(attr.type, cudaMemoryTypeUnregistered);  // registered for the call only
+  EXPECT_EQ(cudaHostUnregister(dist.data()), cudaSuccess);
+  EXPECT_EQ(index.memory_stats().registered_now, 0);
+}
+
+// ---- a frame loop allocates nothing after its first frame ----
+
+struct FrameCase {
+  Staging staging;
+  Where outputs;
+};
+
+std::ostream& operator<<(std::ostream& os, const FrameCase& c) {
+  return os << to_string(c.staging) << " staging, outputs in " << name(c.outputs) << " memory";
+}
+
+class IndexFrameLoop : public ::testing::TestWithParam<FrameCase> {
+ protected:
+  void SetUp() override { PCNN_REQUIRE_DEVICE(); }
+};
+
+TEST_P(IndexFrameLoop, AllocatesNothingAfterTheFirstFrame) {
+  const FrameCase c = GetParam();
+  constexpr int kN = 6000, kM = 2000, kK = 8, kQK = 5;
+  IndexOptions o = cuda_options(c.staging);
+  o.chunk_rows = 2048;  // several chunks over two streams
+  Index index(o);
+  // The caller's buffers, refilled every frame: a new scan of the same size.
+  std::vector<float> scan(3 * kN), other(3 * kM);
+  Buffer<std::int32_t> idx(c.outputs, kN * kK), qidx(c.outputs, kM * kQK);
+  Buffer<float> dist(c.outputs, kN * kK), qdist(c.outputs, kM * kQK);
+  IndexMemoryStats first;
+  for (int frame = 0; frame < 4; ++frame) {
+    const std::vector<float> s = make_synthetic_cloud(SyntheticKind::lidar, kN, 40 + frame);
+    const std::vector<float> q = make_synthetic_cloud(SyntheticKind::lidar, kM, 60 + frame);
+    std::copy(s.begin(), s.end(), scan.begin());
+    std::copy(q.begin(), q.end(), other.begin());
+    index.build(view(scan));
+    index.self_knn({kK, true}, idx.matrix(kN, kK), dist.matrix(kN, kK));
+    index.knn(view(other), {kQK}, qidx.matrix(kM, kQK), qdist.matrix(kM, kQK));
+    if (frame == 0) first = index.memory_stats();
+  }
+  const IndexMemoryStats now = index.memory_stats();
+  EXPECT_EQ(now.device_allocations, first.device_allocations);
+  EXPECT_EQ(now.pinned_allocations, first.pinned_allocations);
+  // Registered staging page-locks the caller's buffers for each call (that is the mode: no
+  // staging copies, a registration per call instead); the other modes register nothing.
+  if (c.staging != Staging::registered) {
+    EXPECT_EQ(now.registrations, first.registrations);
+  }
+  EXPECT_EQ(now.registered_now, 0);
+  EXPECT_LE(now.device.current_bytes, first.device.peak_bytes);
+  // And the last frame's rows are right.
+  const PointsView ov = view(other);
+  EXPECT_TRUE(same_rows(idx.read(), dist.read(), reference_knn(view(scan), nullptr, {kK, true})));
+  EXPECT_TRUE(same_rows(qidx.read(), qdist.read(), reference_knn(view(scan), &ov, {kQK})));
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, IndexFrameLoop,
+                         ::testing::Values(FrameCase{Staging::pinned, Where::pageable},
+                                           FrameCase{Staging::pinned, Where::device},
+                                           FrameCase{Staging::pinned, Where::page_locked},
+                                           FrameCase{Staging::registered, Where::pageable},
+                                           FrameCase{Staging::registered, Where::device},
+                                           FrameCase{Staging::mapped, Where::pageable},
+                                           FrameCase{Staging::pageable, Where::pageable}),
+                         [](const ::testing::TestParamInfo<FrameCase>& info) {
+                           return std::string(to_string(info.param.staging)) + "_" +
+                                  name(info.param.outputs);
+                         });
+
+// ---- device memory caps ----
+
+TEST(IndexMemory, TooLittleForTheBuildThrowsNeededAndAvailable) {
+  PCNN_REQUIRE_DEVICE();
+  // 4M points (48 MB as floats) under a 32 MB cap; 2000 points fit, with room for a search.
+  const std::vector<float> pts = make_synthetic_cloud(SyntheticKind::uniform, 4000000, 21);
+  const std::vector<float> small = make_synthetic_cloud(SyntheticKind::uniform, 2000, 22);
+  const std::int64_t limit = 32 << 20;
+  IndexOptions o = cuda_options();
+  o.memory = make_limited_pool_resource(limit);
+  try {
+    Index index(view(pts), o);
+    ADD_FAILURE() << "no out_of_memory_error";
+  } catch (const out_of_memory_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("needs"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("available"), std::string::npos) << msg;
+    EXPECT_GT(e.needed_bytes(), e.available_bytes()) << msg;
+    EXPECT_LE(e.available_bytes(), limit) << msg;
+  }
+  EXPECT_EQ(o.memory->stats().current_bytes, 0) << "the failed build kept memory";
+  // One index: a failed build, then a smaller one works, then the failed one fails again.
+  Index index(o);
+  EXPECT_THROW(index.build(view(pts)), out_of_memory_error);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  index.build(view(small));
+  EXPECT_EQ(index.size(), 2000);
+  EXPECT_TRUE(same_knn(index.self_knn({4, true}), reference_knn(view(small), nullptr, {4, true})));
+  EXPECT_THROW(index.build(view(pts)), out_of_memory_error);
+  index.build(view(small));
+  EXPECT_TRUE(same_knn(index.self_knn({4, true}), reference_knn(view(small), nullptr, {4, true})));
+  EXPECT_LE(o.memory->stats().peak_bytes, limit);
+}
+
+TEST(IndexMemory, TooLittleForOneSearchThrowsAndTheIndexStaysUsable) {
+  PCNN_REQUIRE_DEVICE();
+  const std::vector<float> pts = make_synthetic_cloud(SyntheticKind::uniform, 100000, 23);
+  const std::vector<float> few = make_synthetic_cloud(SyntheticKind::uniform, 2000, 24);
+  const std::vector<float> many = make_synthetic_cloud(SyntheticKind::uniform, 1000000, 25);
+  // What the build takes, measured on an index of its own.
+  std::int64_t built = 0;
+  {
+    Index probe(view(pts), cuda_options());
+    built = probe.memory_stats().device.peak_bytes;
+  }
+  IndexOptions o = cuda_options(Staging::registered);
+  o.memory = make_limited_pool_resource(built + (40 << 20));
+  Index index(view(pts), o);
+  const PointsView fv = view(few), mv = view(many);
+  const KnnResult want = reference_knn(view(pts), &fv, {8});
+  EXPECT_TRUE(same_knn(index.knn(fv, {8}), want));
+  // A million queries need more than 40 MB besides their results: a clear error, nothing left
+  // allocated or registered, and the index still answers.
+  std::vector<std::int32_t> idx(1000000 * 8);
+  std::vector<float> dist(idx.size());
+  for (int which = 0; which < 3; ++which) {
+    SCOPED_TRACE("search " + std::to_string(which));
+    try {
+      if (which == 0) index.knn(mv, {8}, {idx.data(), 1000000, 8}, {dist.data(), 1000000, 8});
+      if (which == 1) index.radius(mv, {2.0});
+      if (which == 2) index.hybrid(mv, {2.0, 8});
+      ADD_FAILURE() << "no out_of_memory_error";
+    } catch (const out_of_memory_error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("needs"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("available"), std::string::npos) << msg;
+      EXPECT_GT(e.needed_bytes(), e.available_bytes()) << msg;
+    }
+    EXPECT_EQ(index.memory_stats().registered_now, 0);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    EXPECT_TRUE(same_knn(index.knn(fv, {8}), want));
+  }
+  cudaPointerAttributes attr{};
+  ASSERT_EQ(cudaPointerGetAttributes(&attr, idx.data()), cudaSuccess);
+  EXPECT_EQ(attr.type, cudaMemoryTypeUnregistered);
+}
+
+TEST(IndexMemory, ACapThatForcesPassesGivesOnePassResults) {
+  PCNN_REQUIRE_DEVICE();
+  const std::vector<float> pts = make_synthetic_cloud(SyntheticKind::uniform, 200000, 20);
+  const PointsView v = view(pts);
+  Index free_index(v, cuda_options());
+  const KnnResult free_run = free_index.self_knn({32, true});
+  const RadiusResult radius_free = free_index.self_radius({3.0, true});
+  // Spot-check the uncapped rows against the exact reference.
+  const std::vector<std::int64_t> rows = test::sample_rows(200000, 300);
+  EXPECT_TRUE(
+      same_knn(test::pick_rows(free_run, rows), test::reference_self_rows(v, rows, {32, true})));
+  // Room for the index and the work, not for 200k x 32 x 8 = 51 MB of rows at once.
+  const std::int64_t built = Index(v, cuda_options()).memory_stats().device.peak_bytes;
+  IndexOptions o = cuda_options();
+  o.memory = make_limited_pool_resource(built + (48 << 20));
+  Index capped(v, o);
+  EXPECT_TRUE(same_knn(capped.self_knn({32, true}), free_run));
+  EXPECT_GT(capped.last_timings().passes, 1);
+  EXPECT_LE(o.memory->stats().peak_bytes, built + (48 << 20));
+  // 200k x ~23 neighbors x 16 bytes on the device (72 MB) does not fit in 48 MB at once.
+  EXPECT_GT(radius_free.offsets.back() * 16, std::int64_t(48) << 20);
+  EXPECT_TRUE(same_radius(capped.self_radius({3.0, true}), radius_free));
+  EXPECT_GT(capped.last_timings().passes, 1);
+  EXPECT_LE(o.memory->stats().peak_bytes, built + (48 << 20));
+}
+
+TEST(IndexMemory, MaxRowsPerPassGivesOnePassResults) {
+  PCNN_REQUIRE_DEVICE();
+  const std::vector<float> pts = make_synthetic_cloud(SyntheticKind::lidar, 50000, 18);
+  const std::vector<float> qs = make_synthetic_cloud(SyntheticKind::lidar, 7000, 19);
+  const PointsView v = view(pts), qv = view(qs);
+  Index index(v, cuda_options());
+  const KnnResult a = index.self_knn({12, true});
+  const KnnResult b = index.self_knn({12, true, 1000});
+  EXPECT_EQ(index.last_timings().passes, 49);  // 1000 rounds up to 1024 rows per pass
+  EXPECT_TRUE(same_knn(b, a));
+  const std::vector<std::int64_t> rows = test::sample_rows(50000, 300);
+  EXPECT_TRUE(same_knn(test::pick_rows(b, rows), test::reference_self_rows(v, rows, {12, true})));
+  const KnnResult c = index.knn(qv, {5});
+  const KnnResult d = index.knn(qv, {5, false, 128});
+  EXPECT_EQ(index.last_timings().passes, 55);
+  EXPECT_TRUE(same_knn(d, c));
+  EXPECT_TRUE(same_knn(c, reference_knn(v, &qv, {5})));
+  RadiusParams rp{1.0, true};
+  const RadiusResult r1 = index.self_radius(rp);
+  rp.max_rows_per_pass = 1000;
+  EXPECT_TRUE(same_radius(index.self_radius(rp), r1));
+  EXPECT_EQ(index.last_timings().passes, 49);
+}
+
+TEST(IndexMemory, TwoIndexesShareOneBudget) {
+  PCNN_REQUIRE_DEVICE();
+  const std::vector<float> a = make_synthetic_cloud(SyntheticKind::lidar, 50000, 26);
+  const std::vector<float> b = make_synthetic_cloud(SyntheticKind::clustered, 50000, 27);
+  const std::int64_t limit = 256 << 20;
+  const std::shared_ptr<DeviceMemoryResource> budget = make_limited_pool_resource(limit);
+  IndexOptions o = cuda_options();
+  o.memory = budget;
+  Index ia(view(a), o), ib(view(b), o);
+  const KnnResult ra = ia.self_knn({8, true}), rb = ib.self_knn({8, true});
+  EXPECT_TRUE(same_knn(ra, Index(view(a), cuda_options()).self_knn({8, true})));
+  EXPECT_TRUE(same_knn(rb, Index(view(b), cuda_options()).self_knn({8, true})));
+  const MemoryStats s = budget->stats();
+  EXPECT_LE(s.peak_bytes, limit);
+  EXPECT_GE(s.current_bytes, ia.memory_stats().device.current_bytes);
+  EXPECT_LE(budget->available(), limit - s.current_bytes);
+}
+
+TEST(IndexMemory, ARealDeviceAllocationFailureIsReported) {
+  PCNN_REQUIRE_DEVICE();
+  const std::shared_ptr<DeviceMemoryResource> pool = make_pool_resource();
+  const MemoryStats before = pool->stats();
+  // Far more than any GPU has: the device itself refuses (no cap involved).
+  EXPECT_THROW(pool->allocate(std::size_t(1) << 50, nullptr), out_of_memory_error);
+  EXPECT_EQ(pool->stats().current_bytes, before.current_bytes);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  const std::vector<float> pts = make_synthetic_cloud(SyntheticKind::uniform, 5000, 22);
+  IndexOptions o = cuda_options();
+  o.memory = pool;
+  Index index(view(pts), o);
+  EXPECT_TRUE(same_knn(index.self_knn({4, true}), reference_knn(view(pts), nullptr, {4, true})));
+}
+
+TEST(IndexMemory, InvalidCapsThrow) {
+  EXPECT_THROW(make_limited_pool_resource(-1), invalid_argument_error);
+  PCNN_REQUIRE_DEVICE();
+  EXPECT_THROW(LimitedResource(make_pool_resource(), 0), invalid_argument_error);
+  EXPECT_THROW(LimitedResource(make_pool_resource(), -5), invalid_argument_error);
+}
+
+// ---- streams and threads ----
+
+TEST(IndexStreams, TwoThreadsWithTheirOwnStreamsAndIndexes) {
+  PCNN_REQUIRE_DEVICE();
+  struct Work {
+    std::vector<float> pts, qs;
+    KnnResult self_want, q_want;
+    std::string failure;
+  };
+  Work w[2];
+  w[0].pts = make_synthetic_cloud(SyntheticKind::lidar, 8000, 401);
+  w[0].qs = make_synthetic_cloud(SyntheticKind::lidar, 3000, 402);
+  w[1].pts = make_synthetic_cloud(SyntheticKind::clustered, 7000, 403);
+  w[1].qs = make_synthetic_cloud(SyntheticKind::uniform, 2000, 404);
+  for (Work& x : w) {
+    const PointsView qv = view(x.qs);
+    x.self_want = reference_knn(view(x.pts), nullptr, {8, true});
+    x.q_want = reference_knn(view(x.pts), &qv, {5});
+  }
+  auto run = [](Work& x) {
+    try {
+      Stream stream(true);
+      Index index(view(x.pts), cuda_options(), stream.get());
+      Buffer<std::int32_t> idx(Where::device, x.q_want.indices.size());
+      Buffer<float> dist(Where::device, x.q_want.indices.size());
+      for (int rep = 0; rep < 5 && x.failure.empty(); ++rep) {
+        if (auto r = same_knn(index.self_knn({8, true}, stream.get()), x.self_want); !r)
+          x.failure = "self_knn: " + std::string(r.message());
+        index.knn_async(view(x.qs), {5}, idx.matrix(x.q_want.rows, 5),
+                        dist.matrix(x.q_want.rows, 5), stream.get());
+        CUDA_OK(cudaStreamSynchronize(stream.get()));
+        if (auto r = same_rows(idx.read(), dist.read(), x.q_want); !r)
+          x.failure = "knn_async: " + std::string(r.message());
+      }
+    } catch (const std::exception& e) {
+      x.failure = std::string("threw: ") + e.what();
+    }
+  };
+  std::thread t0(run, std::ref(w[0])), t1(run, std::ref(w[1]));
+  t0.join();
+  t1.join();
+  EXPECT_EQ(w[0].failure, "");
+  EXPECT_EQ(w[1].failure, "");
+}
+
+TEST(IndexStreams, OutlivesTheStreamItWasBuiltOn) {
+  PCNN_REQUIRE_DEVICE();
+  const std::vector<float> map = make_synthetic_cloud(SyntheticKind::uniform, 20000, 96);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  auto index = std::make_unique<Index>(view(map), cuda_options(), stream);
+  const PointsView q = host_points(map.data(), 100);
+  const KnnResult a = index->knn(q, {4}, stream);
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  const KnnResult b = index->knn(q, {4});  // the default stream
+  EXPECT_TRUE(same_knn(b, a));
+  index.reset();  // frees on streams that still exist
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+TEST(IndexLarger, ACloudWithDeepTreesMatchesSampledReferenceRows) {
+  PCNN_REQUIRE_DEVICE();
+  const std::vector<float> pts = make_synthetic_cloud(SyntheticKind::lidar, 100000, 93);
+  const std::vector<float> qs = make_synthetic_cloud(SyntheticKind::clustered, 20000, 94);
+  const PointsView v = view(pts);
+  Index index(v, cuda_options());
+  const std::vector<std::int64_t> rows = test::sample_rows(100000, 500);
+  for (int k : {1, 12, 64}) {
+    const KnnResult got = index.self_knn({k, true});
+    EXPECT_TRUE(same_knn(test::pick_rows(got, rows), test::reference_self_rows(v, rows, {k, true})))
+        << "k = " << k;
+  }
+  const PointsView first = host_points(qs.data(), 2000);
+  const KnnResult q = index.knn(view(qs), {33});
+  KnnResult head = q;
+  head.rows = 2000;
+  head.indices.resize(2000 * 33);
+  head.sqdist.resize(2000 * 33);
+  EXPECT_TRUE(same_knn(head, reference_knn(v, &first, {33})));
+}
+
+}  // namespace
+}  // namespace pcnn
