@@ -152,6 +152,8 @@ Report describe_cloud(const Cloud& c) {
   char buf[160];
   std::snprintf(buf, sizeof buf, "(%.6f, %.6f, %.6f)", c.origin[0], c.origin[1], c.origin[2]);
   r.add("origin", buf);
+  r.add("coordinates", c.exact ? "exact (as stored)"
+                               : "rounded to float (results are exact for the rounded values)");
   return r;
 }
 

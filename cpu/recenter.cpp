@@ -36,6 +36,45 @@ std::array<double, 3> bounding_box_center(const double* xyz, std::int64_t n) {
   return {0.5 * lo[0] + 0.5 * hi[0], 0.5 * lo[1] + 0.5 * hi[1], 0.5 * lo[2] + 0.5 * hi[2]};
 }
 
+namespace {
+
+// Whether every finite point's offset from `o` along `axis` is exactly a float.
+bool exact_on_axis(const double* xyz, std::int64_t n, int axis, double o) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double* p = xyz + 3 * i;
+    if (!finite3(p)) continue;
+    const double v = p[axis] - o;  // exact when o shares the points' grid; checked below anyway
+    if (!(std::fabs(v) <= kMaxCoordinate) || double(static_cast<float>(v)) != v || v + o != p[axis])
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::array<double, 3> exact_origin(const double* xyz, std::int64_t n, bool& exact) {
+  const std::array<double, 3> center = bounding_box_center(xyz, n);
+  std::array<double, 3> origin = center;
+  exact = true;
+  for (int a = 0; a < 3; ++a) {
+    bool found = false;
+    for (const double o : {double(static_cast<float>(center[a])), std::round(center[a]), 0.0})
+      if (std::isfinite(o) && exact_on_axis(xyz, n, a, o)) {
+        origin[a] = o;
+        found = true;
+        break;
+      }
+    exact = exact && found;
+  }
+  return origin;
+}
+
+bool recenters_exactly(const double* xyz, std::int64_t n, const std::array<double, 3>& origin) {
+  for (int a = 0; a < 3; ++a)
+    if (!exact_on_axis(xyz, n, a, origin[a])) return false;
+  return true;
+}
+
 std::vector<float> recenter(const double* xyz, std::int64_t n,
                             const std::array<double, 3>& origin) {
   std::vector<float> out(static_cast<std::size_t>(n) * 3);

@@ -250,7 +250,13 @@ Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin, b
     for (int a = 0; a < 3; ++a) p[a] = read_as_double(rec + f[a]->offset, f[a]->datatype);
     if (std::isfinite(p[0]) && std::isfinite(p[1]) && std::isfinite(p[2])) ++c.finite;
   }
-  c.origin = origin ? *origin : bounding_box_center(xyz.data(), static_cast<std::int64_t>(n));
+  // An origin that keeps the stored coordinates exactly (float files always have one: 0).
+  if (origin) {
+    c.origin = *origin;
+    c.exact = recenters_exactly(xyz.data(), static_cast<std::int64_t>(n), c.origin);
+  } else {
+    c.origin = exact_origin(xyz.data(), static_cast<std::int64_t>(n), c.exact);
+  }
   try {
     c.xyz = recenter(xyz.data(), static_cast<std::int64_t>(n), c.origin);
   } catch (const error& e) {

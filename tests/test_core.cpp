@@ -152,6 +152,44 @@ TEST(Recenter, KeepsResolutionOfGeoreferencedCoordinates) {
   EXPECT_THROW(recenter(huge.data(), 2, {0, 0, 0}), error);
 }
 
+// The origin the loader uses keeps the stored coordinates exactly whenever an origin can.
+TEST(ExactOrigin, FloatCoordinatesAreKeptExactly) {
+  // float32 values as a scan stores them: georeferenced, around zero, tiny.
+  for (const double base : {5.2e5, 0.0, 1e-30}) {
+    std::vector<double> xyz;
+    for (int i = 0; i < 300; ++i)
+      for (int a = 0; a < 3; ++a)
+        xyz.push_back(
+            double(float(base + (base == 0 ? 1 : base) * 1e-3 * ((i * 37 + a * 11) % 97 - 48))));
+    bool exact = false;
+    const auto origin = exact_origin(xyz.data(), 300, exact);
+    EXPECT_TRUE(exact) << "base " << base;
+    const std::vector<float> f = recenter(xyz.data(), 300, origin);
+    for (std::size_t i = 0; i < xyz.size(); ++i)
+      ASSERT_EQ(double(f[i]) + origin[i % 3], xyz[i]) << "base " << base << " value " << i;
+  }
+}
+
+TEST(ExactOrigin, IntegerCoordinatesAreKeptExactly) {
+  std::vector<double> xyz;
+  for (int i = 0; i < 100; ++i) xyz.insert(xyz.end(), {4e8 + 3.0 * i, -7.0 * i, 1e6 + i});
+  bool exact = false;
+  const auto origin = exact_origin(xyz.data(), 100, exact);
+  EXPECT_TRUE(exact);
+  EXPECT_TRUE(recenters_exactly(xyz.data(), 100, origin));
+}
+
+TEST(ExactOrigin, DoublesNoFloatOffsetHoldsAreReportedRounded) {
+  // Millimeters on UTM coordinates stored as float64: no float offset from any origin.
+  std::vector<double> xyz;
+  for (int i = 0; i < 100; ++i) xyz.insert(xyz.end(), {512345.678 + 1.001 * i, 0.5, 0.25});
+  bool exact = true;
+  const auto origin = exact_origin(xyz.data(), 100, exact);
+  EXPECT_FALSE(exact);
+  EXPECT_FALSE(recenters_exactly(xyz.data(), 100, origin));
+  EXPECT_TRUE(recenters_exactly(xyz.data() + 1, 0, origin));  // no points: trivially exact
+}
+
 }  // namespace
 }  // namespace pcnn
 

@@ -26,6 +26,10 @@ struct Cloud {
   std::uint32_t height = 0;        ///< organized clouds: rows (> 1); otherwise 1
   std::int64_t finite = 0;         ///< points with finite x, y and z
   std::string coordinate_type;     ///< type x/y/z were stored in: "float32", "float64", ...
+  /// xyz + origin equals the stored coordinates exactly (the origin is chosen so whenever one
+  /// exists: always for float32 files). When false (doubles that no float offset represents),
+  /// the coordinates were rounded to float and searches are exact for the rounded coordinates.
+  bool exact = true;
   std::vector<std::string> field_names;        ///< every field of the file, in order
   std::shared_ptr<const StoredFields> fields;  ///< kept for writing subsets with every field
 
@@ -36,7 +40,7 @@ struct Cloud {
 /// Loads a .pcd (ascii, binary, binary_compressed) or .ply (ascii, binary little- or big-endian)
 /// file. x, y and z are read in their stored type (float or double, or an integer type).
 /// Re-centers on `origin` when given (to put a query cloud in its reference cloud's frame),
-/// otherwise on the center of the finite points' bounding box.
+/// otherwise on an origin that keeps the stored coordinates exact (pcnn::exact_origin).
 /// @throws pcnn::input_error naming the file and the reason (missing, unreadable, unknown
 ///         extension, malformed, no x/y/z, coordinates too large for float distances).
 /// `keep_fields` keeps every field of every point (Cloud::fields) for save_cloud_subset; without

@@ -11,6 +11,16 @@ namespace pcnn {
 /// when none is finite.
 std::array<double, 3> bounding_box_center(const double* xyz, std::int64_t n);
 
+/// An origin from which every finite point's offset is exactly a float, axis by axis, so that the
+/// float coordinates plus the origin are the stored coordinates (searches are then exact for the
+/// stored coordinates): the bounding-box center rounded to float, or rounded to an integer, or 0,
+/// the first that is exact on the axis. Sets `exact` false when no candidate is exact on some
+/// axis (the box center is used there, and offsets are rounded to float).
+std::array<double, 3> exact_origin(const double* xyz, std::int64_t n, bool& exact);
+
+/// Whether float(xyz - origin) == xyz - origin for every finite point.
+bool recenters_exactly(const double* xyz, std::int64_t n, const std::array<double, 3>& origin);
+
 /// float(xyz - origin) for each of `n` packed xyz triples; points with a non-finite coordinate
 /// become NaN in all three. Georeferenced coordinates (1e5..1e7 m) keep millimeter resolution
 /// because the subtraction happens in double.
