@@ -254,7 +254,19 @@ int run_knn(const KnnCommand& cmd) {
     report.add("speedup", (ct.build_ms + ct.query_ms) / total, "x");
     report.add_note("", "speedup = CPU baseline total / pcnn total");
     const KnnAgreement ag = compare_knn(in.ref_view, in.qv(), result, cpu_result, cmd.exclude_self);
-    report.add_section("agreement with CPU", knn_agreement_section(ag));
+    Report section = knn_agreement_section(ag);
+    // pcnn's rows are exact by contract: where PCL's differ, say how.
+    const ExactnessReport ex = classify_against_exact(in.ref_view, in.qv(), result, cpu_result);
+    Report how;
+    how.add("identical to the exact rows", static_cast<double>(ex.identical));
+    how.add("ties broken another way", static_cast<double>(ex.tie_order));
+    how.add("near-ties ordered by rounding", static_cast<double>(ex.rounding));
+    how.add("other differences", static_cast<double>(ex.wrong));
+    how.add_note("",
+                 "PCL's rows against the exact rule (double distances, ties to the smaller "
+                 "index)");
+    section.add_section("cpu baseline rows", std::move(how));
+    report.add_section("agreement with CPU", std::move(section));
     if (!ag.all_agree()) exit_code = kExitDisagree;
   }
   if (streamed) {

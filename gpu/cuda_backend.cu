@@ -4,6 +4,7 @@
 // index's workspace (so a frame loop of equal sizes allocates nothing after its first frame).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -65,6 +66,27 @@ __global__ void last_slot_kernel(const float4* __restrict__ sorted, int n, std::
   if (!(isfinite(q.x) && isfinite(q.y) && isfinite(q.z))) return;
   atomicMax(last + __float_as_int(q.w) / per, s);
   atomicAdd(finite, 1);
+}
+
+// The largest magnitude of any finite coordinate (as int bits: non-negative floats order as ints).
+__global__ void magnitude_kernel(const float* __restrict__ xyz, std::int64_t stride, int n,
+                                 int* __restrict__ out) {
+  int best = 0;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const float* p = xyz + static_cast<std::int64_t>(i) * stride;
+    if (!(isfinite(p[0]) && isfinite(p[1]) && isfinite(p[2]))) continue;
+    best = max(best, __float_as_int(fmaxf(fabsf(p[0]), fmaxf(fabsf(p[1]), fabsf(p[2])))));
+  }
+  atomicMax(out, best);
+}
+
+// Filter coordinates: the caller's times 2^scale_exp, packed (exact unless a value underflows).
+__global__ void scale_kernel(const float* __restrict__ xyz, std::int64_t stride, int n,
+                             int scale_exp, float* __restrict__ out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float* p = xyz + static_cast<std::int64_t>(i) * stride;
+  for (int a = 0; a < 3; ++a) out[3 * static_cast<std::int64_t>(i) + a] = ldexpf(p[a], scale_exp);
 }
 
 // Rows of the non-finite queries (slots from `first` on): no neighbors.
@@ -134,8 +156,11 @@ class CudaBackend final : public Index::Backend_ {
       detail::device_buffer<float> raw;
       const PointsView d = stage(points, raw, refs_host_, stream, t);
       ev_[1].record(stream);
+      choose_scale(d, stream);
+      detail::device_buffer<float> scaled;
+      const PointsView f = filter_of(d, scaled, stream);
       index_ =
-          detail::build_spatial_index(d.data, d.stride, static_cast<int>(d.count), stream, ws_);
+          detail::build_spatial_index(f.data, f.stride, static_cast<int>(f.count), stream, ws_);
       ev_[2].record(stream);
       // The coordinates as given, kept for the exact refinement and for searches of a range of
       // the indexed points: the staged copy, or a copy of the caller's device memory.
@@ -166,22 +191,21 @@ class CudaBackend final : public Index::Backend_ {
            MatrixView<std::int32_t> indices, MatrixView<float> sqdist, cudaStream_t stream,
            bool sync, SearchTimings& t) override {
     if (queries || (first_row == 0 && indices.rows == index_.n_total)) {
-      dense(queries, 0, params, detail::RadiusBound{}, indices, sqdist, stream, sync, t);
+      dense(queries, 0, params, INFINITY, indices, sqdist, stream, sync, t);
       return;
     }
     // Part of the self-search: those indexed points as a separate query set, each still
     // excluding itself (query i is indexed point first_row + i).
     const PointsView rows = device_points(exact_view_.data + first_row * exact_view_.stride,
                                           indices.rows, exact_view_.stride);
-    dense(&rows, static_cast<int>(first_row), params, detail::RadiusBound{}, indices, sqdist,
-          stream, sync, t);
+    dense(&rows, static_cast<int>(first_row), params, INFINITY, indices, sqdist, stream, sync, t);
   }
 
   void hybrid(const PointsView* queries, const HybridParams& params,
               MatrixView<std::int32_t> indices, MatrixView<float> sqdist, cudaStream_t stream,
               SearchTimings& t) override {
-    dense(queries, 0, {params.max_nn, params.exclude_self, params.max_rows_per_pass},
-          detail::make_radius_bound(params.radius), indices, sqdist, stream, true, t);
+    dense(queries, 0, {params.max_nn, params.exclude_self, params.max_rows_per_pass}, params.radius,
+          indices, sqdist, stream, true, t);
   }
 
   RadiusResult radius(const PointsView* queries, const RadiusParams& params, cudaStream_t stream,
@@ -196,13 +220,16 @@ class CudaBackend final : public Index::Backend_ {
     if (rows == 0) return result;
     try {
       detail::check_radius_fits(queries ? query_working_bytes(*queries) : 0, rows, ws_.available());
-      detail::device_buffer<float> raw;
+      detail::device_buffer<float> raw, scaled;
       ev_[0].record(stream);
-      PointsView d;
-      if (queries) d = stage(*queries, raw, queries_host_, stream, t);
+      PointsView d, f;
+      if (queries) {
+        d = stage(*queries, raw, queries_host_, stream, t);
+        f = filter_of(d, scaled, stream);
+      }
       ev_[1].record(stream);
-      result = detail::radius_query(index_, queries ? &d : nullptr, params, &t, stream, ev_[0],
-                                    ev_[1], ws_);
+      result = detail::radius_query(index_, queries ? &f : nullptr, params, &t, stream, ev_[0],
+                                    ev_[1], exact_search(queries ? &d : nullptr), ws_);
     } catch (...) {
       abandon_call(stream);
       throw;
@@ -317,10 +344,11 @@ class CudaBackend final : public Index::Backend_ {
   }
 
   // kNN and hybrid: dense rows × k into the caller's outputs.
-  // `query_offset`: with exclude_self, query i is indexed point i + query_offset.
-  void dense(const PointsView* queries, int query_offset, const KnnParams& params,
-             const detail::RadiusBound& bound, MatrixView<std::int32_t> indices,
-             MatrixView<float> sqdist, cudaStream_t stream, bool sync, SearchTimings& timings) {
+  // `query_offset`: with exclude_self, query i is indexed point i + query_offset. `radius`:
+  // hybrid search within it (infinity: kNN).
+  void dense(const PointsView* queries, int query_offset, const KnnParams& params, double radius,
+             MatrixView<std::int32_t> indices, MatrixView<float> sqdist, cudaStream_t stream,
+             bool sync, SearchTimings& timings) {
     DeviceGuard guard(options_.device);
     const auto t0 = clock_type::now();
     // An _async call leaves the last synchronizing call's timings as they are.
@@ -335,15 +363,20 @@ class CudaBackend final : public Index::Backend_ {
     }
     try {
       ev_[0].record(stream);
-      detail::device_buffer<float> raw;
-      PointsView d;
-      if (queries) d = stage(*queries, raw, queries_host_, stream, t);
+      detail::device_buffer<float> raw, scaled;
+      PointsView d, f;  // the queries as given (exact) and as the float search sees them
+      if (queries) {
+        d = stage(*queries, raw, queries_host_, stream, t);
+        f = filter_of(d, scaled, stream);
+      }
       ev_[1].record(stream);
+      const detail::ExactSearch ex = exact_search(queries ? &d : nullptr);
+      const detail::RadiusBound bound = detail::make_radius_bound(radius, ex);
       if (indices.memory == Memory::device)
-        dense_to_device(queries ? &d : nullptr, query_offset, params, bound, indices.data,
+        dense_to_device(queries ? &f : nullptr, query_offset, params, bound, ex, indices.data,
                         sqdist.data, stream, sync, t);
       else
-        dense_to_host(queries ? &d : nullptr, query_offset, params, bound, indices.data,
+        dense_to_host(queries ? &f : nullptr, query_offset, params, bound, ex, indices.data,
                       sqdist.data, stream, t);
     } catch (...) {
       abandon_call(stream);
@@ -359,25 +392,63 @@ class CudaBackend final : public Index::Backend_ {
   }
 
   // The exact coordinates of a search: the indexed points as given, and the queries' (the
-  // staged query view; the indexed points themselves for a self-search).
+  // staged query view; the indexed points themselves for a self-search), and how far the float
+  // filter is from them.
   detail::ExactSearch exact_search(const PointsView* d_queries) const {
     detail::ExactSearch ex;
     ex.refs = {exact_view_.data, nullptr, exact_view_.stride};
     ex.queries =
         d_queries ? detail::ExactCoords{d_queries->data, nullptr, d_queries->stride} : ex.refs;
+    ex.err.scale2 = std::ldexp(1.0, 2 * scale_exp_);
+    ex.err.perturbation = scale_exp_ < 0 ? std::ldexp(1.0, -149) : 0.0;
     return ex;
+  }
+
+  // The float search works on the caller's coordinates unless their magnitudes would underflow
+  // or overflow float squares (below 2^-40 or above 2^40 at the largest): then on a copy scaled
+  // by a power of two, which is exact (unless scaling down pushes a value below float's normal
+  // range: the filter error then allows for it). Reported distances come from the exact
+  // coordinates either way.
+  void choose_scale(const PointsView& d, cudaStream_t stream) {
+    scale_exp_ = 0;
+    if (d.count == 0) return;
+    detail::device_buffer<int> m(1, stream, ws_);
+    PCNN_CUDA_TRY(cudaMemsetAsync(m.data(), 0, sizeof(int), stream));
+    const auto blocks = static_cast<int>(std::min<std::int64_t>((d.count + 255) / 256, 1024));
+    magnitude_kernel<<<blocks, 256, 0, stream>>>(d.data, d.stride, static_cast<int>(d.count),
+                                                 m.data());
+    PCNN_CHECK_LAUNCH();
+    int bits = 0;
+    PCNN_CUDA_TRY(cudaMemcpyAsync(&bits, m.data(), sizeof bits, cudaMemcpyDeviceToHost, stream));
+    PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+    float largest;
+    std::memcpy(&largest, &bits, sizeof largest);
+    if (largest == 0.f || (largest >= 0x1p-40f && largest <= 0x1p40f)) return;
+    scale_exp_ = -std::ilogb(largest);  // the largest becomes about 1
+  }
+
+  // The float search's view of device points `d`: `d` itself, or a scaled copy in `buf`.
+  PointsView filter_of(const PointsView& d, detail::device_buffer<float>& buf,
+                       cudaStream_t stream) {
+    if (scale_exp_ == 0 || d.count == 0) return d;
+    buf.resize(static_cast<std::size_t>(d.count) * 3, stream, ws_);
+    scale_kernel<<<static_cast<int>((d.count + 255) / 256), 256, 0, stream>>>(
+        d.data, d.stride, static_cast<int>(d.count), scale_exp_, buf.data());
+    PCNN_CHECK_LAUNCH();
+    return device_points(buf.data(), d.count, 3);
   }
 
   // The caller's device memory holds every row: the search writes there directly.
   void dense_to_device(const PointsView* d_queries, int query_offset, const KnnParams& params,
-                       const detail::RadiusBound& bound, std::int32_t* idx, float* dist,
-                       cudaStream_t stream, bool sync, SearchTimings& t) {
+                       const detail::RadiusBound& bound, const detail::ExactSearch& ex,
+                       std::int32_t* idx, float* dist, cudaStream_t stream, bool sync,
+                       SearchTimings& t) {
     detail::KnnOutput out;
     out.d_idx = idx;
     out.d_dist = dist;
     out.query_offset = query_offset;
-    const detail::TreeSearchStats st = detail::tree_query(
-        index_, d_queries, params, bound, out, exact_search(d_queries), stream, ev_[2], ws_, sync);
+    const detail::TreeSearchStats st =
+        detail::tree_query(index_, d_queries, params, bound, out, ex, stream, ev_[2], ws_, sync);
     ev_[3].record(stream);
     if (!sync) return;
     PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
@@ -391,8 +462,9 @@ class CudaBackend final : public Index::Backend_ {
   // stream as soon as all its queries are done; otherwise passes of rows, each downloaded before
   // the next, so that results larger than the device memory left still work.
   void dense_to_host(const PointsView* d_queries, int query_offset, const KnnParams& params,
-                     const detail::RadiusBound& bound, std::int32_t* out_idx, float* out_dist,
-                     cudaStream_t stream, SearchTimings& t) {
+                     const detail::RadiusBound& bound, const detail::ExactSearch& ex,
+                     std::int32_t* out_idx, float* out_dist, cudaStream_t stream,
+                     SearchTimings& t) {
     const int k = params.k;
     const std::int64_t rows = d_queries ? d_queries->count : index_.n_total;
     const std::size_t cells = static_cast<std::size_t>(rows) * k;
@@ -428,14 +500,13 @@ class CudaBackend final : public Index::Backend_ {
       detail::device_buffer<float> d_dist(d_idx.size(), stream, ws_);
       detail::KnnOutput out{d_idx.data(), d_dist.data(), per_pass, h_idx, h_dist, query_offset};
       const detail::TreeSearchStats st =
-          detail::tree_query(index_, d_queries, params, bound, out, exact_search(d_queries), stream,
-                             ev_[2], ws_, true);
+          detail::tree_query(index_, d_queries, params, bound, out, ex, stream, ev_[2], ws_, true);
       t.search_ms = st.search_ms;
       t.download_ms = st.download_ms;
       t.passes = st.passes;
       t.distance_evaluations = st.evaluations;
     } else {
-      curve_order_search(d_queries, query_offset, params, bound, h_idx, h_dist, stream, t);
+      curve_order_search(d_queries, query_offset, params, bound, ex, h_idx, h_dist, stream, t);
     }
     t.download_bytes = static_cast<std::int64_t>(cells) * 8;
     if (h_idx != out_idx) {
@@ -447,8 +518,9 @@ class CudaBackend final : public Index::Backend_ {
   // Every row on the device; passes in curve order; chunks of rows (by original index)
   // downloaded on the aux stream once their last query is searched. Synchronizes.
   void curve_order_search(const PointsView* d_queries, int query_offset, const KnnParams& params,
-                          const detail::RadiusBound& bound, std::int32_t* out_idx, float* out_dist,
-                          cudaStream_t s0, SearchTimings& t) {
+                          const detail::RadiusBound& bound, const detail::ExactSearch& ex,
+                          std::int32_t* out_idx, float* out_dist, cudaStream_t s0,
+                          SearchTimings& t) {
     const int k = params.k;
     const std::int64_t rows = d_queries ? d_queries->count : index_.n_total;
     cudaStream_t s1 = aux_;
@@ -457,7 +529,6 @@ class CudaBackend final : public Index::Backend_ {
       sorted_buf = detail::sort_queries(index_, d_queries->data, d_queries->stride,
                                         static_cast<int>(rows), s0, ws_);
     const float4* sorted = d_queries ? sorted_buf.data() : index_.points.data();
-    const detail::ExactSearch ex = exact_search(d_queries);
     ev_[2].record(s0);
     std::int64_t per = options_.chunk_rows > 0 ? options_.chunk_rows
                                                : std::max<std::int64_t>(65536, (rows + 7) / 8);
@@ -547,6 +618,7 @@ class CudaBackend final : public Index::Backend_ {
   bool mapped_;
   cudaStream_t aux_ = nullptr;
   detail::SpatialIndex index_;
+  int scale_exp_ = 0;                   // the float search's coordinates: the caller's × 2^this
   detail::device_buffer<float> exact_;  // the indexed points as given, original order
   PointsView exact_view_;               // where they are (exact_, or mapped page-locked memory)
   detail::pinned_buffer<float> refs_host_, queries_host_;

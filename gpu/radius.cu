@@ -11,6 +11,7 @@
 
 #include "detail/cuda_try.cuh"
 #include "detail/device_buffer.cuh"
+#include "detail/exact.cuh"
 #include "detail/plan.cuh"
 #include "detail/radius_tree.cuh"
 #include "detail/search.cuh"
@@ -89,6 +90,47 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
     int rank = 0;
     for (int j = 0; j < m; ++j) rank += sh[j] < v;
     split_key(v, idx + s + rank, dist + s + rank);
+  }
+}
+
+/// One thread per row, after the sort: entries whose float distances are equal came out by index,
+/// but their exact distances may differ below float resolution. Each such run is put in
+/// (exact distance, index) order, as the contract and the CPU backend have it. Runs are short
+/// and rare, except on exact ties, where the exact distances are equal too and the check is one
+/// linear pass.
+__global__ void radius_ties_kernel(const float4* __restrict__ queries, int slot_begin, int n,
+                                   const std::int64_t* __restrict__ start,
+                                   const std::int64_t* __restrict__ len, ExactCoords refs,
+                                   ExactCoords queries_exact, std::int32_t* __restrict__ idx,
+                                   float* __restrict__ dist) {
+  const int row = blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= n) return;
+  const std::int64_t s = start[row], m = len[row];
+  double3 q;
+  bool have_q = false;
+  for (std::int64_t a = s, end = s + m; a < end;) {
+    std::int64_t b = a + 1;
+    while (b < end && dist[b] == dist[a]) ++b;
+    if (b - a > 1) {
+      if (!have_q) {
+        q = queries_exact.at(__float_as_int(queries[slot_begin + row].w));
+        have_q = true;
+      }
+      // Insertion sort by (exact distance, index); already in order for exact ties.
+      for (std::int64_t i = a + 1; i < b; ++i) {
+        const std::int32_t id = idx[i];
+        const double d = exact_sqdist(q, refs.at(id));
+        std::int64_t j = i;
+        while (j > a) {
+          const double pd = exact_sqdist(q, refs.at(idx[j - 1]));
+          if (pd < d || (pd == d && idx[j - 1] < id)) break;
+          idx[j] = idx[j - 1];
+          --j;
+        }
+        idx[j] = id;
+      }
+    }
+    a = b;
   }
 }
 
@@ -198,8 +240,8 @@ struct RadiusTimes {
 
 // Radius search of `n` queries (sorted along the index's curve) against `index`; fills `result`.
 RadiusTimes radius_on_index(const SpatialIndex& index, const float4* queries, int n,
-                            const RadiusParams& params, RadiusResult& result, cudaStream_t stream,
-                            DeviceMemoryResource& mr) {
+                            const RadiusParams& params, const ExactSearch& ex, RadiusResult& result,
+                            cudaStream_t stream, DeviceMemoryResource& mr) {
   RadiusTimes times;
   const TreeView tree = index.view();
   RadiusArgs a;
@@ -207,7 +249,7 @@ RadiusTimes radius_on_index(const SpatialIndex& index, const float4* queries, in
   a.slot_begin = 0;
   a.slot_end = n;
   a.exclude_self = params.exclude_self;
-  a.bound = make_radius_bound(params.radius);
+  a.bound = make_radius_bound(params.radius, ex);
   cuda_event start, counted;
   start.record(stream);
   device_buffer<std::int64_t> counts(n + 1, stream, mr), offsets(n + 1, stream, mr);
@@ -303,6 +345,10 @@ RadiusTimes radius_on_index(const SpatialIndex& index, const float4* queries, in
     if (n_long > 0)
       sort_long_rows(n_long, long_rows.data(), row_start.data(), len.data(), keys.data(),
                      idx.data(), dist.data(), stream, mr);
+    radius_ties_kernel<<<blocks_for(rows, kThreads), kThreads, 0, stream>>>(
+        queries, begin, rows, row_start.data(), len.data(), ex.refs, ex.queries, idx.data(),
+        dist.data());
+    PCNN_CHECK_LAUNCH();
     searched.record(stream);
     std::int32_t* to_idx = one_pass ? result.indices.data() : h_idx.data();
     float* to_dist = one_pass ? result.sqdist.data() : h_dist.data();
@@ -343,7 +389,8 @@ void check_radius_fits(std::int64_t working, std::int64_t rows, std::int64_t ava
 
 RadiusResult radius_query(const SpatialIndex& index, const PointsView* queries,
                           const RadiusParams& params, SearchTimings* timings, cudaStream_t stream,
-                          cuda_event& start, cuda_event& uploaded, DeviceMemoryResource& mr) {
+                          cuda_event& start, cuda_event& uploaded, const ExactSearch& ex,
+                          DeviceMemoryResource& mr) {
   const std::int64_t rows = queries ? queries->count : index.n_total;
   RadiusResult result;
   result.rows = rows;
@@ -357,7 +404,7 @@ RadiusResult radius_query(const SpatialIndex& index, const PointsView* queries,
   result.offsets.assign(rows + 1, 0);
   if (rows == 0) return result;
   const RadiusTimes t = radius_on_index(index, queries ? sorted.data() : index.points.data(),
-                                        static_cast<int>(rows), params, result, stream, mr);
+                                        static_cast<int>(rows), params, ex, result, stream, mr);
   if (timings) {
     timings->upload_ms = uploaded.since(start);
     timings->build_ms = built.since(uploaded);

@@ -89,4 +89,46 @@ KnnAgreement compare_knn(PointsView refs, const PointsView* queries, const KnnRe
   return ag;
 }
 
+ExactnessReport classify_against_exact(PointsView refs, const PointsView* queries,
+                                       const KnnResult& exact, const KnnResult& other,
+                                       double rel_tol) {
+  PCNN_EXPECTS(exact.rows == other.rows && exact.k == other.k,
+               "classify_against_exact: results of different shapes");
+  const PointsView& qv = queries ? *queries : refs;
+  ExactnessReport rep;
+  rep.rows = exact.rows;
+  for (std::int64_t q = 0; q < exact.rows; ++q) {
+    const std::size_t row = static_cast<std::size_t>(q) * exact.k;
+    bool same = true;
+    for (int j = 0; j < exact.k && same; ++j)
+      same = exact.indices[row + j] == other.indices[row + j];
+    if (same) {
+      ++rep.identical;
+      continue;
+    }
+    // The exact distances of both rows, position by position.
+    bool equal = true, close = true;
+    const float* qp = cpu::point(qv, q);
+    for (int j = 0; j < exact.k; ++j) {
+      const std::int32_t a = exact.indices[row + j], b = other.indices[row + j];
+      if (a < 0 || b < 0 || b >= refs.count) {
+        equal = close = a == b;
+        if (!close) break;
+        continue;
+      }
+      const double da = cpu::sqdist_double(qp, cpu::point(refs, a));
+      const double db = cpu::sqdist_double(qp, cpu::point(refs, b));
+      equal = equal && da == db;
+      close = close && std::fabs(da - db) <= rel_tol * std::max(da, db) + 1e-30;
+    }
+    if (equal)
+      ++rep.tie_order;
+    else if (close)
+      ++rep.rounding;
+    else if (++rep.wrong == 1)
+      rep.first_wrong = q;
+  }
+  return rep;
+}
+
 }  // namespace pcnn

@@ -37,14 +37,12 @@ RadiusResult reference_radius(PointsView refs, const PointsView* queries, Radius
   validate_knn_args(refs, queries, {1, params.exclude_self});
   const PointsView& qv = queries ? *queries : refs;
   const std::vector<std::int32_t> ids = cpu::finite_indices(refs);
-  // Each row as (float distance, index) pairs: the GPU reports the exact distance rounded to
-  // float and sorts by it, ties by index.
-  std::vector<std::vector<std::pair<float, std::int32_t>>> rows(qv.count);
+  // Each row sorted by (exact double distance, index), then reported as the double rounded to
+  // float: the contract (two distances equal in float but not in double keep the double order).
+  std::vector<std::vector<std::pair<double, std::int32_t>>> rows(qv.count);
   cpu::parallel_rows(qv.count, [&](std::int64_t q) {
-    std::vector<std::pair<double, std::int32_t>> found;
-    within(refs, qv, ids, q, params.radius, params.exclude_self, found);
     auto& row = rows[q];
-    for (const auto& [d2, i] : found) row.emplace_back(static_cast<float>(d2), i);
+    within(refs, qv, ids, q, params.radius, params.exclude_self, row);
     std::sort(row.begin(), row.end());
   });
   RadiusResult r;
@@ -55,7 +53,7 @@ RadiusResult reference_radius(PointsView refs, const PointsView* queries, Radius
   for (const auto& row : rows)
     for (const auto& [d, i] : row) {
       r.indices.push_back(i);
-      r.sqdist.push_back(d);
+      r.sqdist.push_back(static_cast<float>(d));
     }
   return r;
 }

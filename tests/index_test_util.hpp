@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <iomanip>
 #include <ostream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -54,6 +55,10 @@ enum class Input {
   identical,   // every point the same
   plane,       // a tilted plane
   line,        // points on a line
+  near_ties,   // a shuffled 0.1-spaced lattice: 0.1 is no float, so distances tie within ulps
+  tiny,        // uniform scaled by 1e-30: squared distances underflow float
+  denormal,    // uniform scaled by 1e-39: the coordinates themselves are float denormals
+  huge,        // uniform scaled by 1e25: squared distances overflow float
 };
 
 inline const char* name(Input in) {
@@ -78,8 +83,26 @@ inline const char* name(Input in) {
       return "plane";
     case Input::line:
       return "line";
+    case Input::near_ties:
+      return "near_ties";
+    case Input::tiny:
+      return "tiny";
+    case Input::denormal:
+      return "denormal";
+    case Input::huge:
+      return "huge";
   }
   return "?";
+}
+
+/// Reorders the points of packed xyz (a fixed permutation from `seed`).
+inline void shuffle_points(std::vector<float>& xyz, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const std::size_t n = xyz.size() / 3;
+  for (std::size_t i = n; i > 1; --i) {
+    const std::size_t j = static_cast<std::size_t>(rng() % i);
+    for (int a = 0; a < 3; ++a) std::swap(xyz[3 * (i - 1) + a], xyz[3 * j + a]);
+  }
 }
 
 /// About `n` points of kind `in` (a lattice is rounded to a cube, duplicates to a multiple of 8).
@@ -105,6 +128,20 @@ inline std::vector<float> make(Input in, int n, std::uint64_t seed) {
       return plane(n, seed);
     case Input::line:
       return line(n, seed);
+    case Input::near_ties: {
+      std::vector<float> v = lattice(static_cast<int>(std::lround(std::cbrt(n))));
+      for (float& c : v) c *= 0.1f;
+      shuffle_points(v, seed);
+      return v;
+    }
+    case Input::tiny:
+    case Input::denormal:
+    case Input::huge: {
+      const double f = in == Input::tiny ? 1e-30 : in == Input::denormal ? 1e-39 : 1e25;
+      std::vector<float> v = make_synthetic_cloud(SyntheticKind::uniform, n, seed);
+      for (float& c : v) c = static_cast<float>(double(c) * f);
+      return v;
+    }
   }
   return {};
 }

@@ -131,6 +131,15 @@ std::vector<SearchCase> search_cases() {
   add(Input::lattice, 1728, kSelf, U, 27, 1.0, 0, 1e6, 91);  // integers + 1e6: exact in float
   add(Input::clustered, 2500, 1000, Input::clustered, 16, 2.0, 0, 1e6, 92);
   add(Input::lidar, 3000, kSelf, U, 8, 0.8, 0.05, 1e6, 93);
+  // Near-ties within a float ulp, and magnitudes where float squares underflow or overflow
+  // (issue 14's adversarial clouds): strict against the double reference on both backends.
+  add(Input::near_ties, 1728, kSelf, U, 19, 0.1, 0, 0, 100);
+  add(Input::near_ties, 4096, kSelf, U, 8, 0.2, 0, 0, 101);
+  add(Input::near_ties, 1728, 1728, Input::near_ties, 26, 0.15, 0, 0, 102);
+  add(Input::tiny, 3000, kSelf, U, 8, 9e-30, 0, 0, 103);
+  add(Input::denormal, 2000, kSelf, U, 8, 9e-39, 0, 0, 104);
+  add(Input::huge, 3000, kSelf, U, 8, 9e25, 0, 0, 105);
+  add(Input::clustered, 2500, 1000, Input::clustered, 16, 2.0, 0, 4.5e6, 106);  // UTM-like
   // Every case on the CUDA backend too.
   for (std::size_t i = 0, n = v.size(); i < n; ++i) {
     v.push_back(v[i]);

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cfloat>
+#include <cmath>
 #include <cstdint>
 
 namespace pcnn::detail {
@@ -45,10 +46,30 @@ struct FilterError {
   double scale2 = 1;        // (filter units per caller unit)²
   double perturbation = 0;  // δ: how far a filter coordinate can be from (x - o)·s
   /// The largest float filter distance of any point at exact squared distance <= `d2`.
-  __device__ __forceinline__ float reach(double d2) const {
+  __host__ __device__ __forceinline__ float reach(double d2) const {
     const double rho = sqrt(d2 * scale2) * (1 + 0x1p-50) + 3.4641016151377546 * perturbation;
     const double r2 = rho * rho * (1 + 6 * 0x1p-24 + 0x1p-40) + 0x1p-126;
-    return r2 >= double(FLT_MAX) ? INFINITY : __double2float_ru(r2);
+    if (r2 >= double(FLT_MAX)) return INFINITY;
+#ifdef __CUDA_ARCH__
+    return __double2float_ru(r2);
+#else
+    const float f = static_cast<float>(r2);
+    return double(f) >= r2 ? f : std::nextafter(f, INFINITY);
+#endif
+  }
+  /// The smallest float filter distance of any point at exact squared distance > `d2`: below
+  /// it a point is inside for certain.
+  __host__ __device__ __forceinline__ float certain_inside(double d2) const {
+    const double rho = sqrt(d2 * scale2) * (1 - 0x1p-50) - 3.4641016151377546 * perturbation;
+    if (rho <= 0) return 0.f;
+    const double r2 = rho * rho * (1 - 6 * 0x1p-24 - 0x1p-40) - 0x1p-126;
+    if (r2 <= 0) return 0.f;
+#ifdef __CUDA_ARCH__
+    return __double2float_rd(r2);
+#else
+    const float f = static_cast<float>(r2);
+    return double(f) <= r2 ? f : std::nextafter(f, 0.f);
+#endif
   }
 };
 

@@ -1,46 +1,47 @@
 // The exact "within radius r" test (d² <= r², inclusive) of radius and hybrid searches.
 //
-// Squared distances are computed in float for speed, and a float distance can differ from the
-// exact one by a few units in the last place. Points whose float distance lies clearly inside or
-// outside are decided by it; the few within rounding of r² are decided by recomputing the
-// distance in double exactly as the CPU reference does (same operations, same order, no fused
-// multiply-add), so that GPU and reference agree on every boundary point.
+// Squared distances are computed in float on the search's filter coordinates for speed. Points
+// whose float distance lies clearly inside or outside are decided by it; the few within rounding
+// of r² are decided by the exact distance from the caller's coordinates (exact_sqdist, the
+// reference's expression), so that the GPU and the reference agree on every boundary point. The
+// band comes from FilterError (see refine.cuh for the proof): a point at exact d² <= r² has a
+// float distance <= upper, and one with a float distance < lower has exact d² <= r².
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cmath>
 
+#include "exact.cuh"
+
 namespace pcnn::detail {
 
-/// The reference's squared distance, bit for bit: ((dx*dx + dy*dy) + dz*dz) in double.
-__device__ __forceinline__ double exact_dist2(float4 q, float4 p) {
-  const double dx = __dsub_rn(double(q.x), double(p.x)), dy = __dsub_rn(double(q.y), double(p.y)),
-               dz = __dsub_rn(double(q.z), double(p.z));
-  return __dadd_rn(__dadd_rn(__dmul_rn(dx, dx), __dmul_rn(dy, dy)), __dmul_rn(dz, dz));
-}
-
 struct RadiusBound {
-  float lower = INFINITY;  // float distance below this: inside for certain
-  float upper = INFINITY;  // float distance above this: outside for certain
-  double r2 = INFINITY;    // the exact test in between
+  float lower = INFINITY;     // float distance below this: inside for certain
+  float upper = INFINITY;     // float distance above this: outside for certain
+  double r2 = INFINITY;       // the exact test in between
+  ExactCoords refs, queries;  // the caller's coordinates (queries by original query index)
 
+  /// The exact squared distance of query `q` and indexed point `p` (w: their original indices).
+  __device__ __forceinline__ double exact(float4 q, float4 p) const {
+    return exact_sqdist(queries.at(__float_as_int(q.w)), refs.at(__float_as_int(p.w)));
+  }
   __device__ __forceinline__ bool contains(float4 q, float4 p, float d) const {
-    return d < lower || (d <= upper && exact_dist2(q, p) <= r2);
+    if (d < lower) return true;
+    if (!(d <= upper)) return false;
+    return r2 == INFINITY || exact(q, p) <= r2;  // no bound: nothing to look up
   }
 };
 
-/// The bound for radius `r` (>= 0; infinity for no bound). The float distance's relative error
-/// is below 1e-6 (three roundings in the differences, three in the squares and sums), so a band
-/// of 1e-5 around r² holds every point the float test could misjudge; the absolute term covers
-/// distances that underflow.
-inline RadiusBound make_radius_bound(double r) {
+/// The bound for radius `r` (>= 0; infinity for no bound) of a search with these coordinates.
+inline RadiusBound make_radius_bound(double r, const ExactSearch& ex) {
   RadiusBound b;
+  b.refs = ex.refs;
+  b.queries = ex.queries;
   if (std::isinf(r)) return b;
   b.r2 = r * r;
-  const double lo = b.r2 * (1 - 1e-5) - 1e-30, hi = b.r2 * (1 + 1e-5) + 1e-30;
-  b.lower = lo > 0 ? std::nextafter(static_cast<float>(lo), 0.f) : 0.f;
-  b.upper = std::nextafter(static_cast<float>(hi), INFINITY);
+  b.lower = ex.err.certain_inside(b.r2);
+  b.upper = ex.err.reach(b.r2);
   return b;
 }
 

@@ -34,8 +34,8 @@ struct RadiusArgs {
   unsigned long long* evaluations = nullptr;  // lane-point distances computed
 };
 
-__device__ __forceinline__ std::uint64_t radius_key(float4 q, float4 p) {
-  const float d = __double2float_rn(exact_dist2(q, p));
+__device__ __forceinline__ std::uint64_t radius_key(const RadiusBound& bound, float4 q, float4 p) {
+  const float d = __double2float_rn(bound.exact(q, p));
   return (static_cast<std::uint64_t>(__float_as_uint(d)) << 32) |
          static_cast<std::uint32_t>(__float_as_int(p.w));
 }
@@ -141,7 +141,7 @@ struct RadiusSink {
   __device__ float limit() const { return bound.upper; }
   __device__ void hit(float4 p, float d) {
     if (__float_as_int(p.w) == self || !bound.contains(q, p, d)) return;
-    if (kFill) out[count] = radius_key(q, p);
+    if (kFill) out[count] = radius_key(bound, q, p);
     ++count;
   }
 };

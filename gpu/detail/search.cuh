@@ -72,6 +72,7 @@ void check_radius_fits(std::int64_t working, std::int64_t rows, std::int64_t ava
 /// caller around its uploads; fills `timings` when given.
 RadiusResult radius_query(const SpatialIndex& index, const PointsView* queries,
                           const RadiusParams& params, SearchTimings* timings, cudaStream_t stream,
-                          cuda_event& start, cuda_event& uploaded, DeviceMemoryResource& mr);
+                          cuda_event& start, cuda_event& uploaded, const ExactSearch& ex,
+                          DeviceMemoryResource& mr);
 
 }  // namespace pcnn::detail

@@ -43,6 +43,17 @@ struct KnnAgreement {
 KnnAgreement compare_knn(PointsView refs, const PointsView* queries, const KnnResult& a,
                          const KnnResult& b, bool exclude_self, double rel_tol = 1e-5);
 
+/// How another tool's kNN rows (e.g. PCL's) differ from the exact rows (pcnn's contract): the
+/// same indices; other indices at exactly the same distances (ties broken another way); other
+/// indices at distances within `rel_tol` (near-ties ordered by rounded distances); or farther.
+struct ExactnessReport {
+  std::int64_t rows = 0, identical = 0, tie_order = 0, rounding = 0, wrong = 0;
+  std::int64_t first_wrong = -1;
+};
+ExactnessReport classify_against_exact(PointsView refs, const PointsView* queries,
+                                       const KnnResult& exact, const KnnResult& other,
+                                       double rel_tol = 1e-5);
+
 /// Exact radius and hybrid references in double precision on all CPU cores (costs queries ×
 /// references distance evaluations).
 RadiusResult reference_radius(PointsView refs, const PointsView* queries, RadiusParams params);
