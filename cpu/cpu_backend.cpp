@@ -2,6 +2,10 @@
 //
 // Must be compiled with -ffp-contract=off (and without -ffast-math): a fused multiply-add would
 // round the squared distances differently from the contract's formula.
+//
+// Threads take blocks of query groups from a shared counter; every row is a function of its
+// query alone (the contract leaves no choice), so results do not depend on the thread count or
+// on which thread did what.
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
@@ -543,7 +547,7 @@ std::int64_t radius_rows(const Tree& tree, const QueryOrder& order, std::int64_t
   for (int j = 0; j < m; ++j) s.counts[j + 1] += s.counts[j];
   s.found.resize(s.hits.size());
   for (const auto& h : s.hits) s.found[s.counts[h.query]++] = {h.d, h.id};
-  // counts[j] is now the end of run j: shift back to sizes.
+  // counts[j] is now where run j ends: shift to where it starts, sort, then keep the sizes.
   for (int j = m; j > 0; --j) s.counts[j] = s.counts[j - 1];
   s.counts[0] = 0;
   for (int j = 0; j < m; ++j) {
@@ -614,18 +618,33 @@ class CpuBackend final : public Index::Backend_ {
       // Rows are found in search order into per-block buffers, then copied to their CSR place.
       const std::int64_t groups = order.groups();
       const std::int64_t blocks = (groups + kGroupBlock - 1) / kGroupBlock;
-      std::vector<std::vector<std::pair<double, std::int32_t>>> found(
-          static_cast<std::size_t>(blocks));
+      // Held as the float the result keeps (the order is settled before), and sized from the
+      // hits per query so far: big results are mostly memory traffic.
+      struct Found {
+        float d;
+        std::int32_t id;
+      };
+      std::vector<std::vector<Found>> found(static_cast<std::size_t>(blocks));
       std::vector<std::int64_t> counts(static_cast<std::size_t>(r.rows), 0);
+      std::atomic<std::int64_t> hits_so_far{0}, queries_so_far{0};
       parallel_blocks(threads_, groups, kGroupBlock, [&](std::int64_t gb, std::int64_t ge) {
         auto& out = found[static_cast<std::size_t>(gb / kGroupBlock)];
+        std::int64_t first, last, leaf;
+        order.group(gb, first, last, leaf);
+        order.group(ge - 1, last, last, leaf);
+        const std::int64_t done = queries_so_far.load(std::memory_order_relaxed);
+        const std::int64_t per_query =
+            done > 0 ? hits_so_far.load(std::memory_order_relaxed) / done + 1 : 8;
+        out.reserve(static_cast<std::size_t>((last - first) * per_query * 5 / 4));
         Scratch& s = scratch();
         std::int64_t ev = 0;
         for (std::int64_t g = gb; g < ge; ++g) {
           ev += radius_rows(tree_, order, g, r2, s);
-          out.insert(out.end(), s.found.begin(), s.found.end());
+          for (const auto& f : s.found) out.push_back({static_cast<float>(f.first), f.second});
           for (std::size_t j = 0; j < s.rows.size(); ++j) counts[s.rows[j]] = s.counts[j];
         }
+        hits_so_far += static_cast<std::int64_t>(out.size());
+        queries_so_far += last - first;
         evaluated += ev;
       });
       r.offsets.assign(static_cast<std::size_t>(r.rows) + 1, 0);
@@ -644,12 +663,12 @@ class CpuBackend final : public Index::Backend_ {
             const std::int32_t row = order.get(i).row;
             std::int64_t o = r.offsets[row];
             for (std::int64_t c = 0; c < counts[row]; ++c, ++at, ++o) {
-              r.indices[o] = in[at].second;
-              r.sqdist[o] = static_cast<float>(in[at].first);
+              r.indices[o] = in[at].id;
+              r.sqdist[o] = in[at].d;
             }
           }
         }
-        std::vector<std::pair<double, std::int32_t>>().swap(found[blk]);
+        std::vector<Found>().swap(found[blk]);
       });
     } catch (const std::bad_alloc&) {
       throw_oom("for the radius result", 0);
@@ -772,7 +791,7 @@ class CpuBackend final : public Index::Backend_ {
                  "the outputs must be rows x k");
     const auto t1 = Clock::now();
     for (std::int32_t row : order.padded())
-      pad_row(indices.data + row * k, sqdist.data + row * k, k);
+      pad_row(indices.data + std::int64_t{row} * k, sqdist.data + std::int64_t{row} * k, k);
     std::atomic<std::int64_t> evaluated{0};
     if (k <= 8)
       dense_rows<Best<8>>(order, k, limit, indices, sqdist, evaluated);

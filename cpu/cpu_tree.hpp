@@ -320,7 +320,6 @@ class Group {
       hi_[2] = std::max(hi_[2], z_[j]);
     }
   }
-  int size() const { return m_; }
 
   /// Lower bounds of the squared distance between any query of the group and any point of
   /// each box of pair `p`. Along an axis the gap max(lo - g.hi, g.lo - hi, 0) is rounded like
@@ -471,9 +470,29 @@ std::int64_t knn_group(const Tree& t, const GroupQuery* q, int m, std::int64_t h
                        double limit, BestK* best, Group& g) {
   std::int64_t evaluated = 0;
   g.load(q, m);
-  for (int j = 0; j < m; ++j) best[j].reset(k, limit, q[j].self);
+  // Every query's bar, axis-free and padded: the leaf's bounds are checked against all of them
+  // at once. A padding slot's bar of -1 admits nothing.
+  alignas(16) double bar_d[kMaxGroup];
+  std::int32_t bar_i[kMaxGroup];
+  const int padded = (m + 1) & ~1;
+  for (int j = 0; j < m; ++j) {
+    best[j].reset(k, limit, q[j].self);
+    bar_d[j] = limit;
+    bar_i[j] = std::numeric_limits<std::int32_t>::max();
+  }
+  for (int j = m; j < padded; ++j) {
+    bar_d[j] = -1.0;
+    bar_i[j] = 0;
+  }
   double worst_d = limit;
   std::int32_t worst_i = std::numeric_limits<std::int32_t>::max();
+  auto find_worst = [&] {  // the largest bar, and the largest index among those at it
+    worst_d = -1.0;
+    for (int j = 0; j < m; ++j) worst_d = std::max(worst_d, bar_d[j]);
+    worst_i = std::numeric_limits<std::int32_t>::min();
+    for (int j = 0; j < m; ++j)
+      if (bar_d[j] == worst_d) worst_i = std::max(worst_i, bar_i[j]);
+  };
   alignas(16) double own[kMaxGroup];
   const std::uint32_t first_leaf = t.first_leaf();
   traverse(
@@ -482,21 +501,36 @@ std::int64_t knn_group(const Tree& t, const GroupQuery* q, int m, std::int64_t h
       [&](std::uint32_t node) {
         const NodePair& p = t.pair(node >> 1);
         const int c = node & 1;
+        const std::int32_t min_index = p.min_index[c];
         g.query_bounds(p, c, own);
-        const std::int64_t leaf = node - first_leaf;
-        for (int j = 0; j < m; ++j)
-          if (best[j].may_enter(own[j], p.min_index[c]))
-            evaluated += scan_leaf(t, leaf, q[j], best[j]);
-        worst_d = best[0].bar();
-        worst_i = best[0].bar_index();
-        for (int j = 1; j < m; ++j) {
-          const double d = best[j].bar();
-          const std::int32_t i = best[j].bar_index();
-          if (d > worst_d || (d == worst_d && i > worst_i)) {
-            worst_d = d;
-            worst_i = i;
-          }
+        // The queries whose own (bound, smallest index) beats their bar.
+        std::uint32_t scan = 0, tie = 0;
+#if defined(__SSE2__)
+        for (int j = 0; j < padded; j += 2) {
+          const __m128d o = _mm_load_pd(own + j);
+          const __m128d w = _mm_load_pd(bar_d + j);
+          scan |= static_cast<std::uint32_t>(_mm_movemask_pd(_mm_cmplt_pd(o, w))) << j;
+          tie |= static_cast<std::uint32_t>(_mm_movemask_pd(_mm_cmpeq_pd(o, w))) << j;
         }
+#else
+        for (int j = 0; j < padded; ++j) {
+          scan |= static_cast<std::uint32_t>(own[j] < bar_d[j]) << j;
+          tie |= static_cast<std::uint32_t>(own[j] == bar_d[j]) << j;
+        }
+#endif
+        for (; tie; tie &= tie - 1) {
+          const int j = lowest_bit(tie);
+          if (min_index < bar_i[j]) scan |= std::uint32_t{1} << j;
+        }
+        if (!scan) return;
+        const std::int64_t leaf = node - first_leaf;
+        for (; scan; scan &= scan - 1) {
+          const int j = lowest_bit(scan);
+          evaluated += scan_leaf(t, leaf, q[j], best[j]);
+          bar_d[j] = best[j].bar();
+          bar_i[j] = best[j].bar_index();
+        }
+        find_worst();
       });
   return evaluated;
 }
