@@ -12,7 +12,7 @@
 #include <limits>
 
 #include "atomic_file.hpp"
-#include "header_check.hpp"
+#include "input_gate.hpp"
 #include "pcnn/io.hpp"
 #include "pcnn/recenter.hpp"
 
@@ -67,6 +67,8 @@ void read_with_pcl(const std::string& path, const std::string& ext, pcl::PCLPoin
     }
   } catch (const pcl::PCLException& e) {
     fail(path, std::string("PCL: ") + e.detailedMessage());
+  } catch (const std::bad_alloc&) {
+    throw;  // out of host memory is not a property of the file
   } catch (const std::exception& e) {
     fail(path, std::string("PCL: ") + e.what());
   }
@@ -213,9 +215,8 @@ Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin, b
   if (ext != ".pcd" && ext != ".ply")
     fail(path, "unknown extension '" + ext + "' (expected .pcd or .ply)");
   const std::uint64_t size = check_file(path);
-  const io_detail::HeaderInfo header = ext == ".pcd" ? io_detail::check_pcd_header(path, size)
-                                                     : io_detail::check_ply_header(path, size);
-  if (header.points == 0) {  // PCL refuses clouds of no points; the header was checked
+  const io_detail::InputShape shape = io_detail::check_input(path, ext == ".ply", size);
+  if (shape.points == 0) {  // PCL refuses clouds of no points; the file was checked
     Cloud empty;
     empty.path = path;
     empty.height = 1;
@@ -225,9 +226,12 @@ Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin, b
   pcl::PCLPointCloud2 pc;
   read_with_pcl(path, ext, pc);
 
+  // The gate promised this shape; a PCL that read something else is not trusted further.
   const std::uint64_t n = std::uint64_t(pc.width) * pc.height;
-  if (n > std::uint64_t(std::numeric_limits<std::int32_t>::max()))
-    fail(path, std::to_string(n) + " points; at most 2^31-1 are supported");
+  if (n != shape.points || pc.width != shape.width || pc.height != shape.height)
+    fail(path, "PCL read " + std::to_string(pc.width) + " x " + std::to_string(pc.height) +
+                   " points where the file holds " + std::to_string(shape.width) + " x " +
+                   std::to_string(shape.height));
   if (pc.data.size() < n * pc.point_step)
     fail(path, "the point data is shorter than width x height x point size");
   const pcl::PCLPointField* f[3] = {&coordinate_field(path, pc, "x"),

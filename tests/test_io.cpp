@@ -15,6 +15,8 @@
 #include <ostream>
 #include <random>
 
+#include "../io/input_gate.hpp"
+#include "../io/number_grammar.hpp"
 #include "pcnn/io.hpp"
 
 namespace pcnn {
@@ -416,6 +418,336 @@ TEST(ArrayStreamWriter, AnUnfinishedStreamLeavesNoFile) {
   EXPECT_FALSE(std::ifstream(path + ".pcnn-tmp").good());
   EXPECT_THROW(ArrayStreamWriter(::testing::TempDir() + "no/such/dir/x.npy", 1, 1, false, "n"),
                output_error);
+}
+
+}  // namespace
+}  // namespace pcnn
+
+// ---- The input gate: a whitelist of what pcnn and PCL read identically ----
+
+namespace pcnn {
+namespace {
+
+namespace fs = std::filesystem;
+using io_detail::Scalar;
+
+struct NumberCase {
+  const char* token;
+  Scalar type;
+  const char* why;  // nullptr: accepted
+  double value;
+};
+std::ostream& operator<<(std::ostream& os, const NumberCase& c) {
+  return os << "'" << c.token << "' as " << io_detail::scalar_name(c.type);
+}
+
+class NumberGrammar : public ::testing::TestWithParam<NumberCase> {};
+
+TEST_P(NumberGrammar, AcceptsExactlyTheStrictGrammar) {
+  const NumberCase c = GetParam();
+  io_detail::Number v;
+  const std::string why = io_detail::check_number(c.token, c.type, &v);
+  if (!c.why) {
+    EXPECT_EQ(why, "");
+    if (std::isnan(c.value))
+      EXPECT_TRUE(std::isnan(v.f));
+    else
+      EXPECT_EQ(v.f, c.value);
+  } else {
+    EXPECT_NE(why.find(c.why), std::string::npos) << why;
+  }
+}
+
+const double nan_ = std::numeric_limits<double>::quiet_NaN();
+const double inf_ = std::numeric_limits<double>::infinity();
+
+INSTANTIATE_TEST_SUITE_P(
+    Tokens, NumberGrammar,
+    ::testing::Values(
+        // accepted
+        NumberCase{"1", Scalar::f32, nullptr, 1}, NumberCase{"-2.5", Scalar::f32, nullptr, -2.5},
+        NumberCase{"+.5", Scalar::f32, nullptr, 0.5}, NumberCase{"5.", Scalar::f64, nullptr, 5},
+        NumberCase{"1e3", Scalar::f64, nullptr, 1000},
+        NumberCase{"-1.5E-2", Scalar::f64, nullptr, -0.015},
+        NumberCase{"nan", Scalar::f32, nullptr, nan_},
+        NumberCase{"NaN", Scalar::f64, nullptr, nan_},
+        NumberCase{"-inf", Scalar::f32, nullptr, -inf_},
+        NumberCase{"255", Scalar::u8, nullptr, 255}, NumberCase{"-128", Scalar::i8, nullptr, -128},
+        NumberCase{"+7", Scalar::u16, nullptr, 7}, NumberCase{"007", Scalar::i32, nullptr, 7},
+        NumberCase{"4294967295", Scalar::u32, nullptr, 4294967295.0},
+        NumberCase{"9007199254740992", Scalar::u64, nullptr, 9007199254740992.0},
+        NumberCase{"1e-50", Scalar::f32, nullptr, 1e-50},  // underflows: rounding, not a change
+        // rejected
+        NumberCase{"0x10", Scalar::f32, "not a number", 0},
+        NumberCase{"0x1p3", Scalar::f64, "not a number", 0},
+        NumberCase{"0x10", Scalar::i32, "not an integer", 0},
+        NumberCase{"1e3", Scalar::i32, "not an integer", 0},
+        NumberCase{"2.7", Scalar::u8, "not an integer", 0},
+        NumberCase{"300", Scalar::u8, "out of range for uint8", 0},
+        NumberCase{"128", Scalar::i8, "out of range for int8", 0},
+        NumberCase{"-1", Scalar::u32, "negative", 0}, NumberCase{"-0", Scalar::u8, "negative", 0},
+        NumberCase{"4294967296", Scalar::u32, "out of range", 0},
+        NumberCase{"9007199254740993", Scalar::u64, "out of range", 0},
+        NumberCase{"99999999999999999999999", Scalar::i64, "out of range", 0},
+        NumberCase{"nan", Scalar::i16, "not a number", 0},
+        NumberCase{"infinity", Scalar::f32, "not a number", 0},
+        NumberCase{"1e39", Scalar::f32, "too large for float32", 0},
+        NumberCase{"1e309", Scalar::f64, "too large for float64", 0},
+        NumberCase{"1.", Scalar::i32, "not an integer", 0},
+        NumberCase{"1e", Scalar::f32, "exponent without digits", 0},
+        NumberCase{".", Scalar::f32, "not a number", 0}, NumberCase{"", Scalar::f32, "empty", 0},
+        NumberCase{"1,5", Scalar::f32, "not a number", 0},
+        NumberCase{"1 ", Scalar::f32, "not a number", 0},
+        NumberCase{"1\v", Scalar::f32, "not a number", 0},
+        NumberCase{"--1", Scalar::f32, "not a number", 0},
+        NumberCase{"1.0000000000000000000000000000000000000000000000000000000000000001",
+                   Scalar::f64, "longer than 64", 0}));
+
+TEST(NumberGrammar, Float32MustRoundTheSameDirectlyAndThroughDouble) {
+  // A decimal just above the midpoint between two floats, closer to it than double resolves:
+  // rounded to double it lands on the midpoint, which then rounds to even — not to the nearer
+  // float that a direct conversion gives. PCL converts one way or the other depending on where
+  // the value is in the file.
+  const char* t = "1.00000005960464477550";  // 1 + 2^-24 + a little
+  const float direct = std::strtof(t, nullptr), through = float(std::strtod(t, nullptr));
+  ASSERT_NE(direct, through);  // 1.0000001 and 1
+  const std::string why = io_detail::check_number(t, Scalar::f32);
+  EXPECT_NE(why.find("rounds to different float32 values"), std::string::npos) << why;
+  EXPECT_EQ(io_detail::check_number(t, Scalar::f64), "");  // no such question for float64
+}
+
+TEST(Lzf, DecodesExactlyOrSaysWhy) {
+  std::string why;
+  const unsigned char literal[] = {0x02, 'a', 'b', 'c'};  // a literal run of 3
+  EXPECT_TRUE(io_detail::check_lzf(literal, 4, 3, &why)) << why;
+  EXPECT_FALSE(io_detail::check_lzf(literal, 4, 4, &why));
+  EXPECT_NE(why.find("decodes to 3 bytes"), std::string::npos) << why;
+  EXPECT_FALSE(io_detail::check_lzf(literal, 0, 0, &why));  // PCL reads a byte past it
+  EXPECT_NE(why.find("empty compressed block"), std::string::npos) << why;
+  EXPECT_FALSE(io_detail::check_lzf(literal, 3, 3, &why));
+  EXPECT_NE(why.find("past the end"), std::string::npos) << why;
+  const unsigned char backref[] = {0x00, 'a', 0x20, 0x00};  // 'a', then 3 bytes from 1 back
+  EXPECT_TRUE(io_detail::check_lzf(backref, 4, 4, &why)) << why;
+  const unsigned char before[] = {0x20, 0x05};  // a reference before any output
+  EXPECT_FALSE(io_detail::check_lzf(before, 2, 3, &why));
+  EXPECT_NE(why.find("before the start"), std::string::npos) << why;
+  EXPECT_FALSE(io_detail::check_lzf(backref, 4, 3, &why));
+  EXPECT_NE(why.find("more bytes than the header says"), std::string::npos) << why;
+}
+
+// One hostile or careless file per class the gate closes, with where and why it must say.
+struct BadFile {
+  const char* name;
+  const char* ext;
+  std::string bytes;
+  const char* why;
+};
+std::ostream& operator<<(std::ostream& os, const BadFile& c) { return os << c.name; }
+
+std::string pcd(const std::string& fields, const std::string& size, const std::string& type,
+                const std::string& count, int points, const std::string& data) {
+  return "VERSION 0.7\nFIELDS " + fields + "\nSIZE " + size + "\nTYPE " + type + "\nCOUNT " +
+         count + "\nWIDTH " + std::to_string(points) + "\nHEIGHT 1\nVIEWPOINT 0 0 0 1 0 0 0\n" +
+         "POINTS " + std::to_string(points) + "\nDATA " + data + "\n";
+}
+std::string xyz_pcd(int points, const std::string& data) {
+  return pcd("x y z", "4 4 4", "F F F", "1 1 1", points, data);
+}
+std::string ply(const std::string& format, const std::string& before_vertex, int vertices,
+                const std::string& props, const std::string& after = "") {
+  return "ply\nformat " + format + " 1.0\n" + before_vertex + "element vertex " +
+         std::to_string(vertices) + "\n" + props + after + "end_header\n";
+}
+const std::string xyz_props = "property float x\nproperty float y\nproperty float z\n";
+
+class InputGate : public ::testing::TestWithParam<BadFile> {};
+
+TEST_P(InputGate, RejectsNamingTheFileWhereAndWhy) {
+  const BadFile c = GetParam();
+  TempDir tmp;
+  const std::string path = tmp / (std::string(c.name) + c.ext);
+  std::ofstream(path, std::ios::binary) << c.bytes;
+  try {
+    load_cloud(path);
+    ADD_FAILURE() << "accepted";
+  } catch (const input_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("cannot read cloud '" + path + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(c.why), std::string::npos) << msg;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Crashes, InputGate,
+    ::testing::Values(
+        BadFile{"size_after_points", ".pcd",
+                "VERSION 0.7\nFIELDS x y z\nPOINTS 2\nSIZE 8 8 8\nTYPE F F F\nWIDTH 2\nDATA "
+                "ascii\n1 2 3\n4 5 6\n",
+                "line 4: SIZE after POINTS"},
+        BadFile{"count_after_points", ".pcd",
+                "VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nPOINTS 1\nCOUNT 1 1 1\n"
+                "WIDTH 1\nDATA ascii\n1 2 3\n",
+                "line 6: COUNT after POINTS"},
+        BadFile{"range_grid_negative", ".ply",
+                ply("ascii", "obj_info num_cols 2\nobj_info num_rows 1\n", 1, xyz_props,
+                    "element range_grid 2\nproperty list uchar int vertex_indices\n") +
+                    "1 2 3\n1 -5\n1 0\n",
+                "line 13: range_grid cell 0 refers to vertex -5 of 1"},
+        BadFile{"range_grid_two_indices", ".ply",
+                ply("ascii", "obj_info num_cols 2\nobj_info num_rows 1\n", 1, xyz_props,
+                    "element range_grid 2\nproperty list uchar int vertex_indices\n") +
+                    "1 2 3\n2 0 0\n0\n",
+                "lists 2 vertices"},
+        BadFile{"obj_info_after_vertex", ".ply",
+                ply("ascii", "", 1, xyz_props, "obj_info num_cols 2\nobj_info num_rows 3\n") +
+                    "1 2 3\n",
+                "line 7: obj_info num_cols after an element"},
+        BadFile{"obj_info_leading_space", ".ply",
+                ply("ascii", "", 1, xyz_props, " obj_info x\n") + "1 2 3\n",
+                "line 7: a header line may not start with white space"},
+        BadFile{"compressed_empty_block", ".pcd",
+                xyz_pcd(4, "binary_compressed") + std::string("\0\0\0\0\x30\0\0\0", 8),
+                "an empty compressed block"},
+        BadFile{"compressed_reference_before_start", ".pcd",
+                xyz_pcd(4, "binary_compressed") + std::string("\x02\0\0\0\x30\0\0\0\x20\x05", 10),
+                "a back reference before the start"},
+        BadFile{"binary_data_like_a_header", ".pcd",
+                xyz_pcd(4, "binary") + "COLUMNS" + std::string(41, '\xff'),
+                "begins like a header line"},
+        BadFile{"blank_line_in_header", ".pcd", "\r\n" + xyz_pcd(1, "ascii") + "1 2 3\n",
+                "line 1: an empty line"}));
+
+INSTANTIATE_TEST_SUITE_P(
+    SilentChanges, InputGate,
+    ::testing::Values(
+        BadFile{
+            "obj_info_one_vertex_six_points", ".ply",
+            ply("ascii", "obj_info num_cols 2\nobj_info num_rows 3\n", 1, xyz_props) + "1 2 3\n",
+            "line 3: obj_info num_cols x num_rows (2 x 3) does not equal the 1 vertices"},
+        BadFile{"obj_info_amplification", ".ply",
+                ply("ascii", "obj_info num_cols 20000\nobj_info num_rows 10000\n", 1, xyz_props) +
+                    "1 2 3\n",
+                "(20000 x 10000)"},
+        BadFile{"obj_info_not_a_count", ".ply",
+                ply("ascii", "obj_info num_cols 1e3\nobj_info num_rows 1\n", 1000, xyz_props),
+                "obj_info num_cols takes one count"},
+        BadFile{"vertical_tab", ".pcd", xyz_pcd(1, "ascii") + "1\v2 3\n",
+                "line 11: a control character (0x0B)"},
+        BadFile{"form_feed", ".ply", ply("ascii", "", 1, xyz_props) + "1 2\f3\n",
+                "line 8: a control character (0x0C)"},
+        BadFile{"stray_carriage_return", ".pcd", xyz_pcd(1, "ascii") + "1 2\r3\n",
+                "a control character (0x0D)"},
+        BadFile{"hex_float", ".pcd", xyz_pcd(1, "ascii") + "0x1p3 2 3\n",
+                "'0x1p3' is not a number"},
+        BadFile{"integer_exponent", ".pcd",
+                pcd("x y z i", "4 4 4 4", "F F F I", "1 1 1 1", 1, "ascii") + "1 2 3 1e3\n",
+                "field 'i': '1e3' is not an integer (the field is int32)"},
+        BadFile{"integer_fraction", ".ply",
+                ply("ascii", "", 1, xyz_props + "property int i\n") + "1 2 3 2.7\n",
+                "'2.7' is not an integer"},
+        BadFile{"u1_wraps", ".pcd",
+                pcd("x y z i", "4 4 4 1", "F F F U", "1 1 1 1", 1, "ascii") + "1 2 3 300\n",
+                "'300' is out of range for uint8 (0 to 255)"},
+        BadFile{"uchar_wraps", ".ply",
+                ply("ascii", "", 1, xyz_props + "property uchar i\n") + "1 2 3 256\n",
+                "'256' is out of range for uint8"},
+        BadFile{"compressed_padding_field", ".pcd",
+                pcd("x _ y z", "4 4 4 4", "F F F F", "1 1 1 1", 1, "binary_compressed") +
+                    std::string("\x01\0\0\0\x10\0\0\0\x00", 9),
+                "a '_' (padding) field in binary_compressed"},
+        BadFile{"rows_after_points", ".pcd", xyz_pcd(1, "ascii") + "1 2 3\n4 5 6\n",
+                "line 12: data after the last of the 1 POINTS rows"},
+        BadFile{"rows_after_vertices", ".ply", ply("ascii", "", 1, xyz_props) + "1 2 3\n4 5 6\n",
+                "line 9: data after the last element's rows"},
+        BadFile{"bytes_after_points", ".pcd",
+                xyz_pcd(1, "binary") + std::string(12, '\0') + std::string("\x01", 1),
+                "1 bytes after the last of the POINTS points"},
+        BadFile{"too_much_padding", ".pcd", xyz_pcd(1, "binary") + std::string(12 + 4096, '\0'),
+                "4096 bytes after the last of the POINTS points"},
+        BadFile{"scattered_colors", ".ply",
+                ply("ascii", "", 1,
+                    "property uchar red\n" + xyz_props +
+                        "property uchar green\nproperty uchar blue\n") +
+                    "1 2 3 4 5 6\n",
+                "three consecutive properties red, green, blue"},
+        BadFile{"camera_viewport", ".ply",
+                ply("ascii", "", 2, xyz_props,
+                    "element camera 1\nproperty int viewportx\nproperty int viewporty\n") +
+                    "1 2 3\n4 5 6\n3 1\n",
+                "viewport (3 x 1) does not hold the 2 vertices"},
+        BadFile{"range_grid_ignored", ".ply",
+                ply("ascii", "obj_info num_cols 2\nobj_info num_rows 1\n", 2, xyz_props,
+                    "element range_grid 2\nproperty list uchar int vertex_indices\n") +
+                    "1 2 3\n4 5 6\n1 1\n1 0\n",
+                "maps cell 0 to vertex 1"},
+        BadFile{"range_grid_hole_integer_coordinates", ".ply",
+                ply("ascii", "obj_info num_cols 2\nobj_info num_rows 1\n", 1,
+                    "property int x\nproperty int y\nproperty int z\n",
+                    "element range_grid 2\nproperty list uchar int vertex_indices\n") +
+                    "1 2 3\n1 0\n0\n",
+                "fills with 0 (not NaN)"},
+        BadFile{"keyword_prefix", ".pcd",
+                "VERSION 0.7\nFIELDSX x y z\nSIZE 4 4 4\nTYPE F F F\nWIDTH 1\nPOINTS 1\nDATA "
+                "ascii\n1 2 3\n",
+                "line 2: 'FIELDSX' is not a PCD header keyword"},
+        BadFile{"type_word", ".pcd",
+                pcd("x y z", "4 4 4", "Fx F F", "1 1 1", 1, "ascii") + "1 2 3\n",
+                "unsupported TYPE 'Fx'"},
+        BadFile{"mixed_line_endings", ".ply",
+                "ply\r\nformat ascii 1.0\r\nelement vertex 1\nproperty float x\r\n",
+                "line 3: ends with LF but line 1 with CR LF"},
+        BadFile{"vertex_without_coordinates", ".ply",
+                ply("binary_little_endian", "", 1, "") + std::string(1, '\0'),
+                "the vertex element has no 'x' property"},
+        BadFile{"vertex_count_beyond_int32", ".ply",
+                "ply\nformat binary_little_endian 1.0\nelement vertex 3000000000\n" + xyz_props +
+                    "end_header\n",
+                "element vertex 3000000000: at most 2^31-1 points"}));
+
+// Files PCL's own writers make — every variant — pass the gate and read as PCL reads them.
+TEST(InputGate, AcceptsWhatPclWrites) {
+  TempDir tmp;
+  pcl::PCLPointCloud2 pc;
+  const char* names[] = {"x", "y", "z", "intensity"};
+  for (std::uint32_t a = 0; a < 4; ++a) {
+    pcl::PCLPointField f;
+    f.name = names[a];
+    f.offset = 4 * a;
+    f.datatype = pcl::PCLPointField::FLOAT32;
+    f.count = 1;
+    pc.fields.push_back(f);
+  }
+  pc.width = 4;
+  pc.height = 3;
+  pc.point_step = 16;
+  pc.row_step = 64;
+  pc.data.resize(12 * 16);
+  for (int i = 0; i < 12; ++i) {
+    const float v[4] = {float(i), float(2 * i), i == 5 ? NAN : float(3 * i), 0.5f * i};
+    std::memcpy(&pc.data[i * 16], v, 16);
+  }
+  const Eigen::Vector4f o = Eigen::Vector4f::Zero();
+  const Eigen::Quaternionf q = Eigen::Quaternionf::Identity();
+  pcl::PCDWriter pw;
+  pcl::PLYWriter lw;
+  ASSERT_EQ(pw.writeASCII(tmp / "a.pcd", pc), 0);
+  ASSERT_EQ(pw.writeBinary(tmp / "b.pcd", pc), 0);            // padded to a page
+  ASSERT_EQ(pw.writeBinaryCompressed(tmp / "c.pcd", pc), 0);  // padded too
+  ASSERT_EQ(lw.writeASCII(tmp / "cam_a.ply", pc, o, q, 8, true), 0);
+  ASSERT_EQ(lw.writeBinary(tmp / "cam_b.ply", pc, o, q, true), 0);
+  ASSERT_EQ(lw.writeASCII(tmp / "grid_a.ply", pc, o, q, 8, false), 0);  // range_grid, a hole
+  ASSERT_EQ(lw.writeBinary(tmp / "grid_b.ply", pc, o, q, false), 0);
+  for (const char* f :
+       {"a.pcd", "b.pcd", "c.pcd", "cam_a.ply", "cam_b.ply", "grid_a.ply", "grid_b.ply"}) {
+    const Cloud c = load_cloud(tmp / f);
+    EXPECT_EQ(c.width, 4u) << f;
+    EXPECT_EQ(c.height, 3u) << f;
+    EXPECT_EQ(c.finite, 11) << f;
+    for (int i = 0; i < 12; ++i) {
+      if (i == 5) continue;
+      EXPECT_EQ(c.xyz[3 * i + 1] + c.origin[1], 2.0 * i) << f << " point " << i;
+    }
+  }
 }
 
 }  // namespace

@@ -49,8 +49,14 @@ struct Cloud {
 /// file. x, y and z are read in their stored type (float or double, or an integer type).
 /// Re-centers on `origin` when given (to put a query cloud in its reference cloud's frame),
 /// otherwise on the center of the finite points' bounding box.
-/// @throws pcnn::input_error naming the file and the reason (missing, unreadable, unknown
-///         extension, malformed, no x/y/z, coordinates too large for float distances).
+/// Before PCL parses the file, pcnn's input gate accepts only what pcnn and PCL read identically
+/// (a whitelist): header keywords in PCL's order, each once; only the PLY elements and properties
+/// PCL reads as pcnn means them (or provably skips); one strict number grammar for ascii data
+/// (integers integral and in their type's range); compressed data that decodes exactly; and point
+/// counts the file's size holds — no rows, points or bytes the header does not announce.
+/// @throws pcnn::input_error naming the file, the line or byte offset, and the reason (missing,
+///         unreadable, unknown extension, outside the whitelist, no x/y/z, coordinates too large
+///         for float distances).
 /// `keep_fields` keeps every field of every point (Cloud::fields) for save_cloud_subset; without
 /// it only the coordinates stay in memory.
 Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin = nullptr,
