@@ -11,16 +11,12 @@
 #include <fstream>
 #include <limits>
 
-#include "atomic_file.hpp"
 #include "input_gate.hpp"
 #include "pcnn/io.hpp"
 #include "pcnn/recenter.hpp"
+#include "stored_fields.hpp"
 
 namespace pcnn {
-
-struct StoredFields {
-  pcl::PCLPointCloud2 cloud;
-};
 
 namespace {
 
@@ -107,36 +103,6 @@ double read_as_double(const std::uint8_t* p, std::uint8_t type) {
   }
 }
 
-// Stores v in the given PCL type: floats as they are (NaN included), integers rounded; an
-// integer field keeps its old value where v is not finite (integers have no NaN).
-void write_from_double(std::uint8_t* p, std::uint8_t type, double v) {
-  auto put = [p](auto x) { std::memcpy(p, &x, sizeof(x)); };
-  if (type == pcl::PCLPointField::FLOAT32) return put(static_cast<float>(v));
-  if (type == pcl::PCLPointField::FLOAT64) return put(v);
-  if (!std::isfinite(v)) return;
-  const double r = std::nearbyint(v);
-  switch (type) {
-    case pcl::PCLPointField::INT8:
-      return put(static_cast<std::int8_t>(std::clamp(r, -128.0, 127.0)));
-    case pcl::PCLPointField::UINT8:
-      return put(static_cast<std::uint8_t>(std::clamp(r, 0.0, 255.0)));
-    case pcl::PCLPointField::INT16:
-      return put(static_cast<std::int16_t>(std::clamp(r, -32768.0, 32767.0)));
-    case pcl::PCLPointField::UINT16:
-      return put(static_cast<std::uint16_t>(std::clamp(r, 0.0, 65535.0)));
-    case pcl::PCLPointField::INT32:
-      return put(static_cast<std::int32_t>(std::clamp(r, -2147483648.0, 2147483647.0)));
-    case pcl::PCLPointField::UINT32:
-      return put(static_cast<std::uint32_t>(std::clamp(r, 0.0, 4294967295.0)));
-    case pcl::PCLPointField::INT64:
-      return put(static_cast<std::int64_t>(std::clamp(r, -9.2e18, 9.2e18)));
-    case pcl::PCLPointField::UINT64:
-      return put(static_cast<std::uint64_t>(std::clamp(r, 0.0, 1.8e19)));
-    default:
-      return;
-  }
-}
-
 const char* type_name(std::uint8_t type) {
   switch (type) {
     case pcl::PCLPointField::INT8:
@@ -183,29 +149,6 @@ const pcl::PCLPointField& coordinate_field(const std::string& path,
   if (end > cloud.point_step)
     fail(path, std::string("field '") + name + "' lies outside the point record");
   return *found;
-}
-
-// A valid file of no points with the cloud's fields (PCL's writers refuse empty clouds).
-std::string write_empty(const std::string& path, const std::string& ext,
-                        const pcl::PCLPointCloud2& cloud) {
-  std::ofstream os(path, std::ios::binary | std::ios::trunc);
-  if (!os) return std::strerror(errno);
-  if (ext == ".pcd") {
-    os << pcl::PCDWriter().generateHeaderBinary(cloud, Eigen::Vector4f::Zero(),
-                                                Eigen::Quaternionf::Identity())
-       << "DATA binary\n";
-  } else {
-    os << "ply\nformat binary_little_endian 1.0\ncomment written by pcnn\nelement vertex 0\n";
-    const char* ply_type[] = {"",    "char", "uchar", "short", "ushort",
-                              "int", "uint", "float", "double"};
-    for (const auto& f : cloud.fields)
-      for (std::uint32_t c = 0; c < f.count; ++c)
-        os << "property " << (f.datatype <= 8 ? ply_type[f.datatype] : "double") << ' ' << f.name
-           << (f.count > 1 ? "_" + std::to_string(c) : "") << '\n';
-    os << "end_header\n";
-  }
-  os.flush();
-  return os ? "" : std::strerror(errno);
 }
 
 }  // namespace
@@ -266,99 +209,6 @@ Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin, b
     c.fields = std::move(stored);
   }
   return c;
-}
-
-namespace {
-
-// Writes a PCLPointCloud2 as binary .pcd or .ply (by extension), atomically.
-void write_cloud2(const pcl::PCLPointCloud2& out, const std::string& path) {
-  const std::string ext = lower_extension(path);
-  if (ext != ".pcd" && ext != ".ply")
-    throw output_error("cannot write '" + path + "': unknown extension '" + ext +
-                       "' (expected .pcd or .ply)");
-  io_detail::write_atomically(path, [&](const std::string& tmp) -> std::string {
-    if (out.width * out.height == 0) return write_empty(tmp, ext, out);  // PCL refuses
-    int rc = 0;
-    if (ext == ".pcd") {
-      pcl::PCDWriter w;
-      rc = w.writeBinary(tmp, out);
-    } else {
-      pcl::PLYWriter w;
-      rc = w.writeBinary(tmp, out);
-    }
-    return rc < 0 ? "PCL could not write it" : "";
-  });
-}
-
-}  // namespace
-
-void save_cloud_subset(const Cloud& cloud, const std::vector<std::int32_t>& indices,
-                       const std::string& path) {
-  if (!cloud.fields) throw output_error("cannot write '" + path + "': the cloud has no fields");
-  const pcl::PCLPointCloud2& in = cloud.fields->cloud;
-  pcl::PCLPointCloud2 out;
-  out.fields = in.fields;
-  out.point_step = in.point_step;
-  out.is_bigendian = in.is_bigendian;
-  out.height = 1;
-  out.width = static_cast<std::uint32_t>(indices.size());
-  out.row_step = out.point_step * out.width;
-  out.is_dense = false;
-  out.data.resize(static_cast<std::size_t>(out.row_step));
-  for (std::size_t j = 0; j < indices.size(); ++j) {
-    const std::int64_t i = indices[j];
-    if (i < 0 || i >= cloud.size())
-      throw output_error("cannot write '" + path + "': index " + std::to_string(i) +
-                         " is outside the cloud");
-    std::memcpy(&out.data[j * out.point_step], &in.data[i * in.point_step], in.point_step);
-  }
-  write_cloud2(out, path);
-}
-
-void save_cloud_moved(const Cloud& cloud, const std::vector<float>& xyz, const std::string& path) {
-  if (!cloud.fields) throw output_error("cannot write '" + path + "': the cloud has no fields");
-  if (static_cast<std::int64_t>(xyz.size()) != cloud.size() * 3)
-    throw output_error("cannot write '" + path + "': " + std::to_string(xyz.size() / 3) +
-                       " new positions for " + std::to_string(cloud.size()) + " points");
-  pcl::PCLPointCloud2 out = cloud.fields->cloud;
-  const pcl::PCLPointField* f[3] = {&coordinate_field(path, out, "x"),
-                                    &coordinate_field(path, out, "y"),
-                                    &coordinate_field(path, out, "z")};
-  for (std::int64_t i = 0; i < cloud.size(); ++i) {
-    std::uint8_t* rec = out.data.data() + i * out.point_step;
-    for (int a = 0; a < 3; ++a)
-      write_from_double(rec + f[a]->offset, f[a]->datatype,
-                        double(xyz[i * 3 + a]) + cloud.origin[a]);
-  }
-  write_cloud2(out, path);
-}
-
-void save_xyz_pcd(const std::string& path, const std::vector<float>& xyz, std::uint32_t width) {
-  pcl::PCLPointCloud2 pc;
-  const std::uint32_t n = static_cast<std::uint32_t>(xyz.size() / 3);
-  if (width > 0 && n % width != 0)
-    throw output_error("cannot write '" + path + "': " + std::to_string(n) +
-                       " points do not make rows of " + std::to_string(width));
-  pc.width = width > 0 ? width : n;
-  pc.height = width > 0 ? n / width : 1;
-  pc.is_dense = std::all_of(xyz.begin(), xyz.end(), [](float v) { return std::isfinite(v); });
-  pc.point_step = 12;
-  pc.row_step = 12 * pc.width;
-  const char* names[3] = {"x", "y", "z"};
-  for (std::uint32_t a = 0; a < 3; ++a) {
-    pcl::PCLPointField f;
-    f.name = names[a];
-    f.offset = 4 * a;
-    f.datatype = pcl::PCLPointField::FLOAT32;
-    f.count = 1;
-    pc.fields.push_back(f);
-  }
-  pc.data.resize(xyz.size() * sizeof(float));
-  std::memcpy(pc.data.data(), xyz.data(), pc.data.size());
-  io_detail::write_atomically(path, [&](const std::string& tmp) -> std::string {
-    pcl::PCDWriter writer;
-    return writer.writeBinary(tmp, pc) < 0 ? "PCL could not write it" : "";
-  });
 }
 
 }  // namespace pcnn

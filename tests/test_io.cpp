@@ -3,17 +3,22 @@
 #include <pcl/PCLPointCloud2.h>
 #include <pcl/io/pcd_io.h>
 #include <pcl/io/ply_io.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <ostream>
 #include <random>
+#include <thread>
 
 #include "../io/input_gate.hpp"
 #include "../io/number_grammar.hpp"
@@ -747,6 +752,286 @@ TEST(InputGate, AcceptsWhatPclWrites) {
       if (i == 5) continue;
       EXPECT_EQ(c.xyz[3 * i + 1] + c.origin[1], 2.0 * i) << f << " point " << i;
     }
+  }
+}
+
+// ---- The one writer path: every output checked first, staged, committed together ----
+
+std::vector<std::string> temporaries(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().find(".pcnn-") != std::string::npos)
+      out.push_back(e.path().filename().string());
+  return out;
+}
+
+void expect_output_error(const std::function<void()>& f, const std::string& why) {
+  try {
+    f();
+    ADD_FAILURE() << "no error (wanted: " << why << ")";
+  } catch (const output_error& e) {
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+  }
+}
+
+TEST(OutputSet, ChecksEveryOutputBeforeAnyWork) {
+  TempDir tmp;
+  std::ofstream(tmp / "in.pcd") << xyz_pcd(1, "ascii") << "1 2 3\n";
+  fs::create_directories(tmp / "dir.npy");
+  OutputSet o;
+  o.add_input(tmp / "in.pcd");
+  expect_output_error([&] { o.add(tmp / "x.txt", OutputKind::array); },
+                      "unknown extension '.txt' (expected .npy or .csv)");
+  expect_output_error([&] { o.add(tmp / "x", OutputKind::array); }, "no extension");
+  expect_output_error([&] { o.add(tmp / "x.npy", OutputKind::cloud); },
+                      "unknown extension '.npy' (expected .pcd or .ply)");
+  expect_output_error([&] { o.add(tmp / "dir.npy", OutputKind::array); }, "is a directory");
+  expect_output_error([&] { o.add(tmp / "no/x.npy", OutputKind::array); },
+                      "its directory '" + (tmp / "no") + "' does not exist");
+  expect_output_error([&] { o.add(tmp / "in.pcd", OutputKind::cloud); },
+                      "it is the input '" + (tmp / "in.pcd") + "'");
+  fs::create_symlink(tmp / "in.pcd", tmp / "link.pcd");
+  fs::create_hard_link(tmp / "in.pcd", tmp / "hard.pcd");
+  expect_output_error([&] { o.add(tmp / "link.pcd", OutputKind::cloud); }, "it is the input");
+  expect_output_error([&] { o.add(tmp / "hard.pcd", OutputKind::cloud); }, "it is the input");
+  o.add(tmp / "a.npy", OutputKind::array);
+  expect_output_error([&] { o.add(tmp / "a.npy", OutputKind::array); },
+                      "it is also the output '" + (tmp / "a.npy") + "'");
+  expect_output_error([&] { o.add(tmp / "./a.npy", OutputKind::array); }, "also the output");
+  o.add(tmp / "r", OutputKind::radius);
+  EXPECT_EQ(o.files(tmp / "r"),
+            (std::vector<std::string>{tmp / "r.offsets.npy", tmp / "r.indices.npy",
+                                      tmp / "r.sqdist.npy"}));
+  expect_output_error([&] { o.add(tmp / "r.indices.npy", OutputKind::array); }, "also the output");
+  expect_output_error([&] { o.add(tmp / "r.bin", OutputKind::radius); }, "unknown extension");
+  o.reserve_stdout("--json");
+  expect_output_error([&] { o.add("-", OutputKind::array); }, "stdout is taken by --json");
+  o.add("/dev/null", OutputKind::array);  // a character device may take several outputs
+  o.add("/dev/null", OutputKind::cloud);
+  // The checks created the temporaries (the proof the directory is writable), nothing else.
+  EXPECT_EQ(temporaries(tmp / "").size(), 4u);
+  EXPECT_FALSE(fs::exists(tmp / "a.npy"));
+}
+
+TEST(OutputSet, TemporariesHaveUnpredictableNamesAndGoAwayWithTheSet) {
+  TempDir tmp;
+  std::vector<std::string> first, second;
+  {
+    OutputSet a, b;
+    a.add(tmp / "x.npy", OutputKind::array);
+    first = temporaries(tmp / "");
+    b.add(tmp / "x.npy", OutputKind::array);  // another run writing the same output
+    second = temporaries(tmp / "");
+    ASSERT_EQ(first.size(), 1u);
+    ASSERT_EQ(second.size(), 2u);
+    EXPECT_EQ(first[0].rfind(".x.npy.pcnn-", 0), 0u) << first[0];
+    EXPECT_EQ(first[0].size(), std::string(".x.npy.pcnn-").size() + 12);
+  }
+  EXPECT_TRUE(temporaries(tmp / "").empty());  // never committed: removed
+  EXPECT_FALSE(fs::exists(tmp / "x.npy"));
+}
+
+TEST(OutputSet, APlantedSymlinkIsNeverFollowed) {
+  TempDir tmp;
+  std::ofstream(tmp / "victim.txt") << "victim";
+  fs::create_symlink(tmp / "victim.txt", tmp / "out.npy.pcnn-tmp");  // the old, fixed name
+  const std::int32_t v[2] = {1, 2};
+  write_array(tmp / "out.npy", v, 1, 2);
+  std::ifstream is(tmp / "victim.txt");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(is), {}), "victim");
+  EXPECT_TRUE(fs::is_symlink(tmp / "out.npy.pcnn-tmp"));
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream is(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(is), {});
+}
+
+TEST(OutputSet, CommitsAllOutputsOrNone) {
+  TempDir tmp;
+  std::ofstream(tmp / "a.npy") << "old a";
+  const std::int32_t v[4] = {1, 2, 3, 4};
+  {
+    OutputSet o;
+    o.add(tmp / "a.npy", OutputKind::array);
+    o.add(tmp / "b.csv", OutputKind::array);
+    o.add(tmp / "c.npy", OutputKind::array);
+    write_array(o, tmp / "a.npy", v, 2, 2);
+    write_array(o, tmp / "b.csv", v, 2, 2);
+    write_array(o, tmp / "c.npy", v, 2, 2);
+    fs::create_directories(tmp / "c.npy/in_the_way");  // the last rename will fail
+    expect_output_error([&] { o.commit(); },
+                        "cannot write '" + (tmp / "c.npy") + "': cannot rename it into place");
+    EXPECT_EQ(read_all(tmp / "a.npy"), "old a");  // put back as it was
+    EXPECT_FALSE(fs::exists(tmp / "b.csv"));      // removed
+  }
+  EXPECT_TRUE(temporaries(tmp / "").empty());
+  fs::remove_all(tmp / "c.npy");
+  OutputSet o;
+  o.add(tmp / "a.npy", OutputKind::array);
+  o.add(tmp / "b.csv", OutputKind::array);
+  write_array(o, tmp / "a.npy", v, 2, 2);
+  expect_output_error([&] { o.commit(); }, "'" + (tmp / "b.csv") + "': nothing was written");
+  EXPECT_EQ(read_all(tmp / "a.npy"), "old a");
+}
+
+TEST(OutputSet, KeepsTheModeOfAReplacedFile) {
+  TempDir tmp;
+  std::ofstream(tmp / "a.npy") << "old";
+  fs::permissions(tmp / "a.npy", fs::perms::owner_read | fs::perms::owner_write);
+  const std::int32_t v[1] = {1};
+  write_array(tmp / "a.npy", v, 1, 1);
+  EXPECT_EQ(fs::status(tmp / "a.npy").permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+}
+
+// Runs `f` in a child process with a file size limit of `bytes` and SIGXFSZ ignored (as the
+// pcnn command does); returns what the child's output_error said ("" if none).
+std::string under_file_size_limit(rlim_t bytes, const std::function<void()>& f) {
+  int pipefd[2];
+  if (pipe(pipefd) != 0) return "pipe failed";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(pipefd[0]);
+    std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit lim{bytes, bytes};
+    setrlimit(RLIMIT_FSIZE, &lim);
+    std::string msg;
+    try {
+      f();
+    } catch (const std::exception& e) {
+      msg = e.what();
+    }
+    if (!msg.empty() && write(pipefd[1], msg.data(), msg.size()) < 0) _exit(2);
+    _exit(0);
+  }
+  close(pipefd[1]);
+  std::string msg;
+  char buf[512];
+  for (ssize_t n; (n = read(pipefd[0], buf, sizeof buf)) > 0;) msg.append(buf, n);
+  close(pipefd[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status)) << "the child died of a signal: " << status;
+  return msg;
+}
+
+TEST(OutputFailures, AFullDiskIsAnOutputErrorForEveryFormat) {
+  TempDir tmp;
+  std::vector<std::int32_t> idx(100000, 7);
+  std::vector<float> xyz(30000, 1.5f);
+  const auto check = [&](const std::string& name, const std::function<void()>& f) {
+    const std::string msg = under_file_size_limit(4096, f);
+    EXPECT_NE(msg.find("cannot write '" + (tmp / name) + "': File too large"), std::string::npos)
+        << name << ": " << msg;
+    EXPECT_FALSE(fs::exists(tmp / name)) << name;
+    EXPECT_TRUE(temporaries(tmp / "").empty()) << name;
+  };
+  check("i.npy", [&] { write_array(tmp / "i.npy", idx.data(), 50000, 2); });
+  check("i.csv", [&] { write_array(tmp / "i.csv", idx.data(), 50000, 2); });
+  check("c.pcd", [&] { save_xyz_pcd(tmp / "c.pcd", xyz); });
+  check("c.ply", [&] { save_xyz_pcd(tmp / "c.ply", xyz); });
+  const std::int64_t off[3] = {0, 50000, 100000};
+  std::vector<float> d(100000, 0.5f);
+  check("p.csv", [&] { write_pairs_csv(tmp / "p.csv", off, 2, idx.data(), d.data()); });
+}
+
+TEST(OutputFailures, ANoSpaceDeviceIsAnOutputError) {
+  if (access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no writable /dev/full here";
+  std::vector<std::int32_t> idx(300000, 7);
+  expect_output_error([&] { write_array("/dev/full", idx.data(), 100000, 3); },
+                      "cannot write '/dev/full': No space left on device");
+}
+
+TEST(OutputTargets, NonRegularFilesAreWrittenDirectlyNeverReplaced) {
+  TempDir tmp;
+  const std::string fifo = tmp / "pipe.npy";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] { got = read_all(fifo); });
+  const std::int32_t v[2] = {5, 6};
+  write_array(fifo, v, 1, 2);
+  reader.join();
+  EXPECT_EQ(got.substr(1, 5), "NUMPY");
+  EXPECT_EQ(got.size(), 128u + 8);
+  struct stat st;
+  ASSERT_EQ(lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  write_array("/dev/null", v, 1, 2);
+  ASSERT_EQ(stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  EXPECT_TRUE(temporaries(tmp / "").empty());
+}
+
+TEST(OutputTargets, ASymlinkIsWrittenThrough) {
+  TempDir tmp;
+  fs::create_directories(tmp / "real");
+  std::ofstream(tmp / "real/data.npy") << "old";
+  fs::create_symlink("real/data.npy", tmp / "link.npy");  // relative, as ln -s makes them
+  const std::int32_t v[2] = {5, 6};
+  write_array(tmp / "link.npy", v, 1, 2);
+  EXPECT_TRUE(fs::is_symlink(tmp / "link.npy"));
+  EXPECT_EQ(read_all(tmp / "real/data.npy").substr(1, 5), "NUMPY");
+  EXPECT_TRUE(temporaries(tmp / "").empty());
+  EXPECT_TRUE(temporaries(tmp / "real").empty());
+}
+
+// ---- pcnn's own .pcd/.ply writers: read back by PCL and by pcnn as they were ----
+
+TEST(CloudWriter, OrganizedCloudsKeepTheirShapeAndEveryField) {
+  TempDir tmp;
+  // A 3 x 2 organized cloud with double coordinates, a NaN point and a 3-value uint16 field.
+  std::ofstream(tmp / "org.pcd")
+      << "VERSION 0.7\nFIELDS x y z v\nSIZE 8 8 8 2\nTYPE F F F U\nCOUNT 1 1 1 3\nWIDTH 3\n"
+         "HEIGHT 2\nPOINTS 6\nDATA ascii\n0 0 1 1 2 3\n1 0 1 4 5 6\nnan nan nan 7 8 9\n"
+         "0 1 1 10 11 12\n1 1 1 13 14 15\n2 1 1 16 17 65535\n";
+  const Cloud in = load_cloud(tmp / "org.pcd");
+  for (const char* ext : {".pcd", ".ply"}) {
+    const std::string out = tmp / (std::string("moved") + ext);
+    save_cloud_moved(in, in.xyz, out);
+    const Cloud back = load_cloud(out);
+    EXPECT_EQ(back.width, 3u) << ext;
+    EXPECT_EQ(back.height, 2u) << ext;
+    EXPECT_EQ(back.finite, 5) << ext;
+    EXPECT_EQ(back.coordinate_type, "float64") << ext;
+    pcl::PCLPointCloud2 raw;
+    ASSERT_EQ(std::string(ext) == ".pcd" ? pcl::io::loadPCDFile(out, raw)
+                                         : pcl::io::loadPLYFile(out, raw),
+              0);
+    EXPECT_EQ(raw.point_step, 30u) << ext;
+    std::uint16_t last;
+    std::memcpy(&last, &raw.data[5 * 30 + 24 + 4], 2);
+    EXPECT_EQ(last, 65535) << ext;
+  }
+  // .ply has no value counts: v becomes v_0, v_1, v_2.
+  EXPECT_EQ(load_cloud(tmp / "moved.ply").field_names,
+            (std::vector<std::string>{"x", "y", "z", "v_0", "v_1", "v_2"}));
+}
+
+TEST(CloudWriter, RefusesWhatPlyCannotHoldAsItWas) {
+  TempDir tmp;
+  std::ofstream(tmp / "t.pcd") << pcd("x y z t", "4 4 4 8", "F F F U", "1 1 1 1", 1, "ascii")
+                               << "1 2 3 4\n";
+  std::ofstream(tmp / "red.pcd") << pcd("x y z red", "4 4 4 1", "F F F U", "1 1 1 1", 1, "ascii")
+                                 << "1 2 3 4\n";
+  const Cloud t = load_cloud(tmp / "t.pcd"), red = load_cloud(tmp / "red.pcd");
+  expect_output_error([&] { save_cloud_subset(t, {0}, tmp / "t.ply"); },
+                      "field 't' is a 64-bit integer, which .ply cannot hold");
+  expect_output_error([&] { save_cloud_subset(red, {0}, tmp / "red.ply"); },
+                      "would be read back from .ply as part of a packed color");
+  save_cloud_subset(t, {0}, tmp / "t_out.pcd");  // .pcd holds both
+  save_cloud_subset(red, {0}, tmp / "red_out.pcd");
+  EXPECT_FALSE(fs::exists(tmp / "t.ply"));
+  EXPECT_TRUE(temporaries(tmp / "").empty());
+}
+
+TEST(CloudWriter, AnEmptySubsetIsAValidEmptyFile) {
+  TempDir tmp;
+  std::ofstream(tmp / "in.pcd") << xyz_pcd(2, "ascii") << "1 2 3\n4 5 6\n";
+  const Cloud in = load_cloud(tmp / "in.pcd");
+  for (const char* ext : {".pcd", ".ply"}) {
+    save_cloud_subset(in, {}, tmp / (std::string("none") + ext));
+    EXPECT_EQ(load_cloud(tmp / (std::string("none") + ext)).size(), 0) << ext;
   }
 }
 
