@@ -217,14 +217,116 @@ case_ ply_rgba 0 "points +2" -- knn rgba.ply --device cpu -k 1
 
 # --- outputs ---
 pcd_header "x y z" "4 4 4" "F F F" "1 1 1" 2 1 2 ascii >ok.pcd && printf '0 0 0\n1 1 1\n' >>ok.pcd
-case_ output_missing_dir 5 "cannot write 'nodir/out.npy'" -- knn ok.pcd --device cpu -o nodir/out.npy
-mkdir out.npy.dir && case_ output_is_directory 5 "cannot write 'out.npy.dir'" -- knn ok.pcd --device cpu -o out.npy.dir
+case_ output_missing_dir 5 "cannot write 'nodir/out.npy': its directory 'nodir' does not exist" -- knn ok.pcd --device cpu -o nodir/out.npy
+mkdir out.npy.dir && case_ output_is_directory 5 "cannot write 'out.npy.dir': is a directory" -- knn ok.pcd --device cpu -o out.npy.dir
 mkdir ro && chmod 555 ro
 if [ "$(id -u)" -ne 0 ]; then
   case_ output_read_only_dir 5 "cannot write 'ro/out.npy'" -- knn ok.pcd --device cpu -o ro/out.npy
 fi
+case_ output_unknown_extension 5 "cannot write 'out.txt': unknown extension '.txt' \(expected .npy or .csv\)" -- knn ok.pcd --device cpu -o out.txt
+check output_unknown_extension_left_nothing test ! -e out.txt
+case_ output_no_extension 5 "cannot write 'out': no extension" -- knn ok.pcd --device cpu -o out
 case_ filter_output_extension 5 "unknown extension '.txt'" -- filter sor ok.pcd -o kept.txt --mean-k 1 --device cpu
-[ ! -e kept.txt ] || { echo "FAIL [filter_output_extension]: left kept.txt"; fails=$((fails + 1)); }
+check filter_output_extension_left_nothing test ! -e kept.txt
+case_ radius_output_extension 5 "unknown extension '.txt'" -- radius ok.pcd -r 1 --device cpu -o rad.txt
+# -o naming the input (by its name, a symlink or a hard link) is refused before anything is read
+cp ok.pcd keep.pcd && sum_before=$(cksum <keep.pcd)
+case_ output_is_the_input 5 "cannot write 'keep.pcd': it is the input 'keep.pcd'" -- filter sor keep.pcd -o keep.pcd --mean-k 1 --device cpu
+ln -s keep.pcd keep_link.pcd && ln keep.pcd keep_hard.pcd
+case_ output_is_the_input_by_symlink 5 "it is the input 'keep.pcd'" -- filter sor keep.pcd -o keep_link.pcd --mean-k 1 --device cpu
+case_ output_is_the_input_by_hard_link 5 "it is the input 'keep.pcd'" -- smooth keep.pcd -o keep_hard.pcd --device cpu
+check output_is_the_input_left_it_intact test "$(cksum <keep.pcd)" = "$sum_before"
+case_ query_is_an_output 5 "it is the input 'ok.pcd'" -- knn keep.pcd --query ok.pcd --device cpu -o ok.pcd
+case_ same_output_twice 5 "cannot write 'same.npy': it is also the output 'same.npy'" -- knn ok.pcd --device cpu -k 1 -o same.npy --distances same.npy
+check same_output_twice_left_nothing test ! -e same.npy
+echo old >d.npy && ln -s d.npy d_link.npy
+case_ same_output_twice_by_symlink 5 "it is also the output 'd.npy'" -- knn ok.pcd --device cpu -k 1 -o d.npy --distances d_link.npy
+rm d.npy
+case_ same_output_twice_by_dangling_symlink 5 "it is also the output 'd.npy'" -- knn ok.pcd --device cpu -k 1 -o d.npy --distances d_link.npy
+case_ json_and_stdout 5 "stdout is taken by --json" -- knn ok.pcd --device cpu -k 1 -o - --json
+# several outputs: one that cannot be written stops the command before any work, leaving none
+case_ one_bad_output_of_two 5 "cannot write 'nodir/d.npy'" -- knn ok.pcd --device cpu -k 1 -o good.npy --distances nodir/d.npy
+check one_bad_output_of_two_left_nothing test ! -e good.npy
+# arguments and outputs are checked before loading: a missing input is not even looked at
+case_ k_zero_before_loading 2 "k must be between 1 and 128, got 0" -- knn missing.pcd -k 0
+case_ radius_negative_before_loading 2 "radius must be a finite number >= 0" -- radius missing.pcd -r -1
+case_ output_dir_before_loading 5 "cannot write 'nodir/x.npy'" -- knn missing.pcd -o nodir/x.npy
+case_ smooth_stencil_before_loading 2 "radius must be 0..7" -- smooth missing.pcd -o s.pcd --stencil box:9
+# a full disk: a file size limit (ulimit -f, in 512-byte blocks) for every kind of output
+sample_big() { "$pcnn" generate uniform -n 20000 -o "$1" >/dev/null 2>&1; }
+sample_big big.pcd
+for out in big_out.npy big_out.csv big_out.pcd big_out.ply; do
+  case "$out" in
+    *.pcd | *.ply) args=(filter sor big.pcd -o "$out" --mean-k 2 --device cpu) ;;
+    *) args=(knn big.pcd --device cpu -k 4 -o "$out") ;;
+  esac
+  (ulimit -f 8 && "$pcnn" "${args[@]}" >stdout.txt 2>stderr.txt)
+  rc=$?
+  check "full_disk_$out" test "$rc" -eq 5
+  check "full_disk_${out}_says_why" grep -q "cannot write '$out': File too large" stderr.txt
+  check "full_disk_${out}_left_nothing" test ! -e "$out"
+  check "full_disk_${out}_no_temporary" no_temporaries
+done
+(ulimit -f 8 && "$pcnn" generate uniform -n 20000 -o gen_big.pcd >stdout.txt 2>stderr.txt)
+check full_disk_generate test $? -eq 5 -a ! -e gen_big.pcd
+check full_disk_generate_no_temporary no_temporaries
+# /dev/full: a device that is always full (written directly, ENOSPC reported)
+if [ -w /dev/full ]; then
+  case_ output_dev_full 5 "cannot write '/dev/full': No space left on device" -- knn ok.pcd --device cpu -k 1 -o /dev/full
+fi
+# several outputs, the second one failing while written: the first is not left behind, and an
+# older file of the same name stays as it was
+echo old >first.npy
+(ulimit -f 3000 && "$pcnn" knn big.pcd --device cpu -k 16 -o first.npy --distances second.csv >stdout.txt 2>stderr.txt)
+check second_output_fails_exit test $? -eq 5
+check second_output_fails_says_why grep -q "cannot write 'second.csv': File too large" stderr.txt
+check second_output_fails_first_unchanged test "$(cat first.npy)" = old
+check second_output_fails_no_second test ! -e second.csv
+check second_output_fails_no_temporary no_temporaries
+# a FIFO is written to, never replaced
+mkfifo pipe.npy
+cat pipe.npy >from_pipe.npy &
+reader=$!
+case_ output_fifo 0 "indices written to" -- knn ok.pcd --device cpu -k 1 -o pipe.npy
+wait "$reader"
+check output_fifo_still_a_fifo test -p pipe.npy
+check output_fifo_data_arrived grep -q NUMPY from_pipe.npy
+# a device node: /dev/null stays the device it is (as root, replacing it would break the system)
+case_ output_dev_null 0 "indices written to" -- knn ok.pcd --device cpu -k 1 -o /dev/null --distances /dev/null
+check output_dev_null_still_a_device test -c /dev/null
+# stdout, by '-' and by /dev/stdout
+"$pcnn" knn ok.pcd --device cpu -k 1 -o - >to_stdout.npy 2>stderr.txt
+check output_stdout_dash grep -q NUMPY to_stdout.npy
+"$pcnn" knn ok.pcd --device cpu -k 1 -o /dev/stdout >to_stdout2.npy 2>stderr.txt
+check output_dev_stdout cmp -s to_stdout.npy to_stdout2.npy
+# a symlink is written through: the file it names is replaced, the link stays a link
+echo old >real.npy && ln -s real.npy link.npy
+case_ output_symlink 0 "indices written to" -- knn ok.pcd --device cpu -k 1 -o link.npy
+check output_symlink_still_a_link test -L link.npy
+check output_symlink_target_written grep -q NUMPY real.npy
+ln -s new_target.npy dangling.npy
+case_ output_dangling_symlink 0 "indices written to" -- knn ok.pcd --device cpu -k 1 -o dangling.npy
+check output_dangling_symlink_target_created grep -q NUMPY new_target.npy
+# the temporary's name cannot be planted: a symlink at the old fixed name is never followed
+echo victim >victim.txt && ln -s victim.txt planted.npy.pcnn-tmp
+"$pcnn" knn ok.pcd --device cpu -k 1 -o planted.npy >stdout.txt 2>stderr.txt
+check output_planted_temporary_symlink test $? -eq 0 -a -s planted.npy
+check output_planted_symlink_not_followed test "$(cat victim.txt)" = victim
+rm planted.npy.pcnn-tmp
+check output_planted_no_temporary no_temporaries
+# two runs writing the same output at once: each writes its own temporary; the file is one run's
+for i in 1 2 3 4; do "$pcnn" knn big.pcd --device cpu -k 8 -o race.npy --distances race.csv >/dev/null 2>&1 & done
+wait
+check concurrent_runs_complete test "$(stat -c %s race.npy)" -eq $((128 + 20000 * 8 * 4))
+check concurrent_runs_csv_complete test "$(wc -l <race.csv)" -eq 20001
+check concurrent_runs_no_temporary no_temporaries
+# out of host memory: exit 4 with the bytes needed (not under ASan, which needs the address space)
+if [ "$asan" -eq 0 ]; then
+  (ulimit -v 300000 && "$pcnn" generate uniform -n 200000000 -o huge_gen.pcd >stdout.txt 2>stderr.txt)
+  check out_of_host_memory_exit test $? -eq 4
+  check out_of_host_memory_says_bytes grep -q "out of host memory: 2400000000 bytes needed" stderr.txt
+  check out_of_host_memory_no_temporary no_temporaries
+fi
 
 echo "bad inputs: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]
