@@ -2,6 +2,8 @@
 // endings and line numbers.
 #pragma once
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
@@ -17,14 +19,12 @@ namespace pcnn::io_detail {
 
 class ByteSource {
  public:
-  ByteSource(const std::string& path, std::uint64_t offset) : path_(path), offset_(offset) {
-    f_ = std::fopen(path.c_str(), "rb");
-    if (!f_) reject(path, "", std::string("cannot open it: ") + std::strerror(errno));
-    if (offset > 0 && fseeko(f_, static_cast<off_t>(offset), SEEK_SET) != 0)
-      reject(path, "", std::string("cannot seek in it: ") + std::strerror(errno));
+  /// Reads `fd` (the file the gate checks, named `path` in messages) from `offset`, with pread:
+  /// any number of sources may read the one descriptor.
+  ByteSource(const std::string& path, int fd, std::uint64_t offset)
+      : path_(path), fd_(fd), offset_(offset), next_(offset) {
     buf_.resize(1 << 16);
   }
-  ~ByteSource() { std::fclose(f_); }
   ByteSource(const ByteSource&) = delete;
   ByteSource& operator=(const ByteSource&) = delete;
 
@@ -99,18 +99,25 @@ class ByteSource {
   bool fill() {
     if (pos_ < end_) return true;
     pos_ = 0;
-    end_ = std::fread(buf_.data(), 1, buf_.size(), f_);
-    if (end_ == 0 && std::ferror(f_))
-      reject(path_, "byte " + std::to_string(offset_),
-             std::string("cannot read it: ") + std::strerror(errno));
-    return end_ > 0;
+    end_ = 0;
+    for (;;) {
+      const ssize_t n = ::pread(fd_, buf_.data(), buf_.size(), static_cast<off_t>(next_));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0)
+        reject(path_, "byte " + std::to_string(next_),
+               std::string("cannot read it: ") + std::strerror(errno));
+      end_ = static_cast<std::size_t>(n);
+      next_ += end_;
+      return end_ > 0;
+    }
   }
 
   std::string path_;
-  std::FILE* f_ = nullptr;
+  int fd_;
   std::vector<char> buf_;
   std::size_t pos_ = 0, end_ = 0;
-  std::uint64_t offset_;
+  std::uint64_t offset_;  // of the next byte handed out
+  std::uint64_t next_;    // of the next byte to read from the file
 };
 
 }  // namespace pcnn::io_detail

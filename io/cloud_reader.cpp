@@ -1,8 +1,11 @@
 // Loading .pcd / .ply clouds through pcl::PCLPointCloud2, converting x/y/z by their stored type.
+#include <fcntl.h>
 #include <pcl/PCLPointCloud2.h>
 #include <pcl/exceptions.h>
 #include <pcl/io/pcd_io.h>
 #include <pcl/io/ply_io.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -33,21 +36,52 @@ std::string lower_extension(const std::string& path) {
   return ext;
 }
 
-std::uint64_t check_file(const std::string& path) {
-  std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);
-  if (ec || !fs::exists(st)) fail(path, "no such file");
-  if (fs::is_directory(st)) fail(path, "is a directory");
-  if (!fs::is_regular_file(st)) fail(path, "not a regular file");
-  std::ifstream probe(path, std::ios::binary);
-  if (!probe) fail(path, std::string("cannot open it: ") + std::strerror(errno));
-  const std::uint64_t size = fs::file_size(path, ec);
-  if (ec) fail(path, "cannot read its size: " + ec.message());
-  if (size == 0) fail(path, "the file is empty");
-  return size;
-}
+// The file, opened once: the gate and PCL read this one file, whatever its name points to
+// later. O_NONBLOCK so that opening a FIFO does not wait for a writer before being refused.
+class OpenFile {
+ public:
+  explicit OpenFile(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd_ < 0) {
+      if (errno == ENOENT || errno == ENOTDIR) fail(path, "no such file");
+      fail(path, std::string("cannot open it: ") + std::strerror(errno));
+    }
+    if (::fstat(fd_, &st_) != 0) fail(path, std::string("cannot stat it: ") + std::strerror(errno));
+    if (S_ISDIR(st_.st_mode)) fail(path, "is a directory");
+    if (!S_ISREG(st_.st_mode)) fail(path, "not a regular file");
+    if (st_.st_size == 0) fail(path, "the file is empty");
+  }
+  ~OpenFile() { ::close(fd_); }
+  OpenFile(const OpenFile&) = delete;
+  OpenFile& operator=(const OpenFile&) = delete;
 
-void read_with_pcl(const std::string& path, const std::string& ext, pcl::PCLPointCloud2& cloud) {
+  int fd() const { return fd_; }
+  std::uint64_t size() const { return static_cast<std::uint64_t>(st_.st_size); }
+
+  // A name under which PCL opens this very file (not whatever `path` names by then).
+  std::string name_for_pcl() const {
+    const std::string p = "/proc/self/fd/" + std::to_string(fd_);
+    return ::access(p.c_str(), R_OK) == 0 ? p : path_;
+  }
+
+  // Throws if the file was written to since it was opened (between the gate and PCL).
+  void check_unchanged() const {
+    struct stat now;
+    if (::fstat(fd_, &now) != 0 || now.st_size != st_.st_size ||
+        now.st_mtim.tv_sec != st_.st_mtim.tv_sec || now.st_mtim.tv_nsec != st_.st_mtim.tv_nsec ||
+        now.st_ctim.tv_sec != st_.st_ctim.tv_sec || now.st_ctim.tv_nsec != st_.st_ctim.tv_nsec)
+      fail(path_, "the file changed while it was being read");
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  struct stat st_ {};
+};
+
+// Reads `name` (the file the gate checked) with PCL; `path` names it in messages.
+void read_with_pcl(const std::string& path, const std::string& name, const std::string& ext,
+                   pcl::PCLPointCloud2& cloud) {
   int rc = 0;
   try {
     Eigen::Vector4f origin;
@@ -55,11 +89,11 @@ void read_with_pcl(const std::string& path, const std::string& ext, pcl::PCLPoin
     if (ext == ".pcd") {
       pcl::PCDReader reader;
       int version = 0;
-      rc = reader.read(path, cloud, origin, orientation, version);
+      rc = reader.read(name, cloud, origin, orientation, version);
     } else {
       pcl::PLYReader reader;
       int version = 0;
-      rc = reader.read(path, cloud, origin, orientation, version);
+      rc = reader.read(name, cloud, origin, orientation, version);
     }
   } catch (const pcl::PCLException& e) {
     fail(path, std::string("PCL: ") + e.detailedMessage());
@@ -157,8 +191,9 @@ Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin, b
   const std::string ext = lower_extension(path);
   if (ext != ".pcd" && ext != ".ply")
     fail(path, "unknown extension '" + ext + "' (expected .pcd or .ply)");
-  const std::uint64_t size = check_file(path);
-  const io_detail::InputShape shape = io_detail::check_input(path, ext == ".ply", size);
+  const OpenFile file(path);
+  const io_detail::InputShape shape =
+      io_detail::check_input(path, file.fd(), ext == ".ply", file.size());
   if (shape.points == 0) {  // PCL refuses clouds of no points; the file was checked
     Cloud empty;
     empty.path = path;
@@ -167,7 +202,8 @@ Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin, b
     return empty;
   }
   pcl::PCLPointCloud2 pc;
-  read_with_pcl(path, ext, pc);
+  read_with_pcl(path, file.name_for_pcl(), ext, pc);
+  file.check_unchanged();
 
   // The gate promised this shape; a PCL that read something else is not trusted further.
   const std::uint64_t n = std::uint64_t(pc.width) * pc.height;

@@ -120,8 +120,8 @@ bool valid_name(std::string_view s) {
 // Reads header lines one at a time, checking the line ending against the first line's.
 class HeaderLines {
  public:
-  HeaderLines(const std::string& path, const char* format)
-      : path_(path), format_(format), src_(path, 0) {}
+  HeaderLines(const std::string& path, int fd, const char* format)
+      : path_(path), format_(format), src_(path, fd, 0) {}
 
   // The next line; throws at the end of the file, on a long line, a line ending that differs
   // from the first line's, or a line with no ending.
@@ -212,8 +212,8 @@ Scalar pcd_type(char type, std::uint64_t size, bool& ok) {
 
 }  // namespace
 
-PcdHeader read_pcd_header(const std::string& path) {
-  HeaderLines lines(path, "PCD");
+PcdHeader read_pcd_header(const std::string& path, int fd) {
+  HeaderLines lines(path, fd, "PCD");
   std::vector<std::string> values[kPcdKeys];
   std::uint64_t at[kPcdKeys] = {};  // the line of each keyword, 0: absent
   int last = -1;
@@ -365,8 +365,8 @@ PcdHeader read_pcd_header(const std::string& path) {
 // parses any line whose first word starts with a header keyword, until some other line. Binary
 // data that happens to begin like "COLUMNS..." is then parsed as a header (found by fuzzing:
 // PCL went on to allocate a string of terabytes). Reject what PCL would misread.
-void check_pcd_binary_start(const std::string& path, std::uint64_t data_start) {
-  ByteSource src(path, data_start);
+void check_pcd_binary_start(const std::string& path, int fd, std::uint64_t data_start) {
+  ByteSource src(path, fd, data_start);
   for (;;) {
     std::string head;  // the line's first word, after leading white space (as >> reads it)
     char ch;
@@ -474,8 +474,8 @@ std::vector<std::string> ply_vertex_fields(const std::string& path, const PlyEle
 
 }  // namespace
 
-PlyHeader read_ply_header(const std::string& path) {
-  HeaderLines lines(path, "PLY");
+PlyHeader read_ply_header(const std::string& path, int fd) {
+  HeaderLines lines(path, fd, "PLY");
   PlyHeader h;
   if (lines.next() != "ply") reject(path, "", "not a PLY file (no 'ply' line first)");
   {

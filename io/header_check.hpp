@@ -78,12 +78,13 @@ struct PlyHeader {
 /// The largest point count pcnn reads (results are indexed with int32).
 constexpr std::uint64_t kMaxPoints = 2147483647;
 
-/// Reads and checks the header; throws pcnn::input_error naming the file, the line and why.
-PcdHeader read_pcd_header(const std::string& path);
-PlyHeader read_ply_header(const std::string& path);
+/// Reads and checks the header of `fd` (the file named `path` in messages); throws
+/// pcnn::input_error naming the file, the line and why.
+PcdHeader read_pcd_header(const std::string& path, int fd);
+PlyHeader read_ply_header(const std::string& path, int fd);
 
 /// Whether binary .pcd data that starts at `data_start` begins with a line PCL's header reader
 /// would take for a header line (PCL keeps parsing header lines after DATA). Throws if so.
-void check_pcd_binary_start(const std::string& path, std::uint64_t data_start);
+void check_pcd_binary_start(const std::string& path, int fd, std::uint64_t data_start);
 
 }  // namespace pcnn::io_detail

@@ -94,9 +94,9 @@ std::string quote(std::string_view s) {
 // line may have no ending).
 class DataLines {
  public:
-  DataLines(const std::string& path, std::uint64_t offset, std::uint64_t first_line, Eol eol,
-            std::size_t max_length)
-      : path_(path), src_(path, offset), n_(first_line - 1), eol_(eol), max_(max_length) {}
+  DataLines(const std::string& path, int fd, std::uint64_t offset, std::uint64_t first_line,
+            Eol eol, std::size_t max_length)
+      : path_(path), src_(path, fd, offset), n_(first_line - 1), eol_(eol), max_(max_length) {}
 
   bool next(std::string_view& text) {
     if (ended_) return false;
@@ -135,7 +135,7 @@ std::size_t max_line_for(std::uint64_t values) {
 
 // ---- PCD ----
 
-void check_pcd_ascii(const std::string& path, const PcdHeader& h, std::uint64_t body) {
+void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::uint64_t body) {
   std::uint64_t columns = 0;
   for (const auto& f : h.fields) columns += f.count;
   // A row is at least one character per value and a separator after each (the last row may
@@ -153,7 +153,7 @@ void check_pcd_ascii(const std::string& path, const PcdHeader& h, std::uint64_t 
         types.push_back(f.type);
         names.push_back(&f.name);
       }
-  DataLines lines(path, h.data_start, h.header_lines + 1, h.eol, max_line_for(columns));
+  DataLines lines(path, fd, h.data_start, h.header_lines + 1, h.eol, max_line_for(columns));
   std::vector<std::string_view> values;
   std::string_view text;
   for (std::uint64_t row = 0; row < h.points; ++row) {
@@ -182,11 +182,11 @@ void check_pcd_ascii(const std::string& path, const PcdHeader& h, std::uint64_t 
 // PCL's .pcd writers for PCLPointCloud2 pad the file with zeros to (or by) a page: fewer than
 // 4096 zero bytes after the data are accepted. Anything else after the points (more points than
 // POINTS says?) would be ignored by PCL without a word.
-void check_pcd_padding(const std::string& path, std::uint64_t offset, std::uint64_t extra) {
+void check_pcd_padding(const std::string& path, int fd, std::uint64_t offset, std::uint64_t extra) {
   const std::uint64_t page = 4096;
   bool zeros = extra < page;
   if (zeros) {
-    ByteSource src(path, offset);
+    ByteSource src(path, fd, offset);
     std::vector<unsigned char> tail(static_cast<std::size_t>(extra));
     src.read(tail.data(), tail.size());
     zeros = std::all_of(tail.begin(), tail.end(), [](unsigned char c) { return c == 0; });
@@ -198,9 +198,9 @@ void check_pcd_padding(const std::string& path, std::uint64_t offset, std::uint6
                "zero padding of PCL's own writer, under 4096 bytes, is accepted)");
 }
 
-void check_pcd_compressed(const std::string& path, const PcdHeader& h, std::uint64_t body) {
+void check_pcd_compressed(const std::string& path, int fd, const PcdHeader& h, std::uint64_t body) {
   if (body < 8) reject(path, at_byte(h.data_start), "binary_compressed data without its sizes");
-  ByteSource src(path, h.data_start);
+  ByteSource src(path, fd, h.data_start);
   std::uint32_t sz[2] = {0, 0};
   src.read(sz, 8);  // little-endian, as PCL writes and reads them on x86 and ARM
   const std::uint64_t compressed = sz[0], uncompressed = sz[1];
@@ -213,7 +213,7 @@ void check_pcd_compressed(const std::string& path, const PcdHeader& h, std::uint
            "binary_compressed size says " + std::to_string(compressed) + " compressed bytes, but " +
                std::to_string(body - 8) + " follow (truncated file?)");
   if (compressed < body - 8)
-    check_pcd_padding(path, h.data_start + 8 + compressed, body - 8 - compressed);
+    check_pcd_padding(path, fd, h.data_start + 8 + compressed, body - 8 - compressed);
   if (h.points == 0) return;
   std::string why;
   std::uint64_t pos = h.data_start + 8;
@@ -227,12 +227,12 @@ void check_pcd_compressed(const std::string& path, const PcdHeader& h, std::uint
     reject(path, at_byte(pos > 0 ? pos - 1 : pos), "the compressed data is corrupt: " + why);
 }
 
-InputShape check_pcd(const std::string& path, std::uint64_t file_size) {
-  const PcdHeader h = read_pcd_header(path);
+InputShape check_pcd(const std::string& path, int fd, std::uint64_t file_size) {
+  const PcdHeader h = read_pcd_header(path, fd);
   const std::uint64_t body = file_size - std::min(file_size, h.data_start);
   switch (h.data) {
     case PcdHeader::Data::ascii:
-      check_pcd_ascii(path, h, body);
+      check_pcd_ascii(path, fd, h, body);
       break;
     case PcdHeader::Data::binary: {
       const std::uint64_t need = h.points * h.point_size;
@@ -241,13 +241,13 @@ InputShape check_pcd(const std::string& path, std::uint64_t file_size) {
                "POINTS x point size is " + std::to_string(need) +
                    " bytes, but the binary data has " + std::to_string(body) +
                    " (truncated file?)");
-      if (body > need) check_pcd_padding(path, h.data_start + need, body - need);
-      if (h.points > 0) check_pcd_binary_start(path, h.data_start);
+      if (body > need) check_pcd_padding(path, fd, h.data_start + need, body - need);
+      if (h.points > 0) check_pcd_binary_start(path, fd, h.data_start);
       break;
     }
     case PcdHeader::Data::binary_compressed:
-      check_pcd_compressed(path, h, body);
-      check_pcd_binary_start(path, h.data_start);
+      check_pcd_compressed(path, fd, h, body);
+      check_pcd_binary_start(path, fd, h.data_start);
       break;
   }
   return {h.points, h.width, h.height};
@@ -292,10 +292,10 @@ void check_cell(const std::string& path, const std::string& where, const PlyHead
 
 Scalar list_count_type(Scalar t) { return t == Scalar::i32 ? Scalar::u32 : t; }  // as PCL reads
 
-void check_ply_ascii(const std::string& path, const PlyHeader& h, PlyFacts& facts) {
+void check_ply_ascii(const std::string& path, int fd, const PlyHeader& h, PlyFacts& facts) {
   const std::uint64_t body_start = h.data_start;
   // Lists make lines as long as their counts; allow what the longest list count could need.
-  DataLines lines(path, body_start, h.header_lines + 1, h.eol, std::size_t(1) << 26);
+  DataLines lines(path, fd, body_start, h.header_lines + 1, h.eol, std::size_t(1) << 26);
   std::vector<std::string_view> values;
   std::string_view text;
   for (const auto& e : h.elements) {
@@ -347,10 +347,10 @@ void check_ply_ascii(const std::string& path, const PlyHeader& h, PlyFacts& fact
            "data after the last element's rows (PCL would ignore it)");
 }
 
-void check_ply_binary(const std::string& path, const PlyHeader& h, std::uint64_t file_size,
+void check_ply_binary(const std::string& path, int fd, const PlyHeader& h, std::uint64_t file_size,
                       PlyFacts& facts) {
   const bool swap = h.format == PlyHeader::Format::binary_big_endian;  // hosts are little-endian
-  ByteSource src(path, h.data_start);
+  ByteSource src(path, fd, h.data_start);
   unsigned char buf[8];
   auto truncated = [&](const PlyElement& e, std::uint64_t item) {
     reject(path, at_byte(src.offset()),
@@ -425,8 +425,8 @@ void check_ply_binary(const std::string& path, const PlyHeader& h, std::uint64_t
                " bytes after the last element (PCL would ignore them)");
 }
 
-InputShape check_ply(const std::string& path, std::uint64_t file_size) {
-  const PlyHeader h = read_ply_header(path);
+InputShape check_ply(const std::string& path, int fd, std::uint64_t file_size) {
+  const PlyHeader h = read_ply_header(path, fd);
   const PlyElement& vertex = h.elements[h.vertex];
   // Each vertex takes at least a byte per property (binary) or a character and a separator
   // (ascii): refuse counts the file cannot hold before reading further.
@@ -445,9 +445,9 @@ InputShape check_ply(const std::string& path, std::uint64_t file_size) {
       for (const auto& p : e.properties)
         if (p.name == "viewportx" && p.type == Scalar::i32 && !p.list) camera_viewport = true;
   if (h.format == PlyHeader::Format::ascii)
-    check_ply_ascii(path, h, facts);
+    check_ply_ascii(path, fd, h, facts);
   else
-    check_ply_binary(path, h, file_size, facts);
+    check_ply_binary(path, fd, h, file_size, facts);
 
   InputShape s;
   const bool has_grid_element =
@@ -484,8 +484,8 @@ bool check_lzf(const unsigned char* in, std::uint64_t in_len, std::uint64_t expe
   return walk_lzf([&]() -> unsigned { return i < in_len ? in[i++] : 0; }, in_len, expected, why);
 }
 
-InputShape check_input(const std::string& path, bool ply, std::uint64_t file_size) {
-  return ply ? check_ply(path, file_size) : check_pcd(path, file_size);
+InputShape check_input(const std::string& path, int fd, bool ply, std::uint64_t file_size) {
+  return ply ? check_ply(path, fd, file_size) : check_pcd(path, fd, file_size);
 }
 
 }  // namespace pcnn::io_detail

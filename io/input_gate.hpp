@@ -16,10 +16,11 @@ struct InputShape {
   std::uint64_t height = 1;  ///< rows (> 1: organized)
 };
 
-/// Checks a .pcd (`ply` false) or .ply file of `file_size` bytes: its header, every byte of its
-/// data, and that the data holds exactly what the header promises (no more, no less).
+/// Checks a .pcd (`ply` false) or .ply file of `file_size` bytes, open as `fd` (every read goes
+/// through it; `path` names it in messages): its header, every byte of its data, and that the
+/// data holds exactly what the header promises (no more, no less).
 /// @throws pcnn::input_error naming the file, where (line or byte offset) and why
-InputShape check_input(const std::string& path, bool ply, std::uint64_t file_size);
+InputShape check_input(const std::string& path, int fd, bool ply, std::uint64_t file_size);
 
 /// Walks LZF-compressed data as PCL's lzfDecompress does, without writing the output: true when
 /// it decodes to exactly `expected` bytes without reading or referring outside the data.
