@@ -1037,3 +1037,32 @@ TEST(CloudWriter, AnEmptySubsetIsAValidEmptyFile) {
 
 }  // namespace
 }  // namespace pcnn
+
+namespace pcnn {
+namespace {
+
+// The streamed path (pcnn knn --chunk-rows): rows written chunk by chunk into staged files,
+// put in place only by the set's commit, together with the command's other outputs.
+TEST(ArrayStreamWriter, WithAnOutputSetTheCommitPutsTheFilesInPlace) {
+  TempDir tmp;
+  const std::vector<std::int32_t> idx = {1, 2, 3, 4, 5, 6};
+  const std::vector<float> d = {0.5f, 1, 1.5f, 2, 2.5f, 3};
+  OutputSet o;
+  o.add(tmp / "i.npy", OutputKind::array);
+  o.add(tmp / "d.csv", OutputKind::array);
+  ArrayStreamWriter wi(o, tmp / "i.npy", 3, 2, false, "n"), wd(o, tmp / "d.csv", 3, 2, true, "d");
+  for (int r = 0; r < 3; ++r) {
+    wi.append(idx.data() + 2 * r, 1);
+    wd.append(d.data() + 2 * r, 1);
+  }
+  wi.finish();
+  wd.finish();
+  EXPECT_FALSE(fs::exists(tmp / "i.npy"));  // not before the commit
+  o.commit();
+  write_array(tmp / "whole.npy", idx.data(), 3, 2);
+  EXPECT_EQ(read_all(tmp / "i.npy"), read_all(tmp / "whole.npy"));
+  EXPECT_EQ(read_all(tmp / "d.csv"), "row,d0,d1\n0,0.5,1\n1,1.5,2\n2,2.5,3\n");
+}
+
+}  // namespace
+}  // namespace pcnn
