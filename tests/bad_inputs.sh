@@ -270,6 +270,21 @@ done
 (ulimit -f 8 && "$pcnn" generate uniform -n 20000 -o gen_big.pcd >stdout.txt 2>stderr.txt)
 check full_disk_generate test $? -eq 5 -a ! -e gen_big.pcd
 check full_disk_generate_no_temporary no_temporaries
+# a full disk for real: a 64 KiB tmpfs, in a private mount namespace (where permitted)
+if unshare -m --propagation private true 2>/dev/null; then
+  mkdir -p small
+  for out in small.npy small.csv small.pcd small.ply; do
+    unshare -m --propagation private sh -c '
+      mount -t tmpfs -o size=64k tmpfs small || exit 9
+      case "$2" in
+        *.pcd | *.ply) "$1" filter sor big.pcd -o "small/$2" --mean-k 2 --device cpu ;;
+        *) "$1" knn big.pcd --device cpu -k 4 -o "small/$2" ;;
+      esac >/dev/null 2>stderr.txt
+      [ $? -eq 5 ] && grep -q "cannot write .small/$2.: No space left on device" stderr.txt &&
+        [ -z "$(ls -A small)" ]' sh "$pcnn" "$out"
+    check "tmpfs_full_$out" test $? -eq 0
+  done
+fi
 # /dev/full: a device that is always full (written directly, ENOSPC reported)
 if [ -w /dev/full ]; then
   case_ output_dev_full 5 "cannot write '/dev/full': No space left on device" -- knn ok.pcd --device cpu -k 1 -o /dev/full
