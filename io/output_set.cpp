@@ -259,6 +259,7 @@ struct OutputSet::Impl {
       struct stat st;
       if (::fstat(fd, &st) == 0) t.id = id_of_stat(st);
       t.id.key = "fd:" + std::to_string(fd);
+      t.id.char_device = false;  // a terminal on stdout takes one output, like a pipe
       t.mode = Mode::descriptor;
       t.descriptor = fd;
       return t;

@@ -808,6 +808,9 @@ TEST(OutputSet, ChecksEveryOutputBeforeAnyWork) {
   expect_output_error([&] { o.add("-", OutputKind::array); }, "stdout is taken by --json");
   o.add("/dev/null", OutputKind::array);  // a character device may take several outputs
   o.add("/dev/null", OutputKind::cloud);
+  OutputSet twice;  // stdout may not, whatever it is (a terminal is a character device too)
+  twice.add("-", OutputKind::array);
+  expect_output_error([&] { twice.add("/dev/stdout", OutputKind::array); }, "also the output '-'");
   // The checks created the temporaries (the proof the directory is writable), nothing else.
   EXPECT_EQ(temporaries(tmp / "").size(), 4u);
   EXPECT_FALSE(fs::exists(tmp / "a.npy"));
