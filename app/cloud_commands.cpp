@@ -38,6 +38,18 @@ bool want_gpu(const std::string& device) {
   return false;
 }
 
+// The outputs of a cloud command, checked before the cloud is loaded: known formats, writable
+// directories, none the same file as the input or another output.
+OutputSet plan_outputs(const std::string& input, const std::string& cloud_out,
+                       const std::string& indices_out, bool json) {
+  OutputSet outputs;
+  outputs.add_input(input);
+  if (json) outputs.reserve_stdout("--json");
+  outputs.add(cloud_out, OutputKind::cloud);
+  if (!indices_out.empty()) outputs.add(indices_out, OutputKind::array);
+  return outputs;
+}
+
 std::string triple(const std::array<double, 3>& v) {
   char buf[160];
   std::snprintf(buf, sizeof buf, "(%.6f, %.6f, %.6f)", v[0], v[1], v[2]);
@@ -109,6 +121,7 @@ int run_stats(const StatsCommand& cmd) {
 }
 
 int run_filter(const FilterCommand& cmd) {
+  OutputSet outputs = plan_outputs(cmd.input, cmd.out, cmd.kept_indices, cmd.json);
   const auto t0 = std::chrono::steady_clock::now();
   const Cloud cloud = load_cloud(cmd.input);
   const double load_ms = ms_since(t0);
@@ -164,42 +177,45 @@ int run_filter(const FilterCommand& cmd) {
   r.add("removed",
         static_cast<double>(cloud.size() - static_cast<std::int64_t>(result.kept.size())));
   if (gpu) r.add("borderline", static_cast<double>(result.borderline));
-  save_cloud_subset(cloud, result.kept, cmd.out);
+  save_cloud_subset(outputs, cloud, result.kept, cmd.out);
   r.add("written to", cmd.out + " (every field of the input)");
   if (!cmd.kept_indices.empty()) {
-    write_array(cmd.kept_indices, result.kept.data(), static_cast<std::int64_t>(result.kept.size()),
-                1, "index");
+    write_array(outputs, cmd.kept_indices, result.kept.data(),
+                static_cast<std::int64_t>(result.kept.size()), 1, "index");
     r.add("kept indices written to", cmd.kept_indices);
   }
+  outputs.commit();
   r.print_table(stderr);
   if (cmd.json) std::printf("%s\n", r.json().c_str());
   return exit_code;
 }
 
 int run_smooth(const SmoothCommand& cmd) {
+  OutputSet outputs = plan_outputs(cmd.input, cmd.out, "", cmd.json);
+  // Both methods' parameters are checked before loading (which one applies depends on the cloud).
+  OrganizedSmoothParams op;
+  UnorganizedSmoothParams up;
+  op.stencil = parse_stencil(cmd.stencil);
+  op.value = cmd.value == "z" ? SmoothValue::z : SmoothValue::range;
+  op.depth_jump = cmd.depth_jump;
+  op.max_move = cmd.max_move;
+  validate(op);
+  up.k = cmd.k;
+  up.lambda = cmd.lambda;
+  up.mu = cmd.mu;
+  up.iterations = cmd.iterations;
+  up.weights = cmd.weights == "distance" ? UnorganizedSmoothParams::Weights::distance
+                                         : UnorganizedSmoothParams::Weights::rank;
+  up.max_move = cmd.max_move;
+  validate(up);
   const auto t0 = std::chrono::steady_clock::now();
   const Cloud cloud = load_cloud(cmd.input);
   const double load_ms = ms_since(t0);
   const bool organized = cloud.height > 1;
-  OrganizedSmoothParams op;
-  UnorganizedSmoothParams up;
   if (organized) {
-    op.stencil = parse_stencil(cmd.stencil);
-    op.value = cmd.value == "z" ? SmoothValue::z : SmoothValue::range;
     for (int a = 0; a < 3; ++a)  // rays from the file's (0, 0, 0), in re-centered coordinates
       op.sensor[a] = static_cast<float>(-cloud.origin[a]);
-    op.depth_jump = cmd.depth_jump;
-    op.max_move = cmd.max_move;
     validate(op);
-  } else {
-    up.k = cmd.k;
-    up.lambda = cmd.lambda;
-    up.mu = cmd.mu;
-    up.iterations = cmd.iterations;
-    up.weights = cmd.weights == "distance" ? UnorganizedSmoothParams::Weights::distance
-                                           : UnorganizedSmoothParams::Weights::rank;
-    up.max_move = cmd.max_move;
-    validate(up);
   }
   const bool gpu = want_gpu(cmd.device);
   Report r;
@@ -297,7 +313,8 @@ int run_smooth(const SmoothCommand& cmd) {
     moved = std::max(moved, std::sqrt(dx * dx + dy * dy + dz * dz));
   }
   r.add("largest move", moved);
-  save_cloud_moved(cloud, result, cmd.out);
+  save_cloud_moved(outputs, cloud, result, cmd.out);
+  outputs.commit();
   r.add("written to", cmd.out + (organized ? " (organized, every field of the input)"
                                            : " (every field of the input)"));
   r.print_table(stderr);

@@ -27,6 +27,26 @@ struct Inputs {
   const PointsView* qv() const { return queries ? &query_view : nullptr; }
 };
 
+// Every output of a search command, checked before anything is loaded or searched: known
+// formats, writable directories, none the same file as an input or another output.
+OutputSet plan_outputs(const SearchOptions& opt, OutputKind out_kind,
+                       const std::string& counts = "") {
+  OutputSet outputs;
+  outputs.add_input(opt.input);
+  if (!opt.query.empty()) outputs.add_input(opt.query);
+  if (opt.json) outputs.reserve_stdout("--json");
+  if (!opt.out.empty()) outputs.add(opt.out, out_kind);
+  if (!opt.distances.empty()) outputs.add(opt.distances, OutputKind::array);
+  if (!counts.empty()) outputs.add(counts, OutputKind::array);
+  return outputs;
+}
+
+// The search arguments that do not depend on the clouds, checked before they are loaded.
+void validate_before_loading(const SearchOptions& opt, int k) {
+  const PointsView none{};
+  validate_knn_args(none, opt.query.empty() ? nullptr : &none, {k, opt.exclude_self});
+}
+
 Inputs load_inputs(const SearchOptions& opt) {
   Inputs in;
   const auto t0 = std::chrono::steady_clock::now();
@@ -140,9 +160,10 @@ Report knn_agreement_section(const KnnAgreement& ag) {
       "tie-aware: indices may differ only between neighbors at equal distance");
 }
 
-void write_dense(const SearchOptions& opt, const KnnResult& r, Report& report) {
-  if (!opt.out.empty()) write_array(opt.out, r.indices.data(), r.rows, r.k, "n");
-  if (!opt.distances.empty()) write_array(opt.distances, r.sqdist.data(), r.rows, r.k, "d");
+void write_dense(OutputSet& outputs, const SearchOptions& opt, const KnnResult& r, Report& report) {
+  if (!opt.out.empty()) write_array(outputs, opt.out, r.indices.data(), r.rows, r.k, "n");
+  if (!opt.distances.empty())
+    write_array(outputs, opt.distances, r.sqdist.data(), r.rows, r.k, "d");
   if (!opt.out.empty()) report.add("indices written to", opt.out);
   if (!opt.distances.empty()) report.add("squared distances written to", opt.distances);
 }
@@ -151,10 +172,6 @@ int finish(const SearchOptions& opt, Report& report, int exit_code) {
   report.print_table(stderr);
   if (opt.json) std::printf("%s\n", report.json().c_str());
   return exit_code;
-}
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 }  // namespace
@@ -189,6 +206,8 @@ std::int64_t parse_bytes(const std::string& text) {
 
 int run_knn(const KnnCommand& cmd) {
   const KnnParams params{cmd.k, cmd.exclude_self};
+  validate_before_loading(cmd, cmd.k);
+  OutputSet outputs = plan_outputs(cmd, OutputKind::array);
   const Inputs in = load_inputs(cmd);
   validate_knn_args(in.ref_view, in.qv(), params);  // bad options fail before any device work
   Report report = start_report("knn", cmd, in);
@@ -206,8 +225,8 @@ int run_knn(const KnnCommand& cmd) {
   SearchTimings t;
   if (streamed) {
     std::optional<ArrayStreamWriter> out_idx, out_dist;
-    if (!cmd.out.empty()) out_idx.emplace(cmd.out, rows, cmd.k, false, "n");
-    if (!cmd.distances.empty()) out_dist.emplace(cmd.distances, rows, cmd.k, true, "d");
+    if (!cmd.out.empty()) out_idx.emplace(outputs, cmd.out, rows, cmd.k, false, "n");
+    if (!cmd.distances.empty()) out_dist.emplace(outputs, cmd.distances, rows, cmd.k, true, "d");
     const std::int64_t chunk = cmd.chunk_rows > 0 ? cmd.chunk_rows : std::int64_t(1) << 22;
     std::vector<std::int32_t> idx;
     std::vector<float> dist;
@@ -273,28 +292,27 @@ int run_knn(const KnnCommand& cmd) {
     if (!cmd.out.empty()) report.add("indices written to", cmd.out);
     if (!cmd.distances.empty()) report.add("squared distances written to", cmd.distances);
   } else {
-    write_dense(cmd, result, report);
+    write_dense(outputs, cmd, result, report);
   }
+  outputs.commit();
   return finish(cmd, report, exit_code);
 }
 
 namespace {
 
 // Radius results: OUT.offsets.npy, OUT.indices.npy, OUT.sqdist.npy, or one CSV of pairs.
-void write_csr(const SearchOptions& opt, const RadiusResult& r, Report& report) {
+void write_csr(OutputSet& outputs, const SearchOptions& opt, const RadiusResult& r,
+               Report& report) {
   if (opt.out.empty()) return;
-  if (ends_with(opt.out, ".csv")) {
-    write_pairs_csv(opt.out, r.offsets.data(), r.rows, r.indices.data(), r.sqdist.data());
+  write_radius(outputs, opt.out, r.offsets.data(), r.rows, r.indices.data(), r.sqdist.data());
+  const auto files = outputs.files(opt.out);
+  if (files.size() == 1) {
     report.add("pairs written to", opt.out);
     return;
   }
-  const std::string base =
-      ends_with(opt.out, ".npy") ? opt.out.substr(0, opt.out.size() - 4) : opt.out;
-  const std::int64_t total = r.offsets.back();
-  write_array(base + ".offsets.npy", r.offsets.data(), r.rows + 1, 1);
-  write_array(base + ".indices.npy", r.indices.data(), total, 1);
-  write_array(base + ".sqdist.npy", r.sqdist.data(), total, 1);
-  report.add("written", base + ".offsets.npy, .indices.npy, .sqdist.npy");
+  std::string written;
+  for (const auto& f : files) written += (written.empty() ? "" : ", ") + f;
+  report.add("written", written);
 }
 
 Report radius_agreement_section(const RadiusAgreement& ag) {
@@ -307,9 +325,12 @@ Report radius_agreement_section(const RadiusAgreement& ag) {
 }  // namespace
 
 int run_radius(const RadiusCommand& cmd) {
-  const Inputs in = load_inputs(cmd);
   const bool hybrid = cmd.max_nn > 0;
   validate_radius(cmd.radius);
+  validate_before_loading(cmd, hybrid ? cmd.max_nn : 1);
+  OutputSet outputs =
+      plan_outputs(cmd, hybrid ? OutputKind::array : OutputKind::radius, cmd.counts);
+  const Inputs in = load_inputs(cmd);
   validate_knn_args(in.ref_view, in.qv(), {hybrid ? cmd.max_nn : 1, cmd.exclude_self});
   Report report = start_report(hybrid ? "radius (hybrid)" : "radius", cmd, in);
   report.add("radius", cmd.radius);
@@ -348,9 +369,9 @@ int run_radius(const RadiusCommand& cmd) {
     if (!ag.all_agree()) exit_code = kExitDisagree;
   }
   if (hybrid) {
-    write_dense(cmd, capped.knn, report);
+    write_dense(outputs, cmd, capped.knn, report);
     if (!cmd.counts.empty()) {
-      write_array(cmd.counts, capped.counts.data(), capped.knn.rows, 1, "count");
+      write_array(outputs, cmd.counts, capped.counts.data(), capped.knn.rows, 1, "count");
       report.add("counts written to", cmd.counts);
     }
   } else {
@@ -360,8 +381,9 @@ int run_radius(const RadiusCommand& cmd) {
     report.add("mean per query",
                radius.rows ? double(radius.offsets.back()) / double(radius.rows) : 0.0);
     report.add("most for one query", static_cast<double>(longest));
-    write_csr(cmd, radius, report);
+    write_csr(outputs, cmd, radius, report);
   }
+  outputs.commit();
   return finish(cmd, report, exit_code);
 }
 

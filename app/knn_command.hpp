@@ -40,7 +40,7 @@ enum ExitCode {
   kExitInternal = 1,
   kExitUsage = 2,
   kExitInput = 3,
-  kExitDevice = 4,
+  kExitDevice = 4,  // no usable GPU, out of device or host memory, a CUDA failure
   kExitOutput = 5,
   kExitDisagree = 6,
 };

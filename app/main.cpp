@@ -1,7 +1,11 @@
 // The pcnn command.
 #include <CLI/CLI.hpp>
 
+#include <atomic>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <new>
 
 #include "cloud_commands.hpp"
 #include "knn_command.hpp"
@@ -10,6 +14,30 @@
 #include "pcnn/io.hpp"
 #include "pcnn/testing/synthetic.hpp"
 #include "report.hpp"
+
+// The size of the last allocation that failed, for the "out of host memory" message (a
+// std::bad_alloc carries none). The replaced operator new is the standard one otherwise.
+namespace {
+std::atomic<std::size_t> failed_allocation{0};
+}  // namespace
+
+void* operator new(std::size_t n) {
+  for (;;) {
+    if (void* p = std::malloc(n > 0 ? n : 1)) return p;
+    if (std::new_handler h = std::get_new_handler()) {
+      h();
+      continue;
+    }
+    failed_allocation = n;
+    throw std::bad_alloc();
+  }
+}
+// The matching deletes (sanitizers check that what malloc gave, free takes back).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace {
 
@@ -38,15 +66,19 @@ void add_search_options(CLI::App* cmd, SearchOptions& o, std::string& memory) {
 
 int run_generate(const std::string& kind, long long n, unsigned long long seed, int width,
                  int height, const std::string& out) {
+  pcnn::OutputSet outputs;  // checked before the cloud is made
+  outputs.add(out, pcnn::OutputKind::cloud);
   if (kind == "depth") {
-    pcnn::save_xyz_pcd(out, pcnn::make_depth_scene(width, height, 0.005, 0.02, seed),
-                       static_cast<std::uint32_t>(width));
+    pcnn::save_xyz(outputs, out, pcnn::make_depth_scene(width, height, 0.005, 0.02, seed),
+                   static_cast<std::uint32_t>(width));
+    outputs.commit();
     std::fprintf(stderr, "pcnn: wrote an organized %d x %d depth scene (seed %llu) to %s\n", width,
                  height, seed, out.c_str());
     return kExitOk;
   }
   const auto xyz = pcnn::make_synthetic_cloud(pcnn::parse_synthetic_kind(kind), n, seed);
-  pcnn::save_xyz_pcd(out, xyz);
+  pcnn::save_xyz(outputs, out, xyz);
+  outputs.commit();
   std::fprintf(stderr, "pcnn: wrote %s points (%s, seed %llu) to %s\n", thousands(n).c_str(),
                kind.c_str(), seed, out.c_str());
   return kExitOk;
@@ -67,6 +99,9 @@ int run_devices() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A file size limit (RLIMIT_FSIZE) then fails the write with EFBIG, reported as an output
+  // error, instead of killing the process with a half-written temporary left behind.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"pcnn: exact nearest neighbors for point clouds on NVIDIA GPUs"};
   app.set_version_flag("--version", "pcnn 0.1.0");
   app.require_subcommand(1);
@@ -262,6 +297,14 @@ int main(int argc, char** argv) {
   } catch (const pcnn::error& e) {
     std::fprintf(stderr, "pcnn: error: %s\n", e.what());
     return kExitUsage;
+  } catch (const std::bad_alloc&) {
+    const std::size_t n = failed_allocation;
+    if (n > 0)
+      std::fprintf(stderr, "pcnn: error: out of host memory: %zu bytes needed in one allocation\n",
+                   n);
+    else
+      std::fprintf(stderr, "pcnn: error: out of host memory\n");
+    return kExitDevice;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pcnn: internal error: %s\n", e.what());
     return kExitInternal;

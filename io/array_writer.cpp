@@ -1,25 +1,17 @@
-// Writing result arrays as NumPy .npy or CSV.
-#include <cerrno>
+// Writing result arrays as NumPy .npy or CSV, through the one output path (output_file.hpp).
+#include <charconv>
 #include <cmath>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iomanip>
+#include <cstdio>
 #include <limits>
 #include <sstream>
 
-#include "atomic_file.hpp"
+#include "output_file.hpp"
 #include "pcnn/io.hpp"
 
 namespace pcnn {
 namespace {
 
-bool ends_with_csv(const std::string& path) {
-  if (path.size() < 4) return false;
-  std::string ext = path.substr(path.size() - 4);
-  for (auto& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return ext == ".csv";
-}
+using io_detail::Format;
 
 // NPY format 1.0: magic, version, little-endian header length, a Python dict literal padded
 // with spaces and ending in '\n' so that the data starts on a 64-byte boundary.
@@ -37,113 +29,165 @@ std::string npy_header(const char* descr, std::int64_t rows, int cols) {
   return out + h;
 }
 
+// As `ostream << setprecision(max_digits10) << v` writes it (printf's %.*g), infinities as
+// inf / -inf.
 template <class T>
-void write_value(std::ostream& os, T v) {
+void append_value(std::string& out, T v) {
+  char buf[64];
   if constexpr (std::is_floating_point_v<T>) {
     if (std::isinf(v)) {
-      os << (v > 0 ? "inf" : "-inf");
+      out += v > 0 ? "inf" : "-inf";
       return;
     }
-    os << std::setprecision(std::numeric_limits<T>::max_digits10) << v;
+    const int n = std::snprintf(buf, sizeof buf, "%.*g", std::numeric_limits<T>::max_digits10,
+                                static_cast<double>(v));
+    out.append(buf, static_cast<std::size_t>(n));
   } else {
-    os << v;
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    out.append(buf, r.ptr);
   }
+}
+
+template <class T>
+void append_value_line(std::string& out, std::int64_t row, const T* values, int cols) {
+  append_value(out, row);
+  for (int j = 0; j < cols; ++j) {
+    out += ',';
+    append_value(out, values[j]);
+  }
+  out += '\n';
 }
 
 }  // namespace
 
-// An array file being written: the header, then rows appended in order, into a temporary file
-// that finish() renames into place and that is removed if the writing stops before.
+// An array file being written: the header, then rows appended in order. Without an OutputSet,
+// the writer makes a one-output set of its own and commits it in finish().
 struct ArrayStreamWriter::Impl {
-  std::string path, tmp;
+  std::unique_ptr<OutputSet> own;
+  io_detail::OutputFile* file = nullptr;
   std::int64_t rows, written = 0;
   int cols;
-  bool csv, done = false;
-  std::ofstream os;
+  bool csv = false;
+  std::string text;
 
-  Impl(const std::string& p, std::int64_t r, int c, const char* descr, const std::string& prefix)
-      : path(p), tmp(p + ".pcnn-tmp"), rows(r), cols(c), csv(ends_with_csv(p)) {
-    os.open(tmp, std::ios::binary | std::ios::trunc);
-    if (!os) throw output_error("cannot write '" + path + "': " + std::strerror(errno));
-    if (csv) {
-      os << "row";
-      for (int j = 0; j < cols; ++j) os << ',' << prefix << j;
-      os << '\n';
-    } else {
-      os << npy_header(descr, rows, cols);  // the data below is little-endian, as on x86/ARM
+  Impl(OutputSet* set, const std::string& path, std::int64_t r, int c, const char* descr,
+       const std::string& prefix)
+      : rows(r), cols(c) {
+    if (!set) {
+      own = std::make_unique<OutputSet>();
+      own->add(path, OutputKind::array);
+      set = own.get();
     }
-  }
-  ~Impl() {
-    if (done) return;
-    os.close();
-    std::remove(tmp.c_str());
+    const Format f = io_detail::output_format(*set, path);
+    if (f != Format::npy && f != Format::csv)
+      throw output_error("cannot write '" + path + "': it was declared as another kind of output");
+    csv = f == Format::csv;
+    if (rows < 0 || cols < 0) throw output_error("cannot write '" + path + "': a negative shape");
+    file = &io_detail::begin_output(*set, path);
+    if (csv) {
+      text = "row";
+      for (int j = 0; j < cols; ++j) text += "," + prefix + std::to_string(j);
+      text += '\n';
+      file->write(text);
+    } else {
+      file->write(npy_header(descr, rows, cols));  // the data below is little-endian, as on x86/ARM
+    }
   }
 
   template <class T>
   void append(const T* data, std::int64_t n) {
-    if (written + n > rows)
-      throw output_error("cannot write '" + path + "': more rows than announced");
+    if (n < 0 || written + n > rows) file->fail("more rows than announced");
     if (!csv) {
-      os.write(reinterpret_cast<const char*>(data),
-               static_cast<std::streamsize>(static_cast<std::size_t>(n) * cols * sizeof(T)));
+      file->write(data, static_cast<std::size_t>(n) * static_cast<std::size_t>(cols) * sizeof(T));
     } else {
       for (std::int64_t r = 0; r < n; ++r) {
-        os << written + r;
-        for (int j = 0; j < cols; ++j) {
-          os << ',';
-          write_value(os, data[static_cast<std::size_t>(r) * cols + j]);
-        }
-        os << '\n';
+        text.clear();
+        append_value_line(text, written + r, data + static_cast<std::size_t>(r) * cols, cols);
+        file->write(text);
       }
     }
     written += n;
-    if (!os) throw output_error("cannot write '" + path + "': " + std::strerror(errno));
   }
 
   void finish() {
     if (written != rows)
-      throw output_error("cannot write '" + path + "': " + std::to_string(written) + " of " +
-                         std::to_string(rows) + " rows");
-    os.flush();
-    os.close();
-    if (!os) throw output_error("cannot write '" + path + "': " + std::strerror(errno));
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) throw output_error("cannot write '" + path + "': " + ec.message());
-    done = true;
+      file->fail(std::to_string(written) + " of " + std::to_string(rows) + " rows");
+    file->finish();
+    if (own) own->commit();
   }
 };
 
 namespace {
 
 template <class T>
-void write_whole(const std::string& path, const T* data, std::int64_t rows, int cols,
-                 const char* descr, const std::string& prefix) {
-  ArrayStreamWriter::Impl file(path, rows, cols, descr, prefix);
+void write_whole(OutputSet* set, const std::string& path, const T* data, std::int64_t rows,
+                 int cols, const char* descr, const std::string& prefix) {
+  ArrayStreamWriter::Impl file(set, path, rows, cols, descr, prefix);
   file.append(data, rows);
+  file.finish();
+}
+
+void write_pairs(io_detail::OutputFile& file, const std::int64_t* offsets, std::int64_t rows,
+                 const std::int32_t* indices, const float* sqdist) {
+  std::string text = "query,neighbor,sqdist\n";
+  for (std::int64_t q = 0; q < rows; ++q) {
+    for (std::int64_t i = offsets[q]; i < offsets[q + 1]; ++i) {
+      append_value(text, q);
+      text += ',';
+      append_value(text, indices[i]);
+      text += ',';
+      append_value(text, sqdist[i]);
+      text += '\n';
+    }
+    if (text.size() > (1 << 20)) {
+      file.write(text);
+      text.clear();
+    }
+  }
+  file.write(text);
   file.finish();
 }
 
 }  // namespace
 
+void write_array(OutputSet& outputs, const std::string& path, const std::int32_t* data,
+                 std::int64_t rows, int cols, const std::string& prefix) {
+  write_whole(&outputs, path, data, rows, cols, "<i4", prefix);
+}
+
+void write_array(OutputSet& outputs, const std::string& path, const float* data, std::int64_t rows,
+                 int cols, const std::string& prefix) {
+  write_whole(&outputs, path, data, rows, cols, "<f4", prefix);
+}
+
+void write_array(OutputSet& outputs, const std::string& path, const std::int64_t* data,
+                 std::int64_t rows, int cols, const std::string& prefix) {
+  write_whole(&outputs, path, data, rows, cols, "<i8", prefix);
+}
+
 void write_array(const std::string& path, const std::int32_t* data, std::int64_t rows, int cols,
                  const std::string& prefix) {
-  write_whole(path, data, rows, cols, "<i4", prefix);
+  write_whole(nullptr, path, data, rows, cols, "<i4", prefix);
 }
 
 void write_array(const std::string& path, const float* data, std::int64_t rows, int cols,
                  const std::string& prefix) {
-  write_whole(path, data, rows, cols, "<f4", prefix);
+  write_whole(nullptr, path, data, rows, cols, "<f4", prefix);
 }
 
 void write_array(const std::string& path, const std::int64_t* data, std::int64_t rows, int cols,
                  const std::string& prefix) {
-  write_whole(path, data, rows, cols, "<i8", prefix);
+  write_whole(nullptr, path, data, rows, cols, "<i8", prefix);
 }
+
+ArrayStreamWriter::ArrayStreamWriter(OutputSet& outputs, const std::string& path, std::int64_t rows,
+                                     int cols, bool is_float, const std::string& prefix)
+    : impl_(std::make_unique<Impl>(&outputs, path, rows, cols, is_float ? "<f4" : "<i4", prefix)),
+      is_float_(is_float) {}
 
 ArrayStreamWriter::ArrayStreamWriter(const std::string& path, std::int64_t rows, int cols,
                                      bool is_float, const std::string& prefix)
-    : impl_(std::make_unique<Impl>(path, rows, cols, is_float ? "<f4" : "<i4", prefix)),
+    : impl_(std::make_unique<Impl>(nullptr, path, rows, cols, is_float ? "<f4" : "<i4", prefix)),
       is_float_(is_float) {}
 
 ArrayStreamWriter::~ArrayStreamWriter() = default;
@@ -157,21 +201,29 @@ void ArrayStreamWriter::append(const void* data, std::int64_t rows) {
 
 void ArrayStreamWriter::finish() { impl_->finish(); }
 
+void write_radius(OutputSet& outputs, const std::string& path, const std::int64_t* offsets,
+                  std::int64_t rows, const std::int32_t* indices, const float* sqdist) {
+  const std::vector<std::string> files = outputs.files(path);
+  if (files.size() == 1 && io_detail::output_format(outputs, files[0]) == Format::pairs_csv) {
+    write_pairs(io_detail::begin_output(outputs, files[0]), offsets, rows, indices, sqdist);
+    return;
+  }
+  if (files.size() != 3)
+    throw output_error("cannot write '" + path + "': it was not declared as radius results");
+  const std::int64_t total = offsets[rows];
+  write_array(outputs, files[0], offsets, rows + 1, 1);
+  write_array(outputs, files[1], indices, total, 1);
+  write_array(outputs, files[2], sqdist, total, 1);
+}
+
 void write_pairs_csv(const std::string& path, const std::int64_t* offsets, std::int64_t rows,
                      const std::int32_t* indices, const float* sqdist) {
-  io_detail::write_atomically(path, [&](const std::string& tmp) -> std::string {
-    std::ofstream os(tmp, std::ios::binary | std::ios::trunc);
-    if (!os) return std::strerror(errno);
-    os << "query,neighbor,sqdist\n";
-    for (std::int64_t q = 0; q < rows; ++q)
-      for (std::int64_t i = offsets[q]; i < offsets[q + 1]; ++i) {
-        os << q << ',' << indices[i] << ',';
-        write_value(os, sqdist[i]);
-        os << '\n';
-      }
-    os.flush();
-    return os ? "" : std::strerror(errno);
-  });
+  OutputSet outputs;
+  outputs.add(path, OutputKind::radius);
+  if (io_detail::output_format(outputs, path) != Format::pairs_csv)
+    throw output_error("cannot write '" + path + "': pairs are written as .csv");
+  write_pairs(io_detail::begin_output(outputs, path), offsets, rows, indices, sqdist);
+  outputs.commit();
 }
 
 }  // namespace pcnn

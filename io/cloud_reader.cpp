@@ -1,8 +1,11 @@
 // Loading .pcd / .ply clouds through pcl::PCLPointCloud2, converting x/y/z by their stored type.
+#include <fcntl.h>
 #include <pcl/PCLPointCloud2.h>
 #include <pcl/exceptions.h>
 #include <pcl/io/pcd_io.h>
 #include <pcl/io/ply_io.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -11,16 +14,12 @@
 #include <fstream>
 #include <limits>
 
-#include "atomic_file.hpp"
-#include "header_check.hpp"
+#include "input_gate.hpp"
 #include "pcnn/io.hpp"
 #include "pcnn/recenter.hpp"
+#include "stored_fields.hpp"
 
 namespace pcnn {
-
-struct StoredFields {
-  pcl::PCLPointCloud2 cloud;
-};
 
 namespace {
 
@@ -37,21 +36,52 @@ std::string lower_extension(const std::string& path) {
   return ext;
 }
 
-std::uint64_t check_file(const std::string& path) {
-  std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);
-  if (ec || !fs::exists(st)) fail(path, "no such file");
-  if (fs::is_directory(st)) fail(path, "is a directory");
-  if (!fs::is_regular_file(st)) fail(path, "not a regular file");
-  std::ifstream probe(path, std::ios::binary);
-  if (!probe) fail(path, std::string("cannot open it: ") + std::strerror(errno));
-  const std::uint64_t size = fs::file_size(path, ec);
-  if (ec) fail(path, "cannot read its size: " + ec.message());
-  if (size == 0) fail(path, "the file is empty");
-  return size;
-}
+// The file, opened once: the gate and PCL read this one file, whatever its name points to
+// later. O_NONBLOCK so that opening a FIFO does not wait for a writer before being refused.
+class OpenFile {
+ public:
+  explicit OpenFile(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd_ < 0) {
+      if (errno == ENOENT || errno == ENOTDIR) fail(path, "no such file");
+      fail(path, std::string("cannot open it: ") + std::strerror(errno));
+    }
+    if (::fstat(fd_, &st_) != 0) fail(path, std::string("cannot stat it: ") + std::strerror(errno));
+    if (S_ISDIR(st_.st_mode)) fail(path, "is a directory");
+    if (!S_ISREG(st_.st_mode)) fail(path, "not a regular file");
+    if (st_.st_size == 0) fail(path, "the file is empty");
+  }
+  ~OpenFile() { ::close(fd_); }
+  OpenFile(const OpenFile&) = delete;
+  OpenFile& operator=(const OpenFile&) = delete;
 
-void read_with_pcl(const std::string& path, const std::string& ext, pcl::PCLPointCloud2& cloud) {
+  int fd() const { return fd_; }
+  std::uint64_t size() const { return static_cast<std::uint64_t>(st_.st_size); }
+
+  // A name under which PCL opens this very file (not whatever `path` names by then).
+  std::string name_for_pcl() const {
+    const std::string p = "/proc/self/fd/" + std::to_string(fd_);
+    return ::access(p.c_str(), R_OK) == 0 ? p : path_;
+  }
+
+  // Throws if the file was written to since it was opened (between the gate and PCL).
+  void check_unchanged() const {
+    struct stat now;
+    if (::fstat(fd_, &now) != 0 || now.st_size != st_.st_size ||
+        now.st_mtim.tv_sec != st_.st_mtim.tv_sec || now.st_mtim.tv_nsec != st_.st_mtim.tv_nsec ||
+        now.st_ctim.tv_sec != st_.st_ctim.tv_sec || now.st_ctim.tv_nsec != st_.st_ctim.tv_nsec)
+      fail(path_, "the file changed while it was being read");
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  struct stat st_ {};
+};
+
+// Reads `name` (the file the gate checked) with PCL; `path` names it in messages.
+void read_with_pcl(const std::string& path, const std::string& name, const std::string& ext,
+                   pcl::PCLPointCloud2& cloud) {
   int rc = 0;
   try {
     Eigen::Vector4f origin;
@@ -59,14 +89,16 @@ void read_with_pcl(const std::string& path, const std::string& ext, pcl::PCLPoin
     if (ext == ".pcd") {
       pcl::PCDReader reader;
       int version = 0;
-      rc = reader.read(path, cloud, origin, orientation, version);
+      rc = reader.read(name, cloud, origin, orientation, version);
     } else {
       pcl::PLYReader reader;
       int version = 0;
-      rc = reader.read(path, cloud, origin, orientation, version);
+      rc = reader.read(name, cloud, origin, orientation, version);
     }
   } catch (const pcl::PCLException& e) {
     fail(path, std::string("PCL: ") + e.detailedMessage());
+  } catch (const std::bad_alloc&) {
+    throw;  // out of host memory is not a property of the file
   } catch (const std::exception& e) {
     fail(path, std::string("PCL: ") + e.what());
   }
@@ -102,36 +134,6 @@ double read_as_double(const std::uint8_t* p, std::uint8_t type) {
       return get(double{});
     default:
       return std::numeric_limits<double>::quiet_NaN();
-  }
-}
-
-// Stores v in the given PCL type: floats as they are (NaN included), integers rounded; an
-// integer field keeps its old value where v is not finite (integers have no NaN).
-void write_from_double(std::uint8_t* p, std::uint8_t type, double v) {
-  auto put = [p](auto x) { std::memcpy(p, &x, sizeof(x)); };
-  if (type == pcl::PCLPointField::FLOAT32) return put(static_cast<float>(v));
-  if (type == pcl::PCLPointField::FLOAT64) return put(v);
-  if (!std::isfinite(v)) return;
-  const double r = std::nearbyint(v);
-  switch (type) {
-    case pcl::PCLPointField::INT8:
-      return put(static_cast<std::int8_t>(std::clamp(r, -128.0, 127.0)));
-    case pcl::PCLPointField::UINT8:
-      return put(static_cast<std::uint8_t>(std::clamp(r, 0.0, 255.0)));
-    case pcl::PCLPointField::INT16:
-      return put(static_cast<std::int16_t>(std::clamp(r, -32768.0, 32767.0)));
-    case pcl::PCLPointField::UINT16:
-      return put(static_cast<std::uint16_t>(std::clamp(r, 0.0, 65535.0)));
-    case pcl::PCLPointField::INT32:
-      return put(static_cast<std::int32_t>(std::clamp(r, -2147483648.0, 2147483647.0)));
-    case pcl::PCLPointField::UINT32:
-      return put(static_cast<std::uint32_t>(std::clamp(r, 0.0, 4294967295.0)));
-    case pcl::PCLPointField::INT64:
-      return put(static_cast<std::int64_t>(std::clamp(r, -9.2e18, 9.2e18)));
-    case pcl::PCLPointField::UINT64:
-      return put(static_cast<std::uint64_t>(std::clamp(r, 0.0, 1.8e19)));
-    default:
-      return;
   }
 }
 
@@ -183,39 +185,16 @@ const pcl::PCLPointField& coordinate_field(const std::string& path,
   return *found;
 }
 
-// A valid file of no points with the cloud's fields (PCL's writers refuse empty clouds).
-std::string write_empty(const std::string& path, const std::string& ext,
-                        const pcl::PCLPointCloud2& cloud) {
-  std::ofstream os(path, std::ios::binary | std::ios::trunc);
-  if (!os) return std::strerror(errno);
-  if (ext == ".pcd") {
-    os << pcl::PCDWriter().generateHeaderBinary(cloud, Eigen::Vector4f::Zero(),
-                                                Eigen::Quaternionf::Identity())
-       << "DATA binary\n";
-  } else {
-    os << "ply\nformat binary_little_endian 1.0\ncomment written by pcnn\nelement vertex 0\n";
-    const char* ply_type[] = {"",    "char", "uchar", "short", "ushort",
-                              "int", "uint", "float", "double"};
-    for (const auto& f : cloud.fields)
-      for (std::uint32_t c = 0; c < f.count; ++c)
-        os << "property " << (f.datatype <= 8 ? ply_type[f.datatype] : "double") << ' ' << f.name
-           << (f.count > 1 ? "_" + std::to_string(c) : "") << '\n';
-    os << "end_header\n";
-  }
-  os.flush();
-  return os ? "" : std::strerror(errno);
-}
-
 }  // namespace
 
 Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin, bool keep_fields) {
   const std::string ext = lower_extension(path);
   if (ext != ".pcd" && ext != ".ply")
     fail(path, "unknown extension '" + ext + "' (expected .pcd or .ply)");
-  const std::uint64_t size = check_file(path);
-  const io_detail::HeaderInfo header = ext == ".pcd" ? io_detail::check_pcd_header(path, size)
-                                                     : io_detail::check_ply_header(path, size);
-  if (header.points == 0) {  // PCL refuses clouds of no points; the header was checked
+  const OpenFile file(path);
+  const io_detail::InputShape shape =
+      io_detail::check_input(path, file.fd(), ext == ".ply", file.size());
+  if (shape.points == 0) {  // PCL refuses clouds of no points; the file was checked
     Cloud empty;
     empty.path = path;
     empty.height = 1;
@@ -223,11 +202,15 @@ Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin, b
     return empty;
   }
   pcl::PCLPointCloud2 pc;
-  read_with_pcl(path, ext, pc);
+  read_with_pcl(path, file.name_for_pcl(), ext, pc);
+  file.check_unchanged();
 
+  // The gate promised this shape; a PCL that read something else is not trusted further.
   const std::uint64_t n = std::uint64_t(pc.width) * pc.height;
-  if (n > std::uint64_t(std::numeric_limits<std::int32_t>::max()))
-    fail(path, std::to_string(n) + " points; at most 2^31-1 are supported");
+  if (n != shape.points || pc.width != shape.width || pc.height != shape.height)
+    fail(path, "PCL read " + std::to_string(pc.width) + " x " + std::to_string(pc.height) +
+                   " points where the file holds " + std::to_string(shape.width) + " x " +
+                   std::to_string(shape.height));
   if (pc.data.size() < n * pc.point_step)
     fail(path, "the point data is shorter than width x height x point size");
   const pcl::PCLPointField* f[3] = {&coordinate_field(path, pc, "x"),
@@ -268,99 +251,6 @@ Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin, b
     c.fields = std::move(stored);
   }
   return c;
-}
-
-namespace {
-
-// Writes a PCLPointCloud2 as binary .pcd or .ply (by extension), atomically.
-void write_cloud2(const pcl::PCLPointCloud2& out, const std::string& path) {
-  const std::string ext = lower_extension(path);
-  if (ext != ".pcd" && ext != ".ply")
-    throw output_error("cannot write '" + path + "': unknown extension '" + ext +
-                       "' (expected .pcd or .ply)");
-  io_detail::write_atomically(path, [&](const std::string& tmp) -> std::string {
-    if (out.width * out.height == 0) return write_empty(tmp, ext, out);  // PCL refuses
-    int rc = 0;
-    if (ext == ".pcd") {
-      pcl::PCDWriter w;
-      rc = w.writeBinary(tmp, out);
-    } else {
-      pcl::PLYWriter w;
-      rc = w.writeBinary(tmp, out);
-    }
-    return rc < 0 ? "PCL could not write it" : "";
-  });
-}
-
-}  // namespace
-
-void save_cloud_subset(const Cloud& cloud, const std::vector<std::int32_t>& indices,
-                       const std::string& path) {
-  if (!cloud.fields) throw output_error("cannot write '" + path + "': the cloud has no fields");
-  const pcl::PCLPointCloud2& in = cloud.fields->cloud;
-  pcl::PCLPointCloud2 out;
-  out.fields = in.fields;
-  out.point_step = in.point_step;
-  out.is_bigendian = in.is_bigendian;
-  out.height = 1;
-  out.width = static_cast<std::uint32_t>(indices.size());
-  out.row_step = out.point_step * out.width;
-  out.is_dense = false;
-  out.data.resize(static_cast<std::size_t>(out.row_step));
-  for (std::size_t j = 0; j < indices.size(); ++j) {
-    const std::int64_t i = indices[j];
-    if (i < 0 || i >= cloud.size())
-      throw output_error("cannot write '" + path + "': index " + std::to_string(i) +
-                         " is outside the cloud");
-    std::memcpy(&out.data[j * out.point_step], &in.data[i * in.point_step], in.point_step);
-  }
-  write_cloud2(out, path);
-}
-
-void save_cloud_moved(const Cloud& cloud, const std::vector<float>& xyz, const std::string& path) {
-  if (!cloud.fields) throw output_error("cannot write '" + path + "': the cloud has no fields");
-  if (static_cast<std::int64_t>(xyz.size()) != cloud.size() * 3)
-    throw output_error("cannot write '" + path + "': " + std::to_string(xyz.size() / 3) +
-                       " new positions for " + std::to_string(cloud.size()) + " points");
-  pcl::PCLPointCloud2 out = cloud.fields->cloud;
-  const pcl::PCLPointField* f[3] = {&coordinate_field(path, out, "x"),
-                                    &coordinate_field(path, out, "y"),
-                                    &coordinate_field(path, out, "z")};
-  for (std::int64_t i = 0; i < cloud.size(); ++i) {
-    std::uint8_t* rec = out.data.data() + i * out.point_step;
-    for (int a = 0; a < 3; ++a)
-      write_from_double(rec + f[a]->offset, f[a]->datatype,
-                        double(xyz[i * 3 + a]) + cloud.origin[a]);
-  }
-  write_cloud2(out, path);
-}
-
-void save_xyz_pcd(const std::string& path, const std::vector<float>& xyz, std::uint32_t width) {
-  pcl::PCLPointCloud2 pc;
-  const std::uint32_t n = static_cast<std::uint32_t>(xyz.size() / 3);
-  if (width > 0 && n % width != 0)
-    throw output_error("cannot write '" + path + "': " + std::to_string(n) +
-                       " points do not make rows of " + std::to_string(width));
-  pc.width = width > 0 ? width : n;
-  pc.height = width > 0 ? n / width : 1;
-  pc.is_dense = std::all_of(xyz.begin(), xyz.end(), [](float v) { return std::isfinite(v); });
-  pc.point_step = 12;
-  pc.row_step = 12 * pc.width;
-  const char* names[3] = {"x", "y", "z"};
-  for (std::uint32_t a = 0; a < 3; ++a) {
-    pcl::PCLPointField f;
-    f.name = names[a];
-    f.offset = 4 * a;
-    f.datatype = pcl::PCLPointField::FLOAT32;
-    f.count = 1;
-    pc.fields.push_back(f);
-  }
-  pc.data.resize(xyz.size() * sizeof(float));
-  std::memcpy(pc.data.data(), xyz.data(), pc.data.size());
-  io_detail::write_atomically(path, [&](const std::string& tmp) -> std::string {
-    pcl::PCDWriter writer;
-    return writer.writeBinary(tmp, pc) < 0 ? "PCL could not write it" : "";
-  });
 }
 
 }  // namespace pcnn

@@ -3,18 +3,25 @@
 #include <pcl/PCLPointCloud2.h>
 #include <pcl/io/pcd_io.h>
 #include <pcl/io/ply_io.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <ostream>
 #include <random>
+#include <thread>
 
+#include "../io/input_gate.hpp"
+#include "../io/number_grammar.hpp"
 #include "pcnn/io.hpp"
 
 namespace pcnn {
@@ -416,6 +423,648 @@ TEST(ArrayStreamWriter, AnUnfinishedStreamLeavesNoFile) {
   EXPECT_FALSE(std::ifstream(path + ".pcnn-tmp").good());
   EXPECT_THROW(ArrayStreamWriter(::testing::TempDir() + "no/such/dir/x.npy", 1, 1, false, "n"),
                output_error);
+}
+
+}  // namespace
+}  // namespace pcnn
+
+// ---- The input gate: a whitelist of what pcnn and PCL read identically ----
+
+namespace pcnn {
+namespace {
+
+namespace fs = std::filesystem;
+using io_detail::Scalar;
+
+struct NumberCase {
+  const char* token;
+  Scalar type;
+  const char* why;  // nullptr: accepted
+  double value;
+};
+std::ostream& operator<<(std::ostream& os, const NumberCase& c) {
+  return os << "'" << c.token << "' as " << io_detail::scalar_name(c.type);
+}
+
+class NumberGrammar : public ::testing::TestWithParam<NumberCase> {};
+
+TEST_P(NumberGrammar, AcceptsExactlyTheStrictGrammar) {
+  const NumberCase c = GetParam();
+  io_detail::Number v;
+  const std::string why = io_detail::check_number(c.token, c.type, &v);
+  if (!c.why) {
+    EXPECT_EQ(why, "");
+    if (std::isnan(c.value))
+      EXPECT_TRUE(std::isnan(v.f));
+    else
+      EXPECT_EQ(v.f, c.value);
+  } else {
+    EXPECT_NE(why.find(c.why), std::string::npos) << why;
+  }
+}
+
+const double nan_ = std::numeric_limits<double>::quiet_NaN();
+const double inf_ = std::numeric_limits<double>::infinity();
+
+INSTANTIATE_TEST_SUITE_P(
+    Tokens, NumberGrammar,
+    ::testing::Values(
+        // accepted
+        NumberCase{"1", Scalar::f32, nullptr, 1}, NumberCase{"-2.5", Scalar::f32, nullptr, -2.5},
+        NumberCase{"+.5", Scalar::f32, nullptr, 0.5}, NumberCase{"5.", Scalar::f64, nullptr, 5},
+        NumberCase{"1e3", Scalar::f64, nullptr, 1000},
+        NumberCase{"-1.5E-2", Scalar::f64, nullptr, -0.015},
+        NumberCase{"nan", Scalar::f32, nullptr, nan_},
+        NumberCase{"NaN", Scalar::f64, nullptr, nan_},
+        NumberCase{"-inf", Scalar::f32, nullptr, -inf_},
+        NumberCase{"255", Scalar::u8, nullptr, 255}, NumberCase{"-128", Scalar::i8, nullptr, -128},
+        NumberCase{"+7", Scalar::u16, nullptr, 7}, NumberCase{"007", Scalar::i32, nullptr, 7},
+        NumberCase{"4294967295", Scalar::u32, nullptr, 4294967295.0},
+        NumberCase{"9007199254740992", Scalar::u64, nullptr, 9007199254740992.0},
+        NumberCase{"1e-50", Scalar::f32, nullptr, 1e-50},  // underflows: rounding, not a change
+        // rejected
+        NumberCase{"0x10", Scalar::f32, "not a number", 0},
+        NumberCase{"0x1p3", Scalar::f64, "not a number", 0},
+        NumberCase{"0x10", Scalar::i32, "not an integer", 0},
+        NumberCase{"1e3", Scalar::i32, "not an integer", 0},
+        NumberCase{"2.7", Scalar::u8, "not an integer", 0},
+        NumberCase{"300", Scalar::u8, "out of range for uint8", 0},
+        NumberCase{"128", Scalar::i8, "out of range for int8", 0},
+        NumberCase{"-1", Scalar::u32, "negative", 0}, NumberCase{"-0", Scalar::u8, "negative", 0},
+        NumberCase{"4294967296", Scalar::u32, "out of range", 0},
+        NumberCase{"9007199254740993", Scalar::u64, "out of range", 0},
+        NumberCase{"99999999999999999999999", Scalar::i64, "out of range", 0},
+        NumberCase{"nan", Scalar::i16, "not a number", 0},
+        NumberCase{"infinity", Scalar::f32, "not a number", 0},
+        NumberCase{"1e39", Scalar::f32, "too large for float32", 0},
+        NumberCase{"1e309", Scalar::f64, "too large for float64", 0},
+        NumberCase{"1.", Scalar::i32, "not an integer", 0},
+        NumberCase{"1e", Scalar::f32, "exponent without digits", 0},
+        NumberCase{".", Scalar::f32, "not a number", 0}, NumberCase{"", Scalar::f32, "empty", 0},
+        NumberCase{"1,5", Scalar::f32, "not a number", 0},
+        NumberCase{"1 ", Scalar::f32, "not a number", 0},
+        NumberCase{"1\v", Scalar::f32, "not a number", 0},
+        NumberCase{"--1", Scalar::f32, "not a number", 0},
+        NumberCase{"1.0000000000000000000000000000000000000000000000000000000000000001",
+                   Scalar::f64, "longer than 64", 0}));
+
+TEST(NumberGrammar, Float32MustRoundTheSameDirectlyAndThroughDouble) {
+  // A decimal just above the midpoint between two floats, closer to it than double resolves:
+  // rounded to double it lands on the midpoint, which then rounds to even — not to the nearer
+  // float that a direct conversion gives. PCL converts one way or the other depending on where
+  // the value is in the file.
+  const char* t = "1.00000005960464477550";  // 1 + 2^-24 + a little
+  const float direct = std::strtof(t, nullptr), through = float(std::strtod(t, nullptr));
+  ASSERT_NE(direct, through);  // 1.0000001 and 1
+  const std::string why = io_detail::check_number(t, Scalar::f32);
+  EXPECT_NE(why.find("rounds to different float32 values"), std::string::npos) << why;
+  EXPECT_EQ(io_detail::check_number(t, Scalar::f64), "");  // no such question for float64
+}
+
+TEST(Lzf, DecodesExactlyOrSaysWhy) {
+  std::string why;
+  const unsigned char literal[] = {0x02, 'a', 'b', 'c'};  // a literal run of 3
+  EXPECT_TRUE(io_detail::check_lzf(literal, 4, 3, &why)) << why;
+  EXPECT_FALSE(io_detail::check_lzf(literal, 4, 4, &why));
+  EXPECT_NE(why.find("decodes to 3 bytes"), std::string::npos) << why;
+  EXPECT_FALSE(io_detail::check_lzf(literal, 0, 0, &why));  // PCL reads a byte past it
+  EXPECT_NE(why.find("empty compressed block"), std::string::npos) << why;
+  EXPECT_FALSE(io_detail::check_lzf(literal, 3, 3, &why));
+  EXPECT_NE(why.find("past the end"), std::string::npos) << why;
+  const unsigned char backref[] = {0x00, 'a', 0x20, 0x00};  // 'a', then 3 bytes from 1 back
+  EXPECT_TRUE(io_detail::check_lzf(backref, 4, 4, &why)) << why;
+  const unsigned char before[] = {0x20, 0x05};  // a reference before any output
+  EXPECT_FALSE(io_detail::check_lzf(before, 2, 3, &why));
+  EXPECT_NE(why.find("before the start"), std::string::npos) << why;
+  EXPECT_FALSE(io_detail::check_lzf(backref, 4, 3, &why));
+  EXPECT_NE(why.find("more bytes than the header says"), std::string::npos) << why;
+}
+
+// One hostile or careless file per class the gate closes, with where and why it must say.
+struct BadFile {
+  const char* name;
+  const char* ext;
+  std::string bytes;
+  const char* why;
+};
+std::ostream& operator<<(std::ostream& os, const BadFile& c) { return os << c.name; }
+
+std::string pcd(const std::string& fields, const std::string& size, const std::string& type,
+                const std::string& count, int points, const std::string& data) {
+  return "VERSION 0.7\nFIELDS " + fields + "\nSIZE " + size + "\nTYPE " + type + "\nCOUNT " +
+         count + "\nWIDTH " + std::to_string(points) + "\nHEIGHT 1\nVIEWPOINT 0 0 0 1 0 0 0\n" +
+         "POINTS " + std::to_string(points) + "\nDATA " + data + "\n";
+}
+std::string xyz_pcd(int points, const std::string& data) {
+  return pcd("x y z", "4 4 4", "F F F", "1 1 1", points, data);
+}
+std::string ply(const std::string& format, const std::string& before_vertex, int vertices,
+                const std::string& props, const std::string& after = "") {
+  return "ply\nformat " + format + " 1.0\n" + before_vertex + "element vertex " +
+         std::to_string(vertices) + "\n" + props + after + "end_header\n";
+}
+const std::string xyz_props = "property float x\nproperty float y\nproperty float z\n";
+
+class InputGate : public ::testing::TestWithParam<BadFile> {};
+
+TEST_P(InputGate, RejectsNamingTheFileWhereAndWhy) {
+  const BadFile c = GetParam();
+  TempDir tmp;
+  const std::string path = tmp / (std::string(c.name) + c.ext);
+  std::ofstream(path, std::ios::binary) << c.bytes;
+  try {
+    load_cloud(path);
+    ADD_FAILURE() << "accepted";
+  } catch (const input_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("cannot read cloud '" + path + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(c.why), std::string::npos) << msg;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Crashes, InputGate,
+    ::testing::Values(
+        BadFile{"size_after_points", ".pcd",
+                "VERSION 0.7\nFIELDS x y z\nPOINTS 2\nSIZE 8 8 8\nTYPE F F F\nWIDTH 2\nDATA "
+                "ascii\n1 2 3\n4 5 6\n",
+                "line 4: SIZE after POINTS"},
+        BadFile{"count_after_points", ".pcd",
+                "VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nPOINTS 1\nCOUNT 1 1 1\n"
+                "WIDTH 1\nDATA ascii\n1 2 3\n",
+                "line 6: COUNT after POINTS"},
+        BadFile{"range_grid_negative", ".ply",
+                ply("ascii", "obj_info num_cols 2\nobj_info num_rows 1\n", 1, xyz_props,
+                    "element range_grid 2\nproperty list uchar int vertex_indices\n") +
+                    "1 2 3\n1 -5\n1 0\n",
+                "line 13: range_grid cell 0 refers to vertex -5 of 1"},
+        BadFile{"range_grid_two_indices", ".ply",
+                ply("ascii", "obj_info num_cols 2\nobj_info num_rows 1\n", 1, xyz_props,
+                    "element range_grid 2\nproperty list uchar int vertex_indices\n") +
+                    "1 2 3\n2 0 0\n0\n",
+                "lists 2 vertices"},
+        BadFile{"obj_info_after_vertex", ".ply",
+                ply("ascii", "", 1, xyz_props, "obj_info num_cols 2\nobj_info num_rows 3\n") +
+                    "1 2 3\n",
+                "line 7: obj_info num_cols after an element"},
+        BadFile{"obj_info_leading_space", ".ply",
+                ply("ascii", "", 1, xyz_props, " obj_info x\n") + "1 2 3\n",
+                "line 7: a header line may not start with white space"},
+        BadFile{"compressed_empty_block", ".pcd",
+                xyz_pcd(4, "binary_compressed") + std::string("\0\0\0\0\x30\0\0\0", 8),
+                "an empty compressed block"},
+        BadFile{"compressed_reference_before_start", ".pcd",
+                xyz_pcd(4, "binary_compressed") + std::string("\x02\0\0\0\x30\0\0\0\x20\x05", 10),
+                "a back reference before the start"},
+        BadFile{"binary_data_like_a_header", ".pcd",
+                xyz_pcd(4, "binary") + "COLUMNS" + std::string(41, '\xff'),
+                "begins like a header line"},
+        BadFile{"blank_line_in_header", ".pcd", "\r\n" + xyz_pcd(1, "ascii") + "1 2 3\n",
+                "line 1: an empty line"}));
+
+INSTANTIATE_TEST_SUITE_P(
+    SilentChanges, InputGate,
+    ::testing::Values(
+        BadFile{
+            "obj_info_one_vertex_six_points", ".ply",
+            ply("ascii", "obj_info num_cols 2\nobj_info num_rows 3\n", 1, xyz_props) + "1 2 3\n",
+            "line 3: obj_info num_cols x num_rows (2 x 3) does not equal the 1 vertices"},
+        BadFile{"obj_info_amplification", ".ply",
+                ply("ascii", "obj_info num_cols 20000\nobj_info num_rows 10000\n", 1, xyz_props) +
+                    "1 2 3\n",
+                "(20000 x 10000)"},
+        BadFile{"obj_info_not_a_count", ".ply",
+                ply("ascii", "obj_info num_cols 1e3\nobj_info num_rows 1\n", 1000, xyz_props),
+                "obj_info num_cols takes one count"},
+        BadFile{"vertical_tab", ".pcd", xyz_pcd(1, "ascii") + "1\v2 3\n",
+                "line 11: a control character (0x0B)"},
+        BadFile{"form_feed", ".ply", ply("ascii", "", 1, xyz_props) + "1 2\f3\n",
+                "line 8: a control character (0x0C)"},
+        BadFile{"stray_carriage_return", ".pcd", xyz_pcd(1, "ascii") + "1 2\r3\n",
+                "a control character (0x0D)"},
+        BadFile{"hex_float", ".pcd", xyz_pcd(1, "ascii") + "0x1p3 2 3\n",
+                "'0x1p3' is not a number"},
+        BadFile{"integer_exponent", ".pcd",
+                pcd("x y z i", "4 4 4 4", "F F F I", "1 1 1 1", 1, "ascii") + "1 2 3 1e3\n",
+                "field 'i': '1e3' is not an integer (the field is int32)"},
+        BadFile{"integer_fraction", ".ply",
+                ply("ascii", "", 1, xyz_props + "property int i\n") + "1 2 3 2.7\n",
+                "'2.7' is not an integer"},
+        BadFile{"u1_wraps", ".pcd",
+                pcd("x y z i", "4 4 4 1", "F F F U", "1 1 1 1", 1, "ascii") + "1 2 3 300\n",
+                "'300' is out of range for uint8 (0 to 255)"},
+        BadFile{"uchar_wraps", ".ply",
+                ply("ascii", "", 1, xyz_props + "property uchar i\n") + "1 2 3 256\n",
+                "'256' is out of range for uint8"},
+        BadFile{"compressed_padding_field", ".pcd",
+                pcd("x _ y z", "4 4 4 4", "F F F F", "1 1 1 1", 1, "binary_compressed") +
+                    std::string("\x01\0\0\0\x10\0\0\0\x00", 9),
+                "a '_' (padding) field in binary_compressed"},
+        BadFile{"rows_after_points", ".pcd", xyz_pcd(1, "ascii") + "1 2 3\n4 5 6\n",
+                "line 12: data after the last of the 1 POINTS rows"},
+        BadFile{"rows_after_vertices", ".ply", ply("ascii", "", 1, xyz_props) + "1 2 3\n4 5 6\n",
+                "line 9: data after the last element's rows"},
+        BadFile{"bytes_after_points", ".pcd",
+                xyz_pcd(1, "binary") + std::string(12, '\0') + std::string("\x01", 1),
+                "1 bytes after the last of the POINTS points"},
+        BadFile{"too_much_padding", ".pcd", xyz_pcd(1, "binary") + std::string(12 + 4096, '\0'),
+                "4096 bytes after the last of the POINTS points"},
+        BadFile{"scattered_colors", ".ply",
+                ply("ascii", "", 1,
+                    "property uchar red\n" + xyz_props +
+                        "property uchar green\nproperty uchar blue\n") +
+                    "1 2 3 4 5 6\n",
+                "three consecutive properties red, green, blue"},
+        BadFile{"camera_viewport", ".ply",
+                ply("ascii", "", 2, xyz_props,
+                    "element camera 1\nproperty int viewportx\nproperty int viewporty\n") +
+                    "1 2 3\n4 5 6\n3 1\n",
+                "viewport (3 x 1) does not hold the 2 vertices"},
+        BadFile{"range_grid_ignored", ".ply",
+                ply("ascii", "obj_info num_cols 2\nobj_info num_rows 1\n", 2, xyz_props,
+                    "element range_grid 2\nproperty list uchar int vertex_indices\n") +
+                    "1 2 3\n4 5 6\n1 1\n1 0\n",
+                "maps cell 0 to vertex 1"},
+        BadFile{"range_grid_hole_integer_coordinates", ".ply",
+                ply("ascii", "obj_info num_cols 2\nobj_info num_rows 1\n", 1,
+                    "property int x\nproperty int y\nproperty int z\n",
+                    "element range_grid 2\nproperty list uchar int vertex_indices\n") +
+                    "1 2 3\n1 0\n0\n",
+                "fills with 0 (not NaN)"},
+        BadFile{"keyword_prefix", ".pcd",
+                "VERSION 0.7\nFIELDSX x y z\nSIZE 4 4 4\nTYPE F F F\nWIDTH 1\nPOINTS 1\nDATA "
+                "ascii\n1 2 3\n",
+                "line 2: 'FIELDSX' is not a PCD header keyword"},
+        BadFile{"type_word", ".pcd",
+                pcd("x y z", "4 4 4", "Fx F F", "1 1 1", 1, "ascii") + "1 2 3\n",
+                "unsupported TYPE 'Fx'"},
+        BadFile{"mixed_line_endings", ".ply",
+                "ply\r\nformat ascii 1.0\r\nelement vertex 1\nproperty float x\r\n",
+                "line 3: ends with LF but line 1 with CR LF"},
+        BadFile{"vertex_without_coordinates", ".ply",
+                ply("binary_little_endian", "", 1, "") + std::string(1, '\0'),
+                "the vertex element has no 'x' property"},
+        BadFile{"vertex_count_beyond_int32", ".ply",
+                "ply\nformat binary_little_endian 1.0\nelement vertex 3000000000\n" + xyz_props +
+                    "end_header\n",
+                "element vertex 3000000000: at most 2^31-1 points"}));
+
+// Files PCL's own writers make — every variant — pass the gate and read as PCL reads them.
+TEST(InputGate, AcceptsWhatPclWrites) {
+  TempDir tmp;
+  pcl::PCLPointCloud2 pc;
+  const char* names[] = {"x", "y", "z", "intensity"};
+  for (std::uint32_t a = 0; a < 4; ++a) {
+    pcl::PCLPointField f;
+    f.name = names[a];
+    f.offset = 4 * a;
+    f.datatype = pcl::PCLPointField::FLOAT32;
+    f.count = 1;
+    pc.fields.push_back(f);
+  }
+  pc.width = 4;
+  pc.height = 3;
+  pc.point_step = 16;
+  pc.row_step = 64;
+  pc.data.resize(12 * 16);
+  for (int i = 0; i < 12; ++i) {
+    const float v[4] = {float(i), float(2 * i), i == 5 ? NAN : float(3 * i), 0.5f * i};
+    std::memcpy(&pc.data[i * 16], v, 16);
+  }
+  const Eigen::Vector4f o = Eigen::Vector4f::Zero();
+  const Eigen::Quaternionf q = Eigen::Quaternionf::Identity();
+  pcl::PCDWriter pw;
+  pcl::PLYWriter lw;
+  ASSERT_EQ(pw.writeASCII(tmp / "a.pcd", pc), 0);
+  ASSERT_EQ(pw.writeBinary(tmp / "b.pcd", pc), 0);            // padded to a page
+  ASSERT_EQ(pw.writeBinaryCompressed(tmp / "c.pcd", pc), 0);  // padded too
+  ASSERT_EQ(lw.writeASCII(tmp / "cam_a.ply", pc, o, q, 8, true), 0);
+  ASSERT_EQ(lw.writeBinary(tmp / "cam_b.ply", pc, o, q, true), 0);
+  ASSERT_EQ(lw.writeASCII(tmp / "grid_a.ply", pc, o, q, 8, false), 0);  // range_grid, a hole
+  ASSERT_EQ(lw.writeBinary(tmp / "grid_b.ply", pc, o, q, false), 0);
+  for (const char* f :
+       {"a.pcd", "b.pcd", "c.pcd", "cam_a.ply", "cam_b.ply", "grid_a.ply", "grid_b.ply"}) {
+    const Cloud c = load_cloud(tmp / f);
+    EXPECT_EQ(c.width, 4u) << f;
+    EXPECT_EQ(c.height, 3u) << f;
+    EXPECT_EQ(c.finite, 11) << f;
+    for (int i = 0; i < 12; ++i) {
+      if (i == 5) continue;
+      EXPECT_EQ(c.xyz[3 * i + 1] + c.origin[1], 2.0 * i) << f << " point " << i;
+    }
+  }
+}
+
+// ---- The one writer path: every output checked first, staged, committed together ----
+
+std::vector<std::string> temporaries(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().find(".pcnn-") != std::string::npos)
+      out.push_back(e.path().filename().string());
+  return out;
+}
+
+void expect_output_error(const std::function<void()>& f, const std::string& why) {
+  try {
+    f();
+    ADD_FAILURE() << "no error (wanted: " << why << ")";
+  } catch (const output_error& e) {
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+  }
+}
+
+TEST(OutputSet, ChecksEveryOutputBeforeAnyWork) {
+  TempDir tmp;
+  std::ofstream(tmp / "in.pcd") << xyz_pcd(1, "ascii") << "1 2 3\n";
+  fs::create_directories(tmp / "dir.npy");
+  OutputSet o;
+  o.add_input(tmp / "in.pcd");
+  expect_output_error([&] { o.add(tmp / "x.txt", OutputKind::array); },
+                      "unknown extension '.txt' (expected .npy or .csv)");
+  expect_output_error([&] { o.add(tmp / "x", OutputKind::array); }, "no extension");
+  expect_output_error([&] { o.add(tmp / "x.npy", OutputKind::cloud); },
+                      "unknown extension '.npy' (expected .pcd or .ply)");
+  expect_output_error([&] { o.add(tmp / "dir.npy", OutputKind::array); }, "is a directory");
+  expect_output_error([&] { o.add(tmp / "no/x.npy", OutputKind::array); },
+                      "its directory '" + (tmp / "no") + "' does not exist");
+  expect_output_error([&] { o.add(tmp / "in.pcd", OutputKind::cloud); },
+                      "it is the input '" + (tmp / "in.pcd") + "'");
+  fs::create_symlink(tmp / "in.pcd", tmp / "link.pcd");
+  fs::create_hard_link(tmp / "in.pcd", tmp / "hard.pcd");
+  expect_output_error([&] { o.add(tmp / "link.pcd", OutputKind::cloud); }, "it is the input");
+  expect_output_error([&] { o.add(tmp / "hard.pcd", OutputKind::cloud); }, "it is the input");
+  o.add(tmp / "a.npy", OutputKind::array);
+  expect_output_error([&] { o.add(tmp / "a.npy", OutputKind::array); },
+                      "it is also the output '" + (tmp / "a.npy") + "'");
+  expect_output_error([&] { o.add(tmp / "./a.npy", OutputKind::array); }, "also the output");
+  o.add(tmp / "r", OutputKind::radius);
+  EXPECT_EQ(o.files(tmp / "r"),
+            (std::vector<std::string>{tmp / "r.offsets.npy", tmp / "r.indices.npy",
+                                      tmp / "r.sqdist.npy"}));
+  expect_output_error([&] { o.add(tmp / "r.indices.npy", OutputKind::array); }, "also the output");
+  expect_output_error([&] { o.add(tmp / "r.bin", OutputKind::radius); }, "unknown extension");
+  o.reserve_stdout("--json");
+  expect_output_error([&] { o.add("-", OutputKind::array); }, "stdout is taken by --json");
+  o.add("/dev/null", OutputKind::array);  // a character device may take several outputs
+  o.add("/dev/null", OutputKind::cloud);
+  OutputSet twice;  // stdout may not, whatever it is (a terminal is a character device too)
+  twice.add("-", OutputKind::array);
+  expect_output_error([&] { twice.add("/dev/stdout", OutputKind::array); }, "also the output '-'");
+  // The checks created the temporaries (the proof the directory is writable), nothing else.
+  EXPECT_EQ(temporaries(tmp / "").size(), 4u);
+  EXPECT_FALSE(fs::exists(tmp / "a.npy"));
+}
+
+TEST(OutputSet, TemporariesHaveUnpredictableNamesAndGoAwayWithTheSet) {
+  TempDir tmp;
+  std::vector<std::string> first, second;
+  {
+    OutputSet a, b;
+    a.add(tmp / "x.npy", OutputKind::array);
+    first = temporaries(tmp / "");
+    b.add(tmp / "x.npy", OutputKind::array);  // another run writing the same output
+    second = temporaries(tmp / "");
+    ASSERT_EQ(first.size(), 1u);
+    ASSERT_EQ(second.size(), 2u);
+    EXPECT_EQ(first[0].rfind(".x.npy.pcnn-", 0), 0u) << first[0];
+    EXPECT_EQ(first[0].size(), std::string(".x.npy.pcnn-").size() + 12);
+  }
+  EXPECT_TRUE(temporaries(tmp / "").empty());  // never committed: removed
+  EXPECT_FALSE(fs::exists(tmp / "x.npy"));
+}
+
+TEST(OutputSet, APlantedSymlinkIsNeverFollowed) {
+  TempDir tmp;
+  std::ofstream(tmp / "victim.txt") << "victim";
+  fs::create_symlink(tmp / "victim.txt", tmp / "out.npy.pcnn-tmp");  // the old, fixed name
+  const std::int32_t v[2] = {1, 2};
+  write_array(tmp / "out.npy", v, 1, 2);
+  std::ifstream is(tmp / "victim.txt");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(is), {}), "victim");
+  EXPECT_TRUE(fs::is_symlink(tmp / "out.npy.pcnn-tmp"));
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream is(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(is), {});
+}
+
+TEST(OutputSet, CommitsAllOutputsOrNone) {
+  TempDir tmp;
+  std::ofstream(tmp / "a.npy") << "old a";
+  const std::int32_t v[4] = {1, 2, 3, 4};
+  {
+    OutputSet o;
+    o.add(tmp / "a.npy", OutputKind::array);
+    o.add(tmp / "b.csv", OutputKind::array);
+    o.add(tmp / "c.npy", OutputKind::array);
+    write_array(o, tmp / "a.npy", v, 2, 2);
+    write_array(o, tmp / "b.csv", v, 2, 2);
+    write_array(o, tmp / "c.npy", v, 2, 2);
+    fs::create_directories(tmp / "c.npy/in_the_way");  // the last rename will fail
+    expect_output_error([&] { o.commit(); },
+                        "cannot write '" + (tmp / "c.npy") + "': cannot rename it into place");
+    EXPECT_EQ(read_all(tmp / "a.npy"), "old a");  // put back as it was
+    EXPECT_FALSE(fs::exists(tmp / "b.csv"));      // removed
+  }
+  EXPECT_TRUE(temporaries(tmp / "").empty());
+  fs::remove_all(tmp / "c.npy");
+  OutputSet o;
+  o.add(tmp / "a.npy", OutputKind::array);
+  o.add(tmp / "b.csv", OutputKind::array);
+  write_array(o, tmp / "a.npy", v, 2, 2);
+  expect_output_error([&] { o.commit(); }, "'" + (tmp / "b.csv") + "': nothing was written");
+  EXPECT_EQ(read_all(tmp / "a.npy"), "old a");
+}
+
+TEST(OutputSet, KeepsTheModeOfAReplacedFile) {
+  TempDir tmp;
+  std::ofstream(tmp / "a.npy") << "old";
+  fs::permissions(tmp / "a.npy", fs::perms::owner_read | fs::perms::owner_write);
+  const std::int32_t v[1] = {1};
+  write_array(tmp / "a.npy", v, 1, 1);
+  EXPECT_EQ(fs::status(tmp / "a.npy").permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+}
+
+// Runs `f` in a child process with a file size limit of `bytes` and SIGXFSZ ignored (as the
+// pcnn command does); returns what the child's output_error said ("" if none).
+std::string under_file_size_limit(rlim_t bytes, const std::function<void()>& f) {
+  int pipefd[2];
+  if (pipe(pipefd) != 0) return "pipe failed";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(pipefd[0]);
+    std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit lim{bytes, bytes};
+    setrlimit(RLIMIT_FSIZE, &lim);
+    std::string msg;
+    try {
+      f();
+    } catch (const std::exception& e) {
+      msg = e.what();
+    }
+    if (!msg.empty() && write(pipefd[1], msg.data(), msg.size()) < 0) _exit(2);
+    _exit(0);
+  }
+  close(pipefd[1]);
+  std::string msg;
+  char buf[512];
+  for (ssize_t n; (n = read(pipefd[0], buf, sizeof buf)) > 0;) msg.append(buf, n);
+  close(pipefd[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status)) << "the child died of a signal: " << status;
+  return msg;
+}
+
+TEST(OutputFailures, AFullDiskIsAnOutputErrorForEveryFormat) {
+  TempDir tmp;
+  std::vector<std::int32_t> idx(100000, 7);
+  std::vector<float> xyz(30000, 1.5f);
+  const auto check = [&](const std::string& name, const std::function<void()>& f) {
+    const std::string msg = under_file_size_limit(4096, f);
+    EXPECT_NE(msg.find("cannot write '" + (tmp / name) + "': File too large"), std::string::npos)
+        << name << ": " << msg;
+    EXPECT_FALSE(fs::exists(tmp / name)) << name;
+    EXPECT_TRUE(temporaries(tmp / "").empty()) << name;
+  };
+  check("i.npy", [&] { write_array(tmp / "i.npy", idx.data(), 50000, 2); });
+  check("i.csv", [&] { write_array(tmp / "i.csv", idx.data(), 50000, 2); });
+  check("c.pcd", [&] { save_xyz_pcd(tmp / "c.pcd", xyz); });
+  check("c.ply", [&] { save_xyz_pcd(tmp / "c.ply", xyz); });
+  const std::int64_t off[3] = {0, 50000, 100000};
+  std::vector<float> d(100000, 0.5f);
+  check("p.csv", [&] { write_pairs_csv(tmp / "p.csv", off, 2, idx.data(), d.data()); });
+}
+
+TEST(OutputFailures, ANoSpaceDeviceIsAnOutputError) {
+  if (access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no writable /dev/full here";
+  std::vector<std::int32_t> idx(300000, 7);
+  expect_output_error([&] { write_array("/dev/full", idx.data(), 100000, 3); },
+                      "cannot write '/dev/full': No space left on device");
+}
+
+TEST(OutputTargets, NonRegularFilesAreWrittenDirectlyNeverReplaced) {
+  TempDir tmp;
+  const std::string fifo = tmp / "pipe.npy";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] { got = read_all(fifo); });
+  const std::int32_t v[2] = {5, 6};
+  write_array(fifo, v, 1, 2);
+  reader.join();
+  EXPECT_EQ(got.substr(1, 5), "NUMPY");
+  EXPECT_EQ(got.size(), 128u + 8);
+  struct stat st;
+  ASSERT_EQ(lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  write_array("/dev/null", v, 1, 2);
+  ASSERT_EQ(stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  EXPECT_TRUE(temporaries(tmp / "").empty());
+}
+
+TEST(OutputTargets, ASymlinkIsWrittenThrough) {
+  TempDir tmp;
+  fs::create_directories(tmp / "real");
+  std::ofstream(tmp / "real/data.npy") << "old";
+  fs::create_symlink("real/data.npy", tmp / "link.npy");  // relative, as ln -s makes them
+  const std::int32_t v[2] = {5, 6};
+  write_array(tmp / "link.npy", v, 1, 2);
+  EXPECT_TRUE(fs::is_symlink(tmp / "link.npy"));
+  EXPECT_EQ(read_all(tmp / "real/data.npy").substr(1, 5), "NUMPY");
+  EXPECT_TRUE(temporaries(tmp / "").empty());
+  EXPECT_TRUE(temporaries(tmp / "real").empty());
+}
+
+// ---- pcnn's own .pcd/.ply writers: read back by PCL and by pcnn as they were ----
+
+TEST(CloudWriter, OrganizedCloudsKeepTheirShapeAndEveryField) {
+  TempDir tmp;
+  // A 3 x 2 organized cloud with double coordinates, a NaN point and a 3-value uint16 field.
+  std::ofstream(tmp / "org.pcd")
+      << "VERSION 0.7\nFIELDS x y z v\nSIZE 8 8 8 2\nTYPE F F F U\nCOUNT 1 1 1 3\nWIDTH 3\n"
+         "HEIGHT 2\nPOINTS 6\nDATA ascii\n0 0 1 1 2 3\n1 0 1 4 5 6\nnan nan nan 7 8 9\n"
+         "0 1 1 10 11 12\n1 1 1 13 14 15\n2 1 1 16 17 65535\n";
+  const Cloud in = load_cloud(tmp / "org.pcd");
+  for (const char* ext : {".pcd", ".ply"}) {
+    const std::string out = tmp / (std::string("moved") + ext);
+    save_cloud_moved(in, in.xyz, out);
+    const Cloud back = load_cloud(out);
+    EXPECT_EQ(back.width, 3u) << ext;
+    EXPECT_EQ(back.height, 2u) << ext;
+    EXPECT_EQ(back.finite, 5) << ext;
+    EXPECT_EQ(back.coordinate_type, "float64") << ext;
+    pcl::PCLPointCloud2 raw;
+    ASSERT_EQ(std::string(ext) == ".pcd" ? pcl::io::loadPCDFile(out, raw)
+                                         : pcl::io::loadPLYFile(out, raw),
+              0);
+    EXPECT_EQ(raw.point_step, 30u) << ext;
+    std::uint16_t last;
+    std::memcpy(&last, &raw.data[5 * 30 + 24 + 4], 2);
+    EXPECT_EQ(last, 65535) << ext;
+  }
+  // .ply has no value counts: v becomes v_0, v_1, v_2.
+  EXPECT_EQ(load_cloud(tmp / "moved.ply").field_names,
+            (std::vector<std::string>{"x", "y", "z", "v_0", "v_1", "v_2"}));
+}
+
+TEST(CloudWriter, RefusesWhatPlyCannotHoldAsItWas) {
+  TempDir tmp;
+  std::ofstream(tmp / "t.pcd") << pcd("x y z t", "4 4 4 8", "F F F U", "1 1 1 1", 1, "ascii")
+                               << "1 2 3 4\n";
+  std::ofstream(tmp / "red.pcd") << pcd("x y z red", "4 4 4 1", "F F F U", "1 1 1 1", 1, "ascii")
+                                 << "1 2 3 4\n";
+  const Cloud t = load_cloud(tmp / "t.pcd"), red = load_cloud(tmp / "red.pcd");
+  expect_output_error([&] { save_cloud_subset(t, {0}, tmp / "t.ply"); },
+                      "field 't' is a 64-bit integer, which .ply cannot hold");
+  expect_output_error([&] { save_cloud_subset(red, {0}, tmp / "red.ply"); },
+                      "would be read back from .ply as part of a packed color");
+  save_cloud_subset(t, {0}, tmp / "t_out.pcd");  // .pcd holds both
+  save_cloud_subset(red, {0}, tmp / "red_out.pcd");
+  EXPECT_FALSE(fs::exists(tmp / "t.ply"));
+  EXPECT_TRUE(temporaries(tmp / "").empty());
+}
+
+TEST(CloudWriter, AnEmptySubsetIsAValidEmptyFile) {
+  TempDir tmp;
+  std::ofstream(tmp / "in.pcd") << xyz_pcd(2, "ascii") << "1 2 3\n4 5 6\n";
+  const Cloud in = load_cloud(tmp / "in.pcd");
+  for (const char* ext : {".pcd", ".ply"}) {
+    save_cloud_subset(in, {}, tmp / (std::string("none") + ext));
+    EXPECT_EQ(load_cloud(tmp / (std::string("none") + ext)).size(), 0) << ext;
+  }
+}
+
+}  // namespace
+}  // namespace pcnn
+
+namespace pcnn {
+namespace {
+
+// The streamed path (pcnn knn --chunk-rows): rows written chunk by chunk into staged files,
+// put in place only by the set's commit, together with the command's other outputs.
+TEST(ArrayStreamWriter, WithAnOutputSetTheCommitPutsTheFilesInPlace) {
+  TempDir tmp;
+  const std::vector<std::int32_t> idx = {1, 2, 3, 4, 5, 6};
+  const std::vector<float> d = {0.5f, 1, 1.5f, 2, 2.5f, 3};
+  OutputSet o;
+  o.add(tmp / "i.npy", OutputKind::array);
+  o.add(tmp / "d.csv", OutputKind::array);
+  ArrayStreamWriter wi(o, tmp / "i.npy", 3, 2, false, "n"), wd(o, tmp / "d.csv", 3, 2, true, "d");
+  for (int r = 0; r < 3; ++r) {
+    wi.append(idx.data() + 2 * r, 1);
+    wd.append(d.data() + 2 * r, 1);
+  }
+  wi.finish();
+  wd.finish();
+  EXPECT_FALSE(fs::exists(tmp / "i.npy"));  // not before the commit
+  o.commit();
+  write_array(tmp / "whole.npy", idx.data(), 3, 2);
+  EXPECT_EQ(read_all(tmp / "i.npy"), read_all(tmp / "whole.npy"));
+  EXPECT_EQ(read_all(tmp / "d.csv"), "row,d0,d1\n0,0.5,1\n1,1.5,2\n2,2.5,3\n");
 }
 
 }  // namespace

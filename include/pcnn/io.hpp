@@ -41,50 +41,138 @@ struct Cloud {
 /// file. x, y and z are read in their stored type (float or double, or an integer type).
 /// Re-centers on `origin` when given (to put a query cloud in its reference cloud's frame),
 /// otherwise on an origin that keeps the stored coordinates exact (pcnn::exact_origin).
-/// @throws pcnn::input_error naming the file and the reason (missing, unreadable, unknown
-///         extension, malformed, no x/y/z, coordinates too large for float distances).
+/// Before PCL parses the file, pcnn's input gate accepts only what pcnn and PCL read identically
+/// (a whitelist): header keywords in PCL's order, each once; only the PLY elements and properties
+/// PCL reads as pcnn means them (or provably skips); one strict number grammar for ascii data
+/// (integers integral and in their type's range); compressed data that decodes exactly; and point
+/// counts the file's size holds — no rows, points or bytes the header does not announce.
+/// @throws pcnn::input_error naming the file, the line or byte offset, and the reason (missing,
+///         unreadable, unknown extension, outside the whitelist, no x/y/z, coordinates too large
+///         for float distances).
 /// `keep_fields` keeps every field of every point (Cloud::fields) for save_cloud_subset; without
 /// it only the coordinates stay in memory.
 Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin = nullptr,
                  bool keep_fields = true);
 
+/// What an output holds, which decides the formats its path may name.
+enum class OutputKind {
+  array,   ///< rows of numbers: .npy or .csv
+  cloud,   ///< a point cloud: .pcd or .ply (binary)
+  radius,  ///< radius results: OUT.csv (one line per pair), or OUT / OUT.npy for the three files
+           ///< OUT.offsets.npy, OUT.indices.npy and OUT.sqdist.npy
+};
+
+/// The outputs of one command: every one checked before any work, all committed together or none.
+///
+/// add() checks an output at once: a known extension for its kind (case-insensitive); not a
+/// directory; not the same file as an input or another output, by any name (symlinks, hard
+/// links); and its directory writable — proved by creating the output's temporary file there,
+/// with an unpredictable name, O_EXCL and O_NOFOLLOW (a symlink planted at that name is never
+/// followed). The writers below then fill the temporaries, checking every write, flush, fsync
+/// and close (a full disk or a file size limit is a pcnn::output_error naming the file), and
+/// commit() renames them all into place; should one rename fail, the ones done are undone. An
+/// OutputSet destroyed before commit() (an error on the way) removes its temporaries.
+///
+/// A target that is not a regular file — `-` (stdout), /dev/stdout, /dev/fd/N, a FIFO, a device
+/// such as /dev/null — is written to directly as the data comes (it cannot be staged and is never
+/// replaced); without a known extension it gets its kind's default format (.npy, .pcd, and for
+/// radius results the .csv of pairs). A symlink is written through: the file it finally points to
+/// is replaced, the link stays. For a file size limit (RLIMIT_FSIZE) to be reported instead of
+/// killing the process, the program must ignore SIGXFSZ (the pcnn command does).
+class OutputSet {
+ public:
+  OutputSet();
+  ~OutputSet();  ///< removes every temporary not committed
+  OutputSet(OutputSet&&) noexcept;
+  OutputSet& operator=(OutputSet&&) noexcept;
+  OutputSet(const OutputSet&) = delete;
+  OutputSet& operator=(const OutputSet&) = delete;
+
+  /// A file the command reads: no output may be it.
+  void add_input(const std::string& path);
+  /// Something else writes to stdout (`what`, e.g. "--json"): no output may go there.
+  void reserve_stdout(const std::string& what);
+  /// Declares and checks an output (see above). @throws pcnn::output_error naming `path` and why
+  void add(const std::string& path, OutputKind kind);
+  /// The files `path` (as given to add) writes: itself, or the three files of radius results.
+  std::vector<std::string> files(const std::string& path) const;
+  /// Renames every written output into place. Every declared output must have been written.
+  /// @throws pcnn::output_error (then no staged output was put in place)
+  void commit();
+
+  struct Impl;
+  Impl& impl() const { return *impl_; }  ///< for the io library's writers (Impl is opaque)
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 /// Writes the points `indices` (ascending or not, each once) of `cloud` with every field the
 /// file had (colors, intensity, normals, labels...; coordinates in their stored type and
 /// values, not re-centered) to a .pcd (binary) or .ply (binary little-endian) by extension.
-/// The result is unorganized. Written to a temporary file and renamed.
-/// @throws pcnn::output_error
-void save_cloud_subset(const Cloud& cloud, const std::vector<std::int32_t>& indices,
-                       const std::string& path);
+/// The result is unorganized. `path` must have been added to `outputs` as OutputKind::cloud.
+/// .ply cannot hold 64-bit integer fields, or uchar fields that PCL's PLY reader would merge
+/// into colors (red, green, blue, alpha): those are refused. @throws pcnn::output_error
+void save_cloud_subset(OutputSet& outputs, const Cloud& cloud,
+                       const std::vector<std::int32_t>& indices, const std::string& path);
 
 /// Writes `cloud` with its points moved to `xyz` (3 floats per point, in the cloud's re-centered
 /// coordinates, as Cloud::xyz), every other field and the organization (width × height)
 /// unchanged, to a .pcd (binary) or .ply (binary little-endian) by extension. Coordinates are
 /// stored in their original type (integers rounded; an integer coordinate stays as it was where
-/// the new one is NaN). Written to a temporary file and renamed. @throws pcnn::output_error
-void save_cloud_moved(const Cloud& cloud, const std::vector<float>& xyz, const std::string& path);
+/// the new one is NaN). @throws pcnn::output_error
+void save_cloud_moved(OutputSet& outputs, const Cloud& cloud, const std::vector<float>& xyz,
+                      const std::string& path);
 
-/// Writes packed xyz (in meters, stored = xyz) as a binary PCD with fields x y z; organized as
-/// `width` × (points / width) when `width` > 0 (NaN points allowed), else unorganized.
+/// Writes packed xyz (in meters, stored = xyz) as a binary .pcd or .ply with fields x y z;
+/// organized as `width` × (points / width) when `width` > 0 (NaN points allowed), else
+/// unorganized. @throws pcnn::output_error
+void save_xyz(OutputSet& outputs, const std::string& path, const std::vector<float>& xyz,
+              std::uint32_t width = 0);
+
+/// Writes a rows × cols row-major array as a NumPy .npy file (little-endian int32 / float32 /
+/// int64), or as CSV (one row per line, a leading "row" column, a header line naming the
+/// columns `prefix0..`), as `path` was declared. @throws pcnn::output_error
+void write_array(OutputSet& outputs, const std::string& path, const std::int32_t* data,
+                 std::int64_t rows, int cols, const std::string& prefix = "n");
+void write_array(OutputSet& outputs, const std::string& path, const float* data, std::int64_t rows,
+                 int cols, const std::string& prefix = "d");
+void write_array(OutputSet& outputs, const std::string& path, const std::int64_t* data,
+                 std::int64_t rows, int cols, const std::string& prefix = "n");
+
+/// Radius results in CSR form (`offsets`: rows + 1 entries) as `path` was declared
+/// (OutputKind::radius): one CSV line "query,neighbor,sqdist" per pair after a header line, or
+/// the three .npy files offsets (int64, rows + 1 × 1), indices (int32) and sqdist (float32).
 /// @throws pcnn::output_error
-void save_xyz_pcd(const std::string& path, const std::vector<float>& xyz, std::uint32_t width = 0);
+void write_radius(OutputSet& outputs, const std::string& path, const std::int64_t* offsets,
+                  std::int64_t rows, const std::int32_t* indices, const float* sqdist);
 
-/// Writes a rows × cols row-major array as a NumPy .npy file (little-endian int32 / float32),
-/// or as CSV when `path` ends in .csv (one row per line, a leading "row" column, a header line
-/// naming the columns `prefix0..`). Written to a temporary file and renamed, so a failed write
-/// leaves no partial file. @throws pcnn::output_error
+/// The same writers for a single output: each checks `path` as OutputSet::add does, writes it to
+/// a temporary file and renames it into place (a failure leaves nothing behind).
+void save_cloud_subset(const Cloud& cloud, const std::vector<std::int32_t>& indices,
+                       const std::string& path);
+void save_cloud_moved(const Cloud& cloud, const std::vector<float>& xyz, const std::string& path);
+/// As save_xyz, for a single output.
+void save_xyz_pcd(const std::string& path, const std::vector<float>& xyz, std::uint32_t width = 0);
 void write_array(const std::string& path, const std::int32_t* data, std::int64_t rows, int cols,
                  const std::string& prefix = "n");
 void write_array(const std::string& path, const float* data, std::int64_t rows, int cols,
                  const std::string& prefix = "d");
 void write_array(const std::string& path, const std::int64_t* data, std::int64_t rows, int cols,
                  const std::string& prefix = "n");
+/// Radius results as CSV pairs, as write_radius writes a .csv.
+void write_pairs_csv(const std::string& path, const std::int64_t* offsets, std::int64_t rows,
+                     const std::int32_t* indices, const float* sqdist);
 
 /// A rows × cols array of int32 or float32 written piece by piece, rows in order, as .npy or .csv
 /// (the same formats as write_array): for results streamed from the GPU that need not all be in
-/// memory at once. Written to a temporary file, renamed by finish(); removed when the writer is
-/// destroyed unfinished (an error on the way leaves nothing behind). @throws pcnn::output_error
+/// memory at once. With an OutputSet, finish() completes the file and the set's commit() puts it
+/// in place; without one, finish() renames it into place itself. An unfinished writer leaves
+/// nothing behind. @throws pcnn::output_error
 class ArrayStreamWriter {
  public:
+  ArrayStreamWriter(OutputSet& outputs, const std::string& path, std::int64_t rows, int cols,
+                    bool is_float, const std::string& prefix);
   ArrayStreamWriter(const std::string& path, std::int64_t rows, int cols, bool is_float,
                     const std::string& prefix);
   ~ArrayStreamWriter();
@@ -92,7 +180,7 @@ class ArrayStreamWriter {
   ArrayStreamWriter& operator=(const ArrayStreamWriter&) = delete;
   /// The next `rows` rows (rows × cols values of the writer's type).
   void append(const void* data, std::int64_t rows);
-  /// All rows written: closes and renames the file into place.
+  /// All rows written: completes the file (and, without an OutputSet, renames it into place).
   void finish();
 
   struct Impl;  ///< also what write_array writes with
@@ -101,10 +189,5 @@ class ArrayStreamWriter {
   std::unique_ptr<Impl> impl_;
   bool is_float_;
 };
-
-/// Variable-length rows (radius results in CSR form) as CSV: a header line, then one line
-/// "query,neighbor,sqdist" per pair, rows in order. Written atomically. @throws pcnn::output_error
-void write_pairs_csv(const std::string& path, const std::int64_t* offsets, std::int64_t rows,
-                     const std::int32_t* indices, const float* sqdist);
 
 }  // namespace pcnn

@@ -1,0 +1,491 @@
+#include "input_gate.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+#include "byte_source.hpp"
+#include "header_check.hpp"
+#include "number_grammar.hpp"
+
+namespace pcnn::io_detail {
+namespace {
+
+std::string at_byte(std::uint64_t offset) { return "byte " + std::to_string(offset); }
+
+// LZF as pcl::lzfDecompress reads it: a control byte; below 32, a run of ctrl + 1 literal bytes;
+// otherwise a back reference of (ctrl >> 5) + 2 bytes (7: plus the next byte) at a distance of
+// ((ctrl & 31) << 8) + next byte + 1. PCL reads a control byte even from empty input (one byte
+// past the data) and expects the output to come out at exactly the stored size.
+template <class NextByte>
+bool walk_lzf(NextByte&& next, std::uint64_t in_len, std::uint64_t expected, std::string* why) {
+  auto fail = [&](const std::string& w) {
+    if (why) *why = w;
+    return false;
+  };
+  if (in_len == 0) return fail("an empty compressed block (PCL reads past it)");
+  std::uint64_t ip = 0, op = 0;
+  do {
+    const unsigned ctrl = next();
+    ++ip;
+    if (ctrl < 32) {
+      const std::uint64_t run = ctrl + 1;
+      if (op + run > expected) return fail("it decodes to more bytes than the header says");
+      if (ip + run > in_len) return fail("a literal run goes past the end of the data");
+      for (std::uint64_t i = 0; i < run; ++i) next();
+      ip += run;
+      op += run;
+    } else {
+      std::uint64_t len = ctrl >> 5;
+      std::uint64_t back = (std::uint64_t(ctrl & 31) << 8) + 1;
+      if (ip >= in_len) return fail("a back reference goes past the end of the data");
+      if (len == 7) {
+        len += next();
+        ++ip;
+        if (ip >= in_len) return fail("a back reference goes past the end of the data");
+      }
+      back += next();
+      ++ip;
+      if (op + len + 2 > expected) return fail("it decodes to more bytes than the header says");
+      if (back > op) return fail("a back reference before the start of the data");
+      op += len + 2;
+    }
+  } while (ip < in_len);
+  if (op != expected)
+    return fail("it decodes to " + std::to_string(op) + " bytes, the header says " +
+                std::to_string(expected));
+  return true;
+}
+
+// Splits a data line at runs of spaces and tabs (what both PCL readers split at; PCL's .ply
+// reader would also split at \v, \f and \r, its .pcd reader would not).
+void split_values(const std::string& path, std::uint64_t line, std::string_view text,
+                  std::vector<std::string_view>& out) {
+  out.clear();
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == ' ' || c == '\t') {
+      ++i;
+      continue;
+    }
+    const std::size_t start = i;
+    while (i < text.size() && text[i] != ' ' && text[i] != '\t') {
+      const auto d = static_cast<unsigned char>(text[i]);
+      if (d < 0x20 || d == 0x7f) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "0x%02X", d);
+        reject(path, line_at(line),
+               std::string("a control character (") + hex +
+                   ") in the data: values are separated by spaces and tabs only");
+      }
+      ++i;
+    }
+    out.push_back(text.substr(start, i - start));
+  }
+}
+
+std::string quote(std::string_view s) {
+  return "'" + std::string(s.substr(0, 40)) + (s.size() > 40 ? "...'" : "'");
+}
+
+// Reads the data lines of an ascii file: each ends as the header's lines do (the file's last
+// line may have no ending).
+class DataLines {
+ public:
+  DataLines(const std::string& path, int fd, std::uint64_t offset, std::uint64_t first_line,
+            Eol eol, std::size_t max_length)
+      : path_(path), src_(path, fd, offset), n_(first_line - 1), eol_(eol), max_(max_length) {}
+
+  bool next(std::string_view& text) {
+    if (ended_) return false;
+    bool too_long = false;
+    std::string_view ending;
+    if (!src_.line(line_, ending, too_long, max_)) return false;
+    ++n_;
+    if (too_long) reject(path_, line_at(n_), "longer than " + std::to_string(max_) + " bytes");
+    if (ending.empty()) {
+      ended_ = true;
+    } else if ((ending == "\r\n") != (eol_ == Eol::crlf)) {
+      reject(path_, line_at(n_),
+             std::string("ends with ") + (ending == "\r\n" ? "CR LF" : "LF") +
+                 " but the header's lines with " + (eol_ == Eol::crlf ? "CR LF" : "LF"));
+    }
+    text = line_;
+    return true;
+  }
+  std::uint64_t number() const { return n_; }
+  bool at_end() { return ended_ || src_.at_end(); }
+
+ private:
+  const std::string& path_;
+  ByteSource src_;
+  std::string line_;
+  std::uint64_t n_;
+  Eol eol_;
+  std::size_t max_;
+  bool ended_ = false;
+};
+
+std::size_t max_line_for(std::uint64_t values) {
+  return static_cast<std::size_t>(
+      std::min<std::uint64_t>(values * (kMaxNumberLength + 16) + 256, std::uint64_t(1) << 30));
+}
+
+// ---- PCD ----
+
+void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::uint64_t body) {
+  std::uint64_t columns = 0;
+  for (const auto& f : h.fields) columns += f.count;
+  // A row is at least one character per value and a separator after each (the last row may
+  // lack its line ending): the file's size bounds the rows before anything is allocated.
+  if (h.points > 0 && h.points * 2 * columns > body + 1)
+    reject(path, line_at(h.header_lines),
+           "POINTS is " + std::to_string(h.points) + " but the " + std::to_string(body) +
+               " bytes of ascii data hold at most " + std::to_string((body + 1) / (2 * columns)) +
+               " rows of " + std::to_string(columns) + " values");
+  std::vector<Scalar> types;  // per column (at most half the file's size, by the check above)
+  std::vector<const std::string*> names;
+  if (h.points > 0)
+    for (const auto& f : h.fields)
+      for (std::uint32_t c = 0; c < f.count; ++c) {
+        types.push_back(f.type);
+        names.push_back(&f.name);
+      }
+  DataLines lines(path, fd, h.data_start, h.header_lines + 1, h.eol, max_line_for(columns));
+  std::vector<std::string_view> values;
+  std::string_view text;
+  for (std::uint64_t row = 0; row < h.points; ++row) {
+    if (!lines.next(text))
+      reject(path, "",
+             "the ascii data has " + std::to_string(row) + " rows, POINTS says " +
+                 std::to_string(h.points) + " (truncated file?)");
+    split_values(path, lines.number(), text, values);
+    if (values.size() != columns)
+      reject(path, line_at(lines.number()),
+             "point " + std::to_string(row) + " has " + std::to_string(values.size()) +
+                 " values, expected " + std::to_string(columns));
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      const std::string why = check_number(values[i], types[i]);
+      if (!why.empty())
+        reject(path, line_at(lines.number()),
+               "field '" + *names[i] + "': " + quote(values[i]) + " is " + why);
+    }
+  }
+  if (!lines.at_end())
+    reject(path, line_at(lines.number() + 1),
+           "data after the last of the " + std::to_string(h.points) +
+               " POINTS rows (PCL would ignore it)");
+}
+
+// PCL's .pcd writers for PCLPointCloud2 pad the file with zeros to (or by) a page: fewer than
+// 4096 zero bytes after the data are accepted. Anything else after the points (more points than
+// POINTS says?) would be ignored by PCL without a word.
+void check_pcd_padding(const std::string& path, int fd, std::uint64_t offset, std::uint64_t extra) {
+  const std::uint64_t page = 4096;
+  bool zeros = extra < page;
+  if (zeros) {
+    ByteSource src(path, fd, offset);
+    std::vector<unsigned char> tail(static_cast<std::size_t>(extra));
+    src.read(tail.data(), tail.size());
+    zeros = std::all_of(tail.begin(), tail.end(), [](unsigned char c) { return c == 0; });
+  }
+  if (!zeros)
+    reject(path, at_byte(offset),
+           std::to_string(extra) +
+               " bytes after the last of the POINTS points (PCL would ignore them; only the "
+               "zero padding of PCL's own writer, under 4096 bytes, is accepted)");
+}
+
+void check_pcd_compressed(const std::string& path, int fd, const PcdHeader& h, std::uint64_t body) {
+  if (body < 8) reject(path, at_byte(h.data_start), "binary_compressed data without its sizes");
+  ByteSource src(path, fd, h.data_start);
+  std::uint32_t sz[2] = {0, 0};
+  src.read(sz, 8);  // little-endian, as PCL writes and reads them on x86 and ARM
+  const std::uint64_t compressed = sz[0], uncompressed = sz[1];
+  if (uncompressed != h.points * h.point_size)
+    reject(path, at_byte(h.data_start + 4),
+           "binary_compressed data of " + std::to_string(uncompressed) +
+               " bytes, but POINTS x point size is " + std::to_string(h.points * h.point_size));
+  if (compressed > body - 8)
+    reject(path, at_byte(h.data_start),
+           "binary_compressed size says " + std::to_string(compressed) + " compressed bytes, but " +
+               std::to_string(body - 8) + " follow (truncated file?)");
+  if (compressed < body - 8)
+    check_pcd_padding(path, fd, h.data_start + 8 + compressed, body - 8 - compressed);
+  if (h.points == 0) return;
+  std::string why;
+  std::uint64_t pos = h.data_start + 8;
+  auto next = [&]() -> unsigned {
+    unsigned char c = 0;
+    if (src.read(&c, 1) != 1) reject(path, at_byte(pos), "the compressed data ends early");
+    ++pos;
+    return c;
+  };
+  if (!walk_lzf(next, compressed, uncompressed, &why))
+    reject(path, at_byte(pos > 0 ? pos - 1 : pos), "the compressed data is corrupt: " + why);
+}
+
+InputShape check_pcd(const std::string& path, int fd, std::uint64_t file_size) {
+  const PcdHeader h = read_pcd_header(path, fd);
+  const std::uint64_t body = file_size - std::min(file_size, h.data_start);
+  switch (h.data) {
+    case PcdHeader::Data::ascii:
+      check_pcd_ascii(path, fd, h, body);
+      break;
+    case PcdHeader::Data::binary: {
+      const std::uint64_t need = h.points * h.point_size;
+      if (body < need)
+        reject(path, at_byte(h.data_start),
+               "POINTS x point size is " + std::to_string(need) +
+                   " bytes, but the binary data has " + std::to_string(body) +
+                   " (truncated file?)");
+      if (body > need) check_pcd_padding(path, fd, h.data_start + need, body - need);
+      if (h.points > 0) check_pcd_binary_start(path, fd, h.data_start);
+      break;
+    }
+    case PcdHeader::Data::binary_compressed:
+      check_pcd_compressed(path, fd, h, body);
+      check_pcd_binary_start(path, fd, h.data_start);
+      break;
+  }
+  return {h.points, h.width, h.height};
+}
+
+// ---- PLY ----
+
+// What the gate learns from a PLY file's data: the camera's viewport and the range grid.
+struct PlyFacts {
+  bool viewport = false;
+  std::int64_t viewport_x = 0, viewport_y = 0;
+  std::uint64_t empty_cells = 0;
+};
+
+// The range grid of a file with as many cells as vertices is ignored by PCL (it keeps the
+// vertices in file order), so it must then map each cell to its own vertex.
+void check_cell(const std::string& path, const std::string& where, const PlyHeader& h,
+                std::uint64_t cell, std::uint64_t n, std::int64_t index, PlyFacts& facts) {
+  const std::uint64_t vertices = h.elements[h.vertex].count;
+  const std::uint64_t cells = h.num_cols * h.num_rows;
+  if (n > 1)
+    reject(path, where,
+           "range_grid cell " + std::to_string(cell) + " lists " + std::to_string(n) +
+               " vertices (PCL uses 0 or 1)");
+  if (n == 0) {
+    ++facts.empty_cells;
+    if (cells == vertices)
+      reject(path, where,
+             "range_grid cell " + std::to_string(cell) +
+                 " is empty, but with as many cells as vertices PCL ignores the grid");
+    return;
+  }
+  if (index < 0 || static_cast<std::uint64_t>(index) >= vertices)
+    reject(path, where,
+           "range_grid cell " + std::to_string(cell) + " refers to vertex " +
+               std::to_string(index) + " of " + std::to_string(vertices));
+  if (cells == vertices && static_cast<std::uint64_t>(index) != cell)
+    reject(path, where,
+           "range_grid maps cell " + std::to_string(cell) + " to vertex " + std::to_string(index) +
+               ", but with as many cells as vertices PCL ignores the grid");
+}
+
+Scalar list_count_type(Scalar t) { return t == Scalar::i32 ? Scalar::u32 : t; }  // as PCL reads
+
+void check_ply_ascii(const std::string& path, int fd, const PlyHeader& h, PlyFacts& facts) {
+  const std::uint64_t body_start = h.data_start;
+  // Lists make lines as long as their counts; allow what the longest list count could need.
+  DataLines lines(path, fd, body_start, h.header_lines + 1, h.eol, std::size_t(1) << 26);
+  std::vector<std::string_view> values;
+  std::string_view text;
+  for (const auto& e : h.elements) {
+    const bool camera = e.name == "camera", grid = e.name == "range_grid";
+    for (std::uint64_t item = 0; item < e.count; ++item) {
+      if (!lines.next(text))
+        reject(path, "",
+               "element " + e.name + " has " + std::to_string(item) +
+                   " rows, the header promises " + std::to_string(e.count) + " (truncated file?)");
+      const std::string where = line_at(lines.number());
+      split_values(path, lines.number(), text, values);
+      std::size_t t = 0;
+      auto take = [&](Scalar type, const std::string& what) {
+        if (t >= values.size())
+          reject(path, where,
+                 "element " + e.name + " item " + std::to_string(item) + " has too few values (" +
+                     what + " missing)");
+        Number v;
+        const std::string why = check_number(values[t], type, &v);
+        if (!why.empty())
+          reject(path, where,
+                 "element " + e.name + " " + what + ": " + quote(values[t]) + " is " + why);
+        ++t;
+        return v;
+      };
+      for (const auto& p : e.properties) {
+        if (p.list) {
+          const Number n = take(list_count_type(p.count_type), p.name + " (list count)");
+          std::int64_t first = -1;
+          for (std::int64_t k = 0; k < n.i; ++k) {
+            const Number v = take(p.type, p.name);
+            if (k == 0) first = v.i;
+          }
+          if (grid) check_cell(path, where, h, item, static_cast<std::uint64_t>(n.i), first, facts);
+        } else {
+          const Number v = take(p.type, p.name);
+          if (camera && p.type == Scalar::i32 && p.name == "viewportx") facts.viewport_x = v.i;
+          if (camera && p.type == Scalar::i32 && p.name == "viewporty") facts.viewport_y = v.i;
+        }
+      }
+      if (t != values.size())
+        reject(path, where,
+               "element " + e.name + " item " + std::to_string(item) + " has " +
+                   std::to_string(values.size() - t) + " values too many");
+    }
+  }
+  if (!lines.at_end())
+    reject(path, line_at(lines.number() + 1),
+           "data after the last element's rows (PCL would ignore it)");
+}
+
+void check_ply_binary(const std::string& path, int fd, const PlyHeader& h, std::uint64_t file_size,
+                      PlyFacts& facts) {
+  const bool swap = h.format == PlyHeader::Format::binary_big_endian;  // hosts are little-endian
+  ByteSource src(path, fd, h.data_start);
+  unsigned char buf[8];
+  auto truncated = [&](const PlyElement& e, std::uint64_t item) {
+    reject(path, at_byte(src.offset()),
+           "the file ends inside element " + e.name + " (item " + std::to_string(item) + " of " +
+               std::to_string(e.count) + "; truncated file?)");
+  };
+  // Reads one value of type t (as PCL would, byte-swapped for big-endian data).
+  auto read_value = [&](const PlyElement& e, std::uint64_t item, Scalar t) -> std::int64_t {
+    const std::uint32_t n = scalar_size(t);
+    if (src.read(buf, n) != n) truncated(e, item);
+    if (swap) std::reverse(buf, buf + n);
+    switch (t) {
+      case Scalar::u8:
+        return buf[0];
+      case Scalar::u16: {
+        std::uint16_t v;
+        std::memcpy(&v, buf, 2);
+        return v;
+      }
+      case Scalar::u32: {
+        std::uint32_t v;
+        std::memcpy(&v, buf, 4);
+        return v;
+      }
+      case Scalar::i32: {
+        std::int32_t v;
+        std::memcpy(&v, buf, 4);
+        return v;
+      }
+      default:
+        return 0;  // not needed as a value
+    }
+  };
+  for (const auto& e : h.elements) {
+    const bool camera = e.name == "camera", grid = e.name == "range_grid";
+    if (!e.has_list() && !camera) {
+      const std::uint64_t bytes = e.count * e.fixed_size();  // count <= 2^40, size <= 2^14
+      if (bytes > file_size || !src.skip(bytes))
+        reject(path, at_byte(src.offset()),
+               "element " + e.name + " needs " + std::to_string(bytes) + " bytes, " +
+                   std::to_string(file_size - std::min(file_size, src.offset())) +
+                   " follow (truncated file?)");
+      continue;
+    }
+    for (std::uint64_t item = 0; item < e.count; ++item) {
+      for (const auto& p : e.properties) {
+        if (p.list) {
+          const std::uint64_t where = src.offset();
+          // An int count is read as unsigned by PCL; a negative one is a huge list.
+          const auto n =
+              static_cast<std::uint64_t>(read_value(e, item, list_count_type(p.count_type)) &
+                                         (p.count_type == Scalar::i32 ? 0xffffffffLL : -1LL));
+          if (grid) {
+            const std::int64_t index = n > 0 ? read_value(e, item, Scalar::i32) : -1;
+            check_cell(path, at_byte(where), h, item, n, index, facts);
+          } else if (!src.skip(n * scalar_size(p.type))) {
+            truncated(e, item);
+          }
+        } else if (camera && p.type == Scalar::i32 &&
+                   (p.name == "viewportx" || p.name == "viewporty")) {
+          (p.name == "viewportx" ? facts.viewport_x : facts.viewport_y) =
+              read_value(e, item, Scalar::i32);
+        } else if (!src.skip(scalar_size(p.type))) {
+          truncated(e, item);
+        }
+      }
+    }
+  }
+  if (!src.at_end())
+    reject(path, at_byte(src.offset()),
+           std::to_string(file_size - src.offset()) +
+               " bytes after the last element (PCL would ignore them)");
+}
+
+InputShape check_ply(const std::string& path, int fd, std::uint64_t file_size) {
+  const PlyHeader h = read_ply_header(path, fd);
+  const PlyElement& vertex = h.elements[h.vertex];
+  // Each vertex takes at least a byte per property (binary) or a character and a separator
+  // (ascii): refuse counts the file cannot hold before reading further.
+  const std::uint64_t body = file_size - std::min(file_size, h.data_start);
+  const std::uint64_t per_vertex =
+      h.format == PlyHeader::Format::ascii ? 2 * vertex.properties.size() : vertex.fixed_size();
+  if (vertex.count > 0 && vertex.count * per_vertex > body + 1)
+    reject(path, line_at(vertex.line),
+           "element vertex " + std::to_string(vertex.count) + " needs at least " +
+               std::to_string(vertex.count * per_vertex) + " bytes of data, " +
+               std::to_string(body) + " follow (truncated file?)");
+  PlyFacts facts;
+  bool camera_viewport = false;
+  for (const auto& e : h.elements)
+    if (e.name == "camera" && e.count == 1)
+      for (const auto& p : e.properties)
+        if (p.name == "viewportx" && p.type == Scalar::i32 && !p.list) camera_viewport = true;
+  if (h.format == PlyHeader::Format::ascii)
+    check_ply_ascii(path, fd, h, facts);
+  else
+    check_ply_binary(path, fd, h, file_size, facts);
+
+  InputShape s;
+  const bool has_grid_element =
+      std::any_of(h.elements.begin(), h.elements.end(),
+                  [](const PlyElement& e) { return e.name == "range_grid"; });
+  if (has_grid_element) {
+    s = {h.num_cols * h.num_rows, h.num_cols, h.num_rows};
+    if (facts.empty_cells > 0 && !h.float_coordinates)
+      reject(path, "",
+             "range_grid has empty cells, which PCL fills with 0 (not NaN) for integer x, y, z");
+  } else if (h.grid) {
+    s = {vertex.count, h.num_cols, h.num_rows};
+  } else if (camera_viewport) {
+    const std::int64_t w = facts.viewport_x, ht = facts.viewport_y;
+    if (w < 0 || ht < 0 ||
+        static_cast<std::uint64_t>(w) * static_cast<std::uint64_t>(ht) != vertex.count)
+      reject(path, "",
+             "the camera's viewport (" + std::to_string(w) + " x " + std::to_string(ht) +
+                 ") does not hold the " + std::to_string(vertex.count) + " vertices");
+    s = {vertex.count, static_cast<std::uint64_t>(w), static_cast<std::uint64_t>(ht)};
+  } else {
+    s = {vertex.count, vertex.count, 1};
+  }
+  return s;
+}
+
+}  // namespace
+
+bool check_lzf(const unsigned char* in, std::uint64_t in_len, std::uint64_t expected,
+               std::string* why) {
+  std::uint64_t i = 0;
+  // walk_lzf never asks for more than in_len bytes: each read is checked against it first,
+  // except the first control byte, which exists because in_len > 0.
+  return walk_lzf([&]() -> unsigned { return i < in_len ? in[i++] : 0; }, in_len, expected, why);
+}
+
+InputShape check_input(const std::string& path, int fd, bool ply, std::uint64_t file_size) {
+  return ply ? check_ply(path, fd, file_size) : check_pcd(path, fd, file_size);
+}
+
+}  // namespace pcnn::io_detail

@@ -1,0 +1,146 @@
+#include "number_grammar.hpp"
+
+#include <locale.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace pcnn::io_detail {
+namespace {
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+bool iequals(std::string_view a, const char* b) {
+  if (a.size() != std::strlen(b)) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if ((a[i] | 0x20) != b[i]) return false;  // b is lower case letters
+  return true;
+}
+
+// The "C" locale for strtod_l/strtof_l: a program that sets another locale (a decimal comma)
+// must not change what a file means.
+locale_t c_locale() {
+  static const locale_t loc = newlocale(LC_ALL_MASK, "C", static_cast<locale_t>(nullptr));
+  return loc;
+}
+
+struct Range {
+  std::int64_t lo, hi;
+};
+
+Range integer_range(Scalar t) {
+  constexpr std::int64_t exact = std::int64_t(1) << 53;  // doubles hold integers exactly up to here
+  switch (t) {
+    case Scalar::i8:
+      return {-128, 127};
+    case Scalar::u8:
+      return {0, 255};
+    case Scalar::i16:
+      return {-32768, 32767};
+    case Scalar::u16:
+      return {0, 65535};
+    case Scalar::i32:
+      return {-2147483648LL, 2147483647LL};
+    case Scalar::u32:
+      return {0, 4294967295LL};
+    case Scalar::i64:
+      return {-exact, exact};
+    default:  // u64
+      return {0, exact};
+  }
+}
+
+}  // namespace
+
+std::string check_number(std::string_view t, Scalar type, Number* value) {
+  if (t.empty()) return "an empty value";
+  if (t.size() > kMaxNumberLength)
+    return "a value longer than " + std::to_string(kMaxNumberLength) + " characters";
+  std::size_t i = 0;
+  const bool negative = t[0] == '-';
+  if (t[0] == '+' || t[0] == '-') ++i;
+  const std::string_view body = t.substr(i);
+
+  if (is_integer(type)) {
+    if (body.empty()) return "not a number";
+    for (char c : body)
+      if (!is_digit(c))
+        return (c == '.' || c == 'e' || c == 'E' || c == 'x' || c == 'X')
+                   ? std::string("not an integer (the field is ") + scalar_name(type) + ")"
+                   : std::string("not a number");
+    if (negative && !is_signed(type))
+      return std::string("negative, but the field is ") + scalar_name(type);
+    const Range r = integer_range(type);
+    std::uint64_t v = 0;
+    for (char c : body) {
+      v = v * 10 + static_cast<std::uint64_t>(c - '0');
+      if (v > (std::uint64_t(1) << 62)) break;  // far beyond every range; stop before wrapping
+    }
+    const bool in_range =
+        negative ? v <= static_cast<std::uint64_t>(-r.lo) : v <= static_cast<std::uint64_t>(r.hi);
+    if (!in_range)
+      return std::string("out of range for ") + scalar_name(type) + " (" + std::to_string(r.lo) +
+             " to " + std::to_string(r.hi) + ")";
+    if (value) {
+      value->i = negative ? -static_cast<std::int64_t>(v) : static_cast<std::int64_t>(v);
+      value->f = static_cast<double>(value->i);
+    }
+    return {};
+  }
+
+  if (iequals(body, "nan") || iequals(body, "inf")) {
+    if (value) {
+      const double v = iequals(body, "nan") ? std::numeric_limits<double>::quiet_NaN()
+                                            : std::numeric_limits<double>::infinity();
+      value->f = negative ? -v : v;
+    }
+    return {};
+  }
+  // [0-9]+(.[0-9]*)? | .[0-9]+, then an optional exponent.
+  std::size_t j = 0, digits = 0;
+  while (j < body.size() && is_digit(body[j])) ++j, ++digits;
+  if (j < body.size() && body[j] == '.') {
+    ++j;
+    while (j < body.size() && is_digit(body[j])) ++j, ++digits;
+  }
+  if (digits == 0) return "not a number";
+  if (j < body.size() && (body[j] == 'e' || body[j] == 'E')) {
+    ++j;
+    if (j < body.size() && (body[j] == '+' || body[j] == '-')) ++j;
+    std::size_t exp_digits = 0;
+    while (j < body.size() && is_digit(body[j])) ++j, ++exp_digits;
+    if (exp_digits == 0) return "not a number (an exponent without digits)";
+  }
+  if (j != body.size()) return "not a number";
+
+  char buf[kMaxNumberLength + 1];
+  std::memcpy(buf, t.data(), t.size());
+  buf[t.size()] = '\0';
+  const double d = strtod_l(buf, nullptr, c_locale());
+  if (std::isinf(d)) return std::string("too large for ") + scalar_name(type);
+  if (type == Scalar::f32) {
+    const float through_double = static_cast<float>(d);
+    if (std::isinf(through_double)) return "too large for float32";
+    const float direct = strtof_l(buf, nullptr, c_locale());
+    if (std::memcmp(&direct, &through_double, sizeof(float)) != 0)
+      return "rounds to different float32 values directly and through double";
+  }
+  if (value) value->f = d;
+  return {};
+}
+
+bool parse_count(std::string_view t, std::uint64_t max, std::uint64_t* value) {
+  if (t.empty() || t.size() > 19) return false;
+  std::uint64_t v = 0;
+  for (char c : t) {
+    if (!is_digit(c)) return false;
+    v = v * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  if (v > max) return false;
+  *value = v;
+  return true;
+}
+
+}  // namespace pcnn::io_detail

@@ -1,0 +1,36 @@
+// The one number grammar of ascii .pcd and .ply data: what pcnn accepts is read as the same
+// value by PCL's ascii readers (which otherwise take hex floats, "1e3" for an integer, or 300 for
+// a uint8 and store something else without a word).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "header_check.hpp"
+
+namespace pcnn::io_detail {
+
+/// The value of a checked literal.
+struct Number {
+  double f = 0;        ///< as a double (integers too)
+  std::int64_t i = 0;  ///< integers: the exact value
+};
+
+/// The longest literal accepted, in characters.
+constexpr std::size_t kMaxNumberLength = 64;
+
+/// Checks one ascii literal against the type of its field. Returns why it is not accepted, or
+/// an empty string when it is (then `value`, when given, receives it). The grammar:
+///   integers: [+-]?[0-9]+ ('-' only for signed types), within the type's range; 64-bit types
+///             within ±2^53 (PCL's ascii .pcd reader converts them through a double);
+///   floats:   [+-]?([0-9]+(.[0-9]*)?|.[0-9]+)([eE][+-]?[0-9]+)? or [+-]?nan, [+-]?inf (any case);
+///             finite literals must stay finite in the type, and a float32 must round to the same
+///             value directly and through double (PCL's .pcd reader does one or the other).
+/// No hex, no "infinity", no spaces, at most kMaxNumberLength characters.
+std::string check_number(std::string_view token, Scalar type, Number* value = nullptr);
+
+/// A count in a header: [0-9]+ and at most `max`. False otherwise.
+bool parse_count(std::string_view token, std::uint64_t max, std::uint64_t* value);
+
+}  // namespace pcnn::io_detail

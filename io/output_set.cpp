@@ -1,0 +1,503 @@
+// OutputSet and OutputFile: every output of a command checked before any work, staged beside its
+// target and committed together (see include/pcnn/io.hpp for the rules).
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <utility>
+
+#include "output_file.hpp"
+
+namespace pcnn {
+namespace io_detail {
+
+// ---- OutputFile ----
+
+OutputFile::OutputFile(std::string path, int fd, bool sync)
+    : path_(std::move(path)), fd_(fd), sync_(sync) {
+  buf_.reserve(1 << 20);
+}
+
+OutputFile::~OutputFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void OutputFile::fail(const std::string& why) const {
+  throw output_error("cannot write '" + path_ + "': " + why);
+}
+
+namespace {
+
+// Writes all of [p, p + n) to fd: retries interrupted and partial writes, waits on a full
+// non-blocking descriptor; any other failure (ENOSPC, EFBIG, EIO, EPIPE...) is an error.
+const char* write_all(int fd, const char* p, std::size_t n) {
+  while (n > 0) {
+    const ssize_t k = ::write(fd, p, std::min<std::size_t>(n, std::size_t(1) << 30));
+    if (k > 0) {
+      p += k;
+      n -= static_cast<std::size_t>(k);
+      continue;
+    }
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd pfd{fd, POLLOUT, 0};
+      ::poll(&pfd, 1, -1);
+      continue;
+    }
+    return k == 0 ? "the system wrote nothing" : std::strerror(errno);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void OutputFile::flush() {
+  if (buf_.empty()) return;
+  if (const char* err = write_all(fd_, buf_.data(), buf_.size())) fail(err);
+  buf_.clear();
+}
+
+void OutputFile::write(const void* data, std::size_t n) {
+  if (fd_ < 0) fail("written after it was finished");
+  const char* p = static_cast<const char*>(data);
+  if (buf_.size() + n > buf_.capacity()) flush();
+  if (n >= buf_.capacity()) {
+    if (const char* err = write_all(fd_, p, n)) fail(err);
+    return;
+  }
+  buf_.insert(buf_.end(), p, p + n);
+}
+
+void OutputFile::finish() {
+  if (fd_ < 0) fail("finished twice");
+  flush();
+  if (sync_ && ::fsync(fd_) != 0) fail(std::string("fsync: ") + std::strerror(errno));
+  const int rc = ::close(fd_);
+  fd_ = -1;
+  if (rc != 0 && errno != EINTR) fail(std::string("close: ") + std::strerror(errno));
+  done_ = true;
+}
+
+std::string lower_extension(const std::string& path) {
+  std::string ext = std::filesystem::path(path).extension().string();
+  for (auto& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return ext;
+}
+
+}  // namespace io_detail
+
+// ---- OutputSet ----
+
+namespace {
+
+namespace fs = std::filesystem;
+using io_detail::Format;
+using io_detail::OutputFile;
+
+[[noreturn]] void fail(const std::string& path, const std::string& why) {
+  throw output_error("cannot write '" + path + "': " + why);
+}
+
+// Which file a path is: (device, inode) where it exists, else its absolute normal form.
+struct FileId {
+  bool exists = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool char_device = false;
+  std::string key;
+};
+
+FileId id_of_stat(const struct stat& st) {
+  FileId id;
+  id.exists = true;
+  id.dev = st.st_dev;
+  id.ino = st.st_ino;
+  id.char_device = S_ISCHR(st.st_mode);
+  return id;
+}
+
+FileId identify(const std::string& path) {
+  FileId id;
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) id = id_of_stat(st);
+  std::error_code ec;
+  id.key = fs::weakly_canonical(fs::absolute(path, ec), ec).lexically_normal().string();
+  return id;
+}
+
+bool same_file(const FileId& a, const FileId& b) {
+  if (a.exists && b.exists) return a.dev == b.dev && a.ino == b.ino;
+  return !a.key.empty() && a.key == b.key;
+}
+
+// "-", /dev/stdout, /dev/stderr, /dev/fd/N and /proc/self/fd/N name an open descriptor, which
+// is written to as it is (the file behind it may be a regular file the shell opened: replacing
+// that file would lose what the shell writes to it).
+int named_descriptor(const std::string& p) {
+  if (p == "-" || p == "/dev/stdout") return 1;
+  if (p == "/dev/stderr") return 2;
+  for (const char* prefix : {"/dev/fd/", "/proc/self/fd/"}) {
+    const std::size_t n = std::strlen(prefix);
+    if (p.compare(0, n, prefix) == 0 && p.size() > n && p.size() - n <= 6 &&
+        p.find_first_not_of("0123456789", n) == std::string::npos)
+      return std::stoi(p.substr(n));
+  }
+  return -1;
+}
+
+// Follows the last component while it is a symlink: the file a symlink finally names is the one
+// replaced (the link stays a link).
+std::string follow_links(const std::string& named) {
+  std::string p = named;
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat st;
+    if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+    std::vector<char> buf(static_cast<std::size_t>(std::max<off_t>(st.st_size, 255)) + 1);
+    const ssize_t n = ::readlink(p.c_str(), buf.data(), buf.size() - 1);
+    if (n < 0) fail(named, std::string("cannot read the symlink: ") + std::strerror(errno));
+    const std::string target(buf.data(), static_cast<std::size_t>(n));
+    const fs::path parent = fs::path(p).parent_path();
+    p = target.empty() || target[0] == '/' || parent.empty() ? target : (parent / target).string();
+  }
+  fail(named, "too many levels of symbolic links");
+}
+
+std::string random_suffix() {
+  static const char digits[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  std::random_device rd;  // the kernel's random source: names cannot be predicted
+  std::string s;
+  for (int i = 0; i < 12; ++i) s += digits[rd() % 36];
+  return s;
+}
+
+}  // namespace
+
+struct OutputSet::Impl {
+  enum class Mode { staged, descriptor, direct };
+  struct Target {
+    std::string path;  // as named (derived for radius results), for messages
+    Format format = Format::npy;
+    Mode mode = Mode::staged;
+    int descriptor = -1;     // Mode::descriptor
+    std::string final_path;  // after following symlinks
+    FileId id;
+    int dir_fd = -1;                   // staged: the target's directory
+    std::string name, temp;            // staged: the target's and the temporary's names in it
+    int temp_fd = -1;                  // staged: until a writer takes it
+    bool existed = false;              // staged: a regular file is replaced
+    std::unique_ptr<OutputFile> file;  // once writing has begun
+
+    Target() = default;
+    Target(Target&& o) noexcept
+        : path(std::move(o.path)),
+          format(o.format),
+          mode(o.mode),
+          descriptor(o.descriptor),
+          final_path(std::move(o.final_path)),
+          id(std::move(o.id)),
+          dir_fd(std::exchange(o.dir_fd, -1)),
+          name(std::move(o.name)),
+          temp(std::exchange(o.temp, std::string())),
+          temp_fd(std::exchange(o.temp_fd, -1)),
+          existed(o.existed),
+          file(std::move(o.file)) {}
+    Target& operator=(Target&&) = delete;
+    Target(const Target&) = delete;
+    Target& operator=(const Target&) = delete;
+    // An uncommitted temporary is removed: an error on the way leaves nothing behind.
+    ~Target() {
+      file.reset();
+      if (temp_fd >= 0) ::close(temp_fd);
+      if (!temp.empty()) ::unlinkat(dir_fd, temp.c_str(), 0);
+      if (dir_fd >= 0) ::close(dir_fd);
+    }
+  };
+  struct Declared {
+    std::string path;
+    std::vector<std::size_t> targets;
+  };
+  struct Input {
+    std::string path;
+    FileId id;
+  };
+
+  std::vector<Target> targets;
+  std::vector<Declared> declared;
+  std::vector<Input> inputs;
+  std::string stdout_user;
+  FileId stdout_id;
+  bool committed = false;
+
+  // The file `path` names that has not been written yet (a character device such as /dev/null
+  // may be named by several outputs), else the last one of that name.
+  Target* find(const std::string& path) {
+    Target* found = nullptr;
+    for (auto& t : targets)
+      if (t.path == path) {
+        if (!t.file) return &t;
+        found = &t;
+      }
+    return found;
+  }
+
+  // Resolves what `path` names and checks it; creates a staged target's temporary.
+  Target resolve(const std::string& path) {
+    Target t;
+    t.path = path;
+    const int fd = named_descriptor(path);
+    if (fd >= 0) {
+      const int flags = ::fcntl(fd, F_GETFL);
+      if (flags < 0) fail(path, "descriptor " + std::to_string(fd) + " is not open");
+      if ((flags & O_ACCMODE) == O_RDONLY)
+        fail(path, "descriptor " + std::to_string(fd) + " is not open for writing");
+      struct stat st;
+      if (::fstat(fd, &st) == 0) t.id = id_of_stat(st);
+      t.id.key = "fd:" + std::to_string(fd);
+      t.id.char_device = false;  // a terminal on stdout takes one output, like a pipe
+      t.mode = Mode::descriptor;
+      t.descriptor = fd;
+      return t;
+    }
+    t.final_path = follow_links(path);
+    struct stat st;
+    if (::stat(t.final_path.c_str(), &st) == 0) {
+      if (S_ISDIR(st.st_mode)) fail(path, "is a directory");
+      if (!S_ISREG(st.st_mode)) {  // FIFO, device, socket: written to, never replaced
+        t.mode = Mode::direct;
+        t.id = identify(t.final_path);
+        return t;
+      }
+      t.existed = true;
+    } else if (errno != ENOENT) {
+      fail(path, std::strerror(errno));
+    }
+    t.id = identify(t.final_path);
+    const fs::path fp(t.final_path);
+    t.name = fp.filename().string();
+    if (t.name.empty() || t.name == "." || t.name == "..") fail(path, "is a directory");
+    const std::string dir = fp.parent_path().empty() ? "." : fp.parent_path().string();
+    t.dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (t.dir_fd < 0)
+      fail(path, errno == ENOENT
+                     ? "its directory '" + dir + "' does not exist"
+                     : "cannot open its directory '" + dir + "': " + std::strerror(errno));
+    return t;
+  }
+
+  // The temporary: in the target's directory (the rename stays on one file system), a name no
+  // one can guess, created exclusively and never through a symlink. Creating it is also the
+  // proof that the directory is writable, before any work is done.
+  void create_temporary(Target& t) {
+    struct stat st;
+    const bool keep_mode = t.existed && ::stat(t.final_path.c_str(), &st) == 0;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      const std::string temp = "." + t.name.substr(0, 200) + ".pcnn-" + random_suffix();
+      const int fd = ::openat(t.dir_fd, temp.c_str(),
+                              O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+      if (fd >= 0) {
+        t.temp = temp;
+        t.temp_fd = fd;
+        if (keep_mode) ::fchmod(fd, st.st_mode & 07777);
+        return;
+      }
+      if (errno != EEXIST)
+        fail(t.path, std::string("cannot create a file in its directory: ") + std::strerror(errno));
+    }
+    fail(t.path, "cannot create a temporary file in its directory");
+  }
+
+  void check_conflicts(const Target& t) const {
+    for (const auto& in : inputs)
+      if (same_file(t.id, in.id))
+        fail(t.path, "it is the input '" + in.path + "' (an output never overwrites an input)");
+    for (const auto& o : targets)
+      if (same_file(t.id, o.id) && !(t.id.char_device && o.id.char_device))
+        fail(t.path, "it is also the output '" + o.path + "'");
+    if (!stdout_user.empty() && same_file(t.id, stdout_id) && !t.id.char_device)
+      fail(t.path, "stdout is taken by " + stdout_user);
+  }
+};
+
+OutputSet::OutputSet() : impl_(std::make_unique<Impl>()) {}
+OutputSet::~OutputSet() = default;
+OutputSet::OutputSet(OutputSet&&) noexcept = default;
+OutputSet& OutputSet::operator=(OutputSet&&) noexcept = default;
+
+void OutputSet::add_input(const std::string& path) {
+  Impl::Input in{path, identify(path)};
+  for (const auto& t : impl_->targets)
+    if (same_file(t.id, in.id))
+      fail(t.path, "it is the input '" + path + "' (an output never overwrites an input)");
+  impl_->inputs.push_back(in);
+}
+
+void OutputSet::reserve_stdout(const std::string& what) {
+  struct stat st;
+  FileId id;
+  if (::fstat(1, &st) == 0) id = id_of_stat(st);
+  id.key = "fd:1";
+  for (const auto& t : impl_->targets)
+    if (same_file(t.id, id) && !t.id.char_device) fail(t.path, "stdout is taken by " + what);
+  impl_->stdout_user = what;
+  impl_->stdout_id = id;
+}
+
+void OutputSet::add(const std::string& path, OutputKind kind) {
+  if (path.empty()) throw output_error("an output path is empty");
+  Impl& im = *impl_;
+  Impl::Target first = im.resolve(path);
+  im.check_conflicts(first);  // before the extension: "it is the input" says more
+  const bool staged = first.mode == Impl::Mode::staged;
+  const std::string ext = io_detail::lower_extension(path);
+  std::vector<std::pair<std::string, Format>> files;
+  switch (kind) {
+    case OutputKind::array:
+      if (ext == ".npy" || ext == ".csv" || !staged)
+        files.emplace_back(path, ext == ".csv" ? Format::csv : Format::npy);
+      else
+        fail(path, (ext.empty() ? "no extension" : "unknown extension '" + ext + "'") +
+                       " (expected .npy or .csv)");
+      break;
+    case OutputKind::cloud:
+      if (ext == ".pcd" || ext == ".ply" || !staged)
+        files.emplace_back(path, ext == ".ply" ? Format::ply : Format::pcd);
+      else
+        fail(path, (ext.empty() ? "no extension" : "unknown extension '" + ext + "'") +
+                       " (expected .pcd or .ply)");
+      break;
+    case OutputKind::radius:
+      if (ext == ".csv" || !staged) {
+        files.emplace_back(path, Format::pairs_csv);
+      } else if (ext == ".npy" || ext.empty()) {
+        const std::string base = ext.empty() ? path : path.substr(0, path.size() - 4);
+        for (const char* part : {".offsets.npy", ".indices.npy", ".sqdist.npy"})
+          files.emplace_back(base + part, Format::npy);
+      } else {
+        fail(path, "unknown extension '" + ext +
+                       "' (expected .csv, or .npy or none for OUT.offsets/indices/sqdist.npy)");
+      }
+      break;
+  }
+  Impl::Declared d{path, {}};
+  std::vector<Impl::Target> added;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    Impl::Target t =
+        (i == 0 && files[i].first == path) ? std::move(first) : im.resolve(files[i].first);
+    t.format = files[i].second;
+    im.check_conflicts(t);
+    for (const auto& o : added)
+      if (same_file(t.id, o.id)) fail(t.path, "it is also the output '" + o.path + "'");
+    added.push_back(std::move(t));
+  }
+  // All checked: now reserve the temporaries (the proof the directories are writable).
+  for (auto& t : added) {
+    if (t.mode == Impl::Mode::staged) im.create_temporary(t);
+    d.targets.push_back(im.targets.size());
+    im.targets.push_back(std::move(t));
+  }
+  im.declared.push_back(std::move(d));
+}
+
+std::vector<std::string> OutputSet::files(const std::string& path) const {
+  for (const auto& d : impl_->declared)
+    if (d.path == path) {
+      std::vector<std::string> out;
+      for (std::size_t i : d.targets) out.push_back(impl_->targets[i].path);
+      return out;
+    }
+  return {};
+}
+
+void OutputSet::commit() {
+  Impl& im = *impl_;
+  if (im.committed) throw output_error("outputs committed twice");
+  for (const auto& t : im.targets)
+    if (!t.file || !t.file->finished()) fail(t.path, "nothing was written to it");
+  std::vector<Impl::Target*> staged;
+  for (auto& t : im.targets)
+    if (t.mode == Impl::Mode::staged) staged.push_back(&t);
+  // Hard links to the files about to be replaced, so that a failed rename can undo the ones
+  // before it (where the file system has no hard links, that target cannot be restored).
+  std::vector<std::string> backup(staged.size());
+  for (std::size_t i = 0; i < staged.size(); ++i) {
+    if (!staged[i]->existed) continue;
+    const std::string b = "." + staged[i]->name.substr(0, 200) + ".pcnn-" + random_suffix();
+    if (::linkat(staged[i]->dir_fd, staged[i]->name.c_str(), staged[i]->dir_fd, b.c_str(), 0) == 0)
+      backup[i] = b;
+  }
+  std::size_t done = 0;
+  int err = 0;
+  for (; done < staged.size(); ++done) {
+    Impl::Target& t = *staged[done];
+    if (::renameat(t.dir_fd, t.temp.c_str(), t.dir_fd, t.name.c_str()) != 0) {
+      err = errno;
+      break;
+    }
+    t.temp.clear();
+  }
+  if (done < staged.size()) {
+    for (std::size_t j = 0; j < done; ++j) {
+      Impl::Target& t = *staged[j];
+      if (!backup[j].empty())
+        ::renameat(t.dir_fd, backup[j].c_str(), t.dir_fd, t.name.c_str());
+      else if (!t.existed)
+        ::unlinkat(t.dir_fd, t.name.c_str(), 0);
+    }
+    for (std::size_t j = done; j < staged.size(); ++j)
+      if (!backup[j].empty()) ::unlinkat(staged[j]->dir_fd, backup[j].c_str(), 0);
+    fail(staged[done]->path, std::string("cannot rename it into place: ") + std::strerror(err));
+  }
+  im.committed = true;
+  for (std::size_t i = 0; i < staged.size(); ++i) {
+    ::fsync(staged[i]->dir_fd);  // the renames themselves reach the disk
+    if (!backup[i].empty()) ::unlinkat(staged[i]->dir_fd, backup[i].c_str(), 0);
+  }
+}
+
+namespace io_detail {
+
+namespace {
+
+OutputSet::Impl::Target& declared_file(OutputSet::Impl& im, const std::string& path) {
+  auto* t = im.find(path);
+  if (!t) throw output_error("cannot write '" + path + "': it was not declared as an output");
+  return *t;
+}
+
+}  // namespace
+
+Format output_format(const OutputSet& outputs, const std::string& path) {
+  return declared_file(outputs.impl(), path).format;
+}
+
+OutputFile& begin_output(OutputSet& outputs, const std::string& path) {
+  OutputSet::Impl& im = outputs.impl();
+  auto& t = declared_file(im, path);
+  if (im.committed || t.file) fail(t.path, "written twice");
+  int fd = -1;
+  switch (t.mode) {
+    case OutputSet::Impl::Mode::staged:
+      fd = std::exchange(t.temp_fd, -1);
+      break;
+    case OutputSet::Impl::Mode::descriptor:
+      fd = ::fcntl(t.descriptor, F_DUPFD_CLOEXEC, 3);
+      if (fd < 0) fail(t.path, std::string("cannot use its descriptor: ") + std::strerror(errno));
+      break;
+    case OutputSet::Impl::Mode::direct:
+      fd = ::open(t.final_path.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC);
+      if (fd < 0) fail(t.path, std::string("cannot open it: ") + std::strerror(errno));
+      break;
+  }
+  t.file = std::make_unique<OutputFile>(t.path, fd, t.mode == OutputSet::Impl::Mode::staged);
+  return *t.file;
+}
+
+}  // namespace io_detail
+
+}  // namespace pcnn
