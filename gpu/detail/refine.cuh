@@ -95,10 +95,7 @@ struct ExactList {
   }
 };
 
-/// One thread per query: the float search's k + 1 candidates decide the row, or flag it. The
-/// candidates come sorted by float distance, which almost always is the exact order too: each
-/// exact distance is written out as it is computed, and only a row found out of exact order is
-/// sorted again (in the thread's own arrays).
+/// One thread per query: the float search's k + 1 candidates decide the row, or flag it.
 template <int CAP>
 __global__ void __launch_bounds__(128) refine_kernel(RefineArgs a) {
   const int slot = a.slot_begin + blockIdx.x * blockDim.x + threadIdx.x;
@@ -112,36 +109,23 @@ __global__ void __launch_bounds__(128) refine_kernel(RefineArgs a) {
   std::int32_t* oi = a.out_idx + row * k;
   float* od = a.out_dist + row * k;
   const double3 q = a.queries_exact.at(qid);
-  double worst = 0, prev = -1;
-  int prev_id = -1, count = 0;
-  bool in_order = true;
-  for (; count < k && ci[count] >= 0; ++count) {
-    const int id = ci[count];
-    const double d = exact_sqdist(q, a.refs.at(id));
-    in_order = in_order && (prev < d || (prev == d && prev_id < id));
-    prev = d;
-    prev_id = id;
+  ExactList<CAP> list;
+  list.k = k;
+  double worst = 0;
+  for (int j = 0; j < k && ci[j] >= 0; ++j) {
+    const double d = exact_sqdist(q, a.refs.at(ci[j]));
     worst = fmax(worst, d);
-    oi[count] = id;
-    od[count] = __double2float_rn(d);
+    list.offer(d, ci[j]);
   }
-  if (count == k) {  // full: is the (k + 1)-th candidate far enough to leave out for certain?
+  if (list.count == k) {  // full: is the (k + 1)-th candidate far enough to leave out for certain?
     const float reach = a.err.reach(worst);
     if (a.width == k || (ci[k] >= 0 && !(cd[k] > reach))) {
       const int at = atomicAdd(a.flagged_count, 1);
       a.flagged_slots[at] = slot;
       a.flagged_reach[at] = reach;
-      return;  // the gather writes the row
+      return;
     }
   }
-  for (int j = count; j < k; ++j) {
-    oi[j] = -1;
-    od[j] = INFINITY;
-  }
-  if (in_order) return;
-  ExactList<CAP> list;  // near-ties the float order got wrong: rank them exactly
-  list.k = k;
-  for (int j = 0; j < count; ++j) list.offer(exact_sqdist(q, a.refs.at(ci[j])), ci[j]);
   list.write(oi, od);
 }
 
