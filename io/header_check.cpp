@@ -640,6 +640,13 @@ PlyHeader read_ply_header(const std::string& path, int fd) {
       reject(path, line_at(range_grid->line),
              "range_grid has " + std::to_string(range_grid->count) + " cells for a " +
                  std::to_string(h.num_cols) + " x " + std::to_string(h.num_rows) + " grid");
+    // PCL sizes the vertices' buffer by the grid before reading them (found by fuzzing: one
+    // vertex more than cells, and PCL asserted writing past it).
+    if (vertex->count > h.num_cols * h.num_rows)
+      reject(path, line_at(vertex->line),
+             "element vertex " + std::to_string(vertex->count) + " is more than the " +
+                 std::to_string(h.num_cols) + " x " + std::to_string(h.num_rows) +
+                 " grid PCL makes room for");
   } else if (h.grid && h.num_cols * h.num_rows != vertex->count) {
     reject(path, line_at(cols_line),
            "obj_info num_cols x num_rows (" + std::to_string(h.num_cols) + " x " +

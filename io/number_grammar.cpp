@@ -75,8 +75,11 @@ std::string check_number(std::string_view t, Scalar type, Number* value) {
     const Range r = integer_range(type);
     std::uint64_t v = 0;
     for (char c : body) {
+      if (v > (std::uint64_t(1) << 59)) {  // far beyond every range: saturate before * 10 wraps
+        v = ~std::uint64_t(0);
+        break;
+      }
       v = v * 10 + static_cast<std::uint64_t>(c - '0');
-      if (v > (std::uint64_t(1) << 62)) break;  // far beyond every range; stop before wrapping
     }
     const bool in_range =
         negative ? v <= static_cast<std::uint64_t>(-r.lo) : v <= static_cast<std::uint64_t>(r.hi);

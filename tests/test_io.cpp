@@ -494,6 +494,9 @@ INSTANTIATE_TEST_SUITE_P(
         NumberCase{"4294967296", Scalar::u32, "out of range", 0},
         NumberCase{"9007199254740993", Scalar::u64, "out of range", 0},
         NumberCase{"99999999999999999999999", Scalar::i64, "out of range", 0},
+        // found by fuzzing: 2^64 + 4499 wrapped to 4499 while being read
+        NumberCase{"0000000000000000000000018446744073709556115", Scalar::i32, "out of range", 0},
+        NumberCase{"18446744073709551616", Scalar::u8, "out of range", 0},
         NumberCase{"nan", Scalar::i16, "not a number", 0},
         NumberCase{"infinity", Scalar::f32, "not a number", 0},
         NumberCase{"1e39", Scalar::f32, "too large for float32", 0},
@@ -598,6 +601,11 @@ INSTANTIATE_TEST_SUITE_P(
                     "element range_grid 2\nproperty list uchar int vertex_indices\n") +
                     "1 2 3\n1 -5\n1 0\n",
                 "line 13: range_grid cell 0 refers to vertex -5 of 1"},
+        BadFile{"range_grid_more_vertices_than_cells", ".ply",  // found by fuzzing
+                ply("ascii", "obj_info num_cols 2\nobj_info num_rows 1\n", 3, xyz_props,
+                    "element range_grid 2\nproperty list uchar int vertex_indices\n") +
+                    "1 2 3\n4 5 6\n7 8 9\n1 0\n1 2\n",
+                "line 5: element vertex 3 is more than the 2 x 1 grid PCL makes room for"},
         BadFile{"range_grid_two_indices", ".ply",
                 ply("ascii", "obj_info num_cols 2\nobj_info num_rows 1\n", 1, xyz_props,
                     "element range_grid 2\nproperty list uchar int vertex_indices\n") +
