@@ -1,6 +1,7 @@
 // Exact kNN over the spatial index (see detail/knn_tree.cuh).
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "detail/cuda_try.cuh"
@@ -49,17 +50,24 @@ void launch(const TreeView& tree, TreeKnnArgs a, cudaStream_t stream) {
   PCNN_CHECK_LAUNCH();
 }
 
-void launch_for_k(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
-  const int k = a.k;
-  if (k <= 1) return launch<1>(tree, a, stream);
-  if (k <= 2) return launch<2>(tree, a, stream);
-  if (k <= 4) return launch<4>(tree, a, stream);
-  if (k <= 8) return launch<8>(tree, a, stream);
-  if (k <= 16) return launch<16>(tree, a, stream);
-  if (k <= 32) return launch<32>(tree, a, stream);
-  if (k <= 64) return launch<64>(tree, a, stream);
+// Calls f(std::integral_constant<int, CAP>{}) with the smallest list capacity that holds k: the
+// one place the capacities are listed.
+template <class F>
+void with_capacity(int k, F&& f) {
+  using std::integral_constant;
+  if (k <= 1) return f(integral_constant<int, 1>{});
+  if (k <= 2) return f(integral_constant<int, 2>{});
+  if (k <= 4) return f(integral_constant<int, 4>{});
+  if (k <= 8) return f(integral_constant<int, 8>{});
+  if (k <= 16) return f(integral_constant<int, 16>{});
+  if (k <= 32) return f(integral_constant<int, 32>{});
+  if (k <= 64) return f(integral_constant<int, 64>{});
   static_assert(kMaxK == 128, "add a capacity for the new kMaxK");
-  return launch<128>(tree, a, stream);
+  f(integral_constant<int, 128>{});
+}
+
+void launch_for_k(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
+  with_capacity(a.k, [&](auto cap) { launch<decltype(cap)::value>(tree, a, stream); });
 }
 
 template <int CAP>
@@ -113,15 +121,7 @@ void launch_exact(const TreeView& tree, const TreeKnnArgs& a, const ExactSearch&
   r.flagged_slots = flagged_slots.data();
   r.flagged_reach = flagged_reach.data();
   r.flagged_count = flagged_count.data();
-  const int k = a.k;
-  if (k <= 1) return launch_refine<1>(tree, r, stream);
-  if (k <= 2) return launch_refine<2>(tree, r, stream);
-  if (k <= 4) return launch_refine<4>(tree, r, stream);
-  if (k <= 8) return launch_refine<8>(tree, r, stream);
-  if (k <= 16) return launch_refine<16>(tree, r, stream);
-  if (k <= 32) return launch_refine<32>(tree, r, stream);
-  if (k <= 64) return launch_refine<64>(tree, r, stream);
-  launch_refine<128>(tree, r, stream);
+  with_capacity(a.k, [&](auto cap) { launch_refine<decltype(cap)::value>(tree, r, stream); });
 }
 
 // Chunked output: the passes, each downloaded and its rows put in place on the host.

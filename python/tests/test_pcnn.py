@@ -80,34 +80,16 @@ def check_knn(result, expected):
     np.testing.assert_array_equal(sqdist, ref_d)
 
 
-# A known departure of the CUDA backend from the contract, reported to the library: its radius
-# rows are ordered by (float32 distance, index) rather than (float64 distance, index), so two
-# neighbors whose distances differ only below float32 resolution come in index order.
-GPU_RADIUS_ORDER = ("CUDA radius rows are ordered by (float32 distance, index), not (float64 "
-                    "distance, index): gpu/detail/radius_tree.cuh radius_key")
-
-
 def check_radius(result, expected, device=None):
+    """Radius rows equal the reference exactly: offsets, indices in (float64 distance, index)
+    order, and distances, on every backend."""
+    del device  # every backend is held to the same contract
     offsets, indices, sqdist = result
     assert offsets.dtype == np.int64 and indices.dtype == np.int32 and sqdist.dtype == np.float32
     assert offsets.ndim == indices.ndim == sqdist.ndim == 1
-    try:
-        for got, ref in zip(result, expected):
-            assert got.shape == ref.shape
-            np.testing.assert_array_equal(got, ref)
-    except AssertionError:
-        if device != "cuda":
-            raise
-        # Everything but the order among float32 ties must still hold, then the known failure.
-        ref_offsets, ref_indices, ref_sqdist = expected
-        np.testing.assert_array_equal(offsets, ref_offsets)
-        np.testing.assert_array_equal(sqdist, ref_sqdist)
-        for q in range(len(offsets) - 1):
-            a, b = offsets[q], offsets[q + 1]
-            np.testing.assert_array_equal(np.sort(indices[a:b]), np.sort(ref_indices[a:b]))
-            order = np.lexsort((indices[a:b], sqdist[a:b]))
-            np.testing.assert_array_equal(order, np.arange(b - a))
-        pytest.xfail(GPU_RADIUS_ORDER)
+    for got, ref in zip(result, expected):
+        assert got.shape == ref.shape
+        np.testing.assert_array_equal(got, ref)
 
 
 def check_hybrid(result, points, queries, r, max_nn, exclude_self=False):
