@@ -3,7 +3,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdio>
 #include <string>
 
 #include "pcnn/error.hpp"
@@ -32,13 +31,12 @@ namespace pcnn::detail {
       ::pcnn::detail::throw_cuda(pcnn_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
-/// For destructors: reports a failing `call` on stderr instead of throwing.
-#define PCNN_CUDA_TRY_NO_THROW(call)                                                              \
-  do {                                                                                            \
-    cudaError_t pcnn_err_ = (call);                                                               \
-    if (pcnn_err_ != cudaSuccess)                                                                 \
-      std::fprintf(stderr, "pcnn: %s failed: %s (%s:%d)\n", #call, cudaGetErrorString(pcnn_err_), \
-                   __FILE__, __LINE__);                                                           \
+/// For destructors and cleanup paths, which must not throw: a failing `call` is ignored (its
+/// error cleared, so later calls start clean). The library never prints; the failure that
+/// matters reaches the caller through the next checked call, which reports the sticky error.
+#define PCNN_CUDA_TRY_NO_THROW(call)                                  \
+  do {                                                                \
+    if ((call) != cudaSuccess) static_cast<void>(cudaGetLastError()); \
   } while (0)
 
 /// After every kernel launch: a bad launch configuration shows up here, not later.
