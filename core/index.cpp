@@ -75,8 +75,8 @@ void check_points(const PointsView& v, const char* what) {
   PCNN_EXPECTS(v.count <= INT_MAX,
                w + ": more than 2^31-1 points (" + std::to_string(v.count) + ")");
   PCNN_EXPECTS(v.count == 0 || v.data != nullptr, w + ": null data with a non-zero count");
-  PCNN_EXPECTS(v.stride >= 3, w + ": stride must be at least 3 floats, got " +
-                                  std::to_string(v.stride));
+  PCNN_EXPECTS(v.stride >= 3,
+               w + ": stride must be at least 3 floats, got " + std::to_string(v.stride));
 }
 
 void check_k(int k, const char* name) {
@@ -108,14 +108,14 @@ void check_array(const ArrayView<T>& a, std::int64_t size, const char* what) {
 }  // namespace
 
 Index::Index(IndexOptions options) {
-  PCNN_EXPECTS(options.threads >= 0, "threads must be >= 0 (0: all), got " +
-                                         std::to_string(options.threads));
+  PCNN_EXPECTS(options.threads >= 0,
+               "threads must be >= 0 (0: all), got " + std::to_string(options.threads));
   PCNN_EXPECTS(options.chunk_rows >= 0, "chunk_rows must be >= 0 (0: automatic)");
   Backend b = options.backend;
-  if (b == Backend::automatic) b = query_device(options.device).available ? Backend::cuda
-                                                                        : Backend::cpu;
-  impl_ = b == Backend::cuda ? detail::make_cuda_backend(options)
-                             : detail::make_cpu_backend(options);
+  if (b == Backend::automatic)
+    b = query_device(options.device).available ? Backend::cuda : Backend::cpu;
+  impl_ =
+      b == Backend::cuda ? detail::make_cuda_backend(options) : detail::make_cpu_backend(options);
   options_ = options;
 }
 
@@ -174,7 +174,7 @@ void Index::dense(const PointsView* queries, std::int64_t first_row, const KnnPa
   check_k(params.k, "k");
   const std::int64_t rows = queries ? queries->count : first_row < 0 ? size() : indices.rows;
   if (!queries && first_row >= 0)
-    PCNN_EXPECTS(indices.rows >= 0 && first_row + indices.rows <= size(),
+    PCNN_EXPECTS(indices.rows >= 0 && first_row <= size() - indices.rows,
                  "self_knn_rows: rows " + std::to_string(first_row) + " to " +
                      std::to_string(first_row + indices.rows) + " of an index of " +
                      std::to_string(size()) + " points");
@@ -192,9 +192,8 @@ void Index::knn(PointsView queries, const KnnParams& params, MatrixView<std::int
                 MatrixView<float> sqdist, cudaStream_t stream) {
   dense(&queries, 0, params, indices, sqdist, stream, true);
 }
-void Index::knn_async(PointsView queries, const KnnParams& params,
-                      MatrixView<std::int32_t> indices, MatrixView<float> sqdist,
-                      cudaStream_t stream) {
+void Index::knn_async(PointsView queries, const KnnParams& params, MatrixView<std::int32_t> indices,
+                      MatrixView<float> sqdist, cudaStream_t stream) {
   dense(&queries, 0, params, indices, sqdist, stream, false);
 }
 void Index::self_knn(const KnnParams& params, MatrixView<std::int32_t> indices,
@@ -318,9 +317,8 @@ HybridResult Index::owning_hybrid(const PointsView* queries, const HybridParams&
   return r;
 }
 
-void Index::hybrid(PointsView queries, const HybridParams& params,
-                   MatrixView<std::int32_t> indices, MatrixView<float> sqdist,
-                   cudaStream_t stream) {
+void Index::hybrid(PointsView queries, const HybridParams& params, MatrixView<std::int32_t> indices,
+                   MatrixView<float> sqdist, cudaStream_t stream) {
   hybrid_rows(&queries, params, indices, sqdist, stream);
 }
 HybridResult Index::hybrid(PointsView queries, const HybridParams& params, cudaStream_t stream) {

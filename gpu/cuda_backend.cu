@@ -82,11 +82,15 @@ __global__ void magnitude_kernel(const float* __restrict__ xyz, std::int64_t str
 
 // Filter coordinates: the caller's times 2^scale_exp, packed (exact unless a value underflows).
 __global__ void scale_kernel(const float* __restrict__ xyz, std::int64_t stride, int n,
-                             int scale_exp, float* __restrict__ out) {
+                             int scale_exp, float* __restrict__ out, int* __restrict__ overflow) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float* p = xyz + static_cast<std::int64_t>(i) * stride;
-  for (int a = 0; a < 3; ++a) out[3 * static_cast<std::int64_t>(i) + a] = ldexpf(p[a], scale_exp);
+  for (int a = 0; a < 3; ++a) {
+    const float v = ldexpf(p[a], scale_exp);
+    if (isfinite(p[a]) && !isfinite(v)) *overflow = 1;
+    out[3 * static_cast<std::int64_t>(i) + a] = v;
+  }
 }
 
 // Rows of the non-finite queries (slots from `first` on): no neighbors.
@@ -122,6 +126,7 @@ class CudaBackend final : public Index::Backend_ {
   }
   ~CudaBackend() override {
     if (!aux_) return;
+    PCNN_CUDA_TRY_NO_THROW(cudaEventSynchronize(async_done_.get()));  // _async work on any stream
     PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(aux_));
     PCNN_CUDA_TRY_NO_THROW(cudaStreamDestroy(aux_));
   }
@@ -144,13 +149,16 @@ class CudaBackend final : public Index::Backend_ {
     DeviceGuard guard(options_.device);
     const auto t0 = clock_type::now();
     t = start_timings();
-    // Whatever ran on this index is finished (every call before this one synchronized, or the
-    // caller synchronized its stream): the old index's blocks are free for the new one.
+    // Wait for whatever still runs on this index (the last _async call, on whichever stream, and
+    // this stream): then every block of the old index is free for the new one, on any stream.
+    PCNN_CUDA_TRY(cudaEventSynchronize(async_done_.get()));
     PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
     index_ = detail::SpatialIndex();
     exact_ = detail::device_buffer<float>();
     exact_view_ = PointsView{};
-    ws_.end_call(stream, aux_);
+    last_radius_ = RadiusResult();  // a fill after this build must not reuse a count from before
+    last_key_ = RadiusKey();
+    ws_.end_all();
     try {
       ev_[0].record(stream);
       detail::device_buffer<float> raw;
@@ -320,14 +328,19 @@ class CudaBackend final : public Index::Backend_ {
   // device has read its last contents.
   PointsView stage(PointsView pts, detail::device_buffer<float>& dev,
                    detail::pinned_buffer<float>& pinned, cudaStream_t stream, SearchTimings& t) {
-    if (pts.memory == Memory::device) return pts;
+    if (pts.memory == Memory::device) {
+      check_device_pointer(pts.data, "points");
+      return pts;
+    }
     const std::size_t floats = detail::span_floats(pts), bytes = floats * sizeof(float);
     if (floats == 0) return {nullptr, pts.count, pts.stride, Memory::device};
     const float* from = pts.data;
     detail::host_registration reg;
     const bool locked = detail::is_page_locked(pts.data);
     if (mapped_ || (staging_ == Staging::pinned && !locked)) {
-      PCNN_CUDA_TRY(cudaEventSynchronize(staged_.get()));  // the last copy out of it is done
+      // The last copy out of the buffer is done, and (mapped) the last _async search reading it.
+      PCNN_CUDA_TRY(cudaEventSynchronize(staged_.get()));
+      if (mapped_) PCNN_CUDA_TRY(cudaEventSynchronize(async_done_.get()));
       pinned.ensure(floats);
       std::memcpy(pinned.data(), pts.data, bytes);
       from = pinned.data();
@@ -372,6 +385,10 @@ class CudaBackend final : public Index::Backend_ {
       ev_[1].record(stream);
       const detail::ExactSearch ex = exact_search(queries ? &d : nullptr);
       const detail::RadiusBound bound = detail::make_radius_bound(radius, ex);
+      if (indices.memory == Memory::device) {
+        check_device_pointer(indices.data, "indices");
+        check_device_pointer(sqdist.data, "sqdist");
+      }
       if (indices.memory == Memory::device)
         dense_to_device(queries ? &f : nullptr, query_offset, params, bound, ex, indices.data,
                         sqdist.data, stream, sync, t);
@@ -382,9 +399,11 @@ class CudaBackend final : public Index::Backend_ {
       abandon_call(stream);
       throw;
     }
-    if (!sync)
-      return;  // blocks freed by this call are reusable on `stream` at once, elsewhere
-               // after the next synchronizing call
+    if (!sync) {  // blocks freed by this call are reusable on `stream` at once, elsewhere after
+                  // the next synchronizing call; build() and the destructor wait for this event
+      async_done_.record(stream);
+      return;
+    }
     PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
     t.upload_ms = ev_[1].since(ev_[0]);
     finish_sync_call(stream, t, t0);
@@ -427,15 +446,40 @@ class CudaBackend final : public Index::Backend_ {
     scale_exp_ = -std::ilogb(largest);  // the largest becomes about 1
   }
 
-  // The float search's view of device points `d`: `d` itself, or a scaled copy in `buf`.
+  // The float search's view of device points `d`: `d` itself, or a scaled copy in `buf`. A
+  // finite coordinate that the scale would push out of float's range (queries far beyond the
+  // indexed points' magnitude) is refused rather than searched as if it were not finite.
   PointsView filter_of(const PointsView& d, detail::device_buffer<float>& buf,
                        cudaStream_t stream) {
     if (scale_exp_ == 0 || d.count == 0) return d;
     buf.resize(static_cast<std::size_t>(d.count) * 3, stream, ws_);
+    detail::device_buffer<int> overflow(1, stream, ws_);
+    PCNN_CUDA_TRY(cudaMemsetAsync(overflow.data(), 0, sizeof(int), stream));
     scale_kernel<<<static_cast<int>((d.count + 255) / 256), 256, 0, stream>>>(
-        d.data, d.stride, static_cast<int>(d.count), scale_exp_, buf.data());
+        d.data, d.stride, static_cast<int>(d.count), scale_exp_, buf.data(), overflow.data());
     PCNN_CHECK_LAUNCH();
+    int overflowed = 0;
+    PCNN_CUDA_TRY(cudaMemcpyAsync(&overflowed, overflow.data(), sizeof overflowed,
+                                  cudaMemcpyDeviceToHost, stream));
+    PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+    PCNN_EXPECTS(!overflowed,
+                 "queries: coordinates too far from the indexed points' magnitude "
+                 "(the indexed points are searched scaled by 2^" +
+                     std::to_string(scale_exp_) + ", and a query overflows float)");
     return device_points(buf.data(), d.count, 3);
+  }
+
+  // A device view must be device (or managed) memory of this index's device.
+  void check_device_pointer(const void* p, const char* what) const {
+    if (!p) return;
+    cudaPointerAttributes attr{};
+    const cudaError_t err = cudaPointerGetAttributes(&attr, p);
+    if (err != cudaSuccess) static_cast<void>(cudaGetLastError());
+    PCNN_EXPECTS(err == cudaSuccess &&
+                     (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) &&
+                     attr.device == options_.device,
+                 std::string(what) + ": a device view must point to memory of CUDA device " +
+                     std::to_string(options_.device));
   }
 
   // The caller's device memory holds every row: the search writes there directly.
@@ -624,7 +668,7 @@ class CudaBackend final : public Index::Backend_ {
   detail::pinned_buffer<float> refs_host_, queries_host_;
   detail::pinned_buffer<std::int32_t> idx_host_;
   detail::pinned_buffer<float> dist_host_;
-  detail::cuda_event ev_[4], staged_;
+  detail::cuda_event ev_[4], staged_, async_done_;
   std::vector<std::unique_ptr<detail::cuda_event>> pass_events_;
   std::vector<int> last_host_;
   // What identifies a radius search, so that a fill reuses only its own count's result.

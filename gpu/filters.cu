@@ -142,15 +142,23 @@ namespace {
 
 // What both filters share: the points on the device (uploaded when in host memory), an index
 // over them, and every buffer from one pool of the call's own.
+// The caller's current device: filters run where the caller's stream lives.
+int current_device() {
+  int device = 0;
+  PCNN_CUDA_TRY(cudaGetDevice(&device));
+  return device;
+}
+
 IndexOptions options(std::shared_ptr<DeviceMemoryResource> mr) {
   IndexOptions o;
   o.backend = Backend::cuda;
+  o.device = current_device();
   o.memory = std::move(mr);
   return o;
 }
 
 struct FilterSearch {
-  std::shared_ptr<DeviceMemoryResource> mr = make_pool_resource();
+  std::shared_ptr<DeviceMemoryResource> mr = make_pool_resource(current_device());
   detail::device_buffer<float> raw;
   PointsView d_pts;
   Index index;

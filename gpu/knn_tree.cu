@@ -84,13 +84,27 @@ void launch_refine(const TreeView& tree, const RefineArgs& r, cudaStream_t strea
   PCNN_CHECK_LAUNCH();
 }
 
+// The candidates the float search keeps: k + 1, unless lists of that capacity would not fit the
+// device's shared memory (consumer GPUs, at k = 32 or 64, where k's lists still fit): then k,
+// and the refinement settles every full row by the gather (exact, slower).
+int candidate_width(int k) {
+  if (k + 1 > kMaxK) return k;
+  int cap = 1;
+  while (cap < k + 1) cap *= 2;
+  int device = 0, optin = 0;
+  PCNN_CUDA_TRY(cudaGetDevice(&device));
+  PCNN_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  constexpr int kStatic = kTreeWarps * (kCell * 16 + kTreeStack * 4);  // staged cell, stack
+  return cap * kTreeWarps * 32 * 8 + kStatic <= optin ? k + 1 : k;
+}
+
 // The float search of a launch's slots with k + 1 candidates into scratch, then the exact
 // refinement of every row into the caller's rows (see detail/refine.cuh).
 void launch_exact(const TreeView& tree, const TreeKnnArgs& a, const ExactSearch& ex,
                   cudaStream_t stream, DeviceMemoryResource& mr) {
   const int slots = a.slot_end - a.slot_begin;
   if (slots <= 0) return;
-  const int width = std::min(a.k + 1, kMaxK);
+  const int width = candidate_width(a.k);
   device_buffer<std::int32_t> cand_idx(static_cast<std::size_t>(slots) * width, stream, mr);
   device_buffer<float> cand_dist(cand_idx.size(), stream, mr);
   device_buffer<int> flagged_slots(slots, stream, mr), flagged_count(1, stream, mr);

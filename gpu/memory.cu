@@ -150,6 +150,12 @@ void Workspace::end_call(cudaStream_t a, cudaStream_t b) noexcept {
   pending_.erase(std::remove_if(pending_.begin(), pending_.end(), done), pending_.end());
 }
 
+void Workspace::end_all() noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.insert(free_.end(), pending_.begin(), pending_.end());
+  pending_.clear();
+}
+
 std::int64_t Workspace::available() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::int64_t cached = 0;

@@ -328,7 +328,9 @@ std::vector<float> gpu_smooth_unorganized(PointsView pts, const UnorganizedSmoot
   const int n = static_cast<int>(pts.count), k = params.k;
   std::lock_guard<std::mutex> lock(detail::g_constant_mutex);
   // One pool for the index and the smoothing's own buffers.
-  const std::shared_ptr<DeviceMemoryResource> pool = make_pool_resource();
+  int device = 0;  // the caller's current device, where its stream lives
+  PCNN_CUDA_TRY(cudaGetDevice(&device));
+  const std::shared_ptr<DeviceMemoryResource> pool = make_pool_resource(device);
   DeviceMemoryResource& mr = *pool;
   detail::cuda_event start, uploaded, searched, smoothed, downloaded;
   start.record(stream);
@@ -348,6 +350,7 @@ std::vector<float> gpu_smooth_unorganized(PointsView pts, const UnorganizedSmoot
   // The neighbors, once, kept on the device.
   IndexOptions on_gpu;
   on_gpu.backend = Backend::cuda;
+  on_gpu.device = device;
   on_gpu.memory = pool;
   Index index(device_points(raw.data(), pts.count, pts.stride), on_gpu, stream);
   index.self_knn_async({k, true}, {idx.data(), n, k, Memory::device},

@@ -126,9 +126,9 @@ void sort_pairs(device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, int
   cub::DoubleBuffer<std::uint64_t> k(keys.data(), keys_alt.data());
   cub::DoubleBuffer<int> v(ids.data(), ids_alt.data());
   std::size_t temp_bytes = 0;
-  PCNN_CUDA_TRY(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, k, v, n, 0, 63, stream));
+  PCNN_CUDA_TRY(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, k, v, n, 0, 64, stream));
   device_buffer<unsigned char> temp(temp_bytes, stream, mr);
-  PCNN_CUDA_TRY(cub::DeviceRadixSort::SortPairs(temp.data(), temp_bytes, k, v, n, 0, 63, stream));
+  PCNN_CUDA_TRY(cub::DeviceRadixSort::SortPairs(temp.data(), temp_bytes, k, v, n, 0, 64, stream));
   if (k.Current() != keys.data()) std::swap(keys, keys_alt);
   if (v.Current() != ids.data()) std::swap(ids, ids_alt);
 }

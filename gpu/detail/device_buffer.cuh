@@ -45,6 +45,8 @@ class Workspace final : public DeviceMemoryResource {
   /// The work queued on streams `a` and `b` has finished (both synchronized): blocks last used
   /// there become reusable on any stream. Blocks last used on other streams stay pending.
   void end_call(cudaStream_t a, cudaStream_t b) noexcept;
+  /// Every stream that used the workspace's blocks is idle: all of them become reusable.
+  void end_all() noexcept;
   DeviceMemoryResource& upstream() const { return *upstream_; }
   HostCounters host;
 

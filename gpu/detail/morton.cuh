@@ -9,8 +9,10 @@
 
 namespace pcnn::detail {
 
-inline constexpr int kMortonBits = 21;                                      // per axis: 63-bit keys
-inline constexpr std::uint64_t kInvalidKey = (std::uint64_t(1) << 63) - 1;  // after every key
+inline constexpr int kMortonBits = 21;  // per axis: 63-bit keys
+// The key of a non-finite point: above every finite key (bit 63, which no finite key has), so a
+// finite point at the grid's far corner, whose key is 2^63 - 1, still sorts before it.
+inline constexpr std::uint64_t kInvalidKey = std::uint64_t(1) << 63;
 
 __device__ __forceinline__ std::uint64_t expand_bits21(std::uint32_t v) {
   std::uint64_t x = v & 0x1fffff;

@@ -12,8 +12,11 @@
 // - Distances are squared, in the units of the coordinates squared, as float.
 // - Outputs are caller-owned views (host: pageable or page-locked; device: CUDA backend only),
 //   their sizes checked. The stream is the last argument; a call without `_async` synchronizes
-//   with it before returning, an `_async` call does not (its outputs are ready once the stream
-//   has reached that point; host inputs may be reused as soon as it returns).
+//   with it before returning, an `_async` call does not: its outputs are ready once the stream
+//   has reached that point. Until then, device and page-locked host inputs of the call must not
+//   change (pageable ones are staged before it returns). An `_async` call into host outputs
+//   waits for its rows (only device outputs make it fully asynchronous). build() and the
+//   destructor wait for the last `_async` call, whichever stream it was on.
 // - Convenience forms return owning results (KnnResult, RadiusResult, HybridResult).
 #pragma once
 
