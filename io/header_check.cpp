@@ -583,6 +583,12 @@ PlyHeader read_ply_header(const std::string& path, int fd) {
   const PlyElement* range_grid = nullptr;
   for (std::size_t i = 0; i < h.elements.size(); ++i) {
     const PlyElement& e = h.elements[i];
+    // Items without properties take no bytes, so the file's size does not bound them, but PCL
+    // loops over each (found by fuzzing: 2e10 of them kept it busy for minutes).
+    if (e.properties.empty() && e.count > 0 && e.name != "vertex")  // (vertex: no x, y, z)
+      reject(path, line_at(e.line),
+             "element " + e.name + " has " + std::to_string(e.count) +
+                 " items but no properties (only an empty element, count 0, may have none)");
     if (e.name == "vertex") {
       vertex = &e;
       h.vertex = i;

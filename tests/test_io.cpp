@@ -606,6 +606,9 @@ INSTANTIATE_TEST_SUITE_P(
                     "element range_grid 2\nproperty list uchar int vertex_indices\n") +
                     "1 2 3\n4 5 6\n7 8 9\n1 0\n1 2\n",
                 "line 5: element vertex 3 is more than the 2 x 1 grid PCL makes room for"},
+        BadFile{"items_without_bytes", ".ply",  // found by fuzzing (PCL looped for minutes)
+                ply("binary_little_endian", "", 0, xyz_props, "element nothing 21474836482\n"),
+                "element nothing has 21474836482 items but no properties"},
         BadFile{"range_grid_two_indices", ".ply",
                 ply("ascii", "obj_info num_cols 2\nobj_info num_rows 1\n", 1, xyz_props,
                     "element range_grid 2\nproperty list uchar int vertex_indices\n") +
