@@ -232,7 +232,6 @@ TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries,
   PCNN_CUDA_TRY(cudaMemsetAsync(evaluations.data(), 0, sizeof(unsigned long long), stream));
   built.record(stream);
   TreeSearchStats stats;
-  stats.refs_finite = index.n;
   if (n_queries == 0) return stats;
 
   const TreeView tree = index.view();

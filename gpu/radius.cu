@@ -1,4 +1,4 @@
-// pcnn::gpu_radius_search and pcnn::gpu_hybrid_search over the spatial index.
+// Radius search over the spatial index (pcnn::Index::radius and the count-then-fill pair).
 #include <cub/device/device_scan.cuh>
 #include <cub/device/device_segmented_sort.cuh>
 

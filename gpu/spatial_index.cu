@@ -135,14 +135,6 @@ void sort_pairs(device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, int
 
 }  // namespace
 
-void SpatialIndex::detach_streams() {
-  points.detach_stream();
-  keys.detach_stream();
-  bounds.detach_stream();
-  box_lo.detach_stream();
-  box_hi.detach_stream();
-}
-
 TreeView SpatialIndex::view() const {
   TreeView v;
   v.points = points.data();

@@ -18,7 +18,6 @@ namespace pcnn::detail {
 
 struct TreeSearchStats {
   std::int64_t evaluations = 0;  // query-point distance computations
-  std::int64_t refs_finite = 0;  // references with finite coordinates
   // Set when the rows went to the host in several passes (KnnOutput::rows_per_pass > 0):
   int passes = 1;
   float search_ms = 0, download_ms = 0;
@@ -67,7 +66,7 @@ void tree_search_range(const SpatialIndex& index, const float4* queries, bool se
 /// search of `rows` queries exceed `available`.
 void check_radius_fits(std::int64_t working, std::int64_t rows, std::int64_t available);
 
-/// Radius search of an existing index (see pcnn::gpu_radius_search): `queries` are device
+/// Radius search of an existing index (see pcnn::Index::radius): `queries` are device
 /// pointers, or null for the index's own points. `start` and `uploaded` were recorded by the
 /// caller around its uploads; fills `timings` when given.
 RadiusResult radius_query(const SpatialIndex& index, const PointsView* queries,

@@ -44,8 +44,6 @@ struct SpatialIndex {
   std::vector<int> level_count, level_offset;
 
   TreeView view() const;
-  /// See device_buffer::detach_stream: for an index that outlives its build stream.
-  void detach_streams();
 };
 
 /// Builds the index over `n_total` points already on the device (`stride` floats apart), on
