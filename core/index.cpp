@@ -74,9 +74,11 @@ void check_points(const PointsView& v, const char* what) {
   PCNN_EXPECTS(v.count >= 0, w + ": negative point count");
   PCNN_EXPECTS(v.count <= INT_MAX,
                w + ": more than 2^31-1 points (" + std::to_string(v.count) + ")");
-  PCNN_EXPECTS(v.count == 0 || v.data != nullptr, w + ": null data with a non-zero count");
+  PCNN_EXPECTS(!(v.data && v.data64), w + ": both float32 and float64 data given");
+  PCNN_EXPECTS(v.count == 0 || v.address() != nullptr, w + ": null data with a non-zero count");
+  PCNN_EXPECTS(!v.is_double(), w + ": float64 points are not searched yet");  // next commits
   PCNN_EXPECTS(v.stride >= 3,
-               w + ": stride must be at least 3 floats, got " + std::to_string(v.stride));
+               w + ": stride must be at least 3 coordinates, got " + std::to_string(v.stride));
 }
 
 void check_k(int k, const char* name) {

@@ -167,6 +167,7 @@ struct FilterSearch {
 
   // The k nearest other points of every point, into `idx` / `sq` (device memory).
   FilterSearch(PointsView pts, int k, cudaStream_t stream) : d_pts(pts), index(options(mr)) {
+    PCNN_EXPECTS(!pts.is_double(), "outlier removal: the points must be float32");
     if (pts.memory == Memory::host) {
       detail::upload_points(pts, raw, stream, *mr);
       d_pts = device_points(raw.data(), pts.count, pts.stride);
@@ -241,6 +242,7 @@ FilterResult gpu_radius_outlier_removal(PointsView pts, RorParams params, cudaSt
   validate(params);
   const int k = params.min_neighbors > 0 ? params.min_neighbors : 1;
   PCNN_EXPECTS(pts.memory == Memory::host, "ROR: the points must be in host memory");
+  PCNN_EXPECTS(!pts.is_double(), "ROR: the points must be float32");
   FilterResult r;
   const int n = static_cast<int>(pts.count);
   detail::cuda_event t0, t1, t2;

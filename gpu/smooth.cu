@@ -253,6 +253,7 @@ std::vector<float> gpu_smooth_organized(PointsView pts, int width, int height,
                "organized smoothing: invalid points view");
   PCNN_EXPECTS(pts.memory == Memory::host,
                "organized smoothing: the points must be in host memory");
+  PCNN_EXPECTS(!pts.is_double(), "organized smoothing: the points must be float32");
   PCNN_EXPECTS(width > 0 && height > 0 && std::int64_t(width) * height == pts.count,
                "organized smoothing: width x height (" + std::to_string(width) + " x " +
                    std::to_string(height) + ") must equal the point count (" +
@@ -324,6 +325,7 @@ std::vector<float> gpu_smooth_unorganized(PointsView pts, const UnorganizedSmoot
                                           SmoothTimings* timings, cudaStream_t stream) {
   validate(params);
   PCNN_EXPECTS(pts.memory == Memory::host, "smoothing: the points must be in host memory");
+  PCNN_EXPECTS(!pts.is_double(), "smoothing: the points must be float32");
   PCNN_EXPECTS(pts.count >= 0 && pts.count <= INT_MAX, "smoothing: invalid point count");
   const int n = static_cast<int>(pts.count), k = params.k;
   std::lock_guard<std::mutex> lock(detail::g_constant_mutex);

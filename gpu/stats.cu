@@ -164,6 +164,7 @@ void check_view(const PointsView& pts) {
   PCNN_EXPECTS(pts.count == 0 || pts.data != nullptr,
                "cloud statistics: null data with a non-zero count");
   PCNN_EXPECTS(pts.stride >= 3, "cloud statistics: stride must be at least 3 floats");
+  PCNN_EXPECTS(!pts.is_double(), "cloud statistics: the points must be float32");
 }
 
 }  // namespace

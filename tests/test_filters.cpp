@@ -92,7 +92,8 @@ TEST(StatsDevice, DeviceViewsGiveTheHostViewResult) {
     expect_close(s.centroid[a], r.centroid[a], 1e-12, "strided centroid");
   }
   for (int c = 0; c < 6; ++c) EXPECT_NEAR(s.covariance[c], r.covariance[c], 1e-10 * scale) << c;
-  EXPECT_THROW(gpu_cloud_stats(device_points(nullptr, 10)), invalid_argument_error);
+  EXPECT_THROW(gpu_cloud_stats(device_points(static_cast<const float*>(nullptr), 10)),
+               invalid_argument_error);
   EXPECT_EQ(cudaFree(packed_d), cudaSuccess);
   EXPECT_EQ(cudaFree(strided_d), cudaSuccess);
 }

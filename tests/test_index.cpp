@@ -544,9 +544,15 @@ TEST_P(IndexBackend, InvalidArgumentsThrow) {
   EXPECT_THROW(index.radius(v, {1.0, true}), invalid_argument_error);
   EXPECT_THROW(index.radius_count(v, {1.0, true}, {off.data(), 11}), invalid_argument_error);
   EXPECT_THROW(index.hybrid(v, {1.0, 4, true}), invalid_argument_error);
-  // Bad point views: null data with a count, stride below 3, a negative count.
-  for (const PointsView bad : {host_points(nullptr, 10), host_points(pts.data(), 3, 2),
-                               host_points(pts.data(), 3, 0), host_points(pts.data(), -1)}) {
+  // Bad point views: null data with a count, stride below 3, a negative count, both
+  // coordinate types at once.
+  const double pts64[9] = {};
+  PointsView both = host_points(pts.data(), 3);
+  both.data64 = pts64;
+  for (const PointsView bad :
+       {host_points(static_cast<const float*>(nullptr), 10), host_points(pts.data(), 3, 2),
+        host_points(pts.data(), 3, 0), host_points(pts.data(), -1),
+        host_points(static_cast<const double*>(nullptr), 10), both}) {
     SCOPED_TRACE("count " + std::to_string(bad.count) + " stride " + std::to_string(bad.stride));
     EXPECT_THROW(Index(bad, opts()), invalid_argument_error);
     EXPECT_THROW(index.build(bad), invalid_argument_error);
