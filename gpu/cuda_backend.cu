@@ -3,6 +3,7 @@
 // the caller's host memory with the download overlapping the search, and every allocation from the
 // index's workspace (so a frame loop of equal sizes allocates nothing after its first frame).
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -68,28 +69,70 @@ __global__ void last_slot_kernel(const float4* __restrict__ sorted, int n, std::
   atomicAdd(finite, 1);
 }
 
-// The largest magnitude of any finite coordinate (as int bits: non-negative floats order as ints).
-__global__ void magnitude_kernel(const float* __restrict__ xyz, std::int64_t stride, int n,
-                                 int* __restrict__ out) {
-  int best = 0;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    const float* p = xyz + static_cast<std::int64_t>(i) * stride;
-    if (!(isfinite(p[0]) && isfinite(p[1]) && isfinite(p[2]))) continue;
-    best = max(best, __float_as_int(fmaxf(fabsf(p[0]), fmaxf(fabsf(p[1]), fabsf(p[2])))));
-  }
-  atomicMax(out, best);
+// A double's bits mapped so that unsigned order is the doubles' order (for atomics).
+__device__ __forceinline__ unsigned long long ordered_bits(double v) {
+  const auto b = static_cast<unsigned long long>(__double_as_longlong(v));
+  return (b >> 63) ? ~b : b | (1ull << 63);
+}
+double from_ordered_bits(unsigned long long u) {
+  const unsigned long long b = (u >> 63) ? u & ~(1ull << 63) : ~u;
+  double v;
+  std::memcpy(&v, &b, sizeof v);
+  return v;
 }
 
-// Filter coordinates: the caller's times 2^scale_exp, packed (exact unless a value underflows).
-__global__ void scale_kernel(const float* __restrict__ xyz, std::int64_t stride, int n,
-                             int scale_exp, float* __restrict__ out, int* __restrict__ overflow) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float* p = xyz + static_cast<std::int64_t>(i) * stride;
+// The bounding box of the finite points, float32 or float64: per axis the smallest coordinate
+// (box[0..2]) and the largest (box[3..5]), as ordered bits; box starts at (max, 0).
+template <class T>
+__global__ void extent_kernel(const T* __restrict__ xyz, std::int64_t stride, int n,
+                              unsigned long long* __restrict__ box) {
+  double lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const T* p = xyz + static_cast<std::int64_t>(i) * stride;
+    if (!(isfinite(p[0]) && isfinite(p[1]) && isfinite(p[2]))) continue;
+    for (int a = 0; a < 3; ++a) {
+      lo[a] = fmin(lo[a], double(p[a]));
+      hi[a] = fmax(hi[a], double(p[a]));
+    }
+  }
   for (int a = 0; a < 3; ++a) {
-    const float v = ldexpf(p[a], scale_exp);
-    if (isfinite(p[a]) && !isfinite(v)) *overflow = 1;
-    out[3 * static_cast<std::int64_t>(i) + a] = v;
+    for (int o = 16; o > 0; o >>= 1) {
+      lo[a] = fmin(lo[a], __shfl_xor_sync(0xffffffffu, lo[a], o));
+      hi[a] = fmax(hi[a], __shfl_xor_sync(0xffffffffu, hi[a], o));
+    }
+    if ((threadIdx.x & 31) == 0) {
+      atomicMin(box + a, ordered_bits(lo[a]));
+      atomicMax(box + 3 + a, ordered_bits(hi[a]));
+    }
+  }
+}
+
+// The float search's coordinates, packed: float((x - origin) * 2^scale_exp), computed in double
+// and rounded once (exact for float32 input with a zero origin, unless a value underflows).
+// flags[0]: a finite coordinate whose filter value is not finite; flags[1]: the largest
+// magnitude of a filter value (as int bits: non-negative floats order as ints).
+template <class T>
+__global__ void filter_kernel(const T* __restrict__ xyz, std::int64_t stride, int n, double3 origin,
+                              int scale_exp, float* __restrict__ out, int* __restrict__ flags) {
+  int largest = 0, overflow = 0;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const T* p = xyz + static_cast<std::int64_t>(i) * stride;
+    const double o[3] = {origin.x, origin.y, origin.z};
+    for (int a = 0; a < 3; ++a) {
+      const double v = double(p[a]);
+      const float f = __double2float_rn(ldexp(__dsub_rn(v, o[a]), scale_exp));
+      if (isfinite(v) && !isfinite(f)) overflow = 1;
+      if (isfinite(f)) largest = max(largest, __float_as_int(fabsf(f)));
+      out[3 * static_cast<std::int64_t>(i) + a] = f;
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    largest = max(largest, __shfl_xor_sync(0xffffffffu, largest, o));
+    overflow |= __shfl_xor_sync(0xffffffffu, overflow, o);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    if (overflow) flags[0] = 1;
+    atomicMax(flags + 1, largest);
   }
 }
 
@@ -164,22 +207,23 @@ class CudaBackend final : public Index::Backend_ {
       detail::device_buffer<float> raw;
       const PointsView d = stage(points, raw, refs_host_, stream, t);
       ev_[1].record(stream);
-      choose_scale(d, stream);
+      choose_frame(d, stream);
       detail::device_buffer<float> scaled;
-      const PointsView f = filter_of(d, scaled, stream);
-      index_ =
-          detail::build_spatial_index(f.data, f.stride, static_cast<int>(f.count), stream, ws_);
+      const Filter f = filter_of(d, scaled, stream);
+      refs_perturbation_ = f.perturbation;
+      index_ = detail::build_spatial_index(f.view.data, f.view.stride,
+                                           static_cast<int>(f.view.count), stream, ws_);
       ev_[2].record(stream);
       // The coordinates as given, kept for the exact refinement and for searches of a range of
       // the indexed points: the staged copy, or a copy of the caller's device memory.
       if (points.memory == Memory::device && d.count > 0) {
-        exact_.resize(detail::span_floats(d), stream, ws_);
-        PCNN_CUDA_TRY(cudaMemcpyAsync(exact_.data(), d.data, exact_.bytes(),
+        exact_.resize(detail::span_words(d), stream, ws_);
+        PCNN_CUDA_TRY(cudaMemcpyAsync(exact_.data(), d.address(), exact_.bytes(),
                                       cudaMemcpyDeviceToDevice, stream));
-        exact_view_ = device_points(exact_.data(), d.count, d.stride);
+        exact_view_ = detail::moved_to_device(d, exact_.data());
       } else if (raw.size() > 0) {
         exact_ = std::move(raw);
-        exact_view_ = device_points(exact_.data(), d.count, d.stride);
+        exact_view_ = detail::moved_to_device(d, exact_.data());
       } else {
         exact_view_ = d;  // mapped: the index's own page-locked copy, kept until the next build
       }
@@ -204,8 +248,7 @@ class CudaBackend final : public Index::Backend_ {
     }
     // Part of the self-search: those indexed points as a separate query set, each still
     // excluding itself (query i is indexed point first_row + i).
-    const PointsView rows = device_points(exact_view_.data + first_row * exact_view_.stride,
-                                          indices.rows, exact_view_.stride);
+    const PointsView rows = exact_view_.slice(first_row, indices.rows);
     dense(&rows, static_cast<int>(first_row), params, INFINITY, indices, sqdist, stream, sync, t);
   }
 
@@ -230,14 +273,16 @@ class CudaBackend final : public Index::Backend_ {
       detail::check_radius_fits(queries ? query_working_bytes(*queries) : 0, rows, ws_.available());
       detail::device_buffer<float> raw, scaled;
       ev_[0].record(stream);
-      PointsView d, f;
+      PointsView d;
+      Filter f;
       if (queries) {
         d = stage(*queries, raw, queries_host_, stream, t);
         f = filter_of(d, scaled, stream);
       }
       ev_[1].record(stream);
-      result = detail::radius_query(index_, queries ? &f : nullptr, params, &t, stream, ev_[0],
-                                    ev_[1], exact_search(queries ? &d : nullptr), ws_);
+      result =
+          detail::radius_query(index_, queries ? &f.view : nullptr, params, &t, stream, ev_[0],
+                               ev_[1], exact_search(queries ? &d : nullptr, f.perturbation), ws_);
     } catch (...) {
       abandon_call(stream);
       throw;
@@ -319,7 +364,7 @@ class CudaBackend final : public Index::Backend_ {
   // sorted queries, an outlier slot each, and slack for CUB's scratch and counters.
   static std::int64_t query_working_bytes(const PointsView& q) {
     const std::int64_t upload =
-        q.memory == Memory::device ? 0 : 4 * static_cast<std::int64_t>(detail::span_floats(q));
+        q.memory == Memory::device ? 0 : 4 * static_cast<std::int64_t>(detail::span_words(q));
     return (16 << 20) + upload + 60 * q.count;
   }
 
@@ -329,31 +374,32 @@ class CudaBackend final : public Index::Backend_ {
   PointsView stage(PointsView pts, detail::device_buffer<float>& dev,
                    detail::pinned_buffer<float>& pinned, cudaStream_t stream, SearchTimings& t) {
     if (pts.memory == Memory::device) {
-      check_device_pointer(pts.data, "points");
+      check_device_pointer(pts.address(), "points");
       return pts;
     }
-    const std::size_t floats = detail::span_floats(pts), bytes = floats * sizeof(float);
-    if (floats == 0) return {nullptr, pts.count, pts.stride, Memory::device};
-    const float* from = pts.data;
+    // In 4-byte words (floats, or halves of doubles): the buffers hold either type.
+    const std::size_t words = detail::span_words(pts), bytes = words * sizeof(float);
+    if (words == 0) return detail::moved_to_device(pts, nullptr);
+    const void* from = pts.address();
     detail::host_registration reg;
-    const bool locked = detail::is_page_locked(pts.data);
+    const bool locked = detail::is_page_locked(from);
     if (mapped_ || (staging_ == Staging::pinned && !locked)) {
       // The last copy out of the buffer is done, and (mapped) the last _async search reading it.
       PCNN_CUDA_TRY(cudaEventSynchronize(staged_.get()));
       if (mapped_) PCNN_CUDA_TRY(cudaEventSynchronize(async_done_.get()));
-      pinned.ensure(floats);
-      std::memcpy(pinned.data(), pts.data, bytes);
+      pinned.ensure(words);
+      std::memcpy(pinned.data(), from, bytes);
       from = pinned.data();
-      if (mapped_) return {pinned.device_data(), pts.count, pts.stride, Memory::device};
+      if (mapped_) return detail::moved_to_device(pts, pinned.device_data());
     } else if (staging_ == Staging::registered && !locked) {
-      reg = detail::host_registration(pts.data, bytes, &ws_.host);
+      reg = detail::host_registration(from, bytes, &ws_.host);
     }
-    dev.resize(floats, stream, ws_);
+    dev.resize(words, stream, ws_);
     PCNN_CUDA_TRY(cudaMemcpyAsync(dev.data(), from, bytes, cudaMemcpyHostToDevice, stream));
     staged_.record(stream);
     t.upload_bytes += static_cast<std::int64_t>(bytes);
     if (reg.active()) PCNN_CUDA_TRY(cudaStreamSynchronize(stream));  // before it is unregistered
-    return {dev.data(), pts.count, pts.stride, Memory::device};
+    return detail::moved_to_device(pts, dev.data());
   }
 
   // kNN and hybrid: dense rows × k into the caller's outputs.
@@ -377,23 +423,24 @@ class CudaBackend final : public Index::Backend_ {
     try {
       ev_[0].record(stream);
       detail::device_buffer<float> raw, scaled;
-      PointsView d, f;  // the queries as given (exact) and as the float search sees them
+      PointsView d;  // the queries as given (exact), and as the float search sees them
+      Filter f;
       if (queries) {
         d = stage(*queries, raw, queries_host_, stream, t);
         f = filter_of(d, scaled, stream);
       }
       ev_[1].record(stream);
-      const detail::ExactSearch ex = exact_search(queries ? &d : nullptr);
+      const detail::ExactSearch ex = exact_search(queries ? &d : nullptr, f.perturbation);
       const detail::RadiusBound bound = detail::make_radius_bound(radius, ex);
       if (indices.memory == Memory::device) {
         check_device_pointer(indices.data, "indices");
         check_device_pointer(sqdist.data, "sqdist");
       }
       if (indices.memory == Memory::device)
-        dense_to_device(queries ? &f : nullptr, query_offset, params, bound, ex, indices.data,
+        dense_to_device(queries ? &f.view : nullptr, query_offset, params, bound, ex, indices.data,
                         sqdist.data, stream, sync, t);
       else
-        dense_to_host(queries ? &f : nullptr, query_offset, params, bound, ex, indices.data,
+        dense_to_host(queries ? &f.view : nullptr, query_offset, params, bound, ex, indices.data,
                       sqdist.data, stream, t);
     } catch (...) {
       abandon_call(stream);
@@ -412,61 +459,96 @@ class CudaBackend final : public Index::Backend_ {
 
   // The exact coordinates of a search: the indexed points as given, and the queries' (the
   // staged query view; the indexed points themselves for a self-search), and how far the float
-  // filter is from them.
-  detail::ExactSearch exact_search(const PointsView* d_queries) const {
+  // filter is from them (`query_perturbation`: the queries' filter, see filter_of).
+  detail::ExactSearch exact_search(const PointsView* d_queries, double query_perturbation) const {
     detail::ExactSearch ex;
-    ex.refs = {exact_view_.data, nullptr, exact_view_.stride};
-    ex.queries =
-        d_queries ? detail::ExactCoords{d_queries->data, nullptr, d_queries->stride} : ex.refs;
+    ex.refs = {exact_view_.data, exact_view_.data64, exact_view_.stride};
+    ex.queries = d_queries
+                     ? detail::ExactCoords{d_queries->data, d_queries->data64, d_queries->stride}
+                     : ex.refs;
     ex.err.scale2 = std::ldexp(1.0, 2 * scale_exp_);
-    ex.err.perturbation = scale_exp_ < 0 ? std::ldexp(1.0, -149) : 0.0;
+    ex.err.perturbation = std::max(refs_perturbation_, d_queries ? query_perturbation : 0.0);
     return ex;
   }
 
-  // The float search works on the caller's coordinates unless their magnitudes would underflow
-  // or overflow float squares (below 2^-40 or above 2^40 at the largest): then on a copy scaled
-  // by a power of two, which is exact (unless scaling down pushes a value below float's normal
-  // range: the filter error then allows for it). Reported distances come from the exact
-  // coordinates either way.
-  void choose_scale(const PointsView& d, cudaStream_t stream) {
+  // The frame of the float search, from the indexed points: filter = (x - origin) * 2^scale_exp,
+  // rounded to float. float32 points keep a zero origin (the caller re-centers them; pcnn::Cloud
+  // does so exactly), so that the filter is the caller's coordinates, exactly. float64 points
+  // are re-centered on their bounding box's center. The scale is 1 unless the largest offset
+  // would make float squares underflow or overflow (below 2^-40 or above 2^40): then a power of
+  // two brings it to about 1. Reported distances come from the exact coordinates either way.
+  void choose_frame(const PointsView& d, cudaStream_t stream) {
     scale_exp_ = 0;
+    origin_ = {0, 0, 0};
     if (d.count == 0) return;
-    detail::device_buffer<int> m(1, stream, ws_);
-    PCNN_CUDA_TRY(cudaMemsetAsync(m.data(), 0, sizeof(int), stream));
+    detail::device_buffer<unsigned long long> box(6, stream, ws_);
+    PCNN_CUDA_TRY(cudaMemsetAsync(box.data(), 0xff, 3 * sizeof(unsigned long long), stream));
+    PCNN_CUDA_TRY(cudaMemsetAsync(box.data() + 3, 0, 3 * sizeof(unsigned long long), stream));
     const auto blocks = static_cast<int>(std::min<std::int64_t>((d.count + 255) / 256, 1024));
-    magnitude_kernel<<<blocks, 256, 0, stream>>>(d.data, d.stride, static_cast<int>(d.count),
-                                                 m.data());
+    if (d.is_double())
+      extent_kernel<<<blocks, 256, 0, stream>>>(d.data64, d.stride, static_cast<int>(d.count),
+                                                box.data());
+    else
+      extent_kernel<<<blocks, 256, 0, stream>>>(d.data, d.stride, static_cast<int>(d.count),
+                                                box.data());
     PCNN_CHECK_LAUNCH();
-    int bits = 0;
-    PCNN_CUDA_TRY(cudaMemcpyAsync(&bits, m.data(), sizeof bits, cudaMemcpyDeviceToHost, stream));
+    unsigned long long bits[6];
+    PCNN_CUDA_TRY(cudaMemcpyAsync(bits, box.data(), sizeof bits, cudaMemcpyDeviceToHost, stream));
     PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
-    float largest;
-    std::memcpy(&largest, &bits, sizeof largest);
-    if (largest == 0.f || (largest >= 0x1p-40f && largest <= 0x1p40f)) return;
+    double largest = 0;
+    for (int a = 0; a < 3; ++a) {
+      const double lo = from_ordered_bits(bits[a]), hi = from_ordered_bits(bits[3 + a]);
+      if (!(lo <= hi)) return;  // no finite point
+      if (d.is_double()) origin_[a] = lo / 2 + hi / 2;
+      largest = std::max({largest, std::fabs(lo - origin_[a]), std::fabs(hi - origin_[a])});
+    }
+    if (largest == 0 || (largest >= 0x1p-40 && largest <= 0x1p40)) return;
     scale_exp_ = -std::ilogb(largest);  // the largest becomes about 1
   }
 
-  // The float search's view of device points `d`: `d` itself, or a scaled copy in `buf`. A
-  // finite coordinate that the scale would push out of float's range (queries far beyond the
-  // indexed points' magnitude) is refused rather than searched as if it were not finite.
-  PointsView filter_of(const PointsView& d, detail::device_buffer<float>& buf,
-                       cudaStream_t stream) {
-    if (scale_exp_ == 0 || d.count == 0) return d;
+  // What the float search sees of some points: their filter coordinates (see choose_frame),
+  // and `perturbation`, a bound on how far any filter coordinate is from (x - origin) * 2^scale
+  // (the half-ulp rounding of a float64 offset, or of a float32 value scaled below float's normal
+  // range; 0 when the filter is exact).
+  struct Filter {
+    PointsView view;
+    double perturbation = 0;
+  };
+
+  // The filter of device points `d`: `d` itself when it is exact as it is, or a computed copy in
+  // `buf`. A finite coordinate that the frame would push out of float's range (queries far
+  // beyond the indexed points' magnitude) is refused rather than searched as if not finite.
+  Filter filter_of(const PointsView& d, detail::device_buffer<float>& buf, cudaStream_t stream) {
+    const bool zero_origin = origin_[0] == 0 && origin_[1] == 0 && origin_[2] == 0;
+    const bool exact_input = !d.is_double() && zero_origin;
+    if (d.count == 0 || (exact_input && scale_exp_ == 0)) return {d, 0.0};
     buf.resize(static_cast<std::size_t>(d.count) * 3, stream, ws_);
-    detail::device_buffer<int> overflow(1, stream, ws_);
-    PCNN_CUDA_TRY(cudaMemsetAsync(overflow.data(), 0, sizeof(int), stream));
-    scale_kernel<<<static_cast<int>((d.count + 255) / 256), 256, 0, stream>>>(
-        d.data, d.stride, static_cast<int>(d.count), scale_exp_, buf.data(), overflow.data());
+    detail::device_buffer<int> flags(2, stream, ws_);
+    PCNN_CUDA_TRY(cudaMemsetAsync(flags.data(), 0, flags.bytes(), stream));
+    const auto blocks = static_cast<int>(std::min<std::int64_t>((d.count + 255) / 256, 4096));
+    const double3 o = make_double3(origin_[0], origin_[1], origin_[2]);
+    if (d.is_double())
+      filter_kernel<<<blocks, 256, 0, stream>>>(d.data64, d.stride, static_cast<int>(d.count), o,
+                                                scale_exp_, buf.data(), flags.data());
+    else
+      filter_kernel<<<blocks, 256, 0, stream>>>(d.data, d.stride, static_cast<int>(d.count), o,
+                                                scale_exp_, buf.data(), flags.data());
     PCNN_CHECK_LAUNCH();
-    int overflowed = 0;
-    PCNN_CUDA_TRY(cudaMemcpyAsync(&overflowed, overflow.data(), sizeof overflowed,
-                                  cudaMemcpyDeviceToHost, stream));
+    int host[2] = {0, 0};
+    PCNN_CUDA_TRY(cudaMemcpyAsync(host, flags.data(), sizeof host, cudaMemcpyDeviceToHost, stream));
     PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
-    PCNN_EXPECTS(!overflowed,
-                 "queries: coordinates too far from the indexed points' magnitude "
-                 "(the indexed points are searched scaled by 2^" +
-                     std::to_string(scale_exp_) + ", and a query overflows float)");
-    return device_points(buf.data(), d.count, 3);
+    PCNN_EXPECTS(!host[0],
+                 "queries: coordinates too far from the indexed points (the float search works "
+                 "on offsets from the indexed points' center, scaled by 2^" +
+                     std::to_string(scale_exp_) + ", and a query's overflows float)");
+    float largest;
+    std::memcpy(&largest, &host[1], sizeof largest);
+    // Rounding to nearest moves a value by at most 2^-24 of itself (normal range) or 2^-150
+    // (subnormal); the double subtraction before it by 2^-53 of the offset. Twice both, for
+    // margin.
+    const double perturbation =
+        exact_input ? (scale_exp_ < 0 ? 0x1p-149 : 0.0) : double(largest) * 0x1p-23 + 0x1p-148;
+    return {device_points(buf.data(), d.count, 3), perturbation};
   }
 
   // A device view must be device (or managed) memory of this index's device.
@@ -662,8 +744,11 @@ class CudaBackend final : public Index::Backend_ {
   bool mapped_;
   cudaStream_t aux_ = nullptr;
   detail::SpatialIndex index_;
-  int scale_exp_ = 0;                   // the float search's coordinates: the caller's × 2^this
-  detail::device_buffer<float> exact_;  // the indexed points as given, original order
+  // The float search's frame (choose_frame): filter = (x - origin_) × 2^scale_exp_, rounded.
+  int scale_exp_ = 0;
+  std::array<double, 3> origin_{};
+  double refs_perturbation_ = 0;        // how far the indexed points' filter is from exact
+  detail::device_buffer<float> exact_;  // the indexed points as given (float32 or float64 words)
   PointsView exact_view_;               // where they are (exact_, or mapped page-locked memory)
   detail::pinned_buffer<float> refs_host_, queries_host_;
   detail::pinned_buffer<std::int32_t> idx_host_;
@@ -673,7 +758,7 @@ class CudaBackend final : public Index::Backend_ {
   std::vector<int> last_host_;
   // What identifies a radius search, so that a fill reuses only its own count's result.
   struct RadiusKey {
-    const float* data = nullptr;
+    const void* data = nullptr;
     std::int64_t count = -1, stride = 0;
     double radius = -1;
     bool exclude_self = false;
@@ -683,7 +768,7 @@ class CudaBackend final : public Index::Backend_ {
     }
   };
   static RadiusKey radius_key(const PointsView* q, const RadiusParams& p) {
-    return q ? RadiusKey{q->data, q->count, q->stride, p.radius, p.exclude_self}
+    return q ? RadiusKey{q->address(), q->count, q->stride, p.radius, p.exclude_self}
              : RadiusKey{nullptr, 0, 0, p.radius, p.exclude_self};
   }
   RadiusResult last_radius_;

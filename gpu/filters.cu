@@ -169,8 +169,7 @@ struct FilterSearch {
   FilterSearch(PointsView pts, int k, cudaStream_t stream) : d_pts(pts), index(options(mr)) {
     PCNN_EXPECTS(!pts.is_double(), "outlier removal: the points must be float32");
     if (pts.memory == Memory::host) {
-      detail::upload_points(pts, raw, stream, *mr);
-      d_pts = device_points(raw.data(), pts.count, pts.stride);
+      d_pts = detail::upload_points(pts, raw, stream, *mr);
     }
     index.build(d_pts, stream);
     const std::int64_t n = pts.count;

@@ -201,8 +201,8 @@ CloudStats gpu_cloud_stats(PointsView pts, cudaStream_t stream) {
   detail::check_view(pts);
   if (pts.memory == Memory::device) return stats_of_device_points(pts, stream);
   detail::device_buffer<float> d;
-  detail::upload_points(pts, d, stream, detail::async_resource());
-  return stats_of_device_points(device_points(d.data(), pts.count, pts.stride), stream);
+  return stats_of_device_points(detail::upload_points(pts, d, stream, detail::async_resource()),
+                                stream);
 }
 
 ValueStats gpu_value_stats_device(const float* values, std::int64_t n, cudaStream_t stream) {
