@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <optional>
+#include <tuple>
 
 #include <algorithm>
 #include <vector>
@@ -23,8 +24,13 @@ struct Inputs {
   Cloud refs;
   std::optional<Cloud> queries;
   double load_ms = 0;
+  // What pcnn searches: exact for the coordinates as stored (float offsets, or float64).
   PointsView ref_view, query_view;
   const PointsView* qv() const { return queries ? &query_view : nullptr; }
+  // What PCL's baseline searches: the float offsets (rounded where the clouds are not exact).
+  PointsView pcl_ref_view() const { return refs.view(); }
+  const PointsView* pcl_qv() const { return queries ? &pcl_query_view : nullptr; }
+  PointsView pcl_query_view;
 };
 
 // Every output of a search command, checked before anything is loaded or searched: known
@@ -53,8 +59,8 @@ Inputs load_inputs(const SearchOptions& opt) {
   in.refs = load_cloud(opt.input, nullptr, /*keep_fields=*/false);
   if (!opt.query.empty()) in.queries = load_cloud(opt.query, &in.refs.origin, false);
   in.load_ms = ms_since(t0);
-  in.ref_view = in.refs.view();
-  if (in.queries) in.query_view = in.queries->view();
+  std::tie(in.ref_view, in.query_view) = search_views(in.refs, in.queries ? &*in.queries : nullptr);
+  if (in.queries) in.pcl_query_view = in.queries->view();
   return in;
 }
 
@@ -238,7 +244,7 @@ int run_knn(const KnnCommand& cmd) {
       const MatrixView<std::int32_t> iv{idx.data(), n, cmd.k};
       const MatrixView<float> dv{dist.data(), n, cmd.k};
       if (in.qv()) {
-        const PointsView q{in.query_view.data + a * in.query_view.stride, n, in.query_view.stride};
+        const PointsView q = in.query_view.slice(a, n);
         index.knn(q, params, iv, dv);
       } else {
         index.self_knn_rows(a, params, iv, dv);
@@ -268,7 +274,7 @@ int run_knn(const KnnCommand& cmd) {
   int exit_code = kExitOk;
   if (cmd.compare_cpu) {
     CpuKnnTimings ct;
-    const KnnResult cpu_result = pcl_knn(in.ref_view, in.qv(), params, &ct);
+    const KnnResult cpu_result = pcl_knn(in.pcl_ref_view(), in.pcl_qv(), params, &ct);
     report.add_section("cpu baseline", cpu_section("PCL KdTreeFLANN", ct));
     report.add("speedup", (ct.build_ms + ct.query_ms) / total, "x");
     report.add_note("", "speedup = CPU baseline total / pcnn total");
@@ -355,9 +361,9 @@ int run_radius(const RadiusCommand& cmd) {
     RadiusResult cpu_radius;
     HybridResult cpu_capped;
     if (hybrid)
-      cpu_capped = pcl_hybrid(in.ref_view, in.qv(), hp, &t);
+      cpu_capped = pcl_hybrid(in.pcl_ref_view(), in.pcl_qv(), hp, &t);
     else
-      cpu_radius = pcl_radius(in.ref_view, in.qv(), rp, &t);
+      cpu_radius = pcl_radius(in.pcl_ref_view(), in.pcl_qv(), rp, &t);
     report.add_section("cpu baseline", cpu_section("PCL KdTreeFLANN radiusSearch", t));
     report.add("speedup", (t.build_ms + t.query_ms) / total, "x");
     report.add_note("", "speedup = CPU baseline total / pcnn total");

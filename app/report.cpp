@@ -153,7 +153,7 @@ Report describe_cloud(const Cloud& c) {
   std::snprintf(buf, sizeof buf, "(%.6f, %.6f, %.6f)", c.origin[0], c.origin[1], c.origin[2]);
   r.add("origin", buf);
   r.add("coordinates", c.exact ? "exact (as stored)"
-                               : "rounded to float (results are exact for the rounded values)");
+                               : "float64 as stored (searched in double; float offsets rounded)");
   return r;
 }
 

@@ -245,12 +245,38 @@ Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin, b
   } catch (const error& e) {
     fail(path, e.what());
   }
+  if (!c.exact) {  // searches use the coordinates as stored; non-finite points as NaN, as xyz
+    for (std::uint64_t i = 0; i < n; ++i) {
+      double* p = &xyz[i * 3];
+      if (!(std::isfinite(p[0]) && std::isfinite(p[1]) && std::isfinite(p[2])))
+        p[0] = p[1] = p[2] = std::numeric_limits<double>::quiet_NaN();
+    }
+    c.stored = std::move(xyz);
+  }
   if (keep_fields) {
     auto stored = std::make_shared<StoredFields>();
     stored->cloud = std::move(pc);
     c.fields = std::move(stored);
   }
   return c;
+}
+
+namespace {
+void fill_stored(Cloud& c) {
+  if (!c.stored.empty() || c.xyz.empty()) return;
+  c.stored.resize(c.xyz.size());
+  for (std::size_t i = 0; i < c.xyz.size(); ++i)
+    c.stored[i] = double(c.xyz[i]) + c.origin[i % 3];  // exact: the sum is the stored value
+}
+}  // namespace
+
+std::pair<PointsView, PointsView> search_views(Cloud& refs, Cloud* queries) {
+  if (refs.exact && (!queries || queries->exact))
+    return {refs.view(), queries ? queries->view() : PointsView{}};
+  fill_stored(refs);
+  if (queries) fill_stored(*queries);
+  const auto of = [](const Cloud& c) { return host_points(c.stored.data(), c.size()); };
+  return {of(refs), queries ? of(*queries) : PointsView{}};
 }
 
 }  // namespace pcnn

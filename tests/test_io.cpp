@@ -178,6 +178,46 @@ TEST_P(RoundTrip, CoordinatesSurviveInTheirStoredPrecision) {
       ASSERT_NEAR(double(v) + cloud.origin[a], stored, 1e-5) << "point " << i << " axis " << a;
     }
   }
+  // Random doubles at 5.5e6 m: no float offset holds them, so the coordinates as stored are
+  // kept for the searches, bit for bit in the binary formats.
+  EXPECT_EQ(cloud.exact, !c.doubles);
+  if (!c.doubles) {
+    EXPECT_TRUE(cloud.stored.empty());
+    return;
+  }
+  ASSERT_EQ(cloud.stored.size(), 900u);
+  EXPECT_TRUE(std::isnan(cloud.stored[450]));
+  const bool ascii = c.format == Format::pcd_ascii || c.format == Format::ply_ascii;
+  for (int i = 0; i < 300 && !ascii; ++i)
+    for (int a = 0; a < 3; ++a)
+      if (i != 150) ASSERT_EQ(cloud.stored[3 * i + a], pts[i][a]) << "point " << i;
+}
+
+TEST(Load, SearchViewsAreExactForTheCoordinatesAsStored) {
+  TempDir tmp;
+  const std::string fine = tmp / "fine.pcd", grid = tmp / "grid.pcd";
+  const auto pts = sample_points(40);
+  write_pcd(fine, pts, true, Format::pcd_binary);
+  std::ofstream(grid) << "VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 1 1 1\n"
+                         "WIDTH 2\nHEIGHT 1\nPOINTS 2\nDATA ascii\n450000.5 5500000 80\n1 2 3\n";
+  // Exact clouds: their float offsets, one origin.
+  Cloud g = load_cloud(grid);
+  auto [gv, none] = search_views(g, nullptr);
+  EXPECT_FALSE(gv.is_double());
+  EXPECT_EQ(gv.data, g.xyz.data());
+  EXPECT_EQ(none.count, 0);
+  // A float64 query cloud no float offset holds: both views are the stored doubles, the exact
+  // reference cloud's filled from its offsets (exactly).
+  Cloud refs = load_cloud(grid);
+  Cloud queries = load_cloud(fine, &refs.origin);
+  ASSERT_TRUE(refs.exact);
+  ASSERT_FALSE(queries.exact);
+  auto [rv, qv] = search_views(refs, &queries);
+  ASSERT_TRUE(rv.is_double() && qv.is_double());
+  EXPECT_EQ(qv.count, 40);
+  EXPECT_EQ(qv.data64[3], pts[1][0]);
+  const double want[6] = {450000.5, 5500000, 80, 1, 2, 3};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(rv.data64[i], want[i]);
 }
 
 INSTANTIATE_TEST_SUITE_P(

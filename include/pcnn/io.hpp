@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pcnn/error.hpp"
@@ -28,8 +29,11 @@ struct Cloud {
   std::string coordinate_type;     ///< type x/y/z were stored in: "float32", "float64", ...
   /// xyz + origin equals the stored coordinates exactly (the origin is chosen so whenever one
   /// exists: always for float32 files). When false (doubles that no float offset represents),
-  /// the coordinates were rounded to float and searches are exact for the rounded coordinates.
+  /// `xyz` is rounded, and `stored` keeps the coordinates as stored for the searches.
   bool exact = true;
+  /// The coordinates as stored, 3 doubles per point (NaN where not finite): kept when `exact` is
+  /// false, or filled by search_views(); empty otherwise.
+  std::vector<double> stored;
   std::vector<std::string> field_names;        ///< every field of the file, in order
   std::shared_ptr<const StoredFields> fields;  ///< kept for writing subsets with every field
 
@@ -53,6 +57,13 @@ struct Cloud {
 /// it only the coordinates stay in memory.
 Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin = nullptr,
                  bool keep_fields = true);
+
+/// The views a search of `refs` (and of `queries`, when given) should use, in one frame and
+/// exact for the coordinates as stored: the float offsets (`xyz`, one origin) when both clouds'
+/// are exact, else the stored float64 coordinates of both (Cloud::stored, filled here from
+/// xyz + origin where the cloud did not keep it; that sum is exact). The views point into the
+/// clouds. The query cloud must have been loaded with the reference cloud's origin.
+std::pair<PointsView, PointsView> search_views(Cloud& refs, Cloud* queries);
 
 /// What an output holds, which decides the formats its path may name.
 enum class OutputKind {
