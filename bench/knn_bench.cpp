@@ -138,7 +138,7 @@ struct Row {
   double build_ms = 0, query_ms = 0, total_ms = 0;  // wall clock of the public calls
   double up_ms = 0, index_ms = 0, order_ms = 0, search_ms = 0, down_ms = 0;  // last_timings()
   int passes = 0;
-  double evaluations = 0, peak_bytes_per_point = -1;
+  double evaluations = 0, refined = 0, peak_bytes_per_point = -1;
   double pcl_build_ms = -1, pcl_query_ms = -1, agree = -1;
 };
 
@@ -156,9 +156,10 @@ int run_sweep(const Options& o, Backend backend) {
       "Index::last_timings()%s; pcl: KdTreeFLANN build / query, median of %d after a warm-up\n",
       to_string(backend), where == Memory::host ? "host" : "device", o.repeats,
       backend == Backend::cuda ? " (device time, CUDA events)" : " (wall clock)", o.pcl_repeats);
-  std::printf("%-9s %9s %3s %9s %9s %9s %7s %8s %7s %9s %8s %6s %9s %9s %7s %9s %9s %7s\n", "kind",
-              "n", "k", "build_ms", "query_ms", "total_ms", "up_ms", "idx_ms", "ord_ms", "srch_ms",
-              "down_ms", "passes", "evals/q", "evals/s", "B/pt", "pcl_bld", "pcl_qry", "agree%");
+  std::printf("%-9s %9s %3s %9s %9s %9s %7s %8s %7s %9s %8s %6s %9s %9s %8s %7s %9s %9s %7s\n",
+              "kind", "n", "k", "build_ms", "query_ms", "total_ms", "up_ms", "idx_ms", "ord_ms",
+              "srch_ms", "down_ms", "passes", "evals/q", "evals/s", "refined", "B/pt", "pcl_bld",
+              "pcl_qry", "agree%");
   std::vector<Row> rows;
   for (const std::string& kind_name : bench::parse_words(o.kinds)) {
     const SyntheticKind kind = parse_synthetic_kind(kind_name);
@@ -215,6 +216,7 @@ int run_sweep(const Options& o, Backend backend) {
         r.down_ms = median(down);
         r.passes = tq.passes;
         r.evaluations = double(tq.distance_evaluations);
+        r.refined = double(tq.refined_rows);
         if (backend == Backend::cuda)
           r.peak_bytes_per_point =
               double(index.memory_stats().device.peak_bytes) / double(std::max(n, 1LL));
@@ -226,12 +228,13 @@ int run_sweep(const Options& o, Backend backend) {
           r.agree = agree_pct(compare_knn(host_view, nullptr, out.result(), pcl, true));
         }
         std::printf(
-            "%-9s %9lld %3d %9.3f %9.3f %9.3f %7.3f %8.3f %7.3f %9.3f %8.3f %6d %9.1f %9.3g %7.1f "
+            "%-9s %9lld %3d %9.3f %9.3f %9.3f %7.3f %8.3f %7.3f %9.3f %8.3f %6d %9.1f %9.3g %8.0f "
+            "%7.1f "
             "%9.1f %9.1f %7.3f\n",
             r.kind.c_str(), n, r.k, r.build_ms, r.query_ms, r.total_ms, r.up_ms, r.index_ms,
             r.order_ms, r.search_ms, r.down_ms, r.passes, r.evaluations / double(std::max(n, 1LL)),
-            r.search_ms > 0 ? r.evaluations / (r.search_ms * 1e-3) : 0.0, r.peak_bytes_per_point,
-            r.pcl_build_ms, r.pcl_query_ms, r.agree);
+            r.search_ms > 0 ? r.evaluations / (r.search_ms * 1e-3) : 0.0, r.refined,
+            r.peak_bytes_per_point, r.pcl_build_ms, r.pcl_query_ms, r.agree);
         std::fflush(stdout);
         rows.push_back(r);
       }
@@ -240,14 +243,14 @@ int run_sweep(const Options& o, Backend backend) {
   if (!o.csv.empty()) {
     std::ofstream os(o.csv);
     os << "kind,n,k,backend,memory,build_ms,query_ms,total_ms,upload_ms,index_build_ms,order_ms,"
-          "search_ms,download_ms,passes,evaluations,peak_bytes_per_point,pcl_build_ms,"
+          "search_ms,download_ms,passes,evaluations,refined_rows,peak_bytes_per_point,pcl_build_ms,"
           "pcl_query_ms,agree_pct\n";
     for (const Row& r : rows)
       os << r.kind << ',' << r.n << ',' << r.k << ',' << to_string(backend) << ',' << o.memory
          << ',' << r.build_ms << ',' << r.query_ms << ',' << r.total_ms << ',' << r.up_ms << ','
          << r.index_ms << ',' << r.order_ms << ',' << r.search_ms << ',' << r.down_ms << ','
-         << r.passes << ',' << r.evaluations << ',' << r.peak_bytes_per_point << ','
-         << r.pcl_build_ms << ',' << r.pcl_query_ms << ',' << r.agree << '\n';
+         << r.passes << ',' << r.evaluations << ',' << r.refined << ',' << r.peak_bytes_per_point
+         << ',' << r.pcl_build_ms << ',' << r.pcl_query_ms << ',' << r.agree << '\n';
   }
   int disagree = 0;
   for (const Row& r : rows) disagree += r.agree >= 0 && r.agree < 100;

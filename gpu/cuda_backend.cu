@@ -581,6 +581,7 @@ class CudaBackend final : public Index::Backend_ {
     t.build_ms = ev_[2].since(ev_[1]);
     t.search_ms = ev_[3].since(ev_[2]);
     t.distance_evaluations = st.evaluations;
+    t.refined_rows = st.refined_rows;
   }
 
   // Rows for host memory. When every row fits on the device, the search runs in passes along
@@ -631,6 +632,7 @@ class CudaBackend final : public Index::Backend_ {
       t.download_ms = st.download_ms;
       t.passes = st.passes;
       t.distance_evaluations = st.evaluations;
+      t.refined_rows = st.refined_rows;
     } else {
       curve_order_search(d_queries, query_offset, params, bound, ex, h_idx, h_dist, stream, t);
     }
@@ -669,7 +671,7 @@ class CudaBackend final : public Index::Backend_ {
     float* d_out_dist = mapped_ ? dist_host_.device_data() : all_dist.data();
     detail::device_buffer<int> last(chunks + 1, s0, ws_), outlier_slots(per, s0, ws_),
         outlier_count(1, s0, ws_);
-    detail::device_buffer<unsigned long long> evals(1, s0, ws_);
+    detail::device_buffer<unsigned long long> evals(2, s0, ws_);  // evaluations, refined rows
     PCNN_CUDA_TRY(cudaMemsetAsync(last.data(), 0xff, last.bytes(), s0));  // -1
     PCNN_CUDA_TRY(cudaMemsetAsync(last.data() + chunks, 0, sizeof(int), s0));
     PCNN_CUDA_TRY(cudaMemsetAsync(evals.data(), 0, evals.bytes(), s0));
@@ -723,9 +725,8 @@ class CudaBackend final : public Index::Backend_ {
       PCNN_CUDA_TRY(cudaStreamSynchronize(s0));
       for (int j = 0; j < chunks; ++j) download(j);
     }
-    unsigned long long n_evals = 0;
-    PCNN_CUDA_TRY(
-        cudaMemcpyAsync(&n_evals, evals.data(), sizeof n_evals, cudaMemcpyDeviceToHost, s0));
+    unsigned long long counts[2] = {0, 0};
+    PCNN_CUDA_TRY(cudaMemcpyAsync(counts, evals.data(), sizeof counts, cudaMemcpyDeviceToHost, s0));
     PCNN_CUDA_TRY(cudaStreamSynchronize(s0));
     PCNN_CUDA_TRY(cudaStreamSynchronize(s1));
     for (int p = 0; p < passes; ++p) t.search_ms += ev(2 * p + 1).since(ev(2 * p));
@@ -734,7 +735,8 @@ class CudaBackend final : public Index::Backend_ {
         t.download_ms += ev(2 * passes + 2 * j + 1).since(ev(2 * passes + 2 * j));
     t.build_ms = ev_[2].since(ev_[1]);
     t.passes = chunks;
-    t.distance_evaluations = static_cast<std::int64_t>(n_evals);
+    t.distance_evaluations = static_cast<std::int64_t>(counts[0]);
+    t.refined_rows = static_cast<std::int64_t>(counts[1]);
   }
 
   IndexOptions options_;

@@ -135,6 +135,7 @@ void launch_exact(const TreeView& tree, const TreeKnnArgs& a, const ExactSearch&
   r.flagged_slots = flagged_slots.data();
   r.flagged_reach = flagged_reach.data();
   r.flagged_count = flagged_count.data();
+  r.refined = a.evaluations ? a.evaluations + 1 : nullptr;
   with_capacity(a.k, [&](auto cap) { launch_refine<decltype(cap)::value>(tree, r, stream); });
 }
 
@@ -225,11 +226,11 @@ TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries,
   a.query_offset = out.query_offset;
   const std::int64_t per_pass = out.rows_per_pass > 0 ? out.rows_per_pass : n_queries;
   device_buffer<int> outlier_slots(per_pass, stream, mr), outlier_count(1, stream, mr);
-  device_buffer<unsigned long long> evaluations(1, stream, mr);
+  device_buffer<unsigned long long> evaluations(2, stream, mr);  // evaluations, refined rows
   a.outlier_slots = outlier_slots.data();
   a.outlier_count = outlier_count.data();
   a.evaluations = evaluations.data();
-  PCNN_CUDA_TRY(cudaMemsetAsync(evaluations.data(), 0, sizeof(unsigned long long), stream));
+  PCNN_CUDA_TRY(cudaMemsetAsync(evaluations.data(), 0, evaluations.bytes(), stream));
   built.record(stream);
   TreeSearchStats stats;
   if (n_queries == 0) return stats;
@@ -240,11 +241,12 @@ TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries,
   else
     launch_exact(tree, a, ex, stream, mr);
   if (!read_stats) return stats;
-  unsigned long long evals = 0;
+  unsigned long long counts[2] = {0, 0};
   PCNN_CUDA_TRY(
-      cudaMemcpyAsync(&evals, evaluations.data(), sizeof(evals), cudaMemcpyDeviceToHost, stream));
+      cudaMemcpyAsync(counts, evaluations.data(), sizeof counts, cudaMemcpyDeviceToHost, stream));
   PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
-  stats.evaluations = static_cast<std::int64_t>(evals);
+  stats.evaluations = static_cast<std::int64_t>(counts[0]);
+  stats.refined_rows = static_cast<std::int64_t>(counts[1]);
   return stats;
 }
 

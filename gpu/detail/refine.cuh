@@ -62,6 +62,7 @@ struct RefineArgs {
   int* flagged_slots = nullptr;  // rows that need the gather, and their reach
   float* flagged_reach = nullptr;
   int* flagged_count = nullptr;
+  unsigned long long* refined = nullptr;  // counts the flagged rows of every launch (optional)
 
   __device__ __forceinline__ std::size_t row(int slot, int qid) const {
     return static_cast<std::size_t>(out_slot_base < 0 ? qid : slot - out_slot_base);
@@ -95,7 +96,11 @@ struct ExactList {
   }
 };
 
-/// One thread per query: the float search's k + 1 candidates decide the row, or flag it.
+/// One thread per query: the float search's k + 1 candidates decide the row, or flag it. The
+/// exact distances of the first k are computed together (their reads in flight at once, kept in
+/// registers for the small capacities), then written in the float search's order: almost always
+/// that is already their order by (exact distance, index). A row where it is not is ranked again
+/// in a list (rare: near-ties within the float's rounding).
 template <int CAP>
 __global__ void __launch_bounds__(128) refine_kernel(RefineArgs a) {
   const int slot = a.slot_begin + blockIdx.x * blockDim.x + threadIdx.x;
@@ -106,26 +111,49 @@ __global__ void __launch_bounds__(128) refine_kernel(RefineArgs a) {
   const std::size_t cand_row = static_cast<std::size_t>(slot - a.slot_begin) * a.width;
   const std::int32_t* ci = a.cand_idx + cand_row;
   const float* cd = a.cand_dist + cand_row;
-  std::int32_t* oi = a.out_idx + row * k;
-  float* od = a.out_dist + row * k;
   const double3 q = a.queries_exact.at(qid);
-  ExactList<CAP> list;
-  list.k = k;
+  int id[CAP];
+  double d[CAP];
+#pragma unroll
+  for (int j = 0; j < CAP; ++j) id[j] = j < k ? ci[j] : -1;  // found candidates come first
+#pragma unroll
+  for (int j = 0; j < CAP; ++j) d[j] = id[j] >= 0 ? exact_sqdist(q, a.refs.at(id[j])) : INFINITY;
+  int count = 0;
   double worst = 0;
-  for (int j = 0; j < k && ci[j] >= 0; ++j) {
-    const double d = exact_sqdist(q, a.refs.at(ci[j]));
-    worst = fmax(worst, d);
-    list.offer(d, ci[j]);
+  bool in_order = true;
+#pragma unroll
+  for (int j = 0; j < CAP; ++j) {
+    if (id[j] < 0) continue;
+    ++count;
+    worst = fmax(worst, d[j]);
+    if (j > 0) in_order = in_order && (d[j - 1] < d[j] || (d[j - 1] == d[j] && id[j - 1] < id[j]));
   }
-  if (list.count == k) {  // full: is the (k + 1)-th candidate far enough to leave out for certain?
+  if (count == k) {  // full: is the (k + 1)-th candidate far enough to leave out for certain?
     const float reach = a.err.reach(worst);
     if (a.width == k || (ci[k] >= 0 && !(cd[k] > reach))) {
       const int at = atomicAdd(a.flagged_count, 1);
       a.flagged_slots[at] = slot;
       a.flagged_reach[at] = reach;
-      return;
+      if (a.refined) atomicAdd(a.refined, 1ull);
+      return;  // the gather writes the row
     }
   }
+  std::int32_t* oi = a.out_idx + row * k;
+  float* od = a.out_dist + row * k;
+  if (in_order) {
+#pragma unroll
+    for (int j = 0; j < CAP; ++j)
+      if (j < k) {
+        oi[j] = id[j];
+        od[j] = id[j] >= 0 ? __double2float_rn(d[j]) : INFINITY;
+      }
+    return;
+  }
+  ExactList<CAP> list;
+  list.k = k;
+#pragma unroll
+  for (int j = 0; j < CAP; ++j)
+    if (id[j] >= 0) list.offer(d[j], id[j]);
   list.write(oi, od);
 }
 

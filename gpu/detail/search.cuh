@@ -17,7 +17,8 @@
 namespace pcnn::detail {
 
 struct TreeSearchStats {
-  std::int64_t evaluations = 0;  // query-point distance computations
+  std::int64_t evaluations = 0;   // query-point distance computations
+  std::int64_t refined_rows = 0;  // rows whose exact refinement gathered candidates again
   // Set when the rows went to the host in several passes (KnnOutput::rows_per_pass > 0):
   int passes = 1;
   float search_ms = 0, download_ms = 0;

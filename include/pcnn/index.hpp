@@ -80,7 +80,10 @@ struct SearchTimings {
   float download_ms = 0;  ///< CUDA: device time of device-to-host copies
   std::int64_t upload_bytes = 0, download_bytes = 0;
   std::int64_t distance_evaluations = 0;  ///< query-point distances computed (CUDA)
-  int passes = 1;                         ///< passes or chunks the rows were produced in
+  /// CUDA kNN and hybrid: rows the exact refinement could not settle from the float search's
+  /// candidates and gathered again (near-ties at the k-th neighbor; see gpu/detail/refine.cuh)
+  std::int64_t refined_rows = 0;
+  int passes = 1;  ///< passes or chunks the rows were produced in
 };
 
 /// Counters of an index's memory: device memory from its resource, page-locked host buffers it
