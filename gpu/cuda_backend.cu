@@ -47,12 +47,24 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
+// `automatic` stays automatic on a discrete GPU (chosen per transfer, see staging_for), and
+// becomes mapped on an integrated one (Jetson), where host memory is the device's.
 Staging resolve_staging(Staging staging, int ordinal) {
   if (staging != Staging::automatic) return staging;
   int integrated = 0, can_map = 0;
   PCNN_CUDA_TRY(cudaDeviceGetAttribute(&integrated, cudaDevAttrIntegrated, ordinal));
   PCNN_CUDA_TRY(cudaDeviceGetAttribute(&can_map, cudaDevAttrCanMapHostMemory, ordinal));
-  return integrated && can_map ? Staging::mapped : Staging::pinned;
+  return integrated && can_map ? Staging::mapped : Staging::automatic;
+}
+
+// How `automatic` moves `bytes` of pageable host memory on a discrete GPU: through the index's
+// page-locked buffer (one host copy; cheapest for small transfers), or by page-locking the
+// caller's memory for the call (no host copy; cheapest above a few MB, where the copy costs more
+// than the registration — bench/results/2026-11-22-staging-h200.md).
+constexpr std::size_t kRegisterFrom = std::size_t{8} << 20;
+Staging staging_for(Staging staging, std::size_t bytes) {
+  if (staging != Staging::automatic) return staging;
+  return bytes >= kRegisterFrom ? Staging::registered : Staging::pinned;
 }
 
 }  // namespace
@@ -332,7 +344,7 @@ class CudaBackend final : public Index::Backend_ {
   SearchTimings start_timings() const {
     SearchTimings t;
     t.backend = Backend::cuda;
-    t.staging = staging_;
+    t.staging = staging_ == Staging::automatic ? Staging::pinned : staging_;
     return t;
   }
 
@@ -383,7 +395,8 @@ class CudaBackend final : public Index::Backend_ {
     const void* from = pts.address();
     detail::host_registration reg;
     const bool locked = detail::is_page_locked(from);
-    if (mapped_ || (staging_ == Staging::pinned && !locked)) {
+    const Staging mode = staging_for(staging_, bytes);
+    if (mapped_ || (mode == Staging::pinned && !locked)) {
       // The last copy out of the buffer is done, and (mapped) the last _async search reading it.
       PCNN_CUDA_TRY(cudaEventSynchronize(staged_.get()));
       if (mapped_) PCNN_CUDA_TRY(cudaEventSynchronize(async_done_.get()));
@@ -391,7 +404,7 @@ class CudaBackend final : public Index::Backend_ {
       std::memcpy(pinned.data(), from, bytes);
       from = pinned.data();
       if (mapped_) return detail::moved_to_device(pts, pinned.device_data());
-    } else if (staging_ == Staging::registered && !locked) {
+    } else if (mode == Staging::registered && !locked) {
       reg = detail::host_registration(from, bytes, &ws_.host);
     }
     dev.resize(words, stream, ws_);
@@ -607,12 +620,14 @@ class CudaBackend final : public Index::Backend_ {
     detail::host_registration reg_idx, reg_dist;
     const bool locked = detail::is_page_locked(out_idx) && detail::is_page_locked(out_dist);
     bool direct = locked && !mapped_;
-    if (!locked && staging_ == Staging::registered) {
+    const Staging mode = staging_for(staging_, cells * 8);
+    t.staging = mode;
+    if (!locked && mode == Staging::registered) {
       reg_idx = detail::host_registration(out_idx, cells * sizeof(std::int32_t), &ws_.host);
       reg_dist = detail::host_registration(out_dist, cells * sizeof(float), &ws_.host);
       direct = true;
     }
-    if (staging_ == Staging::pageable && !locked) direct = true;
+    if (mode == Staging::pageable && !locked) direct = true;
     std::int32_t* h_idx = out_idx;
     float* h_dist = out_dist;
     if (!direct) {

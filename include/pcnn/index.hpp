@@ -45,7 +45,8 @@ const char* to_string(Backend backend);
 /// How host points travel to the device and host results come back (CUDA backend). Outputs or
 /// inputs that are already page-locked are copied asynchronously whatever the mode.
 enum class Staging {
-  automatic,   ///< mapped on integrated GPUs (Jetson: host and device share memory), else pinned
+  automatic,   ///< mapped on integrated GPUs (Jetson: host and device share memory); else per
+               ///< transfer: pinned below 8 MB, registered from 8 MB
   pageable,    ///< plain copies from and to ordinary memory (the driver stages them)
   pinned,      ///< through page-locked staging buffers the index keeps (cudaHostAlloc)
   registered,  ///< the caller's own buffers page-locked for each call's transfers
