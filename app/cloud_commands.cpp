@@ -160,7 +160,8 @@ int run_filter(const FilterCommand& cmd) {
   const SorParams sp{cmd.mean_k, cmd.std_mul};
   const RorParams rp{cmd.radius, cmd.min_neighbors};
   Report r;
-  r.add("command", "filter " + cmd.method);
+  r.add("command", "filter");
+  r.add("method", cmd.method);
   const bool gpu = want_gpu(cmd.device, cmd.mode.quiet, r);
   r.add_section("cloud", describe_cloud(cloud));
   r.add("load", load_ms, "ms");

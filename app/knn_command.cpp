@@ -425,7 +425,8 @@ int run_radius(const RadiusCommand& cmd) {
       plan_outputs(cmd, hybrid ? OutputKind::array : OutputKind::radius, cmd.counts);
   const Inputs in = load_inputs(cmd);
   validate_knn_args(in.ref_view, in.qv(), {hybrid ? cmd.max_nn : 1, cmd.exclude_self});
-  Report report = start_report(hybrid ? "radius (hybrid)" : "radius", cmd, in);
+  Report report = start_report("radius", cmd, in);
+  report.add_bool("hybrid", hybrid);
   report.add("radius", cmd.radius);
   if (hybrid) report.add("max nn", cmd.max_nn);
 
