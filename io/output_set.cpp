@@ -316,6 +316,10 @@ struct OutputSet::Impl {
   static bool writes_to_terminal(const Target& t) {
     if (t.mode == Mode::descriptor) return ::isatty(t.descriptor) == 1;
     if (t.mode != Mode::direct) return false;
+    // Only a character device can be a terminal; a FIFO is never opened here (opening and
+    // closing it would end its reader's input before the data comes).
+    struct stat st;
+    if (::stat(t.final_path.c_str(), &st) != 0 || !S_ISCHR(st.st_mode)) return false;
     const int fd = ::open(t.final_path.c_str(), O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return false;  // the write reports why
     const bool tty = ::isatty(fd) == 1;
