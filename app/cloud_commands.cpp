@@ -37,8 +37,7 @@ bool want_gpu(const std::string& device, bool quiet, Report& r) {
 // The cloud a command reads, with progress shown on a terminal while it loads.
 Cloud load(const std::string& input, const std::string& format, bool keep_fields, bool quiet,
            double& load_ms) {
-  if (input == "-" && format.empty())
-    throw error("reading a cloud from standard input ('-') needs --format pcd or --format ply");
+  check_input_format(input, format);
   const auto t0 = std::chrono::steady_clock::now();
   Progress p("loading " + input, -1, "", Progress::wanted(quiet));
   Cloud c = load_cloud(input, nullptr, keep_fields, parse_format(format));
@@ -146,8 +145,7 @@ void check_filter_options(const FilterCommand& cmd, const std::vector<std::strin
     validate(SorParams{cmd.mean_k, cmd.std_mul});
   else
     validate(RorParams{cmd.radius, cmd.min_neighbors});
-  if (cmd.input == "-" && cmd.format.empty())
-    throw error("reading a cloud from standard input ('-') needs --format pcd or --format ply");
+  check_input_format(cmd.input, cmd.format);
   if (cmd.compare_cpu) refuse_compare_on_cpu(cmd.device, "filter");
 }
 
@@ -225,8 +223,7 @@ int run_filter(const FilterCommand& cmd) {
 }
 
 int run_smooth(const SmoothCommand& cmd) {
-  if (cmd.input == "-" && cmd.format.empty())
-    throw error("reading a cloud from standard input ('-') needs --format pcd or --format ply");
+  check_input_format(cmd.input, cmd.format);
   if (cmd.compare_cpu) refuse_compare_on_cpu(cmd.device, "smoothing");
   OutputSet outputs = plan_outputs(cmd.input, cmd.out, "", cmd.mode.json);
   // Both methods' parameters are checked before loading (which one applies depends on the cloud).

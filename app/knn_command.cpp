@@ -247,6 +247,11 @@ void refuse_compare_on_cpu(const std::string& device, const char* what) {
   }
 }
 
+void check_input_format(const std::string& input, const std::string& format) {
+  if (input == "-" && format.empty())
+    throw error("reading a cloud from standard input ('-') needs --format pcd or --format ply");
+}
+
 CloudFormat parse_format(const std::string& format) {
   if (format == "pcd") return CloudFormat::pcd;
   if (format == "ply") return CloudFormat::ply;
@@ -258,8 +263,8 @@ void check_search_options(const SearchOptions& opt) {
     throw error("--exclude-self applies to a self-search, not to --query points");
   if (opt.input == "-" && opt.query == "-")
     throw error("the input and --query cannot both be standard input ('-')");
-  if ((opt.input == "-" || opt.query == "-") && opt.format.empty())
-    throw error("reading a cloud from standard input ('-') needs --format pcd or --format ply");
+  check_input_format(opt.input, opt.format);
+  check_input_format(opt.query, opt.format);
   if (opt.device == "cpu") {
     if (opt.staging != "auto")
       throw error("--staging applies to GPU transfers; not with --device cpu");

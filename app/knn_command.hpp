@@ -60,6 +60,9 @@ std::optional<DeviceInfo> choose_device(const std::string& device, bool quiet);
 /// runs on the CPU (--device cpu, or auto without a usable GPU). `what`: "search", "filter"...
 void refuse_compare_on_cpu(const std::string& device, const char* what);
 
+/// Throws pcnn::error (exit 2) when `input` is standard input ('-') and no --format is given.
+void check_input_format(const std::string& input, const std::string& format);
+
 /// --format as load_cloud takes it.
 CloudFormat parse_format(const std::string& format);
 
