@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
+#include <utility>
 
 #include "knn_command.hpp"
 #include "pcnn/device.hpp"
@@ -24,25 +26,31 @@
 namespace pcnn::app {
 namespace {
 
-// Whether to run on the GPU: the device option, and whether one is usable (saying so if not).
-bool want_gpu(const std::string& device) {
-  if (device == "cpu") return false;
-  const DeviceInfo dev = query_device();
-  if (dev.available) {
-    initialize_device(dev.ordinal);
-    return true;
-  }
-  if (device == "cuda") throw no_device_error("no usable CUDA device: " + dev.reason);
-  std::fprintf(stderr, "pcnn: no usable CUDA device (%s); running on the CPU\n",
-               dev.reason.c_str());
-  return false;
+// Whether to run on the GPU (its context created), adding the `device` row to the report.
+bool want_gpu(const std::string& device, bool quiet, Report& r) {
+  const std::optional<DeviceInfo> dev = choose_device(device, quiet);
+  add_device(r, dev ? &*dev : nullptr);
+  if (dev) initialize_device(dev->ordinal);
+  return dev.has_value();
+}
+
+// The cloud a command reads, with progress shown on a terminal while it loads.
+Cloud load(const std::string& input, const std::string& format, bool keep_fields, bool quiet,
+           double& load_ms) {
+  check_input_format(input, format);
+  const auto t0 = std::chrono::steady_clock::now();
+  Progress p("loading " + input, -1, "", Progress::wanted(quiet));
+  Cloud c = load_cloud(input, nullptr, keep_fields, parse_format(format));
+  load_ms = ms_since(t0);
+  return c;
 }
 
 // The outputs of a cloud command, checked before the cloud is loaded: known formats, writable
 // directories, none the same file as the input or another output.
 OutputSet plan_outputs(const std::string& input, const std::string& cloud_out,
-                       const std::string& indices_out, bool json) {
+                       const std::string& indices_out, bool json, bool csv_streams = false) {
   OutputSet outputs;
+  outputs.prefer_csv_streams(csv_streams);
   outputs.add_input(input);
   if (json) outputs.reserve_stdout("--json");
   outputs.add(cloud_out, OutputKind::cloud);
@@ -50,19 +58,16 @@ OutputSet plan_outputs(const std::string& input, const std::string& cloud_out,
   return outputs;
 }
 
-std::string triple(const std::array<double, 3>& v) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "(%.6f, %.6f, %.6f)", v[0], v[1], v[2]);
-  return buf;
-}
+std::vector<double> triple(const std::array<double, 3>& v) { return {v[0], v[1], v[2]}; }
 
 }  // namespace
 
 int run_stats(const StatsCommand& cmd) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const Cloud cloud = load_cloud(cmd.input, nullptr, /*keep_fields=*/false);
-  const double load_ms = ms_since(t0);
-  const bool gpu = want_gpu(cmd.device);
+  double load_ms = 0;
+  const Cloud cloud = load(cmd.input, cmd.format, /*keep_fields=*/false, cmd.mode.quiet, load_ms);
+  Report r;
+  r.add("command", "stats");
+  const bool gpu = want_gpu(cmd.device, cmd.mode.quiet, r);
   CloudStats s = gpu ? gpu_cloud_stats(cloud.view()) : reference_cloud_stats(cloud.view());
   // Back to the file's coordinates: the statistics were taken around the origin.
   for (int a = 0; a < 3; ++a) {
@@ -70,15 +75,15 @@ int run_stats(const StatsCommand& cmd) {
     s.max[a] += cloud.origin[a];
     s.centroid[a] += cloud.origin[a];
   }
-  Report r;
-  r.add("command", "stats");
   r.add_section("cloud", describe_cloud(cloud));
   r.add("load", load_ms, "ms");
   r.add("finite points", static_cast<double>(s.finite));
-  r.add("min", triple(s.min));
-  r.add("max", triple(s.max));
-  r.add("extent", triple({s.max[0] - s.min[0], s.max[1] - s.min[1], s.max[2] - s.min[2]}));
-  r.add("centroid", triple(s.centroid));
+  if (s.finite > 0) {  // no bounds without a finite point
+    r.add_vector("min", triple(s.min));
+    r.add_vector("max", triple(s.max));
+    r.add_vector("extent", triple({s.max[0] - s.min[0], s.max[1] - s.min[1], s.max[2] - s.min[2]}));
+    r.add_vector("centroid", triple(s.centroid));
+  }
   Report cov;
   const char* names[6] = {"xx", "xy", "xz", "yy", "yz", "zz"};
   for (int i = 0; i < 6; ++i) cov.add(names[i], s.covariance[i]);
@@ -88,15 +93,22 @@ int run_stats(const StatsCommand& cmd) {
     m << s.covariance[0], s.covariance[1], s.covariance[2], s.covariance[1], s.covariance[3],
         s.covariance[4], s.covariance[2], s.covariance[4], s.covariance[5];
     const Eigen::SelfAdjointEigenSolver<Eigen::Matrix3d> eig(m);
-    Report axes;  // largest spread first
+    std::vector<std::pair<std::string, Report>> axes;  // largest spread first
+    std::vector<std::string> lines;
     for (int i = 2; i >= 0; --i) {
       const Eigen::Vector3d v = eig.eigenvectors().col(i);
+      const double sigma = std::sqrt(std::max(0.0, eig.eigenvalues()[i]));
+      Report axis;
+      axis.add("sigma", sigma);
+      axis.add("variance", eig.eigenvalues()[i]);
+      axis.add_vector("direction", {v[0], v[1], v[2]});
       char buf[200];
-      std::snprintf(buf, sizeof buf, "sigma %.6f along (%.4f, %.4f, %.4f)",
-                    std::sqrt(std::max(0.0, eig.eigenvalues()[i])), v[0], v[1], v[2]);
-      axes.add("axis " + std::to_string(3 - i), buf);
+      std::snprintf(buf, sizeof buf, "sigma %.6f along (%.4f, %.4f, %.4f)", sigma, v[0], v[1],
+                    v[2]);
+      lines.push_back(buf);
+      axes.emplace_back("axis " + std::to_string(3 - i), std::move(axis));
     }
-    r.add_section("main axes", std::move(axes));
+    r.add_list("main axes", std::move(axes), lines);
   }
   if (s.finite > 1) {  // nearest-neighbor spacing
     const KnnParams p{1, true};
@@ -115,22 +127,40 @@ int run_stats(const StatsCommand& cmd) {
     r.add_section("nearest-neighbor spacing", std::move(sp));
   }
   r.add("reduction (device)", gpu ? double(s.device_ms) : NAN, "ms");
-  r.print_table(stderr);
-  if (cmd.json) std::printf("%s\n", r.json().c_str());
+  emit(r, cmd.mode);
   return kExitOk;
 }
 
+void check_filter_options(const FilterCommand& cmd, const std::vector<std::string>& given) {
+  const bool sor = cmd.method == "sor";
+  for (const std::string& o : given) {
+    const bool sor_only = o == "--mean-k" || o == "--std-mul";
+    const bool ror_only = o == "--radius" || o == "--min-neighbors";
+    if ((sor && ror_only) || (!sor && sor_only))
+      throw error(o + " applies to filter " + (sor ? "ror" : "sor") + ", not to filter " +
+                  cmd.method);
+  }
+  if (!sor && cmd.radius <= 0) throw error("filter ror needs --radius (a positive distance)");
+  if (sor)
+    validate(SorParams{cmd.mean_k, cmd.std_mul});
+  else
+    validate(RorParams{cmd.radius, cmd.min_neighbors});
+  check_input_format(cmd.input, cmd.format);
+  if (cmd.compare_cpu) refuse_compare_on_cpu(cmd.device, "filter");
+}
+
 int run_filter(const FilterCommand& cmd) {
-  OutputSet outputs = plan_outputs(cmd.input, cmd.out, cmd.kept_indices, cmd.json);
-  const auto t0 = std::chrono::steady_clock::now();
-  const Cloud cloud = load_cloud(cmd.input);
-  const double load_ms = ms_since(t0);
+  OutputSet outputs =
+      plan_outputs(cmd.input, cmd.out, cmd.kept_indices, cmd.mode.json, cmd.csv_streams);
+  double load_ms = 0;
+  const Cloud cloud = load(cmd.input, cmd.format, /*keep_fields=*/true, cmd.mode.quiet, load_ms);
   const bool sor = cmd.method == "sor";
   const SorParams sp{cmd.mean_k, cmd.std_mul};
   const RorParams rp{cmd.radius, cmd.min_neighbors};
-  const bool gpu = want_gpu(cmd.device);
   Report r;
-  r.add("command", "filter " + cmd.method);
+  r.add("command", "filter");
+  r.add("method", cmd.method);
+  const bool gpu = want_gpu(cmd.device, cmd.mode.quiet, r);
   r.add_section("cloud", describe_cloud(cloud));
   r.add("load", load_ms, "ms");
   if (sor) {
@@ -141,6 +171,7 @@ int run_filter(const FilterCommand& cmd) {
     r.add("min_neighbors", cmd.min_neighbors);
   }
   FilterResult result;
+  Progress progress("filtering", -1, "", Progress::wanted(cmd.mode.quiet));
   if (gpu) {
     result = sor ? gpu_statistical_outlier_removal(cloud.view(), sp)
                  : gpu_radius_outlier_removal(cloud.view(), rp);
@@ -160,7 +191,7 @@ int run_filter(const FilterCommand& cmd) {
     c.add("total", ms, "ms");
     if (gpu) {
       const bool same = cpu.kept == result.kept;
-      c.add("same points kept", same ? "yes" : "no");
+      c.add_bool("same points kept", same);
       if (!same) exit_code = kExitDisagree;
       r.add("speedup", ms / (double(result.search_ms) + result.filter_ms), "x");
     } else {
@@ -168,7 +199,8 @@ int run_filter(const FilterCommand& cmd) {
     }
     r.add_section("cpu", std::move(c));
   }
-  if (sor && gpu) {
+  progress.finish();
+  if (sor) {
     r.add("mean distance", result.mean);
     r.add("stddev", result.stddev);
     r.add("threshold", result.threshold);
@@ -178,20 +210,22 @@ int run_filter(const FilterCommand& cmd) {
         static_cast<double>(cloud.size() - static_cast<std::int64_t>(result.kept.size())));
   if (gpu) r.add("borderline", static_cast<double>(result.borderline));
   save_cloud_subset(outputs, cloud, result.kept, cmd.out);
-  r.add("written to", cmd.out + " (every field of the input)");
+  r.add("written to", cmd.out);
+  r.add_note("", "every field of the input, for the points kept");
   if (!cmd.kept_indices.empty()) {
-    write_array(outputs, cmd.kept_indices, result.kept.data(),
-                static_cast<std::int64_t>(result.kept.size()), 1, "index");
+    write_vector(outputs, cmd.kept_indices, result.kept.data(),
+                 static_cast<std::int64_t>(result.kept.size()), "index");
     r.add("kept indices written to", cmd.kept_indices);
   }
   outputs.commit();
-  r.print_table(stderr);
-  if (cmd.json) std::printf("%s\n", r.json().c_str());
+  emit(r, cmd.mode);
   return exit_code;
 }
 
 int run_smooth(const SmoothCommand& cmd) {
-  OutputSet outputs = plan_outputs(cmd.input, cmd.out, "", cmd.json);
+  check_input_format(cmd.input, cmd.format);
+  if (cmd.compare_cpu) refuse_compare_on_cpu(cmd.device, "smoothing");
+  OutputSet outputs = plan_outputs(cmd.input, cmd.out, "", cmd.mode.json);
   // Both methods' parameters are checked before loading (which one applies depends on the cloud).
   OrganizedSmoothParams op;
   UnorganizedSmoothParams up;
@@ -208,30 +242,51 @@ int run_smooth(const SmoothCommand& cmd) {
                                          : UnorganizedSmoothParams::Weights::rank;
   up.max_move = cmd.max_move;
   validate(up);
-  const auto t0 = std::chrono::steady_clock::now();
-  const Cloud cloud = load_cloud(cmd.input);
-  const double load_ms = ms_since(t0);
+  double load_ms = 0;
+  const Cloud cloud = load(cmd.input, cmd.format, /*keep_fields=*/true, cmd.mode.quiet, load_ms);
   const bool organized = cloud.height > 1;
+  // Which method applies depends on the cloud: the other method's options are refused.
+  const auto& wrong = organized ? cmd.unorganized_options : cmd.organized_options;
+  if (!wrong.empty())
+    throw error(wrong.front() + " applies to " + (organized ? "unorganized" : "organized") +
+                " clouds; '" + cloud.path + "' is " +
+                (organized ? "organized (" + std::to_string(cloud.width) + " x " +
+                                 std::to_string(cloud.height) + ")"
+                           : "unorganized"));
   if (organized) {
     for (int a = 0; a < 3; ++a)  // rays from the file's (0, 0, 0), in re-centered coordinates
       op.sensor[a] = static_cast<float>(-cloud.origin[a]);
     validate(op);
   }
-  const bool gpu = want_gpu(cmd.device);
   Report r;
   r.add("command", "smooth");
+  const bool gpu = want_gpu(cmd.device, cmd.mode.quiet, r);
   r.add_section("cloud", describe_cloud(cloud));
   r.add("load", load_ms, "ms");
   const int w = static_cast<int>(cloud.width), h = static_cast<int>(cloud.height);
+  Report m;
+  std::string method;
   if (organized) {
     char jump[64] = "";
     if (op.depth_jump > 0) std::snprintf(jump, sizeof jump, ", depth jump %g", op.depth_jump);
-    r.add("method", "stencil " + cmd.stencil + " on " + cmd.value + jump);
+    method = "stencil " + cmd.stencil + " on " + cmd.value + jump;
+    m.add("kind", "stencil");
+    m.add("stencil", cmd.stencil);
+    m.add("value", cmd.value);
+    m.add("depth jump", op.depth_jump);
   } else {
-    r.add("method", std::string(cmd.mu != 0 ? "Taubin" : "Laplacian") +
-                        ", k = " + std::to_string(cmd.k) + ", " + std::to_string(cmd.iterations) +
-                        " iterations, " + cmd.weights + " weights");
+    method = std::string(cmd.mu != 0 ? "Taubin" : "Laplacian") + ", k = " + std::to_string(cmd.k) +
+             ", " + std::to_string(cmd.iterations) + " iterations, " + cmd.weights + " weights";
+    m.add("kind", cmd.mu != 0 ? "taubin" : "laplacian");
+    m.add("k", cmd.k);
+    m.add("iterations", cmd.iterations);
+    m.add("lambda", cmd.lambda);
+    m.add("mu", cmd.mu);
+    m.add("weights", cmd.weights);
   }
+  m.add("max move", cmd.max_move);
+  r.add_object("method", std::move(m), method);
+  Progress progress("smoothing", -1, "", Progress::wanted(cmd.mode.quiet));
   std::vector<float> result;
   double gpu_total = 0;
   if (gpu) {
@@ -304,6 +359,7 @@ int run_smooth(const SmoothCommand& cmd) {
     }
     r.add_section("cpu", std::move(c));
   }
+  progress.finish();
   double moved = 0;
   for (std::int64_t i = 0; i < cloud.size(); ++i) {
     if (std::isnan(result[i * 3])) continue;
@@ -315,10 +371,9 @@ int run_smooth(const SmoothCommand& cmd) {
   r.add("largest move", moved);
   save_cloud_moved(outputs, cloud, result, cmd.out);
   outputs.commit();
-  r.add("written to", cmd.out + (organized ? " (organized, every field of the input)"
-                                           : " (every field of the input)"));
-  r.print_table(stderr);
-  if (cmd.json) std::printf("%s\n", r.json().c_str());
+  r.add("written to", cmd.out);
+  r.add_note("", organized ? "organized, every field of the input" : "every field of the input");
+  emit(r, cmd.mode);
   return exit_code;
 }
 

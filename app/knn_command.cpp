@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <tuple>
 
@@ -40,7 +41,8 @@ OutputSet plan_outputs(const SearchOptions& opt, OutputKind out_kind,
   OutputSet outputs;
   outputs.add_input(opt.input);
   if (!opt.query.empty()) outputs.add_input(opt.query);
-  if (opt.json) outputs.reserve_stdout("--json");
+  if (opt.mode.json) outputs.reserve_stdout("--json");
+  outputs.prefer_csv_streams(opt.csv_streams);
   if (!opt.out.empty()) outputs.add(opt.out, out_kind);
   if (!opt.distances.empty()) outputs.add(opt.distances, OutputKind::array);
   if (!counts.empty()) outputs.add(counts, OutputKind::array);
@@ -49,6 +51,7 @@ OutputSet plan_outputs(const SearchOptions& opt, OutputKind out_kind,
 
 // The search arguments that do not depend on the clouds, checked before they are loaded.
 void validate_before_loading(const SearchOptions& opt, int k) {
+  check_search_options(opt);
   const PointsView none{};
   validate_knn_args(none, opt.query.empty() ? nullptr : &none, {k, opt.exclude_self});
 }
@@ -56,8 +59,15 @@ void validate_before_loading(const SearchOptions& opt, int k) {
 Inputs load_inputs(const SearchOptions& opt) {
   Inputs in;
   const auto t0 = std::chrono::steady_clock::now();
-  in.refs = load_cloud(opt.input, nullptr, /*keep_fields=*/false);
-  if (!opt.query.empty()) in.queries = load_cloud(opt.query, &in.refs.origin, false);
+  const CloudFormat format = parse_format(opt.format);
+  {
+    Progress p("loading " + opt.input, -1, "", Progress::wanted(opt.mode.quiet));
+    in.refs = load_cloud(opt.input, nullptr, /*keep_fields=*/false, format);
+  }
+  if (!opt.query.empty()) {
+    Progress p("loading " + opt.query, -1, "", Progress::wanted(opt.mode.quiet));
+    in.queries = load_cloud(opt.query, &in.refs.origin, false, format);
+  }
   in.load_ms = ms_since(t0);
   std::tie(in.ref_view, in.query_view) = search_views(in.refs, in.queries ? &*in.queries : nullptr);
   if (in.queries) in.pcl_query_view = in.queries->view();
@@ -67,7 +77,7 @@ Inputs load_inputs(const SearchOptions& opt) {
 Report start_report(const char* command, const SearchOptions& opt, const Inputs& in) {
   Report report;
   report.add("command", command);
-  report.add("exclude self", opt.exclude_self ? "yes" : "no");
+  report.add_bool("exclude self", opt.exclude_self);
   report.add_section("references", describe_cloud(in.refs));
   if (in.queries) report.add_section("queries", describe_cloud(*in.queries));
   report.add("load", in.load_ms, "ms");
@@ -77,28 +87,18 @@ Report start_report(const char* command, const SearchOptions& opt, const Inputs&
 // The index every search command runs on: the backend from --device (auto: the GPU when one is
 // usable, else the CPU backend), the device's start-up reported apart, the memory cap as the
 // index's memory resource. Builds over the references; fills the section's first rows.
-Index build_index(const SearchOptions& opt, const Inputs& in, Report& s) {
+Index build_index(const SearchOptions& opt, const Inputs& in, Report& report, Report& s) {
   IndexOptions o;
-  o.backend = parse_backend(opt.device);
-  if (o.backend == Backend::automatic) {
-    const DeviceInfo dev = query_device();
-    o.backend = dev.available ? Backend::cuda : Backend::cpu;
-    if (!dev.available)
-      std::fprintf(stderr, "pcnn: no usable CUDA device (%s); running on the CPU\n",
-                   dev.reason.c_str());
-  }
-  if (o.backend == Backend::cuda) {
-    const DeviceInfo dev = query_device();
-    if (!dev.available) throw no_device_error("no usable CUDA device: " + dev.reason);
-    s.add("device",
-          dev.name + " (sm_" + std::to_string(dev.cc_major) + std::to_string(dev.cc_minor) + ")");
+  const std::optional<DeviceInfo> gpu = choose_device(opt.device, opt.mode.quiet);
+  o.backend = gpu ? Backend::cuda : Backend::cpu;
+  add_device(report, gpu ? &*gpu : nullptr);
+  if (gpu) {
+    const DeviceInfo& dev = *gpu;
     s.add("context start-up", initialize_device(dev.ordinal), "ms");
     if (opt.max_device_memory > 0) {
       o.memory = make_limited_pool_resource(opt.max_device_memory);
       s.add("device memory limit", static_cast<double>(opt.max_device_memory), "bytes");
     }
-  } else {
-    s.add("device", "cpu");
   }
   o.staging = parse_staging(opt.staging);
   o.chunk_rows = opt.chunk_rows;
@@ -122,7 +122,8 @@ double finish_search_section(Report& s, const SearchTimings& build, const Search
     s.add("download", t.download_ms, "ms");
     if (t.download_ms > 0)
       s.add("download rate", t.download_bytes / (double(t.download_ms) * 1e6), "GB/s");
-    if (t.passes > 1) s.add("passes", t.passes);
+    s.add("passes", t.passes);
+    if (t.passes <= 1) s.json_only();  // the table shows passes only when there were several
     if (t.distance_evaluations > 0)
       s.add("distance evaluations", static_cast<double>(t.distance_evaluations));
   } else {
@@ -166,21 +167,118 @@ Report knn_agreement_section(const KnnAgreement& ag) {
       "tie-aware: indices may differ only between neighbors at equal distance");
 }
 
+void report_written(const SearchOptions& opt, Report& report);
+
 void write_dense(OutputSet& outputs, const SearchOptions& opt, const KnnResult& r, Report& report) {
   if (!opt.out.empty()) write_array(outputs, opt.out, r.indices.data(), r.rows, r.k, "n");
   if (!opt.distances.empty())
     write_array(outputs, opt.distances, r.sqdist.data(), r.rows, r.k, "d");
+  report_written(opt, report);
+}
+
+void report_written(const SearchOptions& opt, Report& report) {
   if (!opt.out.empty()) report.add("indices written to", opt.out);
   if (!opt.distances.empty()) report.add("squared distances written to", opt.distances);
 }
 
 int finish(const SearchOptions& opt, Report& report, int exit_code) {
-  report.print_table(stderr);
-  if (opt.json) std::printf("%s\n", report.json().c_str());
+  emit(report, opt.mode);
   return exit_code;
 }
 
+// Where a chunk of kNN rows goes: views to fill for rows [a, a + n), then done(a, n).
+struct ChunkSink {
+  std::function<std::pair<MatrixView<std::int32_t>, MatrixView<float>>(std::int64_t, std::int64_t)>
+      at;
+  std::function<void(std::int64_t, std::int64_t)> done;
+};
+
+// kNN rows [0, rows) in chunks of `chunk` rows (the self-search by rows, separate queries by
+// slices), progress shown between chunks; the chunks' timings summed.
+SearchTimings knn_in_chunks(Index& index, const Inputs& in, const KnnParams& params,
+                            std::int64_t rows, std::int64_t chunk, bool show_progress,
+                            const ChunkSink& sink) {
+  SearchTimings t;
+  Progress progress("searching", rows, " rows", show_progress);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::int64_t a = 0; a < rows; a += chunk) {
+    const std::int64_t n = std::min(chunk, rows - a);
+    const auto [iv, dv] = sink.at(a, n);
+    if (in.qv()) {
+      const PointsView q = in.query_view.slice(a, n);
+      index.knn(q, params, iv, dv);
+    } else {
+      index.self_knn_rows(a, params, iv, dv);
+    }
+    const SearchTimings& c = index.last_timings();
+    t.backend = c.backend;
+    t.staging = c.staging;
+    t.upload_ms += c.upload_ms;
+    t.build_ms += c.build_ms;
+    t.search_ms += c.search_ms;
+    t.download_ms += c.download_ms;
+    t.download_bytes += c.download_bytes;
+    t.distance_evaluations += c.distance_evaluations;
+    sink.done(a, n);
+    progress.update(a + n);
+  }
+  t.passes = static_cast<int>((rows + chunk - 1) / chunk);
+  t.total_ms = ms_since(t0);
+  return t;
+}
+
 }  // namespace
+
+std::optional<DeviceInfo> choose_device(const std::string& device, bool quiet) {
+  if (device == "cpu") return std::nullopt;
+  DeviceInfo dev = query_device();
+  if (dev.available) return dev;
+  if (device == "cuda") throw no_device_error("no usable CUDA device: " + dev.reason);
+  if (!quiet)
+    std::fprintf(stderr, "pcnn: no usable CUDA device (%s); running on the CPU\n",
+                 dev.reason.c_str());
+  return std::nullopt;
+}
+
+void refuse_compare_on_cpu(const std::string& device, const char* what) {
+  if (device == "cpu")
+    throw error(std::string("--compare-cpu compares the GPU's ") + what +
+                " with the CPU's; with --device cpu the CPU backend is the search");
+  if (device == "auto") {
+    const DeviceInfo dev = query_device();
+    if (!dev.available)
+      throw error(std::string("--compare-cpu compares the GPU's ") + what +
+                  " with the CPU's; there is no usable CUDA device (" + dev.reason +
+                  "), so the CPU backend is the search");
+  }
+}
+
+void check_input_format(const std::string& input, const std::string& format) {
+  if (input == "-" && format.empty())
+    throw error("reading a cloud from standard input ('-') needs --format pcd or --format ply");
+}
+
+CloudFormat parse_format(const std::string& format) {
+  if (format == "pcd") return CloudFormat::pcd;
+  if (format == "ply") return CloudFormat::ply;
+  return CloudFormat::by_extension;
+}
+
+void check_search_options(const SearchOptions& opt) {
+  if (opt.exclude_self && !opt.query.empty())
+    throw error("--exclude-self applies to a self-search, not to --query points");
+  if (opt.input == "-" && opt.query == "-")
+    throw error("the input and --query cannot both be standard input ('-')");
+  check_input_format(opt.input, opt.format);
+  check_input_format(opt.query, opt.format);
+  if (opt.device == "cpu") {
+    if (opt.staging != "auto")
+      throw error("--staging applies to GPU transfers; not with --device cpu");
+    if (opt.max_device_memory > 0)
+      throw error("--max-device-memory applies to the GPU; not with --device cpu");
+  }
+  if (opt.compare_cpu) refuse_compare_on_cpu(opt.device, "search");
+}
 
 std::int64_t parse_bytes(const std::string& text) {
   std::size_t used = 0;
@@ -220,13 +318,15 @@ int run_knn(const KnnCommand& cmd) {
   report.add("k", cmd.k);
 
   Report s;
-  Index index = build_index(cmd, in, s);
+  Index index = build_index(cmd, in, report, s);
   const SearchTimings build = index.last_timings();
   const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
   // Results go straight to the output files chunk by chunk when asked to (--chunk-rows) or when
   // they are large (over 1 GB), unless the CPU comparison needs them all.
   const bool streamed =
       !cmd.compare_cpu && (cmd.chunk_rows > 0 || rows * cmd.k * 8 > (std::int64_t(1) << 30));
+  // On a terminal, a large search runs in about a hundred chunks so that progress can be shown.
+  const bool show_progress = Progress::wanted(cmd.mode.quiet);
   KnnResult result;
   SearchTimings t;
   if (streamed) {
@@ -236,35 +336,35 @@ int run_knn(const KnnCommand& cmd) {
     const std::int64_t chunk = cmd.chunk_rows > 0 ? cmd.chunk_rows : std::int64_t(1) << 22;
     std::vector<std::int32_t> idx;
     std::vector<float> dist;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (std::int64_t a = 0; a < rows; a += chunk) {
-      const std::int64_t n = std::min(chunk, rows - a);
+    ChunkSink sink;
+    sink.at = [&](std::int64_t, std::int64_t n) {
       idx.resize(static_cast<std::size_t>(n) * cmd.k);
       dist.resize(idx.size());
-      const MatrixView<std::int32_t> iv{idx.data(), n, cmd.k};
-      const MatrixView<float> dv{dist.data(), n, cmd.k};
-      if (in.qv()) {
-        const PointsView q = in.query_view.slice(a, n);
-        index.knn(q, params, iv, dv);
-      } else {
-        index.self_knn_rows(a, params, iv, dv);
-      }
-      const SearchTimings& c = index.last_timings();
-      t.backend = c.backend;
-      t.upload_ms += c.upload_ms;
-      t.build_ms += c.build_ms;
-      t.search_ms += c.search_ms;
-      t.download_ms += c.download_ms;
-      t.download_bytes += c.download_bytes;
-      t.distance_evaluations += c.distance_evaluations;
+      return std::make_pair(MatrixView<std::int32_t>{idx.data(), n, cmd.k},
+                            MatrixView<float>{dist.data(), n, cmd.k});
+    };
+    sink.done = [&](std::int64_t, std::int64_t n) {
       if (out_idx) out_idx->append(idx.data(), n);
       if (out_dist) out_dist->append(dist.data(), n);
-    }
-    t.passes = static_cast<int>((rows + chunk - 1) / chunk);
-    t.total_ms = ms_since(t0);
+    };
+    t = knn_in_chunks(index, in, params, rows, chunk, show_progress, sink);
     if (out_idx) out_idx->finish();
     if (out_dist) out_dist->finish();
     s.add("results", "streamed to the outputs chunk by chunk");
+  } else if (show_progress && rows >= (std::int64_t(1) << 20)) {
+    result.rows = rows;
+    result.k = cmd.k;
+    result.indices.resize(static_cast<std::size_t>(rows) * cmd.k);
+    result.sqdist.resize(result.indices.size());
+    ChunkSink sink;
+    sink.at = [&](std::int64_t a, std::int64_t n) {
+      const std::size_t at = static_cast<std::size_t>(a) * cmd.k;
+      return std::make_pair(MatrixView<std::int32_t>{result.indices.data() + at, n, cmd.k},
+                            MatrixView<float>{result.sqdist.data() + at, n, cmd.k});
+    };
+    sink.done = [](std::int64_t, std::int64_t) {};
+    t = knn_in_chunks(index, in, params, rows, std::max<std::int64_t>(rows / 100, 1 << 16), true,
+                      sink);
   } else {
     result = in.qv() ? index.knn(*in.qv(), params) : index.self_knn(params);
     t = index.last_timings();
@@ -294,12 +394,10 @@ int run_knn(const KnnCommand& cmd) {
     report.add_section("agreement with CPU", std::move(section));
     if (!ag.all_agree()) exit_code = kExitDisagree;
   }
-  if (streamed) {
-    if (!cmd.out.empty()) report.add("indices written to", cmd.out);
-    if (!cmd.distances.empty()) report.add("squared distances written to", cmd.distances);
-  } else {
+  if (streamed)
+    report_written(cmd, report);
+  else
     write_dense(outputs, cmd, result, report);
-  }
   outputs.commit();
   return finish(cmd, report, exit_code);
 }
@@ -316,9 +414,9 @@ void write_csr(OutputSet& outputs, const SearchOptions& opt, const RadiusResult&
     report.add("pairs written to", opt.out);
     return;
   }
-  std::string written;
-  for (const auto& f : files) written += (written.empty() ? "" : ", ") + f;
-  report.add("written", written);
+  report.add("offsets written to", files[0]);
+  report.add("indices written to", files[1]);
+  report.add("squared distances written to", files[2]);
 }
 
 Report radius_agreement_section(const RadiusAgreement& ag) {
@@ -338,21 +436,25 @@ int run_radius(const RadiusCommand& cmd) {
       plan_outputs(cmd, hybrid ? OutputKind::array : OutputKind::radius, cmd.counts);
   const Inputs in = load_inputs(cmd);
   validate_knn_args(in.ref_view, in.qv(), {hybrid ? cmd.max_nn : 1, cmd.exclude_self});
-  Report report = start_report(hybrid ? "radius (hybrid)" : "radius", cmd, in);
+  Report report = start_report("radius", cmd, in);
+  report.add_bool("hybrid", hybrid);
   report.add("radius", cmd.radius);
   if (hybrid) report.add("max nn", cmd.max_nn);
 
   Report s;
-  Index index = build_index(cmd, in, s);
+  Index index = build_index(cmd, in, report, s);
   const SearchTimings build = index.last_timings();
   RadiusResult radius;
   HybridResult capped;
   const HybridParams hp{cmd.radius, cmd.max_nn, cmd.exclude_self};
   const RadiusParams rp{cmd.radius, cmd.exclude_self};
-  if (hybrid)
-    capped = in.qv() ? index.hybrid(*in.qv(), hp) : index.self_hybrid(hp);
-  else
-    radius = in.qv() ? index.radius(*in.qv(), rp) : index.self_radius(rp);
+  {
+    Progress p("searching", -1, "", Progress::wanted(cmd.mode.quiet));
+    if (hybrid)
+      capped = in.qv() ? index.hybrid(*in.qv(), hp) : index.self_hybrid(hp);
+    else
+      radius = in.qv() ? index.radius(*in.qv(), rp) : index.self_radius(rp);
+  }
   const double total = finish_search_section(s, build, index.last_timings());
   report.add_section("search", std::move(s));
   int exit_code = kExitOk;
@@ -377,7 +479,7 @@ int run_radius(const RadiusCommand& cmd) {
   if (hybrid) {
     write_dense(outputs, cmd, capped.knn, report);
     if (!cmd.counts.empty()) {
-      write_array(outputs, cmd.counts, capped.counts.data(), capped.knn.rows, 1, "count");
+      write_vector(outputs, cmd.counts, capped.counts.data(), capped.knn.rows, "count");
       report.add("counts written to", cmd.counts);
     }
   } else {

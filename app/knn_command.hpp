@@ -2,7 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+
+#include "pcnn/device.hpp"
+#include "report.hpp"
 
 namespace pcnn::app {
 
@@ -18,7 +22,9 @@ struct SearchOptions {
   std::int64_t chunk_rows = 0;         // > 0: rows per chunk (kNN: results streamed to the outputs)
   std::int64_t max_device_memory = 0;  // bytes; 0: no cap
   bool compare_cpu = false;
-  bool json = false;
+  bool csv_streams = false;  // --stream-format csv: arrays to '-' or a pipe as CSV
+  std::string format;  // pcd | ply: how to read the inputs ("-" is standard input); "": by name
+  OutputMode mode;     // --json, --quiet
 };
 
 struct KnnCommand : SearchOptions {
@@ -44,6 +50,26 @@ enum ExitCode {
   kExitOutput = 5,
   kExitDisagree = 6,
 };
+
+/// The CUDA device to run on (its description), or none for the CPU: `device` is auto (the
+/// GPU when one is usable, else the CPU, saying so on stderr unless `quiet`), cuda (throws
+/// pcnn::no_device_error without one) or cpu. Does not create a context.
+std::optional<DeviceInfo> choose_device(const std::string& device, bool quiet);
+
+/// Throws pcnn::error (exit 2) when --compare-cpu cannot compare anything: the search itself
+/// runs on the CPU (--device cpu, or auto without a usable GPU). `what`: "search", "filter"...
+void refuse_compare_on_cpu(const std::string& device, const char* what);
+
+/// Throws pcnn::error (exit 2) when `input` is standard input ('-') and no --format is given.
+void check_input_format(const std::string& input, const std::string& format);
+
+/// --format as load_cloud takes it.
+CloudFormat parse_format(const std::string& format);
+
+/// Options that do not apply to a search are refused (pcnn::error, exit 2) before anything is
+/// loaded: --exclude-self with --query, --compare-cpu on the CPU backend, GPU-only options with
+/// --device cpu, two inputs from standard input.
+void check_search_options(const SearchOptions& opt);
 
 /// Runs the command; returns kExitOk, or kExitDisagree when --compare-cpu found a difference.
 /// Errors are thrown (pcnn::input_error, pcnn::cuda_error, ...) and mapped to exit codes by main.

@@ -5,7 +5,10 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <new>
+#include <string>
+#include <vector>
 
 #include "cloud_commands.hpp"
 #include "knn_command.hpp"
@@ -43,6 +46,28 @@ namespace {
 
 using namespace pcnn::app;
 
+// --json and --quiet, which every command takes.
+void add_output_mode(CLI::App* cmd, OutputMode& mode) {
+  cmd->add_flag("--json", mode.json,
+                "print the summary (or the error) as one JSON object on stdout");
+  cmd->add_flag("-q,--quiet", mode.quiet, "no table and no progress on stderr");
+}
+
+// --stream-format, for commands that write arrays.
+void add_stream_format(CLI::App* cmd, bool& csv) {
+  cmd->add_option_function<std::string>(
+         "--stream-format", [&csv](const std::string& f) { csv = f == "csv"; },
+         "arrays written to '-' (stdout) or another stream (pipe, FIFO): npy (default) or csv")
+      ->check(CLI::IsMember({"npy", "csv"}));
+}
+
+// --format, which every command that reads a cloud takes.
+void add_input_format(CLI::App* cmd, std::string& format) {
+  cmd->add_option("--format", format,
+                  "read the input as pcd or ply whatever its name; needed for '-' (stdin)")
+      ->check(CLI::IsMember({"pcd", "ply"}));
+}
+
 // Options every search command takes; `memory` receives --max-device-memory as typed.
 void add_search_options(CLI::App* cmd, SearchOptions& o, std::string& memory) {
   cmd->add_option("input", o.input, "reference cloud (.pcd or .ply)")->required();
@@ -61,39 +86,94 @@ void add_search_options(CLI::App* cmd, SearchOptions& o, std::string& memory) {
                   "device memory pcnn may use (e.g. 2G, 512Mi): larger results go in passes");
   cmd->add_flag("--compare-cpu", o.compare_cpu,
                 "also run the CPU baseline (PCL's k-d tree on all cores), time it and compare");
-  cmd->add_flag("--json", o.json, "print the summary as one JSON object on stdout");
+  add_input_format(cmd, o.format);
+  add_stream_format(cmd, o.csv_streams);
+  add_output_mode(cmd, o.mode);
 }
 
-int run_generate(const std::string& kind, long long n, unsigned long long seed, int width,
-                 int height, const std::string& out) {
+struct GenerateCommand {
+  std::string kind, out;
+  long long n = 50000;
+  unsigned long long seed = 1;
+  int width = 640, height = 480;
+  OutputMode mode;
+};
+
+int run_generate(const GenerateCommand& g) {
   pcnn::OutputSet outputs;  // checked before the cloud is made
-  outputs.add(out, pcnn::OutputKind::cloud);
-  if (kind == "depth") {
-    pcnn::save_xyz(outputs, out, pcnn::make_depth_scene(width, height, 0.005, 0.02, seed),
-                   static_cast<std::uint32_t>(width));
-    outputs.commit();
-    std::fprintf(stderr, "pcnn: wrote an organized %d x %d depth scene (seed %llu) to %s\n", width,
-                 height, seed, out.c_str());
-    return kExitOk;
-  }
-  const auto xyz = pcnn::make_synthetic_cloud(pcnn::parse_synthetic_kind(kind), n, seed);
-  pcnn::save_xyz(outputs, out, xyz);
+  if (g.mode.json) outputs.reserve_stdout("--json");
+  outputs.add(g.out, pcnn::OutputKind::cloud);
+  const bool depth = g.kind == "depth";
+  const std::vector<float> xyz =
+      depth ? pcnn::make_depth_scene(g.width, g.height, 0.005, 0.02, g.seed)
+            : pcnn::make_synthetic_cloud(pcnn::parse_synthetic_kind(g.kind), g.n, g.seed);
+  pcnn::save_xyz(outputs, g.out, xyz, depth ? static_cast<std::uint32_t>(g.width) : 0);
   outputs.commit();
-  std::fprintf(stderr, "pcnn: wrote %s points (%s, seed %llu) to %s\n", thousands(n).c_str(),
-               kind.c_str(), seed, out.c_str());
+  const auto points = static_cast<long long>(xyz.size() / 3);
+  if (!g.mode.quiet) {
+    if (depth)
+      std::fprintf(stderr, "pcnn: wrote an organized %d x %d depth scene (seed %llu) to %s\n",
+                   g.width, g.height, g.seed, g.out.c_str());
+    else
+      std::fprintf(stderr, "pcnn: wrote %s points (%s, seed %llu) to %s\n",
+                   thousands(points).c_str(), g.kind.c_str(), g.seed, g.out.c_str());
+  }
+  if (g.mode.json) {
+    Report r;
+    r.add("command", "generate");
+    r.add("kind", g.kind);
+    r.add("points", static_cast<double>(points));
+    r.add("seed", static_cast<double>(g.seed));
+    r.add_bool("organized", depth);
+    r.add("width", depth ? g.width : static_cast<double>(points));
+    r.add("height", depth ? g.height : 1);
+    r.add("written to", g.out);
+    std::printf("%s\n", r.json().c_str());
+  }
   return kExitOk;
 }
 
-int run_devices() {
+int run_devices(OutputMode mode) {
   const pcnn::DeviceInfo d = pcnn::query_device();
-  if (!d.available) {
-    std::printf("no usable CUDA device: %s\n", d.reason.c_str());
-    return kExitDevice;
+  Report r;
+  r.add("command", "devices");
+  r.add_bool("available", d.available);
+  if (d.available) {
+    add_device(r, &d);
+    r.add("driver version", d.driver_version);
+    r.add("runtime version", d.runtime_version);
+  } else {
+    r.add("reason", d.reason);
   }
-  std::printf("device %d: %s, compute capability %d.%d, %d multiprocessors, %.1f GiB%s\n",
-              d.ordinal, d.name.c_str(), d.cc_major, d.cc_minor, d.multiprocessors,
-              d.total_memory / 1073741824.0, d.integrated ? ", integrated" : "");
-  return kExitOk;
+  if (mode.json) {
+    std::printf("%s\n", r.json().c_str());
+  } else if (!d.available) {
+    std::printf("no usable CUDA device: %s\n", d.reason.c_str());
+  } else {
+    std::printf("device %d: %s, compute capability %d.%d, %d multiprocessors, %.1f GiB%s\n",
+                d.ordinal, d.name.c_str(), d.cc_major, d.cc_minor, d.multiprocessors,
+                d.total_memory / 1073741824.0, d.integrated ? ", integrated" : "");
+  }
+  return d.available ? kExitOk : kExitDevice;
+}
+
+// The options of `cmd` among `names` that were given on the command line.
+std::vector<std::string> given(CLI::App* cmd, std::initializer_list<const char*> names) {
+  std::vector<std::string> out;
+  for (const char* n : names)
+    if (cmd->count(n) > 0) out.emplace_back(n);
+  return out;
+}
+
+// An error: the message on stderr and, with --json, as one JSON object on stdout.
+int fail(const std::string& message, int exit_code, const std::string& file, bool json,
+         const char* prefix = "error") {
+  std::fprintf(stderr, "pcnn: %s: %s\n", prefix, message.c_str());
+  if (json) {
+    std::printf("%s\n", json_error(message, exit_code, file).c_str());
+    std::fflush(stdout);
+  }
+  return exit_code;
 }
 
 }  // namespace
@@ -139,28 +219,26 @@ int main(int argc, char** argv) {
   radius_cmd->add_option("--counts", radius.counts,
                          "with --max-nn: neighbors found per query (.npy int32 or .csv)");
 
-  std::string gen_kind, gen_out;
-  long long gen_n = 50000;
-  unsigned long long gen_seed = 1;
+  GenerateCommand gen;
   auto* gen_cmd = app.add_subcommand("generate", "write a synthetic cloud as binary PCD");
-  int gen_width = 640, gen_height = 480;
   gen_cmd
-      ->add_option("kind", gen_kind,
+      ->add_option("kind", gen.kind,
                    "uniform, clustered, lidar, hotspot, or depth (an organized depth-camera "
                    "scene with noise, holes and depth edges)")
       ->required()
       ->check(CLI::IsMember({"uniform", "clustered", "lidar", "hotspot", "depth"}));
-  gen_cmd->add_option("--width", gen_width, "depth: columns")
+  gen_cmd->add_option("--width", gen.width, "depth: columns")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
-  gen_cmd->add_option("--height", gen_height, "depth: rows")
+  gen_cmd->add_option("--height", gen.height, "depth: rows")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
-  gen_cmd->add_option("-n,--points", gen_n, "number of points")
+  gen_cmd->add_option("-n,--points", gen.n, "number of points")
       ->capture_default_str()
       ->check(CLI::Range(0LL, 2147483647LL));
-  gen_cmd->add_option("--seed", gen_seed, "random seed")->capture_default_str();
-  gen_cmd->add_option("-o,--out", gen_out, "output .pcd")->required();
+  gen_cmd->add_option("--seed", gen.seed, "random seed")->capture_default_str();
+  gen_cmd->add_option("-o,--out", gen.out, "output .pcd or .ply ('-': stdout)")->required();
+  add_output_mode(gen_cmd, gen.mode);
 
   StatsCommand stats;
   auto* stats_cmd = app.add_subcommand("stats", "count, bounds, centroid, covariance, spacing");
@@ -168,7 +246,8 @@ int main(int argc, char** argv) {
   stats_cmd->add_option("--device", stats.device, "auto, cuda or cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
       ->capture_default_str();
-  stats_cmd->add_flag("--json", stats.json, "print the summary as one JSON object on stdout");
+  add_input_format(stats_cmd, stats.format);
+  add_output_mode(stats_cmd, stats.mode);
 
   FilterCommand filter;
   auto* filter_cmd = app.add_subcommand(
@@ -194,7 +273,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   filter_cmd->add_flag("--compare-cpu", filter.compare_cpu,
                        "also run PCL's filter and check that the same points are kept");
-  filter_cmd->add_flag("--json", filter.json, "print the summary as one JSON object on stdout");
+  add_input_format(filter_cmd, filter.format);
+  add_stream_format(filter_cmd, filter.csv_streams);
+  add_output_mode(filter_cmd, filter.mode);
 
   SmoothCommand smooth;
   std::string taubin;
@@ -231,15 +312,24 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   smooth_cmd->add_flag("--compare-cpu", smooth.compare_cpu,
                        "also run the CPU reference and compare");
-  smooth_cmd->add_flag("--json", smooth.json, "print the summary as one JSON object on stdout");
+  add_input_format(smooth_cmd, smooth.format);
+  add_output_mode(smooth_cmd, smooth.mode);
 
-  app.add_subcommand("devices", "show the CUDA device pcnn would use");
+  OutputMode devices_mode;
+  auto* devices_cmd = app.add_subcommand("devices", "show the CUDA device pcnn would use");
+  add_output_mode(devices_cmd, devices_mode);
 
+  // --json anywhere asks for errors as JSON too, parse errors included.
+  bool json = false;
+  for (int i = 1; i < argc; ++i) json = json || std::string(argv[i]) == "--json";
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? kExitOk : kExitUsage;
+    if (e.get_exit_code() == 0 || !json) {
+      const int rc = app.exit(e);
+      return rc == 0 ? kExitOk : kExitUsage;
+    }
+    return fail(e.what(), kExitUsage, "", true);
   }
 
   try {
@@ -259,6 +349,9 @@ int main(int argc, char** argv) {
       return run_radius(radius);
     }
     if (smooth_cmd->parsed()) {
+      smooth.organized_options = given(smooth_cmd, {"--stencil", "--depth-jump", "--value"});
+      smooth.unorganized_options =
+          given(smooth_cmd, {"--laplacian", "--taubin", "--iterations", "-k", "--weights"});
       if (!taubin.empty()) {
         const std::size_t comma = taubin.find(',');
         if (comma == std::string::npos)
@@ -272,41 +365,31 @@ int main(int argc, char** argv) {
       }
       return run_smooth(smooth);
     }
-    if (gen_cmd->parsed())
-      return run_generate(gen_kind, gen_n, gen_seed, gen_width, gen_height, gen_out);
+    if (gen_cmd->parsed()) return run_generate(gen);
     if (stats_cmd->parsed()) return run_stats(stats);
     if (filter_cmd->parsed()) {
-      if (filter.method == "ror" && filter.radius <= 0)
-        throw pcnn::error("filter ror needs --radius (a positive distance)");
-      if (filter.method == "sor")
-        pcnn::validate(pcnn::SorParams{filter.mean_k, filter.std_mul});
-      else
-        pcnn::validate(pcnn::RorParams{filter.radius, filter.min_neighbors});
+      check_filter_options(
+          filter, given(filter_cmd, {"--mean-k", "--std-mul", "--radius", "--min-neighbors"}));
       return run_filter(filter);
     }
-    return run_devices();
+    return run_devices(devices_mode);
   } catch (const pcnn::input_error& e) {
-    std::fprintf(stderr, "pcnn: error: %s\n", e.what());
-    return kExitInput;
+    return fail(e.what(), kExitInput, e.path(), json);
   } catch (const pcnn::output_error& e) {
-    std::fprintf(stderr, "pcnn: error: %s\n", e.what());
-    return kExitOutput;
+    return fail(e.what(), kExitOutput, e.path(), json);
   } catch (const pcnn::cuda_error& e) {
-    std::fprintf(stderr, "pcnn: error: %s\n", e.what());
-    return kExitDevice;
+    return fail(e.what(), kExitDevice, "", json);
+  } catch (const pcnn::out_of_memory_error& e) {
+    return fail(e.what(), kExitDevice, "", json);
   } catch (const pcnn::error& e) {
-    std::fprintf(stderr, "pcnn: error: %s\n", e.what());
-    return kExitUsage;
+    return fail(e.what(), kExitUsage, "", json);
   } catch (const std::bad_alloc&) {
     const std::size_t n = failed_allocation;
-    if (n > 0)
-      std::fprintf(stderr, "pcnn: error: out of host memory: %zu bytes needed in one allocation\n",
-                   n);
-    else
-      std::fprintf(stderr, "pcnn: error: out of host memory\n");
-    return kExitDevice;
+    return fail(n > 0
+                    ? "out of host memory: " + std::to_string(n) + " bytes needed in one allocation"
+                    : std::string("out of host memory"),
+                kExitDevice, "", json);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "pcnn: internal error: %s\n", e.what());
-    return kExitInternal;
+    return fail(e.what(), kExitInternal, "", json, "internal error");
   }
 }

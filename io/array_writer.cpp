@@ -15,10 +15,15 @@ using io_detail::Format;
 
 // NPY format 1.0: magic, version, little-endian header length, a Python dict literal padded
 // with spaces and ending in '\n' so that the data starts on a 64-byte boundary.
+// A 1-D array (`cols` < 0) has the shape (rows,).
 std::string npy_header(const char* descr, std::int64_t rows, int cols) {
   std::ostringstream dict;
-  dict << "{'descr': '" << descr << "', 'fortran_order': False, 'shape': (" << rows << ", " << cols
-       << "), }";
+  dict << "{'descr': '" << descr << "', 'fortran_order': False, 'shape': (" << rows;
+  if (cols >= 0)
+    dict << ", " << cols;
+  else
+    dict << ',';
+  dict << "), }";
   std::string h = dict.str();
   const std::size_t unpadded = 10 + h.size() + 1;
   h.append((64 - unpadded % 64) % 64, ' ');
@@ -61,7 +66,8 @@ void append_value_line(std::string& out, std::int64_t row, const T* values, int 
 }  // namespace
 
 // An array file being written: the header, then rows appended in order. Without an OutputSet,
-// the writer makes a one-output set of its own and commits it in finish().
+// the writer makes a one-output set of its own and commits it in finish(). `c` < 0: a 1-D array
+// of `r` values (CSV: one value per row, in a column named `prefix`).
 struct ArrayStreamWriter::Impl {
   std::unique_ptr<OutputSet> own;
   io_detail::OutputFile* file = nullptr;
@@ -72,7 +78,7 @@ struct ArrayStreamWriter::Impl {
 
   Impl(OutputSet* set, const std::string& path, std::int64_t r, int c, const char* descr,
        const std::string& prefix)
-      : rows(r), cols(c) {
+      : rows(r), cols(c < 0 ? 1 : c) {
     if (!set) {
       own = std::make_unique<OutputSet>();
       own->add(path, OutputKind::array);
@@ -80,17 +86,19 @@ struct ArrayStreamWriter::Impl {
     }
     const Format f = io_detail::output_format(*set, path);
     if (f != Format::npy && f != Format::csv)
-      throw output_error("cannot write '" + path + "': it was declared as another kind of output");
+      throw output_error("cannot write '" + path + "': it was declared as another kind of output",
+                         path);
     csv = f == Format::csv;
-    if (rows < 0 || cols < 0) throw output_error("cannot write '" + path + "': a negative shape");
+    if (rows < 0) throw output_error("cannot write '" + path + "': a negative shape", path);
     file = &io_detail::begin_output(*set, path);
     if (csv) {
       text = "row";
-      for (int j = 0; j < cols; ++j) text += "," + prefix + std::to_string(j);
+      if (c < 0) text += "," + prefix;
+      for (int j = 0; j < c; ++j) text += "," + prefix + std::to_string(j);
       text += '\n';
       file->write(text);
     } else {
-      file->write(npy_header(descr, rows, cols));  // the data below is little-endian, as on x86/ARM
+      file->write(npy_header(descr, rows, c));  // the data below is little-endian, as on x86/ARM
     }
   }
 
@@ -165,6 +173,21 @@ void write_array(OutputSet& outputs, const std::string& path, const std::int64_t
   write_whole(&outputs, path, data, rows, cols, "<i8", prefix);
 }
 
+void write_vector(OutputSet& outputs, const std::string& path, const std::int32_t* data,
+                  std::int64_t n, const std::string& name) {
+  write_whole(&outputs, path, data, n, -1, "<i4", name);
+}
+
+void write_vector(OutputSet& outputs, const std::string& path, const std::int64_t* data,
+                  std::int64_t n, const std::string& name) {
+  write_whole(&outputs, path, data, n, -1, "<i8", name);
+}
+
+void write_vector(OutputSet& outputs, const std::string& path, const float* data, std::int64_t n,
+                  const std::string& name) {
+  write_whole(&outputs, path, data, n, -1, "<f4", name);
+}
+
 void write_array(const std::string& path, const std::int32_t* data, std::int64_t rows, int cols,
                  const std::string& prefix) {
   write_whole(nullptr, path, data, rows, cols, "<i4", prefix);
@@ -209,11 +232,11 @@ void write_radius(OutputSet& outputs, const std::string& path, const std::int64_
     return;
   }
   if (files.size() != 3)
-    throw output_error("cannot write '" + path + "': it was not declared as radius results");
+    throw output_error("cannot write '" + path + "': it was not declared as radius results", path);
   const std::int64_t total = offsets[rows];
-  write_array(outputs, files[0], offsets, rows + 1, 1);
-  write_array(outputs, files[1], indices, total, 1);
-  write_array(outputs, files[2], sqdist, total, 1);
+  write_vector(outputs, files[0], offsets, rows + 1, "offset");
+  write_vector(outputs, files[1], indices, total, "index");
+  write_vector(outputs, files[2], sqdist, total, "sqdist");
 }
 
 void write_pairs_csv(const std::string& path, const std::int64_t* offsets, std::int64_t rows,
@@ -221,7 +244,7 @@ void write_pairs_csv(const std::string& path, const std::int64_t* offsets, std::
   OutputSet outputs;
   outputs.add(path, OutputKind::radius);
   if (io_detail::output_format(outputs, path) != Format::pairs_csv)
-    throw output_error("cannot write '" + path + "': pairs are written as .csv");
+    throw output_error("cannot write '" + path + "': pairs are written as .csv", path);
   write_pairs(io_detail::begin_output(outputs, path), offsets, rows, indices, sqdist);
   outputs.commit();
 }

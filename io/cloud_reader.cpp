@@ -4,6 +4,7 @@
 #include <pcl/exceptions.h>
 #include <pcl/io/pcd_io.h>
 #include <pcl/io/ply_io.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <vector>
 
 #include "input_gate.hpp"
 #include "pcnn/io.hpp"
@@ -26,7 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 
 [[noreturn]] void fail(const std::string& path, const std::string& why) {
-  throw input_error("cannot read cloud '" + path + "': " + why);
+  throw input_error("cannot read cloud '" + path + "': " + why, path);
 }
 
 std::string lower_extension(const std::string& path) {
@@ -40,6 +42,41 @@ std::string lower_extension(const std::string& path) {
 // later. O_NONBLOCK so that opening a FIFO does not wait for a writer before being refused.
 class OpenFile {
  public:
+  /// Standard input, read to its end into an anonymous in-memory file first: the gate and PCL
+  /// then read that regular file as they read any other (`path` names it in messages).
+  struct Stdin {};
+  OpenFile(const std::string& path, Stdin) : path_(path) {
+    fd_ = static_cast<int>(::memfd_create("pcnn-stdin", MFD_CLOEXEC));
+    if (fd_ < 0) fail(path, std::string("cannot buffer it: ") + std::strerror(errno));
+    std::vector<char> buf(1 << 20);
+    for (;;) {
+      const ssize_t n = ::read(0, buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        ::close(fd_);
+        fail(path, std::string("cannot read it: ") + std::strerror(errno));
+      }
+      if (n == 0) break;
+      for (ssize_t done = 0; done < n;) {
+        const ssize_t k = ::write(fd_, buf.data() + done, static_cast<std::size_t>(n - done));
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+          ::close(fd_);
+          fail(path, std::string("cannot buffer it: ") + std::strerror(errno));
+        }
+        done += k;
+      }
+    }
+    if (::fstat(fd_, &st_) != 0) {
+      ::close(fd_);
+      fail(path, std::string("cannot stat it: ") + std::strerror(errno));
+    }
+    if (st_.st_size == 0) {
+      ::close(fd_);
+      fail(path, "it is empty");
+    }
+  }
+
   explicit OpenFile(const std::string& path) : path_(path) {
     fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd_ < 0) {
@@ -187,11 +224,18 @@ const pcl::PCLPointField& coordinate_field(const std::string& path,
 
 }  // namespace
 
-Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin, bool keep_fields) {
-  const std::string ext = lower_extension(path);
+Cloud load_cloud(const std::string& path_given, const std::array<double, 3>* origin,
+                 bool keep_fields, CloudFormat format) {
+  const bool from_stdin = path_given == "-";
+  const std::string path = from_stdin ? std::string("<stdin>") : path_given;
+  std::string ext = format == CloudFormat::pcd   ? ".pcd"
+                    : format == CloudFormat::ply ? ".ply"
+                                                 : lower_extension(path);
+  if (from_stdin && format == CloudFormat::by_extension)
+    fail(path, "standard input has no extension: name its format (--format pcd or ply)");
   if (ext != ".pcd" && ext != ".ply")
-    fail(path, "unknown extension '" + ext + "' (expected .pcd or .ply)");
-  const OpenFile file(path);
+    fail(path, "unknown extension '" + ext + "' (expected .pcd or .ply, or name the format)");
+  const OpenFile file = from_stdin ? OpenFile(path, OpenFile::Stdin{}) : OpenFile(path);
   const io_detail::InputShape shape =
       io_detail::check_input(path, file.fd(), ext == ".ply", file.size());
   if (shape.points == 0) {  // PCL refuses clouds of no points; the file was checked

@@ -22,7 +22,7 @@ using io_detail::Format;
 using io_detail::OutputFile;
 
 [[noreturn]] void fail(const std::string& path, const std::string& why) {
-  throw output_error("cannot write '" + path + "': " + why);
+  throw output_error("cannot write '" + path + "': " + why, path);
 }
 
 struct TypeInfo {

@@ -40,8 +40,8 @@ bool is_signed(Scalar t) {
 }
 
 void reject(const std::string& path, const std::string& where, const std::string& why) {
-  throw input_error("cannot read cloud '" + path + "': " + (where.empty() ? "" : where + ": ") +
-                    why);
+  throw input_error(
+      "cannot read cloud '" + path + "': " + (where.empty() ? "" : where + ": ") + why, path);
 }
 
 std::string line_at(std::uint64_t line) { return "line " + std::to_string(line); }

@@ -29,7 +29,7 @@ OutputFile::~OutputFile() {
 }
 
 void OutputFile::fail(const std::string& why) const {
-  throw output_error("cannot write '" + path_ + "': " + why);
+  throw output_error("cannot write '" + path_ + "': " + why, path_);
 }
 
 namespace {
@@ -101,7 +101,7 @@ using io_detail::Format;
 using io_detail::OutputFile;
 
 [[noreturn]] void fail(const std::string& path, const std::string& why) {
-  throw output_error("cannot write '" + path + "': " + why);
+  throw output_error("cannot write '" + path + "': " + why, path);
 }
 
 // Which file a path is: (device, inode) where it exists, else its absolute normal form.
@@ -230,6 +230,7 @@ struct OutputSet::Impl {
   std::vector<Target> targets;
   std::vector<Declared> declared;
   std::vector<Input> inputs;
+  bool csv_streams = false;
   std::string stdout_user;
   FileId stdout_id;
   bool committed = false;
@@ -312,6 +313,20 @@ struct OutputSet::Impl {
     fail(t.path, "cannot create a temporary file in its directory");
   }
 
+  static bool writes_to_terminal(const Target& t) {
+    if (t.mode == Mode::descriptor) return ::isatty(t.descriptor) == 1;
+    if (t.mode != Mode::direct) return false;
+    // Only a character device can be a terminal; a FIFO is never opened here (opening and
+    // closing it would end its reader's input before the data comes).
+    struct stat st;
+    if (::stat(t.final_path.c_str(), &st) != 0 || !S_ISCHR(st.st_mode)) return false;
+    const int fd = ::open(t.final_path.c_str(), O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return false;  // the write reports why
+    const bool tty = ::isatty(fd) == 1;
+    ::close(fd);
+    return tty;
+  }
+
   void check_conflicts(const Target& t) const {
     for (const auto& in : inputs)
       if (same_file(t.id, in.id))
@@ -330,6 +345,7 @@ OutputSet::OutputSet(OutputSet&&) noexcept = default;
 OutputSet& OutputSet::operator=(OutputSet&&) noexcept = default;
 
 void OutputSet::add_input(const std::string& path) {
+  if (path == "-") return;  // standard input: read to its end before anything is written
   Impl::Input in{path, identify(path)};
   for (const auto& t : impl_->targets)
     if (same_file(t.id, in.id))
@@ -348,6 +364,8 @@ void OutputSet::reserve_stdout(const std::string& what) {
   impl_->stdout_id = id;
 }
 
+void OutputSet::prefer_csv_streams(bool csv) { impl_->csv_streams = csv; }
+
 void OutputSet::add(const std::string& path, OutputKind kind) {
   if (path.empty()) throw output_error("an output path is empty");
   Impl& im = *impl_;
@@ -359,7 +377,9 @@ void OutputSet::add(const std::string& path, OutputKind kind) {
   switch (kind) {
     case OutputKind::array:
       if (ext == ".npy" || ext == ".csv" || !staged)
-        files.emplace_back(path, ext == ".csv" ? Format::csv : Format::npy);
+        files.emplace_back(path, ext == ".csv" || (!staged && ext != ".npy" && im.csv_streams)
+                                     ? Format::csv
+                                     : Format::npy);
       else
         fail(path, (ext.empty() ? "no extension" : "unknown extension '" + ext + "'") +
                        " (expected .npy or .csv)");
@@ -395,6 +415,12 @@ void OutputSet::add(const std::string& path, OutputKind kind) {
       if (same_file(t.id, o.id)) fail(t.path, "it is also the output '" + o.path + "'");
     added.push_back(std::move(t));
   }
+  // Binary data is never sent to a terminal (it would garble it and help no one).
+  for (const auto& t : added)
+    if (t.format != Format::csv && t.format != Format::pairs_csv && Impl::writes_to_terminal(t))
+      fail(t.path,
+           "it is a terminal, and this output is binary (redirect it to a file or a "
+           "pipe, or name a .csv)");
   // All checked: now reserve the temporaries (the proof the directories are writable).
   for (auto& t : added) {
     if (t.mode == Impl::Mode::staged) im.create_temporary(t);
@@ -466,7 +492,7 @@ namespace {
 
 OutputSet::Impl::Target& declared_file(OutputSet::Impl& im, const std::string& path) {
   auto* t = im.find(path);
-  if (!t) throw output_error("cannot write '" + path + "': it was not declared as an output");
+  if (!t) throw output_error("cannot write '" + path + "': it was not declared as an output", path);
   return *t;
 }
 

@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <utility>
 #include <vector>
 
 #include "knn_rows.hpp"
 #include "pcnn/error.hpp"
+#include "pcnn/index.hpp"
 #include "pcnn/testing/baseline.hpp"
 
 namespace pcnn {
@@ -191,6 +193,36 @@ FilterResult run_filter(Filter& f, PointsView pts, double* ms) {
   return r;
 }
 
+// The statistics SOR decides with (PCL computes them but does not expose them), as
+// gpu_statistical_outlier_removal computes them: each finite point's mean distance to its mean_k
+// nearest others (FLANN's float distances, summed in ascending order in double, the mean
+// rounded to float), then PCL's mean and sample standard deviation of those means. The
+// neighbors come from pcnn's exact CPU backend.
+void sor_statistics(PointsView pts, const SorParams& params, FilterResult& r) {
+  IndexOptions o;
+  o.backend = Backend::cpu;
+  const KnnResult nn = Index(pts, o).self_knn({params.mean_k, true});
+  double s = 0, ss = 0;
+  std::int64_t n = 0;
+  std::vector<float> d(static_cast<std::size_t>(params.mean_k));
+  for (std::int64_t i = 0; i < pts.count; ++i) {
+    const float* p = cpu::point(pts, i);
+    if (!std::isfinite(p[0]) || !std::isfinite(p[1]) || !std::isfinite(p[2])) continue;
+    for (int j = 0; j < params.mean_k; ++j)
+      d[j] = flann_sqdist(p, cpu::point(pts, nn.indices[i * params.mean_k + j]));
+    std::sort(d.begin(), d.end());
+    double sum = 0;
+    for (float v : d) sum += std::sqrt(static_cast<double>(v));
+    const double mean = static_cast<float>(sum / params.mean_k);
+    s += mean;
+    ss += mean * mean;
+    ++n;
+  }
+  r.mean = s / n;
+  r.stddev = std::sqrt((ss - s * s / n) / (n - 1));
+  r.threshold = r.mean + params.std_mul * r.stddev;
+}
+
 }  // namespace
 
 FilterResult pcl_statistical_outlier_removal(PointsView pts, SorParams params, double* ms) {
@@ -201,7 +233,9 @@ FilterResult pcl_statistical_outlier_removal(PointsView pts, SorParams params, d
   pcl::StatisticalOutlierRemoval<pcl::PointXYZ> f;
   f.setMeanK(params.mean_k);
   f.setStddevMulThresh(params.std_mul);
-  return run_filter(f, pts, ms);
+  FilterResult r = run_filter(f, pts, ms);
+  sor_statistics(pts, params, r);
+  return r;
 }
 
 FilterResult pcl_radius_outlier_removal(PointsView pts, RorParams params, double* ms) {

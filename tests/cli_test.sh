@@ -34,7 +34,7 @@ expect 3 "cannot read cloud '$tmp/missing.pcd': no such file" -- knn "$tmp/missi
 echo "1 2 3" >"$tmp/c.txt"
 expect 3 "unknown extension" -- knn "$tmp/c.txt"
 expect 2 "k must be between 1 and 128" -- knn "$sample" -k 0 --device cpu
-expect 2 "exclude_self applies to a self-search" -- knn "$sample" --query "$tmp/c.pcd" --exclude-self --device cpu
+expect 2 "--exclude-self applies to a self-search" -- knn "$sample" --query "$tmp/c.pcd" --exclude-self --device cpu
 expect 2 "device" -- knn "$sample" --device tpu
 expect 2 "required" -- knn
 expect 5 "cannot write '$tmp/nodir/i.npy'" -- knn "$sample" --device cpu -o "$tmp/nodir/i.npy"
@@ -49,7 +49,9 @@ expect 0 "neighbors found" -- radius "$sample" -r 0.3 --device cpu -o "$tmp/rad"
 for f in offsets indices sqdist; do
   [ -s "$tmp/rad.$f.npy" ] || { echo "FAIL: no rad.$f.npy"; fails=$((fails + 1)); }
 done
-grep -q "'<i8', 'fortran_order': False, 'shape': (50001, 1)" "$tmp/rad.offsets.npy" || { echo "FAIL: offsets header"; fails=$((fails + 1)); }
+# 1-D results are 1-D arrays: offsets (n + 1,), indices and sqdist (pairs,), counts and kept (m,).
+grep -q "'<i8', 'fortran_order': False, 'shape': (50001,)" "$tmp/rad.offsets.npy" || { echo "FAIL: offsets header"; fails=$((fails + 1)); }
+grep -q "'<i4', 'fortran_order': False, 'shape': ([0-9]*,)" "$tmp/rad.indices.npy" || { echo "FAIL: indices header"; fails=$((fails + 1)); }
 expect 0 "pairs written to" -- radius "$sample" -r 0.05 --exclude-self --device cpu -o "$tmp/rad.csv"
 [ "$(head -1 "$tmp/rad.csv")" = "query,neighbor,sqdist" ] || { echo "FAIL: pairs csv header"; fails=$((fails + 1)); }
 expect 0 "counts written to" -- radius "$sample" -r 0.3 --max-nn 8 --device cpu -o "$tmp/h.npy" --counts "$tmp/hc.csv"
@@ -91,5 +93,59 @@ else
   expect 4 "no usable CUDA device" -- knn "$sample" --device cuda
   expect 0 "running on the CPU" -- knn "$sample" -k 2
 fi
+
+# Typed JSON and JSON errors (the schemas are checked by tests/json_schema_test.sh).
+"$pcnn" knn "$tmp/missing.pcd" --json >"$tmp/out" 2>/dev/null
+rc=$?
+[ "$rc" -eq 3 ] && grep -qF '{"error": {"message": "cannot read cloud' "$tmp/out" && grep -qF '"exit_code": 3, "file": "'"$tmp/missing.pcd"'"}}' "$tmp/out" || { echo "FAIL: JSON error (rc $rc)"; cat "$tmp/out"; fails=$((fails + 1)); }
+"$pcnn" knn "$sample" -k 0 --json >"$tmp/out" 2>/dev/null
+[ $? -eq 2 ] && grep -qF '"exit_code": 2' "$tmp/out" || { echo "FAIL: JSON usage error"; fails=$((fails + 1)); }
+"$pcnn" knn --json >"$tmp/out" 2>/dev/null
+[ $? -eq 2 ] && grep -qF '{"error": {"message": ' "$tmp/out" || { echo "FAIL: JSON parse error"; fails=$((fails + 1)); }
+"$pcnn" knn "$sample" -k 2 --device cpu --json --quiet >"$tmp/out" 2>"$tmp/err"
+[ ! -s "$tmp/err" ] && grep -qF '"exclude_self": false' "$tmp/out" && grep -qF '"origin": [0, 0, 0]' "$tmp/out" && grep -qF '"device": {"backend": "cpu"' "$tmp/out" || { echo "FAIL: --quiet / typed JSON"; fails=$((fails + 1)); }
+"$pcnn" filter sor "$sample" -o "$tmp/f2.pcd" --device cpu --json -q >"$tmp/out"
+grep -qE '"mean_distance": 0\.[0-9]+, "stddev": 0\.[0-9]+, "threshold": 0\.[0-9]+' "$tmp/out" || { echo "FAIL: SOR statistics"; cat "$tmp/out"; fails=$((fails + 1)); }
+
+# Options that do not apply are refused before anything is loaded (the input does not exist).
+expect 2 "--radius applies to filter ror, not to filter sor" -- filter sor "$tmp/missing.pcd" -o "$tmp/x.pcd" --radius 1
+expect 2 "--mean-k applies to filter sor, not to filter ror" -- filter ror "$tmp/missing.pcd" -o "$tmp/x.pcd" --radius 1 --mean-k 4
+expect 2 "--staging applies to GPU transfers; not with --device cpu" -- knn "$tmp/missing.pcd" --device cpu --staging pinned
+expect 2 "--max-device-memory applies to the GPU" -- radius "$tmp/missing.pcd" -r 1 --device cpu --max-device-memory 1G
+expect 2 "--compare-cpu compares the GPU's search with the CPU's; with --device cpu" -- knn "$tmp/missing.pcd" --device cpu --compare-cpu
+expect 2 "--compare-cpu compares the GPU's filter" -- filter sor "$tmp/missing.pcd" -o "$tmp/x.pcd" --device cpu --compare-cpu
+expect 2 "--stencil applies to organized clouds; '.*sample.pcd' is unorganized" -- smooth "$sample" -o "$tmp/x.pcd" --stencil box:1 --device cpu
+expect 2 "-k applies to unorganized clouds; '.*depth.pcd' is organized \(160 x 120\)" -- smooth "$tmp/depth.pcd" -o "$tmp/x.pcd" -k 4 --device cpu
+[ ! -e "$tmp/x.pcd" ] || { echo "FAIL: output left after a refused option"; fails=$((fails + 1)); }
+
+# Messages carry no source paths or expressions.
+for args in "knn $sample -k 500 --device cpu" "radius $sample -r -1 --device cpu" "filter sor $sample -o $tmp/x.pcd --mean-k 0" "knn $sample --max-device-memory 0"; do
+  "$pcnn" $args >/dev/null 2>"$tmp/err"
+  if grep -qE '\.(cu|cpp|hpp|cuh):[0-9]|failed at|&&|\|\|' "$tmp/err" || [ "$(wc -l <"$tmp/err")" -ne 1 ]; then
+    echo "FAIL: message of pcnn $args:"; cat "$tmp/err"; fails=$((fails + 1))
+  fi
+done
+
+# Pipes: '-' as an output (stdout) and as an input (stdin, with --format).
+"$pcnn" knn "$sample" -k 3 --device cpu -q -o - >"$tmp/pipe.npy"
+"$pcnn" knn "$sample" -k 3 --device cpu -q -o "$tmp/file.npy"
+cmp -s "$tmp/pipe.npy" "$tmp/file.npy" || { echo "FAIL: -o - differs from a file"; fails=$((fails + 1)); }
+"$pcnn" knn "$sample" -k 2 --device cpu -q --distances - --stream-format csv -o "$tmp/x.csv" | head -2 | grep -q '^row,d0,d1$' || { echo "FAIL: csv to stdout"; fails=$((fails + 1)); }
+rm -f "$tmp/x.csv"
+expect 5 "stdout is taken by --json" -- knn "$sample" -k 2 --device cpu --json -o -
+expect 5 "it is also the output '-'" -- knn "$sample" -k 2 --device cpu -o - --distances -
+"$pcnn" generate uniform -n 300 -o - -q | "$pcnn" knn - --format pcd -k 2 --device cpu -q -o "$tmp/stdin.npy" || { echo "FAIL: generate | knn -"; fails=$((fails + 1)); }
+"$pcnn" generate uniform -n 300 -o "$tmp/u300.pcd" -q
+"$pcnn" knn "$tmp/u300.pcd" -k 2 --device cpu -q -o "$tmp/file300.npy"
+cmp -s "$tmp/stdin.npy" "$tmp/file300.npy" || { echo "FAIL: stdin input differs from the file"; fails=$((fails + 1)); }
+expect 2 "needs --format pcd or --format ply" -- knn - --device cpu </dev/null
+printf 'not a cloud\n' >"$tmp/garbage"
+"$pcnn" stats - --format ply --device cpu <"$tmp/garbage" >/dev/null 2>"$tmp/err"
+[ $? -eq 3 ] && grep -q "cannot read cloud '<stdin>'" "$tmp/err" || { echo "FAIL: bad stdin names <stdin>"; cat "$tmp/err"; fails=$((fails + 1)); }
+if command -v script >/dev/null; then  # binary .npy to a terminal is refused
+  script -qec "$pcnn knn $sample -k 2 --device cpu -q -o -" /dev/null >"$tmp/tty" 2>&1
+  grep -q "it is a terminal, and this output is binary" "$tmp/tty" || { echo "FAIL: npy to a terminal"; fails=$((fails + 1)); }
+fi
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -16,17 +16,32 @@ cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 ||
 cmake -S "$src/examples" -B "$tmp/ex" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" \
   -DCMAKE_BUILD_TYPE=Release >"$tmp/configure.log" 2>&1 || { cat "$tmp/configure.log"; exit 1; }
 cmake --build "$tmp/ex" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; exit 1; }
-for ex in knn_vector cpu_only frame_loop device_output pcl_cloud; do
+# pcnn::io from a LANGUAGES CXX project: exported targets name no library by absolute path.
+if grep -nE '"[^"]*(/usr|/lib)[^"]*\.so' "$tmp/prefix/lib/cmake/pcnn/"pcnnIoTargets*.cmake; then
+  echo "absolute library paths in the exported io targets"; exit 1
+fi
+for ex in knn_vector cpu_only frame_loop load_cloud device_output pcl_cloud; do
   if [ ! -x "$tmp/ex/$ex" ]; then
     case $ex in
       device_output | pcl_cloud)
         echo "== $ex: not built here (no CUDA compiler or no PCL)"
         continue
         ;;
+      load_cloud)
+        [ ! -e "$tmp/prefix/lib/cmake/pcnn/pcnnIoTargets.cmake" ] ||
+          { echo "== load_cloud: pcnn has its io component but the example was not built"; exit 1; }
+        echo "== load_cloud: not built (pcnn without its io component)"
+        continue
+        ;;
       *) echo "== $ex: missing from the build"; exit 1 ;;
     esac
   fi
   echo "== $ex"
+  if [ "$ex" = load_cloud ]; then
+    "$tmp/ex/$ex" "$tmp"
+    [ -s "$tmp/nearest.npy" ] && [ -s "$tmp/counts.npy" ] || { echo "load_cloud wrote nothing"; exit 1; }
+    continue
+  fi
   "$tmp/ex/$ex"
 done
 # The README shows examples/knn_vector.cpp; it must be the same code.

@@ -3,15 +3,19 @@
 
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <string>
 
 #include "pcnn/error.hpp"
 
 namespace pcnn::detail {
 
-[[noreturn]] inline void throw_cuda(cudaError_t err, const char* call, const char* file, int line) {
+// The message is for users: CUDA's name and reason, and where in pcnn (the source file's name and
+// line, for a bug report) -- no build path, no source expression.
+[[noreturn]] inline void throw_cuda(cudaError_t err, const char* file, int line) {
+  const char* slash = std::strrchr(file, '/');
   std::string msg = std::string("CUDA error ") + cudaGetErrorName(err) + " (" +
-                    cudaGetErrorString(err) + ") in " + call + " at " + file + ":" +
+                    cudaGetErrorString(err) + ") at " + (slash ? slash + 1 : file) + ":" +
                     std::to_string(line);
   if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver ||
       err == cudaErrorInvalidDevice || err == cudaErrorCompatNotSupportedOnDevice ||
@@ -23,12 +27,11 @@ namespace pcnn::detail {
 
 }  // namespace pcnn::detail
 
-/// Throws pcnn::cuda_error (with file:line and CUDA's message) when `call` fails.
-#define PCNN_CUDA_TRY(call)                                             \
-  do {                                                                  \
-    cudaError_t pcnn_err_ = (call);                                     \
-    if (pcnn_err_ != cudaSuccess)                                       \
-      ::pcnn::detail::throw_cuda(pcnn_err_, #call, __FILE__, __LINE__); \
+/// Throws pcnn::cuda_error (CUDA's name and message, and pcnn's file name:line) when `call` fails.
+#define PCNN_CUDA_TRY(call)                                                                  \
+  do {                                                                                       \
+    cudaError_t pcnn_err_ = (call);                                                          \
+    if (pcnn_err_ != cudaSuccess) ::pcnn::detail::throw_cuda(pcnn_err_, __FILE__, __LINE__); \
   } while (0)
 
 /// For destructors and cleanup paths, which must not throw: a failing `call` is ignored (its

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace pcnn {
 
@@ -52,7 +53,15 @@ class out_of_memory_error : public error {
 /// A file could not be read or written (base of pcnn::input_error and pcnn::output_error).
 class io_error : public error {
  public:
-  using error::error;
+  /// `path`: the file the error is about, as the caller named it ("" when none is known).
+  explicit io_error(const std::string& what, std::string path = "")
+      : error(what), path_(std::move(path)) {}
+  /// The file the error is about, as the caller named it (`<stdin>` for standard input); empty
+  /// when none is known.
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  std::string path_;
 };
 
 /// A file could not be read as a cloud; the message names the file and the reason.

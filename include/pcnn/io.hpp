@@ -17,6 +17,9 @@ namespace pcnn {
 /// Every field of every point as the file stored it (opaque; defined by the io library).
 struct StoredFields;
 
+/// How load_cloud decides a file's format: from its extension, or as named.
+enum class CloudFormat { by_extension, pcd, ply };
+
 /// A loaded cloud: float coordinates re-centered on a double-precision origin, so that
 /// georeferenced coordinates (1e5..1e7 m) keep their resolution. stored = xyz + origin.
 struct Cloud {
@@ -55,8 +58,10 @@ struct Cloud {
 ///         for float distances).
 /// `keep_fields` keeps every field of every point (Cloud::fields) for save_cloud_subset; without
 /// it only the coordinates stay in memory.
+/// `format` reads the file as .pcd or .ply whatever its name; `path` "-" is standard input, read
+/// to its end first (it needs a format; messages and Cloud::path name it `<stdin>`).
 Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin = nullptr,
-                 bool keep_fields = true);
+                 bool keep_fields = true, CloudFormat format = CloudFormat::by_extension);
 
 /// The views a search of `refs` (and of `queries`, when given) should use, in one frame and
 /// exact for the coordinates as stored: the float offsets (`xyz`, one origin) when both clouds'
@@ -99,10 +104,13 @@ class OutputSet {
   OutputSet(const OutputSet&) = delete;
   OutputSet& operator=(const OutputSet&) = delete;
 
-  /// A file the command reads: no output may be it.
+  /// A file the command reads: no output may be it (`-`, standard input, is never an output).
   void add_input(const std::string& path);
   /// Something else writes to stdout (`what`, e.g. "--json"): no output may go there.
   void reserve_stdout(const std::string& what);
+  /// Outputs added after this that are not regular files and whose names have no extension
+  /// (`-`, /dev/stdout, a FIFO) are written as CSV where they hold arrays, instead of .npy.
+  void prefer_csv_streams(bool csv);
   /// Declares and checks an output (see above). @throws pcnn::output_error naming `path` and why
   void add(const std::string& path, OutputKind kind);
   /// The files `path` (as given to add) writes: itself, or the three files of radius results.
@@ -151,9 +159,19 @@ void write_array(OutputSet& outputs, const std::string& path, const float* data,
 void write_array(OutputSet& outputs, const std::string& path, const std::int64_t* data,
                  std::int64_t rows, int cols, const std::string& prefix = "n");
 
+/// Writes `n` values as a 1-D NumPy .npy file (shape `(n,)`), or as CSV (a header line
+/// "row,NAME", then one line "i,value" per value), as `path` was declared (OutputKind::array).
+/// @throws pcnn::output_error
+void write_vector(OutputSet& outputs, const std::string& path, const std::int32_t* data,
+                  std::int64_t n, const std::string& name);
+void write_vector(OutputSet& outputs, const std::string& path, const std::int64_t* data,
+                  std::int64_t n, const std::string& name);
+void write_vector(OutputSet& outputs, const std::string& path, const float* data, std::int64_t n,
+                  const std::string& name);
+
 /// Radius results in CSR form (`offsets`: rows + 1 entries) as `path` was declared
 /// (OutputKind::radius): one CSV line "query,neighbor,sqdist" per pair after a header line, or
-/// the three .npy files offsets (int64, rows + 1 × 1), indices (int32) and sqdist (float32).
+/// the three 1-D .npy files offsets (int64, rows + 1), indices (int32) and sqdist (float32).
 /// @throws pcnn::output_error
 void write_radius(OutputSet& outputs, const std::string& path, const std::int64_t* offsets,
                   std::int64_t rows, const std::int32_t* indices, const float* sqdist);

@@ -34,7 +34,9 @@ HybridResult pcl_hybrid(PointsView refs, const PointsView* queries, HybridParams
 
 /// pcl::StatisticalOutlierRemoval / pcl::RadiusOutlierRemoval on the same points (as an
 /// unorganized pcl::PointCloud<pcl::PointXYZ>, is_dense when every point is finite), for
-/// comparison: `kept` and, for SOR, nothing else is filled. `ms` receives the wall time.
+/// comparison: `kept`, and for SOR the statistics it decides with (`mean`, `stddev`,
+/// `threshold`: PCL does not expose its own, so they are computed as the GPU filter computes
+/// them, outside the time measured). `ms` receives the wall time of PCL's filter.
 FilterResult pcl_statistical_outlier_removal(PointsView pts, SorParams params,
                                              double* ms = nullptr);
 FilterResult pcl_radius_outlier_removal(PointsView pts, RorParams params, double* ms = nullptr);
