@@ -59,6 +59,10 @@ void add_search_options(CLI::App* cmd, SearchOptions& o, std::string& memory) {
       ->capture_default_str();
   cmd->add_option("--max-device-memory", memory,
                   "device memory pcnn may use (e.g. 2G, 512Mi): larger results go in passes");
+  cmd->add_option("--chunk-rows", o.chunk_rows,
+                  "rows per chunk; results are then streamed to the output files chunk by chunk "
+                  "(automatic above 1 GB of results or half the host memory available)")
+      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
   cmd->add_flag("--compare-cpu", o.compare_cpu,
                 "also run the CPU baseline (PCL's k-d tree on all cores), time it and compare");
   cmd->add_flag("--json", o.json, "print the summary as one JSON object on stdout");
@@ -114,11 +118,6 @@ int main(int argc, char** argv) {
   knn_cmd->add_option("-o,--out", knn.out, "neighbor indices: .npy (int32, n x k) or .csv");
   knn_cmd->add_option("--distances", knn.distances,
                       "squared distances: .npy (float32, n x k) or .csv");
-  knn_cmd
-      ->add_option("--chunk-rows", knn.chunk_rows,
-                   "rows per chunk; results are then streamed to the output files chunk by "
-                   "chunk (automatic above 1 GB of results)")
-      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
 
   RadiusCommand radius;
   std::string radius_memory;
@@ -292,6 +291,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pcnn: error: %s\n", e.what());
     return kExitOutput;
   } catch (const pcnn::cuda_error& e) {
+    std::fprintf(stderr, "pcnn: error: %s\n", e.what());
+    return kExitDevice;
+  } catch (const pcnn::out_of_memory_error& e) {  // device or host: the message has the bytes
     std::fprintf(stderr, "pcnn: error: %s\n", e.what());
     return kExitDevice;
   } catch (const pcnn::error& e) {
