@@ -59,10 +59,10 @@ std::string triple(const std::array<double, 3>& v) {
 }  // namespace
 
 int run_stats(const StatsCommand& cmd) {
+  const bool gpu = want_gpu(cmd.device);  // --device cuda without a GPU fails before loading
   const auto t0 = std::chrono::steady_clock::now();
   const Cloud cloud = load_cloud(cmd.input, nullptr, /*keep_fields=*/false);
   const double load_ms = ms_since(t0);
-  const bool gpu = want_gpu(cmd.device);
   CloudStats s = gpu ? gpu_cloud_stats(cloud.view()) : reference_cloud_stats(cloud.view());
   // Back to the file's coordinates: the statistics were taken around the origin.
   for (int a = 0; a < 3; ++a) {
@@ -122,13 +122,13 @@ int run_stats(const StatsCommand& cmd) {
 
 int run_filter(const FilterCommand& cmd) {
   OutputSet outputs = plan_outputs(cmd.input, cmd.out, cmd.kept_indices, cmd.json);
+  const bool gpu = want_gpu(cmd.device);
   const auto t0 = std::chrono::steady_clock::now();
   const Cloud cloud = load_cloud(cmd.input);
   const double load_ms = ms_since(t0);
   const bool sor = cmd.method == "sor";
   const SorParams sp{cmd.mean_k, cmd.std_mul};
   const RorParams rp{cmd.radius, cmd.min_neighbors};
-  const bool gpu = want_gpu(cmd.device);
   Report r;
   r.add("command", "filter " + cmd.method);
   r.add_section("cloud", describe_cloud(cloud));
@@ -208,6 +208,7 @@ int run_smooth(const SmoothCommand& cmd) {
                                          : UnorganizedSmoothParams::Weights::rank;
   up.max_move = cmd.max_move;
   validate(up);
+  const bool gpu = want_gpu(cmd.device);
   const auto t0 = std::chrono::steady_clock::now();
   const Cloud cloud = load_cloud(cmd.input);
   const double load_ms = ms_since(t0);
@@ -217,7 +218,6 @@ int run_smooth(const SmoothCommand& cmd) {
       op.sensor[a] = static_cast<float>(-cloud.origin[a]);
     validate(op);
   }
-  const bool gpu = want_gpu(cmd.device);
   Report r;
   r.add("command", "smooth");
   r.add_section("cloud", describe_cloud(cloud));

@@ -46,6 +46,11 @@ OutputSet plan_outputs(const SearchOptions& opt, OutputKind out_kind,
 void validate_before_loading(const SearchOptions& opt, int k) {
   const PointsView none{};
   validate_knn_args(none, opt.query.empty() ? nullptr : &none, {k, opt.exclude_self});
+  parse_staging(opt.staging);
+  if (parse_backend(opt.device) == Backend::cuda) {
+    const DeviceInfo dev = query_device();
+    if (!dev.available) throw no_device_error("no usable CUDA device: " + dev.reason);
+  }
 }
 
 Inputs load_inputs(const SearchOptions& opt) {

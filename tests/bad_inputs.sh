@@ -252,6 +252,15 @@ case_ k_zero_before_loading 2 "k must be between 1 and 128, got 0" -- knn missin
 case_ radius_negative_before_loading 2 "radius must be a finite number >= 0" -- radius missing.pcd -r -1
 case_ output_dir_before_loading 5 "cannot write 'nodir/x.npy'" -- knn missing.pcd -o nodir/x.npy
 case_ smooth_stencil_before_loading 2 "radius must be 0..7" -- smooth missing.pcd -o s.pcd --stencil box:9
+case_ hybrid_max_nn_before_loading 2 "k must be between 1 and 128, got 500" -- radius missing.pcd -r 1 --max-nn 500
+case_ query_exclude_self_before_loading 2 "exclude_self applies" -- knn missing.pcd --query missing2.pcd --exclude-self
+case_ memory_size_before_loading 2 "not a memory size" -- knn missing.pcd --max-device-memory lots
+if ! "$pcnn" devices >/dev/null 2>&1; then  # --device cuda without a GPU: found before loading
+  for cmd in "knn missing.pcd" "radius missing.pcd -r 1" "stats missing.pcd" "filter sor missing.pcd -o f.pcd" "smooth missing.pcd -o s.pcd"; do
+    # shellcheck disable=SC2086
+    case_ "no_device_before_loading_${cmd%% *}" 4 "no usable CUDA device" -- $cmd --device cuda
+  done
+fi
 # a full disk: a file size limit (ulimit -f, in KiB in bash) for every kind of output
 sample_big() { "$pcnn" generate uniform -n 20000 -o "$1" >/dev/null 2>&1; }
 sample_big big.pcd
