@@ -385,6 +385,30 @@ TEST(IndexStaging, EveryModeGivesTheSameRows) {
     }
     EXPECT_TRUE(same_hybrid(index.self_hybrid({f.kRadius, f.kMaxNn, true}), f.self_hybrid));
     EXPECT_TRUE(same_radius(index.radius(f.sv(), {f.kRadius}), f.radius));
+    // Ranges of the self-search (the index's own copy of the points searched as queries: in
+    // mapped mode that copy is page-locked host memory), as streamed results are produced.
+    {
+      const std::int64_t n = f.self_knn.rows, a = n / 3, rows = n - a;
+      KnnResult part;
+      part.rows = rows;
+      part.k = f.kK;
+      part.indices.resize(static_cast<std::size_t>(rows) * f.kK);
+      part.sqdist.resize(part.indices.size());
+      index.self_knn_rows(a, {f.kK, true}, {part.indices.data(), rows, f.kK},
+                          {part.sqdist.data(), rows, f.kK});
+      std::vector<std::int64_t> picked(static_cast<std::size_t>(rows));
+      for (std::int64_t i = 0; i < rows; ++i) picked[i] = a + i;
+      EXPECT_TRUE(same_knn(part, test::pick_rows(f.self_knn, picked))) << "self_knn_rows";
+      const std::vector<std::int64_t>& off = f.self_radius.offsets;
+      const std::int64_t entries = off[n] - off[a];
+      std::vector<std::int32_t> ri(static_cast<std::size_t>(entries));
+      std::vector<float> rd(ri.size());
+      index.self_radius_fill_rows(a, {f.kRadius, true}, {off.data() + a, rows + 1},
+                                  {ri.data(), entries}, {rd.data(), entries});
+      EXPECT_TRUE(std::equal(ri.begin(), ri.end(), f.self_radius.indices.begin() + off[a]) &&
+                  std::equal(rd.begin(), rd.end(), f.self_radius.sqdist.begin() + off[a]))
+          << "self_radius_fill_rows";
+    }
     // Caller memory registered for a call is released after it.
     EXPECT_EQ(index.memory_stats().registered_now, 0);
     if (mode == Staging::registered) {
