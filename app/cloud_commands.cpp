@@ -63,11 +63,12 @@ std::vector<double> triple(const std::array<double, 3>& v) { return {v[0], v[1],
 }  // namespace
 
 int run_stats(const StatsCommand& cmd) {
-  double load_ms = 0;
-  const Cloud cloud = load(cmd.input, cmd.format, /*keep_fields=*/false, cmd.mode.quiet, load_ms);
   Report r;
   r.add("command", "stats");
+  // --device cuda without a usable GPU fails before loading.
   const bool gpu = want_gpu(cmd.device, cmd.mode.quiet, r);
+  double load_ms = 0;
+  const Cloud cloud = load(cmd.input, cmd.format, /*keep_fields=*/false, cmd.mode.quiet, load_ms);
   CloudStats s = gpu ? gpu_cloud_stats(cloud.view()) : reference_cloud_stats(cloud.view());
   // Back to the file's coordinates: the statistics were taken around the origin.
   for (int a = 0; a < 3; ++a) {
@@ -152,15 +153,15 @@ void check_filter_options(const FilterCommand& cmd, const std::vector<std::strin
 int run_filter(const FilterCommand& cmd) {
   OutputSet outputs =
       plan_outputs(cmd.input, cmd.out, cmd.kept_indices, cmd.mode.json, cmd.csv_streams);
+  Report r;
+  r.add("command", "filter");
+  r.add("method", cmd.method);
+  const bool gpu = want_gpu(cmd.device, cmd.mode.quiet, r);
   double load_ms = 0;
   const Cloud cloud = load(cmd.input, cmd.format, /*keep_fields=*/true, cmd.mode.quiet, load_ms);
   const bool sor = cmd.method == "sor";
   const SorParams sp{cmd.mean_k, cmd.std_mul};
   const RorParams rp{cmd.radius, cmd.min_neighbors};
-  Report r;
-  r.add("command", "filter");
-  r.add("method", cmd.method);
-  const bool gpu = want_gpu(cmd.device, cmd.mode.quiet, r);
   r.add_section("cloud", describe_cloud(cloud));
   r.add("load", load_ms, "ms");
   if (sor) {
@@ -242,6 +243,9 @@ int run_smooth(const SmoothCommand& cmd) {
                                          : UnorganizedSmoothParams::Weights::rank;
   up.max_move = cmd.max_move;
   validate(up);
+  Report r;
+  r.add("command", "smooth");
+  const bool gpu = want_gpu(cmd.device, cmd.mode.quiet, r);
   double load_ms = 0;
   const Cloud cloud = load(cmd.input, cmd.format, /*keep_fields=*/true, cmd.mode.quiet, load_ms);
   const bool organized = cloud.height > 1;
@@ -258,9 +262,6 @@ int run_smooth(const SmoothCommand& cmd) {
       op.sensor[a] = static_cast<float>(-cloud.origin[a]);
     validate(op);
   }
-  Report r;
-  r.add("command", "smooth");
-  const bool gpu = want_gpu(cmd.device, cmd.mode.quiet, r);
   r.add_section("cloud", describe_cloud(cloud));
   r.add("load", load_ms, "ms");
   const int w = static_cast<int>(cloud.width), h = static_cast<int>(cloud.height);

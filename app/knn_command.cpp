@@ -15,6 +15,7 @@
 #include "pcnn/testing/baseline.hpp"
 #include "pcnn/testing/reference.hpp"
 #include "report.hpp"
+#include "result_plan.hpp"
 
 namespace pcnn::app {
 namespace {
@@ -54,6 +55,11 @@ void validate_before_loading(const SearchOptions& opt, int k) {
   check_search_options(opt);
   const PointsView none{};
   validate_knn_args(none, opt.query.empty() ? nullptr : &none, {k, opt.exclude_self});
+  parse_staging(opt.staging);
+  if (parse_backend(opt.device) == Backend::cuda) {
+    const DeviceInfo dev = query_device();
+    if (!dev.available) throw no_device_error("no usable CUDA device: " + dev.reason);
+  }
 }
 
 Inputs load_inputs(const SearchOptions& opt) {
@@ -126,6 +132,9 @@ double finish_search_section(Report& s, const SearchTimings& build, const Search
     if (t.passes <= 1) s.json_only();  // the table shows passes only when there were several
     if (t.distance_evaluations > 0)
       s.add("distance evaluations", static_cast<double>(t.distance_evaluations));
+    // Rows whose k-th neighbor the float search could not settle (near-ties): gathered again.
+    if (t.distance_evaluations > 0)
+      s.add("rows refined again", static_cast<double>(t.refined_rows));
   } else {
     s.add("search", t.search_ms, "ms");
   }
@@ -210,15 +219,7 @@ SearchTimings knn_in_chunks(Index& index, const Inputs& in, const KnnParams& par
     } else {
       index.self_knn_rows(a, params, iv, dv);
     }
-    const SearchTimings& c = index.last_timings();
-    t.backend = c.backend;
-    t.staging = c.staging;
-    t.upload_ms += c.upload_ms;
-    t.build_ms += c.build_ms;
-    t.search_ms += c.search_ms;
-    t.download_ms += c.download_ms;
-    t.download_bytes += c.download_bytes;
-    t.distance_evaluations += c.distance_evaluations;
+    accumulate(t, index.last_timings());
     sink.done(a, n);
     progress.update(a + n);
   }
@@ -308,6 +309,80 @@ std::int64_t parse_bytes(const std::string& text) {
   return static_cast<std::int64_t>(v * scale);
 }
 
+namespace {
+
+// Where dense results (rows × k: kNN, hybrid) go, decided before any is computed: streamed to the
+// outputs range by range when asked to (--chunk-rows) or when they would take more than a GB or
+// half the host memory available; otherwise held. Held results that host memory cannot take
+// fail at once (exit 4), as do outputs the disk cannot take (exit 5).
+bool plan_dense(const SearchOptions& opt, OutputSet& outputs, std::int64_t rows, int k,
+                const std::string& counts, const char* what) {
+  std::vector<std::pair<std::string, std::int64_t>> files;
+  for (const std::string* path : {&opt.out, &opt.distances})
+    if (!path->empty())
+      for (auto& f : array_output_sizes(outputs, *path, rows, k)) files.push_back(f);
+  if (!counts.empty())
+    for (auto& f : array_output_sizes(outputs, counts, rows, 1)) files.push_back(f);
+  const std::string results =
+      std::string("the ") + what + " (" + std::to_string(rows) + " x " + std::to_string(k) + ")";
+  outputs.check_space(files, results);
+  const std::int64_t bytes = rows * k * 8 + (counts.empty() ? 0 : rows * 4);
+  const std::int64_t host = host_memory_available();
+  if (opt.compare_cpu) {  // both results held, the CPU baseline's too
+    if (2 * bytes > host)
+      fail_host_memory(results + " and the CPU baseline's", 2 * bytes, host,
+                       "--compare-cpu holds both; without it they are streamed to the outputs");
+    return false;
+  }
+  return opt.chunk_rows > 0 || bytes > std::min<std::int64_t>(std::int64_t(1) << 30, host / 2);
+}
+
+// Dense rows streamed to the outputs range by range: search(first, n, indices, sqdist) fills
+// rows [first, first + n). Returns the timings of all ranges together.
+template <class Search>
+SearchTimings stream_dense(const SearchOptions& opt, OutputSet& outputs, Index& index,
+                           std::int64_t rows, int k, const std::string& counts, Search&& search,
+                           Report& s) {
+  std::optional<ArrayStreamWriter> out_idx, out_dist, out_counts;
+  if (!opt.out.empty()) out_idx.emplace(outputs, opt.out, rows, k, false, "n");
+  if (!opt.distances.empty()) out_dist.emplace(outputs, opt.distances, rows, k, true, "d");
+  if (!counts.empty()) out_counts.emplace(outputs, counts, rows, -1, false, "count");
+  const std::int64_t chunk = opt.chunk_rows > 0
+                                 ? opt.chunk_rows
+                                 : std::max<std::int64_t>(1, range_budget(host_memory_available()) /
+                                                                 (std::int64_t(k) * 8));
+  KnnResult part;  // the range's rows
+  part.k = k;
+  SearchTimings t;
+  Progress progress("searching", rows, " rows", Progress::wanted(opt.mode.quiet));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::int64_t a = 0; a < rows; a += chunk) {
+    const std::int64_t n = part.rows = std::min(chunk, rows - a);
+    part.indices.resize(static_cast<std::size_t>(n) * k);
+    part.sqdist.resize(part.indices.size());
+    search(a, n, MatrixView<std::int32_t>{part.indices.data(), n, k},
+           MatrixView<float>{part.sqdist.data(), n, k});
+    accumulate(t, index.last_timings());
+    if (out_idx) out_idx->append(part.indices.data(), n);
+    if (out_dist) out_dist->append(part.sqdist.data(), n);
+    if (out_counts) out_counts->append(row_counts(part).data(), n);
+    progress.update(a + n);
+  }
+  t.passes = static_cast<int>((rows + chunk - 1) / chunk);
+  t.total_ms = ms_since(t0);
+  for (auto* w : {&out_idx, &out_dist, &out_counts})
+    if (*w) (*w)->finish();
+  s.add("results", "streamed to the outputs chunk by chunk");
+  return t;
+}
+
+// The part of a query cloud's view holding queries [first, first + n).
+PointsView query_rows(const PointsView& q, std::int64_t first, std::int64_t n) {
+  return q.slice(first, n);
+}
+
+}  // namespace
+
 int run_knn(const KnnCommand& cmd) {
   const KnnParams params{cmd.k, cmd.exclude_self};
   validate_before_loading(cmd, cmd.k);
@@ -316,41 +391,26 @@ int run_knn(const KnnCommand& cmd) {
   validate_knn_args(in.ref_view, in.qv(), params);  // bad options fail before any device work
   Report report = start_report("knn", cmd, in);
   report.add("k", cmd.k);
+  const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
+  const bool streamed = plan_dense(cmd, outputs, rows, cmd.k, "", "kNN results");
 
   Report s;
   Index index = build_index(cmd, in, report, s);
   const SearchTimings build = index.last_timings();
-  const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
-  // Results go straight to the output files chunk by chunk when asked to (--chunk-rows) or when
-  // they are large (over 1 GB), unless the CPU comparison needs them all.
-  const bool streamed =
-      !cmd.compare_cpu && (cmd.chunk_rows > 0 || rows * cmd.k * 8 > (std::int64_t(1) << 30));
   // On a terminal, a large search runs in about a hundred chunks so that progress can be shown.
   const bool show_progress = Progress::wanted(cmd.mode.quiet);
   KnnResult result;
   SearchTimings t;
   if (streamed) {
-    std::optional<ArrayStreamWriter> out_idx, out_dist;
-    if (!cmd.out.empty()) out_idx.emplace(outputs, cmd.out, rows, cmd.k, false, "n");
-    if (!cmd.distances.empty()) out_dist.emplace(outputs, cmd.distances, rows, cmd.k, true, "d");
-    const std::int64_t chunk = cmd.chunk_rows > 0 ? cmd.chunk_rows : std::int64_t(1) << 22;
-    std::vector<std::int32_t> idx;
-    std::vector<float> dist;
-    ChunkSink sink;
-    sink.at = [&](std::int64_t, std::int64_t n) {
-      idx.resize(static_cast<std::size_t>(n) * cmd.k);
-      dist.resize(idx.size());
-      return std::make_pair(MatrixView<std::int32_t>{idx.data(), n, cmd.k},
-                            MatrixView<float>{dist.data(), n, cmd.k});
-    };
-    sink.done = [&](std::int64_t, std::int64_t n) {
-      if (out_idx) out_idx->append(idx.data(), n);
-      if (out_dist) out_dist->append(dist.data(), n);
-    };
-    t = knn_in_chunks(index, in, params, rows, chunk, show_progress, sink);
-    if (out_idx) out_idx->finish();
-    if (out_dist) out_dist->finish();
-    s.add("results", "streamed to the outputs chunk by chunk");
+    t = stream_dense(
+        cmd, outputs, index, rows, cmd.k, "",
+        [&](std::int64_t a, std::int64_t n, MatrixView<std::int32_t> iv, MatrixView<float> dv) {
+          if (in.qv())
+            index.knn(query_rows(in.query_view, a, n), params, iv, dv);
+          else
+            index.self_knn_rows(a, params, iv, dv);
+        },
+        s);
   } else if (show_progress && rows >= (std::int64_t(1) << 20)) {
     result.rows = rows;
     result.k = cmd.k;
@@ -394,10 +454,11 @@ int run_knn(const KnnCommand& cmd) {
     report.add_section("agreement with CPU", std::move(section));
     if (!ag.all_agree()) exit_code = kExitDisagree;
   }
-  if (streamed)
+  if (streamed) {
     report_written(cmd, report);
-  else
+  } else {
     write_dense(outputs, cmd, result, report);
+  }
   outputs.commit();
   return finish(cmd, report, exit_code);
 }
@@ -405,10 +466,13 @@ int run_knn(const KnnCommand& cmd) {
 namespace {
 
 // Radius results: OUT.offsets.npy, OUT.indices.npy, OUT.sqdist.npy, or one CSV of pairs.
-void write_csr(OutputSet& outputs, const SearchOptions& opt, const RadiusResult& r,
-               Report& report) {
+void write_csr(OutputSet& outputs, const SearchOptions& opt, const RadiusResult& r) {
+  if (!opt.out.empty())
+    write_radius(outputs, opt.out, r.offsets.data(), r.rows, r.indices.data(), r.sqdist.data());
+}
+
+void report_csr(const OutputSet& outputs, const SearchOptions& opt, Report& report) {
   if (opt.out.empty()) return;
-  write_radius(outputs, opt.out, r.offsets.data(), r.rows, r.indices.data(), r.sqdist.data());
   const auto files = outputs.files(opt.out);
   if (files.size() == 1) {
     report.add("pairs written to", opt.out);
@@ -426,6 +490,81 @@ Report radius_agreement_section(const RadiusAgreement& ag) {
       "a point may differ only within float rounding of r (PCL decides in float)");
 }
 
+// Radius results planned from the counts: the counts (cheap: nothing is stored) give every
+// row's size, so before any pair is found the outputs are checked against the disk, and the
+// results are either held (one fill; the device does passes when it cannot hold them) or, when
+// host memory cannot hold them or when asked to (--chunk-rows), filled range by range and
+// streamed to the outputs. Results that must be held (--compare-cpu) and do not fit fail at once.
+struct RadiusRun {
+  RadiusResult result;  // the offsets always; the pairs when held
+  bool streamed = false;
+  SearchTimings t;
+  float count_ms = 0;
+};
+
+RadiusRun run_radius_search(const RadiusCommand& cmd, const Inputs& in, OutputSet& outputs,
+                            Index& index, Report& s) {
+  const RadiusParams rp{cmd.radius, cmd.exclude_self};
+  RadiusRun run;
+  RadiusResult& r = run.result;
+  r.rows = in.qv() ? in.qv()->count : in.ref_view.count;
+  r.offsets.assign(static_cast<std::size_t>(r.rows) + 1, 0);
+  const ArrayView<std::int64_t> off{r.offsets.data(), r.rows + 1};
+  const std::int64_t total =
+      in.qv() ? index.radius_count(*in.qv(), rp, off) : index.self_radius_count(rp, off);
+  accumulate(run.t, index.last_timings());
+  run.count_ms = index.last_timings().search_ms;
+  const double count_total = run.t.total_ms;
+
+  const std::string results = "the radius results (" + std::to_string(total) + " pairs)";
+  if (!cmd.out.empty())
+    outputs.check_space(radius_output_sizes(outputs, cmd.out, r.offsets.data(), r.rows), results);
+  const std::int64_t bytes = total * 8, host = host_memory_available();
+  if (cmd.compare_cpu && 2 * bytes > host)
+    fail_host_memory(results + " and the CPU baseline's", 2 * bytes, host,
+                     "--compare-cpu holds both; without it they are streamed to the outputs");
+  run.streamed = !cmd.compare_cpu && (cmd.chunk_rows > 0 || bytes > host / 2);
+  auto fill = [&](std::int64_t a, std::int64_t b, std::int32_t* idx, float* dist) {
+    const ArrayView<const std::int64_t> slice{r.offsets.data() + a, b - a + 1};
+    const std::int64_t entries = r.offsets[b] - r.offsets[a];
+    const ArrayView<std::int32_t> iv{idx, entries};
+    const ArrayView<float> dv{dist, entries};
+    if (in.qv())
+      index.radius_fill(query_rows(in.query_view, a, b - a), rp, slice, iv, dv);
+    else
+      index.self_radius_fill_rows(a, rp, slice, iv, dv);
+    accumulate(run.t, index.last_timings());
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!run.streamed) {
+    r.indices.resize(static_cast<std::size_t>(total));
+    r.sqdist.resize(r.indices.size());
+    fill(0, r.rows, r.indices.data(), r.sqdist.data());
+    run.t.passes = index.last_timings().passes;
+  } else {
+    const std::vector<std::int64_t> ends =
+        radius_ranges(r.offsets, cmd.chunk_rows, range_budget(host), host);
+    std::optional<RadiusStreamWriter> writer;
+    if (!cmd.out.empty()) writer.emplace(outputs, cmd.out, r.offsets.data(), r.rows);
+    std::vector<std::int32_t> idx;
+    std::vector<float> dist;
+    std::int64_t a = 0;
+    for (const std::int64_t b : ends) {
+      idx.resize(static_cast<std::size_t>(r.offsets[b] - r.offsets[a]));
+      dist.resize(idx.size());
+      fill(a, b, idx.data(), dist.data());
+      if (writer) writer->append(b - a, idx.data(), dist.data());
+      a = b;
+    }
+    if (writer) writer->finish();
+    run.t.passes = static_cast<int>(ends.size());
+    s.add("results", cmd.out.empty() ? "filled range by range and not kept (no output)"
+                                     : "streamed to the outputs range by range");
+  }
+  run.t.total_ms = count_total + ms_since(t0);  // streamed: the writes overlap nothing, counted
+  return run;
+}
+
 }  // namespace
 
 int run_radius(const RadiusCommand& cmd) {
@@ -440,56 +579,76 @@ int run_radius(const RadiusCommand& cmd) {
   report.add_bool("hybrid", hybrid);
   report.add("radius", cmd.radius);
   if (hybrid) report.add("max nn", cmd.max_nn);
+  const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
+  const bool hybrid_streamed =
+      hybrid && plan_dense(cmd, outputs, rows, cmd.max_nn, cmd.counts, "hybrid results");
 
   Report s;
   Index index = build_index(cmd, in, report, s);
   const SearchTimings build = index.last_timings();
-  RadiusResult radius;
+  RadiusRun radius;
   HybridResult capped;
+  SearchTimings t;
   const HybridParams hp{cmd.radius, cmd.max_nn, cmd.exclude_self};
   const RadiusParams rp{cmd.radius, cmd.exclude_self};
-  {
+  if (hybrid_streamed) {
+    t = stream_dense(
+        cmd, outputs, index, rows, cmd.max_nn, cmd.counts,
+        [&](std::int64_t a, std::int64_t n, MatrixView<std::int32_t> iv, MatrixView<float> dv) {
+          if (in.qv())
+            index.hybrid(query_rows(in.query_view, a, n), hp, iv, dv);
+          else
+            index.self_hybrid_rows(a, hp, iv, dv);
+        },
+        s);
+  } else if (hybrid) {
     Progress p("searching", -1, "", Progress::wanted(cmd.mode.quiet));
-    if (hybrid)
-      capped = in.qv() ? index.hybrid(*in.qv(), hp) : index.self_hybrid(hp);
-    else
-      radius = in.qv() ? index.radius(*in.qv(), rp) : index.self_radius(rp);
+    capped = in.qv() ? index.hybrid(*in.qv(), hp) : index.self_hybrid(hp);
+    t = index.last_timings();
+  } else {
+    radius = run_radius_search(cmd, in, outputs, index, s);
+    t = radius.t;
+    s.add("count", radius.count_ms, "ms");
   }
-  const double total = finish_search_section(s, build, index.last_timings());
+  const double total = finish_search_section(s, build, t);
   report.add_section("search", std::move(s));
   int exit_code = kExitOk;
   if (cmd.compare_cpu) {
-    CpuKnnTimings t;
+    CpuKnnTimings ct;
     RadiusResult cpu_radius;
     HybridResult cpu_capped;
     if (hybrid)
-      cpu_capped = pcl_hybrid(in.pcl_ref_view(), in.pcl_qv(), hp, &t);
+      cpu_capped = pcl_hybrid(in.pcl_ref_view(), in.pcl_qv(), hp, &ct);
     else
-      cpu_radius = pcl_radius(in.pcl_ref_view(), in.pcl_qv(), rp, &t);
-    report.add_section("cpu baseline", cpu_section("PCL KdTreeFLANN radiusSearch", t));
-    report.add("speedup", (t.build_ms + t.query_ms) / total, "x");
+      cpu_radius = pcl_radius(in.pcl_ref_view(), in.pcl_qv(), rp, &ct);
+    report.add_section("cpu baseline", cpu_section("PCL KdTreeFLANN radiusSearch", ct));
+    report.add("speedup", (ct.build_ms + ct.query_ms) / total, "x");
     report.add_note("", "speedup = CPU baseline total / pcnn total");
     const RadiusAgreement ag = hybrid ? compare_hybrid(in.ref_view, in.qv(), capped, cpu_capped,
                                                        cmd.radius, cmd.exclude_self)
-                                      : compare_radius(in.ref_view, in.qv(), radius, cpu_radius,
-                                                       cmd.radius, cmd.exclude_self);
+                                      : compare_radius(in.ref_view, in.qv(), radius.result,
+                                                       cpu_radius, cmd.radius, cmd.exclude_self);
     report.add_section("agreement with CPU", radius_agreement_section(ag));
     if (!ag.all_agree()) exit_code = kExitDisagree;
   }
-  if (hybrid) {
+  if (hybrid_streamed) {
+    report_written(cmd, report);
+    if (!cmd.counts.empty()) report.add("counts written to", cmd.counts);
+  } else if (hybrid) {
     write_dense(outputs, cmd, capped.knn, report);
     if (!cmd.counts.empty()) {
       write_vector(outputs, cmd.counts, capped.counts.data(), capped.knn.rows, "count");
       report.add("counts written to", cmd.counts);
     }
   } else {
+    const RadiusResult& r = radius.result;
     std::int64_t longest = 0;
-    for (std::int64_t q = 0; q < radius.rows; ++q) longest = std::max(longest, radius.count(q));
-    report.add("neighbors found", static_cast<double>(radius.offsets.back()));
-    report.add("mean per query",
-               radius.rows ? double(radius.offsets.back()) / double(radius.rows) : 0.0);
+    for (std::int64_t q = 0; q < r.rows; ++q) longest = std::max(longest, r.count(q));
+    report.add("neighbors found", static_cast<double>(r.offsets.back()));
+    report.add("mean per query", r.rows ? double(r.offsets.back()) / double(r.rows) : 0.0);
     report.add("most for one query", static_cast<double>(longest));
-    write_csr(outputs, cmd, radius, report);
+    if (!radius.streamed) write_csr(outputs, cmd, r);
+    report_csr(outputs, cmd, report);
   }
   outputs.commit();
   return finish(cmd, report, exit_code);

@@ -84,6 +84,10 @@ void add_search_options(CLI::App* cmd, SearchOptions& o, std::string& memory) {
       ->capture_default_str();
   cmd->add_option("--max-device-memory", memory,
                   "device memory pcnn may use (e.g. 2G, 512Mi): larger results go in passes");
+  cmd->add_option("--chunk-rows", o.chunk_rows,
+                  "rows per chunk; results are then streamed to the output files chunk by chunk "
+                  "(automatic above 1 GB of results or half the host memory available)")
+      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
   cmd->add_flag("--compare-cpu", o.compare_cpu,
                 "also run the CPU baseline (PCL's k-d tree on all cores), time it and compare");
   add_input_format(cmd, o.format);
@@ -194,11 +198,6 @@ int main(int argc, char** argv) {
   knn_cmd->add_option("-o,--out", knn.out, "neighbor indices: .npy (int32, n x k) or .csv");
   knn_cmd->add_option("--distances", knn.distances,
                       "squared distances: .npy (float32, n x k) or .csv");
-  knn_cmd
-      ->add_option("--chunk-rows", knn.chunk_rows,
-                   "rows per chunk; results are then streamed to the output files chunk by "
-                   "chunk (automatic above 1 GB of results)")
-      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
 
   RadiusCommand radius;
   std::string radius_memory;
@@ -379,7 +378,7 @@ int main(int argc, char** argv) {
     return fail(e.what(), kExitOutput, e.path(), json);
   } catch (const pcnn::cuda_error& e) {
     return fail(e.what(), kExitDevice, "", json);
-  } catch (const pcnn::out_of_memory_error& e) {
+  } catch (const pcnn::out_of_memory_error& e) {  // device or host: the message has the bytes
     return fail(e.what(), kExitDevice, "", json);
   } catch (const pcnn::error& e) {
     return fail(e.what(), kExitUsage, "", json);

@@ -30,8 +30,8 @@ struct Index::Backend_ {
                    MatrixView<std::int32_t> indices, MatrixView<float> sqdist, cudaStream_t stream,
                    bool sync, SearchTimings& t) = 0;
 
-  /// Dense hybrid rows (max_nn columns), as knn; always synchronizes.
-  virtual void hybrid(const PointsView* queries, const HybridParams& params,
+  /// Dense hybrid rows (max_nn columns), as knn (first_row likewise); always synchronizes.
+  virtual void hybrid(const PointsView* queries, std::int64_t first_row, const HybridParams& params,
                       MatrixView<std::int32_t> indices, MatrixView<float> sqdist,
                       cudaStream_t stream, SearchTimings& t) = 0;
 
@@ -39,13 +39,18 @@ struct Index::Backend_ {
   virtual RadiusResult radius(const PointsView* queries, const RadiusParams& params,
                               cudaStream_t stream, SearchTimings& t) = 0;
 
-  /// Count-then-fill: offsets (rows + 1) and the total; then the entries. Both synchronize.
+  /// Count-then-fill: offsets (rows + 1) and the total, counting only; then the entries. The
+  /// fill takes a range of rows: queries->count rows (first_row 0), or for a self-search rows
+  /// [first_row, first_row + offsets.size - 1); `offsets` is that range's slice of the count's
+  /// offsets (offsets[0] may be non-zero: row q goes at offsets[q] - offsets[0]), which the
+  /// backend checks against its own count. Both synchronize.
   virtual std::int64_t radius_count(const PointsView* queries, const RadiusParams& params,
                                     ArrayView<std::int64_t> offsets, cudaStream_t stream,
                                     SearchTimings& t) = 0;
-  virtual void radius_fill(const PointsView* queries, const RadiusParams& params,
-                           ArrayView<const std::int64_t> offsets, ArrayView<std::int32_t> indices,
-                           ArrayView<float> sqdist, cudaStream_t stream, SearchTimings& t) = 0;
+  virtual void radius_fill(const PointsView* queries, std::int64_t first_row,
+                           const RadiusParams& params, ArrayView<const std::int64_t> offsets,
+                           ArrayView<std::int32_t> indices, ArrayView<float> sqdist,
+                           cudaStream_t stream, SearchTimings& t) = 0;
 };
 
 namespace detail {

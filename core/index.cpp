@@ -260,16 +260,25 @@ std::int64_t Index::count_rows(const PointsView* queries, const RadiusParams& pa
   return impl_->radius_count(queries, params, offsets, stream, timings_);
 }
 
-void Index::fill_rows(const PointsView* queries, const RadiusParams& params,
+void Index::fill_rows(const PointsView* queries, std::int64_t first_row, const RadiusParams& params,
                       ArrayView<const std::int64_t> offsets, ArrayView<std::int32_t> indices,
                       ArrayView<float> sqdist, cudaStream_t stream) {
   check_radius_call(queries, params);
-  check_array(offsets, (queries ? queries->count : size()) + 1, "offsets");
+  if (first_row < 0) {  // every row
+    check_array(offsets, (queries ? queries->count : size()) + 1, "offsets");
+  } else {
+    PCNN_EXPECTS(offsets.size >= 1 && first_row <= size() - (offsets.size - 1),
+                 "self_radius_fill_rows: rows " + std::to_string(first_row) + " to " +
+                     std::to_string(first_row + offsets.size - 1) + " of an index of " +
+                     std::to_string(size()) + " points");
+  }
+  PCNN_EXPECTS(offsets.size >= 1 && offsets.data != nullptr, "offsets: null output");
   PCNN_EXPECTS(indices.size == sqdist.size, "indices and sqdist must have the same size");
   PCNN_EXPECTS(indices.memory == sqdist.memory,
                "indices and sqdist must both be in host memory or both in device memory");
   check_output<std::int32_t>(indices.memory);
-  impl_->radius_fill(queries, params, offsets, indices, sqdist, stream, timings_);
+  impl_->radius_fill(queries, std::max<std::int64_t>(first_row, 0), params, offsets, indices,
+                     sqdist, stream, timings_);
 }
 
 std::int64_t Index::radius_count(PointsView queries, const RadiusParams& params,
@@ -279,7 +288,7 @@ std::int64_t Index::radius_count(PointsView queries, const RadiusParams& params,
 void Index::radius_fill(PointsView queries, const RadiusParams& params,
                         ArrayView<const std::int64_t> offsets, ArrayView<std::int32_t> indices,
                         ArrayView<float> sqdist, cudaStream_t stream) {
-  fill_rows(&queries, params, offsets, indices, sqdist, stream);
+  fill_rows(&queries, -1, params, offsets, indices, sqdist, stream);
 }
 std::int64_t Index::self_radius_count(const RadiusParams& params, ArrayView<std::int64_t> offsets,
                                       cudaStream_t stream) {
@@ -288,22 +297,36 @@ std::int64_t Index::self_radius_count(const RadiusParams& params, ArrayView<std:
 void Index::self_radius_fill(const RadiusParams& params, ArrayView<const std::int64_t> offsets,
                              ArrayView<std::int32_t> indices, ArrayView<float> sqdist,
                              cudaStream_t stream) {
-  fill_rows(nullptr, params, offsets, indices, sqdist, stream);
+  fill_rows(nullptr, -1, params, offsets, indices, sqdist, stream);
+}
+void Index::self_radius_fill_rows(std::int64_t first_row, const RadiusParams& params,
+                                  ArrayView<const std::int64_t> offsets,
+                                  ArrayView<std::int32_t> indices, ArrayView<float> sqdist,
+                                  cudaStream_t stream) {
+  PCNN_EXPECTS(first_row >= 0, "self_radius_fill_rows: negative first row");
+  fill_rows(nullptr, first_row, params, offsets, indices, sqdist, stream);
 }
 
-void Index::hybrid_rows(const PointsView* queries, const HybridParams& params,
-                        MatrixView<std::int32_t> indices, MatrixView<float> sqdist,
-                        cudaStream_t stream) {
+void Index::hybrid_rows(const PointsView* queries, std::int64_t first_row,
+                        const HybridParams& params, MatrixView<std::int32_t> indices,
+                        MatrixView<float> sqdist, cudaStream_t stream) {
   check_call(queries, params.exclude_self);
   check_k(params.max_nn, "max_nn");
   check_radius(params.radius);
-  const std::int64_t rows = queries ? queries->count : size();
+  const std::int64_t rows = queries ? queries->count : first_row < 0 ? size() : indices.rows;
+  if (!queries && first_row >= 0)
+    PCNN_EXPECTS(indices.rows >= 0 && first_row <= size() - indices.rows,
+                 "self_hybrid_rows: rows " + std::to_string(first_row) + " to " +
+                     std::to_string(first_row + indices.rows) + " of an index of " +
+                     std::to_string(size()) + " points");
   check_matrix(indices, rows, params.max_nn, "indices");
   check_matrix(sqdist, rows, params.max_nn, "sqdist");
   PCNN_EXPECTS(indices.memory == sqdist.memory,
                "indices and sqdist must both be in host memory or both in device memory");
   check_output<std::int32_t>(indices.memory);
-  impl_->hybrid(queries, params, indices, sqdist, stream, timings_);
+  PCNN_EXPECTS(params.max_rows_per_pass >= 0, "max_rows_per_pass must be >= 0");
+  impl_->hybrid(queries, std::max<std::int64_t>(first_row, 0), params, indices, sqdist, stream,
+                timings_);
 }
 
 HybridResult Index::owning_hybrid(const PointsView* queries, const HybridParams& params,
@@ -316,7 +339,7 @@ HybridResult Index::owning_hybrid(const PointsView* queries, const HybridParams&
   d.k = params.max_nn;
   d.indices.resize(static_cast<std::size_t>(d.rows) * d.k);
   d.sqdist.resize(d.indices.size());
-  hybrid_rows(queries, params, {d.indices.data(), d.rows, d.k}, {d.sqdist.data(), d.rows, d.k},
+  hybrid_rows(queries, -1, params, {d.indices.data(), d.rows, d.k}, {d.sqdist.data(), d.rows, d.k},
               stream);
   r.counts = row_counts(d);
   return r;
@@ -324,14 +347,20 @@ HybridResult Index::owning_hybrid(const PointsView* queries, const HybridParams&
 
 void Index::hybrid(PointsView queries, const HybridParams& params, MatrixView<std::int32_t> indices,
                    MatrixView<float> sqdist, cudaStream_t stream) {
-  hybrid_rows(&queries, params, indices, sqdist, stream);
+  hybrid_rows(&queries, -1, params, indices, sqdist, stream);
 }
 HybridResult Index::hybrid(PointsView queries, const HybridParams& params, cudaStream_t stream) {
   return owning_hybrid(&queries, params, stream);
 }
 void Index::self_hybrid(const HybridParams& params, MatrixView<std::int32_t> indices,
                         MatrixView<float> sqdist, cudaStream_t stream) {
-  hybrid_rows(nullptr, params, indices, sqdist, stream);
+  hybrid_rows(nullptr, -1, params, indices, sqdist, stream);
+}
+void Index::self_hybrid_rows(std::int64_t first_row, const HybridParams& params,
+                             MatrixView<std::int32_t> indices, MatrixView<float> sqdist,
+                             cudaStream_t stream) {
+  PCNN_EXPECTS(first_row >= 0, "self_hybrid_rows: negative first row");
+  hybrid_rows(nullptr, first_row, params, indices, sqdist, stream);
 }
 HybridResult Index::self_hybrid(const HybridParams& params, cudaStream_t stream) {
   return owning_hybrid(nullptr, params, stream);

@@ -597,11 +597,11 @@ class CpuBackend final : public Index::Backend_ {
           std::numeric_limits<double>::infinity(), params.exclude_self, indices, sqdist, t);
   }
 
-  void hybrid(const PointsView* queries, const HybridParams& params,
+  void hybrid(const PointsView* queries, std::int64_t first_row, const HybridParams& params,
               MatrixView<std::int32_t> indices, MatrixView<float> sqdist, cudaStream_t,
               SearchTimings& t) override {
-    dense(queries, 0, -1, params.max_nn, params.radius * params.radius, params.exclude_self,
-          indices, sqdist, t);
+    dense(queries, queries ? 0 : first_row, queries ? -1 : indices.rows, params.max_nn,
+          params.radius * params.radius, params.exclude_self, indices, sqdist, t);
   }
 
   RadiusResult radius(const PointsView* queries, const RadiusParams& params, cudaStream_t,
@@ -711,7 +711,7 @@ class CpuBackend final : public Index::Backend_ {
     return offsets.data[order.rows()];
   }
 
-  void radius_fill(const PointsView* queries, const RadiusParams& params,
+  void radius_fill(const PointsView* queries, std::int64_t first_row, const RadiusParams& params,
                    ArrayView<const std::int64_t> offsets, ArrayView<std::int32_t> indices,
                    ArrayView<float> sqdist, cudaStream_t, SearchTimings& t) override {
     const auto t0 = Clock::now();
@@ -719,16 +719,19 @@ class CpuBackend final : public Index::Backend_ {
     expect_host(offsets.memory, "the offsets");
     expect_host(indices.memory, "the indices");
     expect_host(sqdist.memory, "the distances");
-    QueryOrder order(tree_, queries, 0, -1, params.exclude_self, threads_);
-    const std::int64_t rows = order.rows();
-    PCNN_EXPECTS(offsets.size == rows + 1,
+    const std::int64_t rows = offsets.size - 1;
+    const bool range = !queries && !(first_row == 0 && rows == tree_.size());
+    QueryOrder order(tree_, queries, range ? first_row : 0, range ? rows : -1, params.exclude_self,
+                     threads_);
+    PCNN_EXPECTS(order.rows() == rows,
                  "radius_fill: the offsets must have one entry per query plus one");
     const std::int64_t* off = offsets.data;
-    PCNN_EXPECTS(off[0] == 0, "radius_fill: offsets[0] must be 0");
+    const std::int64_t base = off[0];
+    PCNN_EXPECTS(base >= 0, "radius_fill: offsets[0] must be >= 0");
     for (std::int64_t q = 0; q < rows; ++q)
       PCNN_EXPECTS(off[q + 1] >= off[q], "radius_fill: the offsets must not decrease");
-    PCNN_EXPECTS(indices.size >= off[rows] && sqdist.size >= off[rows],
-                 "radius_fill: the outputs must hold offsets[rows] entries");
+    PCNN_EXPECTS(indices.size == off[rows] - base && sqdist.size == off[rows] - base,
+                 "radius_fill: the outputs must hold offsets[rows] - offsets[0] entries");
     const char* mismatch =
         "radius_fill: the offsets do not match these queries and parameters (call radius_count "
         "with them first)";
@@ -746,7 +749,7 @@ class CpuBackend final : public Index::Backend_ {
           const std::int32_t row = s.rows[j];
           const std::int64_t c = s.counts[j];
           PCNN_EXPECTS(c == off[row + 1] - off[row], mismatch);
-          std::int64_t o = off[row];
+          std::int64_t o = off[row] - base;
           for (auto it = at; it != at + c; ++it, ++o) {
             indices.data[o] = it->second;
             sqdist.data[o] = static_cast<float>(it->first);

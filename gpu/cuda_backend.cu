@@ -211,8 +211,6 @@ class CudaBackend final : public Index::Backend_ {
     index_ = detail::SpatialIndex();
     exact_ = detail::device_buffer<float>();
     exact_view_ = PointsView{};
-    last_radius_ = RadiusResult();  // a fill after this build must not reuse a count from before
-    last_key_ = RadiusKey();
     ws_.end_all();
     try {
       ev_[0].record(stream);
@@ -260,15 +258,20 @@ class CudaBackend final : public Index::Backend_ {
     }
     // Part of the self-search: those indexed points as a separate query set, each still
     // excluding itself (query i is indexed point first_row + i).
-    const PointsView rows = exact_view_.slice(first_row, indices.rows);
+    const PointsView rows = self_rows(first_row, indices.rows);
     dense(&rows, static_cast<int>(first_row), params, INFINITY, indices, sqdist, stream, sync, t);
   }
 
-  void hybrid(const PointsView* queries, const HybridParams& params,
+  void hybrid(const PointsView* queries, std::int64_t first_row, const HybridParams& params,
               MatrixView<std::int32_t> indices, MatrixView<float> sqdist, cudaStream_t stream,
               SearchTimings& t) override {
-    dense(queries, 0, {params.max_nn, params.exclude_self, params.max_rows_per_pass}, params.radius,
-          indices, sqdist, stream, true, t);
+    const KnnParams kp{params.max_nn, params.exclude_self, params.max_rows_per_pass};
+    if (queries || (first_row == 0 && indices.rows == index_.n_total)) {
+      dense(queries, 0, kp, params.radius, indices, sqdist, stream, true, t);
+      return;
+    }
+    const PointsView rows = self_rows(first_row, indices.rows);
+    dense(&rows, static_cast<int>(first_row), kp, params.radius, indices, sqdist, stream, true, t);
   }
 
   RadiusResult radius(const PointsView* queries, const RadiusParams& params, cudaStream_t stream,
@@ -306,41 +309,124 @@ class CudaBackend final : public Index::Backend_ {
   std::int64_t radius_count(const PointsView* queries, const RadiusParams& params,
                             ArrayView<std::int64_t> offsets, cudaStream_t stream,
                             SearchTimings& t) override {
-    last_radius_ = radius(queries, params, stream, t);
-    last_key_ = radius_key(queries, params);
-    copy_out(offsets.data, last_radius_.offsets.data(), last_radius_.offsets.size(), offsets.memory,
-             stream);
-    return last_radius_.offsets.back();
+    DeviceGuard guard(options_.device);
+    const auto t0 = clock_type::now();
+    t = start_timings();
+    const std::int64_t rows = queries ? queries->count : index_.n_total;
+    std::vector<std::int64_t> host;
+    std::int64_t* h_offsets = offsets.data;
+    if (offsets.memory == Memory::device) {
+      check_device_pointer(offsets.data, "offsets");
+      host.resize(static_cast<std::size_t>(rows) + 1);
+      h_offsets = host.data();
+    }
+    std::int64_t total = 0;
+    try {
+      detail::check_radius_fits(queries ? query_working_bytes(*queries) : 0, rows, ws_.available());
+      detail::device_buffer<float> raw, scaled;
+      ev_[0].record(stream);
+      PointsView d;
+      Filter f;
+      if (queries) {
+        d = stage(*queries, raw, queries_host_, stream, t);
+        f = filter_of(d, scaled, stream);
+      }
+      ev_[1].record(stream);
+      total = detail::radius_count_query(index_, queries ? &f.view : nullptr, params, h_offsets, &t,
+                                         stream, ev_[0], ev_[1],
+                                         exact_search(queries ? &d : nullptr, f.perturbation), ws_);
+      if (!host.empty())
+        PCNN_CUDA_TRY(cudaMemcpy(offsets.data, host.data(), host.size() * sizeof(std::int64_t),
+                                 cudaMemcpyHostToDevice));
+    } catch (...) {
+      abandon_call(stream);
+      throw;
+    }
+    finish_sync_call(stream, t, t0);
+    return total;
   }
 
-  void radius_fill(const PointsView* queries, const RadiusParams& params,
+  void radius_fill(const PointsView* queries, std::int64_t first_row, const RadiusParams& params,
                    ArrayView<const std::int64_t> offsets, ArrayView<std::int32_t> indices,
                    ArrayView<float> sqdist, cudaStream_t stream, SearchTimings& t) override {
-    // The count's result is kept when the fill follows it for the same search (the same query
-    // view and parameters); otherwise the search runs again. Either way the caller's offsets
-    // must be the ones this search gives.
-    RadiusResult r = std::move(last_radius_);
-    const RadiusKey key = radius_key(queries, params);
-    last_radius_ = RadiusResult();
-    if (!(key == last_key_) || r.rows != (queries ? queries->count : index_.n_total))
-      r = radius(queries, params, stream, t);
-    std::vector<std::int64_t> given(r.offsets.size());
+    DeviceGuard guard(options_.device);
+    const auto t0 = clock_type::now();
+    t = start_timings();
+    const std::int64_t rows = offsets.size - 1;
+    std::vector<std::int64_t> given(static_cast<std::size_t>(offsets.size));
     if (offsets.memory == Memory::device) {
+      check_device_pointer(offsets.data, "offsets");
       PCNN_CUDA_TRY(cudaMemcpy(given.data(), offsets.data, given.size() * sizeof(std::int64_t),
                                cudaMemcpyDeviceToHost));
     } else {
       std::copy(offsets.data, offsets.data + given.size(), given.begin());
     }
-    PCNN_EXPECTS(given == r.offsets,
-                 "radius_fill: the offsets are not those radius_count wrote for this search");
-    PCNN_EXPECTS(static_cast<std::int64_t>(r.indices.size()) == indices.size,
+    PCNN_EXPECTS(given[0] >= 0, "radius_fill: offsets[0] must be >= 0");
+    for (std::int64_t q = 0; q < rows; ++q)
+      PCNN_EXPECTS(given[q + 1] >= given[q], "radius_fill: the offsets must not decrease");
+    const std::int64_t entries = given[rows] - given[0];
+    PCNN_EXPECTS(indices.size == entries,
                  "radius_fill: the outputs hold " + std::to_string(indices.size) +
-                     " entries, the search found " + std::to_string(r.indices.size()));
-    copy_out(indices.data, r.indices.data(), r.indices.size(), indices.memory, stream);
-    copy_out(sqdist.data, r.sqdist.data(), r.sqdist.size(), sqdist.memory, stream);
+                     " entries, the offsets give " + std::to_string(entries));
+    // A range of the self-search is searched as a separate query set of those indexed points,
+    // each still excluding itself.
+    const bool range = !queries && !(first_row == 0 && rows == index_.n_total);
+    const PointsView range_view = range ? self_rows(first_row, rows) : PointsView{};
+    const PointsView* q = range ? &range_view : queries;
+    // Host outputs are written in place; device outputs through host memory.
+    std::vector<std::int32_t> host_idx;
+    std::vector<float> host_dist;
+    std::int32_t* out_idx = indices.data;
+    float* out_dist = sqdist.data;
+    if (indices.memory == Memory::device) {
+      check_device_pointer(indices.data, "indices");
+      check_device_pointer(sqdist.data, "sqdist");
+      host_idx.resize(static_cast<std::size_t>(entries));
+      host_dist.resize(host_idx.size());
+      out_idx = host_idx.data();
+      out_dist = host_dist.data();
+    }
+    try {
+      detail::check_radius_fits(q ? query_working_bytes(*q) : 0, rows, ws_.available());
+      detail::device_buffer<float> raw, scaled;
+      ev_[0].record(stream);
+      PointsView d;
+      Filter f;
+      if (q) {
+        d = stage(*q, raw, queries_host_, stream, t);
+        f = filter_of(d, scaled, stream);
+      }
+      ev_[1].record(stream);
+      detail::radius_fill_query(index_, q ? &f.view : nullptr, params,
+                                range ? static_cast<int>(first_row) : 0, given.data(), out_idx,
+                                out_dist, &t, stream, ev_[0], ev_[1],
+                                exact_search(q ? &d : nullptr, f.perturbation), ws_);
+      copy_out(indices.data, host_idx.data(), host_idx.size(), indices.memory, stream);
+      copy_out(sqdist.data, host_dist.data(), host_dist.size(), sqdist.memory, stream);
+    } catch (...) {
+      abandon_call(stream);
+      throw;
+    }
+    finish_sync_call(stream, t, t0);
   }
 
  private:
+  // Indexed points [first_row, first_row + rows) as a separate query set (device or mapped
+  // memory: the index's own copy of the coordinates as given).
+  PointsView self_rows(std::int64_t first_row, std::int64_t rows) const {
+    PointsView v = exact_view_.slice(first_row, rows);
+    v.memory = Memory::device;
+    return v;
+  }
+
+  // Whether `v` is a range of the index's own copy of the points (self_rows): device memory, or
+  // mapped page-locked memory, which the device-pointer check would refuse.
+  bool own_points(const PointsView& v) const {
+    const auto* p = static_cast<const char*>(v.address());
+    const auto* own = static_cast<const char*>(exact_view_.address());
+    return own && p >= own && p < own + detail::span_words(exact_view_) * sizeof(float);
+  }
+
   SearchTimings start_timings() const {
     SearchTimings t;
     t.backend = Backend::cuda;
@@ -386,7 +472,7 @@ class CudaBackend final : public Index::Backend_ {
   PointsView stage(PointsView pts, detail::device_buffer<float>& dev,
                    detail::pinned_buffer<float>& pinned, cudaStream_t stream, SearchTimings& t) {
     if (pts.memory == Memory::device) {
-      check_device_pointer(pts.address(), "points");
+      if (!own_points(pts)) check_device_pointer(pts.address(), "points");
       return pts;
     }
     // In 4-byte words (floats, or halves of doubles): the buffers hold either type.
@@ -773,23 +859,6 @@ class CudaBackend final : public Index::Backend_ {
   detail::cuda_event ev_[4], staged_, async_done_;
   std::vector<std::unique_ptr<detail::cuda_event>> pass_events_;
   std::vector<int> last_host_;
-  // What identifies a radius search, so that a fill reuses only its own count's result.
-  struct RadiusKey {
-    const void* data = nullptr;
-    std::int64_t count = -1, stride = 0;
-    double radius = -1;
-    bool exclude_self = false;
-    bool operator==(const RadiusKey& o) const {
-      return data == o.data && count == o.count && stride == o.stride && radius == o.radius &&
-             exclude_self == o.exclude_self;
-    }
-  };
-  static RadiusKey radius_key(const PointsView* q, const RadiusParams& p) {
-    return q ? RadiusKey{q->address(), q->count, q->stride, p.radius, p.exclude_self}
-             : RadiusKey{nullptr, 0, 0, p.radius, p.exclude_self};
-  }
-  RadiusResult last_radius_;
-  RadiusKey last_key_;
 };
 
 }  // namespace

@@ -14,13 +14,6 @@
 namespace pcnn {
 namespace detail {
 
-std::string format_bytes(std::int64_t bytes) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.3g GB (%lld bytes)", double(bytes) / 1e9,
-                static_cast<long long>(bytes));
-  return buf;
-}
-
 void throw_out_of_memory(const std::string& what, std::int64_t needed, std::int64_t available) {
   throw out_of_memory_error("out of device memory: " + what + " needs " + format_bytes(needed) +
                                 ", " + format_bytes(available) + " available",
@@ -321,11 +314,10 @@ void* LimitedResource::allocate(std::size_t bytes, cudaStream_t stream) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (impl_->stats.current_bytes + want > impl_->limit)
-      throw out_of_memory_error(
-          "out of device memory: an allocation needs " + detail::format_bytes(want) + ", " +
-              detail::format_bytes(impl_->limit - impl_->stats.current_bytes) +
-              " available under the limit of " + detail::format_bytes(impl_->limit),
-          want, impl_->limit - impl_->stats.current_bytes);
+      throw out_of_memory_error("out of device memory: an allocation needs " + format_bytes(want) +
+                                    ", " + format_bytes(impl_->limit - impl_->stats.current_bytes) +
+                                    " available under the limit of " + format_bytes(impl_->limit),
+                                want, impl_->limit - impl_->stats.current_bytes);
     detail::count_allocation(impl_->stats, want);  // reserved before the upstream call
   }
   try {

@@ -19,6 +19,7 @@
 #include "detail/upload.cuh"
 #include "pcnn/device.hpp"
 #include "pcnn/error.hpp"
+#include "pcnn/memory.hpp"
 #include "pcnn/radius.hpp"
 
 namespace pcnn {
@@ -238,52 +239,61 @@ struct RadiusTimes {
   std::int64_t evaluations = 0;
 };
 
-// Radius search of `n` queries (sorted along the index's curve) against `index`; fills `result`.
-RadiusTimes radius_on_index(const SpatialIndex& index, const float4* queries, int n,
-                            const RadiusParams& params, const ExactSearch& ex, RadiusResult& result,
-                            cudaStream_t stream, DeviceMemoryResource& mr) {
+// A radius search of `n` queries sorted along the index's curve, counted: the count of each
+// original query index and their exclusive sum, on the device.
+struct Counted {
+  device_buffer<std::int64_t> counts, offsets;  // n + 1 each
+};
+
+// The count pass: fills `c` and copies the offsets (n + 1) to the host `h_offsets`.
+// Synchronizes.
+RadiusTimes count_pass(const TreeView& tree, RadiusArgs a, int n, Counted& c,
+                       std::int64_t* h_offsets, cudaStream_t stream, DeviceMemoryResource& mr) {
   RadiusTimes times;
-  const TreeView tree = index.view();
-  RadiusArgs a;
-  a.queries = queries;
-  a.slot_begin = 0;
-  a.slot_end = n;
-  a.exclude_self = params.exclude_self;
-  a.bound = make_radius_bound(params.radius, ex);
   cuda_event start, counted;
   start.record(stream);
-  device_buffer<std::int64_t> counts(n + 1, stream, mr), offsets(n + 1, stream, mr);
+  c.counts.resize(n + 1, stream, mr);
+  c.offsets.resize(n + 1, stream, mr);
   device_buffer<unsigned long long> evaluations(1, stream, mr);
-  PCNN_CUDA_TRY(cudaMemsetAsync(counts.data(), 0, counts.bytes(), stream));
+  PCNN_CUDA_TRY(cudaMemsetAsync(c.counts.data(), 0, c.counts.bytes(), stream));
   PCNN_CUDA_TRY(cudaMemsetAsync(evaluations.data(), 0, evaluations.bytes(), stream));
-  a.counts = counts.data();
+  a.slot_begin = 0;
+  a.slot_end = n;
+  a.counts = c.counts.data();
   a.evaluations = evaluations.data();
   radius_tree_kernel<false>
       <<<blocks_for(n, kTreeQueryBlock), kTreeQueryBlock, 0, stream>>>(tree, a);
   PCNN_CHECK_LAUNCH();
-  exclusive_sum(counts.data(), offsets.data(), n + 1, stream, mr);
+  exclusive_sum(c.counts.data(), c.offsets.data(), n + 1, stream, mr);
   counted.record(stream);
   unsigned long long evals = 0;
-  PCNN_CUDA_TRY(cudaMemcpyAsync(result.offsets.data(), offsets.data(), offsets.bytes(),
+  PCNN_CUDA_TRY(cudaMemcpyAsync(h_offsets, c.offsets.data(), c.offsets.bytes(),
                                 cudaMemcpyDeviceToHost, stream));
   PCNN_CUDA_TRY(
       cudaMemcpyAsync(&evals, evaluations.data(), sizeof evals, cudaMemcpyDeviceToHost, stream));
   PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
   times.search_ms = counted.since(start);
   times.evaluations = static_cast<std::int64_t>(evals);
-  const std::int64_t total = result.offsets[n];
-  result.indices.resize(total);
-  result.sqdist.resize(total);
-  if (total == 0) return times;
+  return times;
+}
 
-  // One pass when every neighbor fits, else passes of consecutive slots.
+// The fill passes after count_pass: row q (original query index) sorted into host memory
+// `out_idx` / `out_dist` at h_offsets[q] (h_offsets[n] entries in all). One pass when every
+// neighbor fits on the device, else passes of consecutive slots.
+RadiusTimes fill_passes(const TreeView& tree, RadiusArgs a, int n, const Counted& c,
+                        const std::int64_t* h_offsets, std::int64_t max_rows_per_pass,
+                        const ExactSearch& ex, std::int32_t* out_idx, float* out_dist,
+                        cudaStream_t stream, DeviceMemoryResource& mr) {
+  RadiusTimes times;
+  const std::int64_t total = h_offsets[n];
+  if (total == 0) return times;
+  const float4* queries = a.queries;
   const std::int64_t available = mr.available();
   const std::int64_t capacity =
       (available - available / 10 - std::int64_t(n) * kSlotBytes) / kEntryBytes;
-  const std::int64_t max_slots =
-      params.max_rows_per_pass > 0
-          ? (params.max_rows_per_pass + kTreeQueryBlock - 1) / kTreeQueryBlock * kTreeQueryBlock
-          : n;
+  const std::int64_t max_slots = max_rows_per_pass > 0 ? (max_rows_per_pass + kTreeQueryBlock - 1) /
+                                                             kTreeQueryBlock * kTreeQueryBlock
+                                                       : n;
   const bool one_pass = total <= capacity && max_slots >= n;
   std::vector<int> ends{n};
   std::vector<std::int64_t> all_len;
@@ -293,7 +303,7 @@ RadiusTimes radius_on_index(const SpatialIndex& index, const float4* queries, in
       throw_out_of_memory("a radius search of " + std::to_string(n) + " queries",
                           std::int64_t(n) * kSlotBytes + kEntryBytes, available);
     radius_rows_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
-        queries, 0, n, counts.data(), nullptr, len.data(), nullptr);
+        queries, 0, n, c.counts.data(), nullptr, len.data(), nullptr);
     PCNN_CHECK_LAUNCH();
     all_len.resize(n);
     PCNN_CUDA_TRY(
@@ -322,7 +332,7 @@ RadiusTimes radius_on_index(const SpatialIndex& index, const float4* queries, in
     cuda_event pass_start, searched, downloaded;
     pass_start.record(stream);
     radius_rows_kernel<<<blocks_for(rows, kThreads), kThreads, 0, stream>>>(
-        queries, begin, rows, counts.data(), one_pass ? offsets.data() : nullptr, len.data(),
+        queries, begin, rows, c.counts.data(), one_pass ? c.offsets.data() : nullptr, len.data(),
         row_start.data());
     PCNN_CHECK_LAUNCH();
     if (!one_pass) exclusive_sum(len.data(), row_start.data(), rows, stream, mr);
@@ -350,8 +360,8 @@ RadiusTimes radius_on_index(const SpatialIndex& index, const float4* queries, in
         dist.data());
     PCNN_CHECK_LAUNCH();
     searched.record(stream);
-    std::int32_t* to_idx = one_pass ? result.indices.data() : h_idx.data();
-    float* to_dist = one_pass ? result.sqdist.data() : h_dist.data();
+    std::int32_t* to_idx = one_pass ? out_idx : h_idx.data();
+    float* to_dist = one_pass ? out_dist : h_dist.data();
     PCNN_CUDA_TRY(cudaMemcpyAsync(to_idx, idx.data(), entries * sizeof(std::int32_t),
                                   cudaMemcpyDeviceToHost, stream));
     PCNN_CUDA_TRY(cudaMemcpyAsync(to_dist, dist.data(), entries * sizeof(float),
@@ -364,9 +374,9 @@ RadiusTimes radius_on_index(const SpatialIndex& index, const float4* queries, in
     if (!one_pass) {
       std::int64_t from = 0;
       for (int r = 0; r < rows; ++r) {
-        const std::int64_t m = all_len[begin + r], to = result.offsets[qid[r]];
-        std::memcpy(result.indices.data() + to, h_idx.data() + from, m * sizeof(std::int32_t));
-        std::memcpy(result.sqdist.data() + to, h_dist.data() + from, m * sizeof(float));
+        const std::int64_t m = all_len[begin + r], to = h_offsets[qid[r]];
+        std::memcpy(out_idx + to, h_idx.data() + from, m * sizeof(std::int32_t));
+        std::memcpy(out_dist + to, h_dist.data() + from, m * sizeof(float));
         from += m;
       }
     }
@@ -376,6 +386,40 @@ RadiusTimes radius_on_index(const SpatialIndex& index, const float4* queries, in
     begin = end;
   }
   return times;
+}
+
+// What every radius call shares: the queries sorted along the index's curve (the index's own
+// points for a self-search) and the search's arguments.
+struct Prepared {
+  device_buffer<float4> sorted;
+  RadiusArgs args;
+  int rows = 0;
+};
+
+Prepared prepare(const SpatialIndex& index, const PointsView* queries, const RadiusParams& params,
+                 int query_offset, const ExactSearch& ex, cudaStream_t stream,
+                 DeviceMemoryResource& mr) {
+  Prepared p;
+  p.rows = static_cast<int>(queries ? queries->count : index.n_total);
+  if (queries && p.rows > 0)
+    p.sorted =
+        sort_queries(index, queries->data, queries->stride, static_cast<int>(p.rows), stream, mr);
+  p.args.queries = queries ? p.sorted.data() : index.points.data();
+  p.args.exclude_self = params.exclude_self;
+  p.args.query_offset = query_offset;
+  p.args.bound = make_radius_bound(params.radius, ex);
+  return p;
+}
+
+void report(SearchTimings* timings, cuda_event& start, cuda_event& uploaded, cuda_event& built,
+            const RadiusTimes& count, const RadiusTimes& fill) {
+  if (!timings) return;
+  timings->upload_ms = uploaded.since(start);
+  timings->build_ms = built.since(uploaded);
+  timings->search_ms = count.search_ms + fill.search_ms;
+  timings->download_ms = fill.download_ms;
+  timings->passes = std::max(fill.passes, 1);
+  timings->distance_evaluations = count.evaluations;
 }
 
 }  // namespace
@@ -391,29 +435,74 @@ RadiusResult radius_query(const SpatialIndex& index, const PointsView* queries,
                           const RadiusParams& params, SearchTimings* timings, cudaStream_t stream,
                           cuda_event& start, cuda_event& uploaded, const ExactSearch& ex,
                           DeviceMemoryResource& mr) {
-  const std::int64_t rows = queries ? queries->count : index.n_total;
-  RadiusResult result;
-  result.rows = rows;
+  Prepared p = prepare(index, queries, params, 0, ex, stream, mr);
   cuda_event built;
-  device_buffer<float4> sorted;
-  if (queries && rows > 0)
-    sorted =
-        sort_queries(index, queries->data, queries->stride, static_cast<int>(rows), stream, mr);
   built.record(stream);
+  RadiusResult result;
+  result.rows = p.rows;
   // Host work after the device work is queued, so that the device does not wait on it.
-  result.offsets.assign(rows + 1, 0);
-  if (rows == 0) return result;
-  const RadiusTimes t = radius_on_index(index, queries ? sorted.data() : index.points.data(),
-                                        static_cast<int>(rows), params, ex, result, stream, mr);
-  if (timings) {
-    timings->upload_ms = uploaded.since(start);
-    timings->build_ms = built.since(uploaded);
-    timings->search_ms = t.search_ms;
-    timings->download_ms = t.download_ms;
-    timings->passes = std::max(t.passes, 1);
-    timings->distance_evaluations = t.evaluations;
-  }
+  result.offsets.assign(static_cast<std::size_t>(p.rows) + 1, 0);
+  if (p.rows == 0) return result;
+  Counted c;
+  const TreeView tree = index.view();
+  const RadiusTimes counted =
+      count_pass(tree, p.args, p.rows, c, result.offsets.data(), stream, mr);
+  // The counts say what the result needs: refused at once when host memory cannot hold it.
+  const std::int64_t total = result.offsets[p.rows];
+  const std::int64_t needed = total * std::int64_t(sizeof(std::int32_t) + sizeof(float));
+  const std::int64_t host = available_host_memory();
+  if (host >= 0 && needed > host)
+    throw out_of_memory_error("out of host memory: a radius result of " + std::to_string(total) +
+                                  " pairs needs " + format_bytes(needed) + ", " +
+                                  format_bytes(host) + " of host memory available",
+                              needed, host);
+  result.indices.resize(total);
+  result.sqdist.resize(total);
+  const RadiusTimes filled =
+      fill_passes(tree, p.args, p.rows, c, result.offsets.data(), params.max_rows_per_pass, ex,
+                  result.indices.data(), result.sqdist.data(), stream, mr);
+  report(timings, start, uploaded, built, counted, filled);
   return result;
+}
+
+std::int64_t radius_count_query(const SpatialIndex& index, const PointsView* queries,
+                                const RadiusParams& params, std::int64_t* h_offsets,
+                                SearchTimings* timings, cudaStream_t stream, cuda_event& start,
+                                cuda_event& uploaded, const ExactSearch& ex,
+                                DeviceMemoryResource& mr) {
+  Prepared p = prepare(index, queries, params, 0, ex, stream, mr);
+  cuda_event built;
+  built.record(stream);
+  h_offsets[0] = 0;
+  if (p.rows == 0) return 0;
+  Counted c;
+  const RadiusTimes counted = count_pass(index.view(), p.args, p.rows, c, h_offsets, stream, mr);
+  report(timings, start, uploaded, built, counted, RadiusTimes{});
+  return h_offsets[p.rows];
+}
+
+void radius_fill_query(const SpatialIndex& index, const PointsView* queries,
+                       const RadiusParams& params, int query_offset, const std::int64_t* given,
+                       std::int32_t* out_idx, float* out_dist, SearchTimings* timings,
+                       cudaStream_t stream, cuda_event& start, cuda_event& uploaded,
+                       const ExactSearch& ex, DeviceMemoryResource& mr) {
+  Prepared p = prepare(index, queries, params, query_offset, ex, stream, mr);
+  cuda_event built;
+  built.record(stream);
+  if (p.rows == 0) return;
+  // Counted again (cheap next to the fill): the rows of this range, where its entries go, and
+  // the proof that the caller's offsets are this search's.
+  Counted c;
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>(p.rows) + 1);
+  const TreeView tree = index.view();
+  const RadiusTimes counted = count_pass(tree, p.args, p.rows, c, offsets.data(), stream, mr);
+  for (int q = 0; q < p.rows; ++q)
+    PCNN_EXPECTS(offsets[q + 1] - offsets[q] == given[q + 1] - given[q],
+                 "radius_fill: the offsets are not those radius_count wrote for this search");
+  const RadiusTimes filled =
+      fill_passes(tree, p.args, p.rows, c, offsets.data(), params.max_rows_per_pass, ex, out_idx,
+                  out_dist, stream, mr);
+  report(timings, start, uploaded, built, counted, filled);
 }
 
 }  // namespace detail

@@ -1,4 +1,5 @@
 // Writing result arrays as NumPy .npy or CSV, through the one output path (output_file.hpp).
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -135,27 +136,6 @@ void write_whole(OutputSet* set, const std::string& path, const T* data, std::in
   file.finish();
 }
 
-void write_pairs(io_detail::OutputFile& file, const std::int64_t* offsets, std::int64_t rows,
-                 const std::int32_t* indices, const float* sqdist) {
-  std::string text = "query,neighbor,sqdist\n";
-  for (std::int64_t q = 0; q < rows; ++q) {
-    for (std::int64_t i = offsets[q]; i < offsets[q + 1]; ++i) {
-      append_value(text, q);
-      text += ',';
-      append_value(text, indices[i]);
-      text += ',';
-      append_value(text, sqdist[i]);
-      text += '\n';
-    }
-    if (text.size() > (1 << 20)) {
-      file.write(text);
-      text.clear();
-    }
-  }
-  file.write(text);
-  file.finish();
-}
-
 }  // namespace
 
 void write_array(OutputSet& outputs, const std::string& path, const std::int32_t* data,
@@ -224,19 +204,91 @@ void ArrayStreamWriter::append(const void* data, std::int64_t rows) {
 
 void ArrayStreamWriter::finish() { impl_->finish(); }
 
+// ---- radius results, streamed ----
+
+struct RadiusStreamWriter::Impl {
+  const std::int64_t* offsets;
+  std::int64_t rows, next = 0;
+  io_detail::OutputFile* pairs = nullptr;  // the CSV of pairs, or the three .npy files:
+  std::unique_ptr<ArrayStreamWriter> indices, sqdist;
+  std::string text;
+
+  std::string path_;
+
+  Impl(OutputSet& outputs, const std::string& path, const std::int64_t* off, std::int64_t r)
+      : offsets(off), rows(r), path_(path) {
+    const std::vector<std::string> files = outputs.files(path);
+    if (files.size() == 1 && io_detail::output_format(outputs, files[0]) == Format::pairs_csv) {
+      pairs = &io_detail::begin_output(outputs, files[0]);
+      pairs->write("query,neighbor,sqdist\n");
+      return;
+    }
+    if (files.size() != 3)
+      throw output_error("cannot write '" + path + "': it was not declared as radius results",
+                         path);
+    write_vector(outputs, files[0], offsets, rows + 1, "offset");  // 1-D arrays
+    const std::int64_t total = offsets[rows];
+    indices = std::make_unique<ArrayStreamWriter>(outputs, files[1], total, -1, false, "index");
+    sqdist = std::make_unique<ArrayStreamWriter>(outputs, files[2], total, -1, true, "sqdist");
+  }
+
+  void append(std::int64_t n, const std::int32_t* idx, const float* dist) {
+    if (n < 0 || next + n > rows)
+      throw output_error("radius results: more rows than the offsets announce", path_);
+    const std::int64_t base = offsets[next], entries = offsets[next + n] - base;
+    if (indices) {
+      indices->append(idx, entries);
+      sqdist->append(dist, entries);
+    } else {
+      for (std::int64_t q = next; q < next + n; ++q) {
+        for (std::int64_t i = offsets[q] - base; i < offsets[q + 1] - base; ++i) {
+          append_value(text, q);
+          text += ',';
+          append_value(text, idx[i]);
+          text += ',';
+          append_value(text, dist[i]);
+          text += '\n';
+        }
+        if (text.size() > (1 << 20)) {
+          pairs->write(text);
+          text.clear();
+        }
+      }
+    }
+    next += n;
+  }
+
+  void finish() {
+    if (next != rows)
+      throw output_error("radius results: " + std::to_string(next) + " of " + std::to_string(rows) +
+                             " rows written",
+                         path_);
+    if (indices) {
+      indices->finish();
+      sqdist->finish();
+      return;
+    }
+    pairs->write(text);
+    text.clear();
+    pairs->finish();
+  }
+};
+
+RadiusStreamWriter::RadiusStreamWriter(OutputSet& outputs, const std::string& path,
+                                       const std::int64_t* offsets, std::int64_t rows)
+    : impl_(std::make_unique<Impl>(outputs, path, offsets, rows)) {}
+RadiusStreamWriter::~RadiusStreamWriter() = default;
+void RadiusStreamWriter::append(std::int64_t rows, const std::int32_t* indices,
+                                const float* sqdist) {
+  impl_->append(rows, indices, sqdist);
+}
+void RadiusStreamWriter::finish() { impl_->finish(); }
+
 void write_radius(OutputSet& outputs, const std::string& path, const std::int64_t* offsets,
                   std::int64_t rows, const std::int32_t* indices, const float* sqdist) {
-  const std::vector<std::string> files = outputs.files(path);
-  if (files.size() == 1 && io_detail::output_format(outputs, files[0]) == Format::pairs_csv) {
-    write_pairs(io_detail::begin_output(outputs, files[0]), offsets, rows, indices, sqdist);
-    return;
-  }
-  if (files.size() != 3)
-    throw output_error("cannot write '" + path + "': it was not declared as radius results", path);
-  const std::int64_t total = offsets[rows];
-  write_vector(outputs, files[0], offsets, rows + 1, "offset");
-  write_vector(outputs, files[1], indices, total, "index");
-  write_vector(outputs, files[2], sqdist, total, "sqdist");
+  RadiusStreamWriter w(outputs, path, offsets, rows);
+  w.append(rows, indices, sqdist);
+  w.finish();
 }
 
 void write_pairs_csv(const std::string& path, const std::int64_t* offsets, std::int64_t rows,
@@ -245,8 +297,69 @@ void write_pairs_csv(const std::string& path, const std::int64_t* offsets, std::
   outputs.add(path, OutputKind::radius);
   if (io_detail::output_format(outputs, path) != Format::pairs_csv)
     throw output_error("cannot write '" + path + "': pairs are written as .csv", path);
-  write_pairs(io_detail::begin_output(outputs, path), offsets, rows, indices, sqdist);
+  write_radius(outputs, path, offsets, rows, indices, sqdist);
   outputs.commit();
+}
+
+// ---- what the outputs will take ----
+
+namespace {
+
+// Decimal digits of the numbers 0 .. n - 1, summed.
+std::int64_t digits_below(std::int64_t n) {
+  std::int64_t sum = 0;
+  for (std::int64_t lo = 0, hi = 10, d = 1; lo < n; lo = hi, hi *= 10, ++d)
+    sum += (std::min(n, hi) - lo) * d;
+  return sum;
+}
+
+int digits_of(std::int64_t v) {
+  int d = 1;
+  while (v >= 10) {
+    v /= 10;
+    ++d;
+  }
+  return d;
+}
+
+// An array file: .npy exact (the header as written, then the data); CSV at least the header,
+// each row's number and comma-separated values of one character.
+std::int64_t array_file_size(Format f, const char* descr, std::int64_t rows, int cols) {
+  if (f == Format::csv)
+    return 3 + 3 * std::int64_t(cols) + digits_below(rows) + rows * (2 * std::int64_t(cols) + 1);
+  return static_cast<std::int64_t>(npy_header(descr, rows, cols).size()) +
+         rows * std::max(cols, 1) * 4;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::int64_t>> array_output_sizes(const OutputSet& outputs,
+                                                                     const std::string& path,
+                                                                     std::int64_t rows, int cols) {
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  for (const auto& f : outputs.files(path))
+    out.emplace_back(f, array_file_size(io_detail::output_format(outputs, f), "<i4", rows, cols));
+  return out;
+}
+
+std::vector<std::pair<std::string, std::int64_t>> radius_output_sizes(const OutputSet& outputs,
+                                                                      const std::string& path,
+                                                                      const std::int64_t* offsets,
+                                                                      std::int64_t rows) {
+  const std::vector<std::string> files = outputs.files(path);
+  const std::int64_t total = offsets[rows];
+  if (files.size() == 3)
+    return {{files[0],
+             static_cast<std::int64_t>(npy_header("<i8", rows + 1, -1).size()) + (rows + 1) * 8},
+            {files[1], array_file_size(Format::npy, "<i4", total, -1)},
+            {files[2], array_file_size(Format::npy, "<f4", total, -1)}};
+  // "q,i,d\n": the query's digits, at least one for the neighbor and one for the distance.
+  std::int64_t bytes = 22;
+  for (std::int64_t q = 0; q < rows; ++q)
+    bytes += (offsets[q + 1] - offsets[q]) * (digits_of(q) + 5);
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  for (const auto& f : files) out.emplace_back(f, bytes);
+  return out;
 }
 
 }  // namespace pcnn

@@ -2,7 +2,9 @@
 // target and committed together (see include/pcnn/io.hpp for the rules).
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <utility>
 
 #include "output_file.hpp"
+#include "pcnn/memory.hpp"
 
 namespace pcnn {
 namespace io_detail {
@@ -438,6 +441,45 @@ std::vector<std::string> OutputSet::files(const std::string& path) const {
       return out;
     }
   return {};
+}
+
+void OutputSet::check_space(const std::vector<std::pair<std::string, std::int64_t>>& files,
+                            const std::string& what) const {
+  Impl& im = *impl_;
+  struct Device {
+    dev_t dev;
+    std::int64_t needed, free;
+    std::string dir, first;
+  };
+  std::vector<Device> devices;
+  rlimit fsize{};
+  const bool limited = ::getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY;
+  for (const auto& [path, bytes] : files) {
+    const Impl::Target* t = im.find(path);
+    if (!t || t->mode != Impl::Mode::staged) continue;
+    if (limited && static_cast<rlim_t>(bytes) > fsize.rlim_cur)
+      fail(path, what + " need " + format_bytes(bytes) +
+                     " in this file, over the file size limit of " +
+                     format_bytes(static_cast<std::int64_t>(fsize.rlim_cur)) + " (ulimit -f)");
+    struct stat st;
+    struct statvfs vfs;
+    if (::fstat(t->dir_fd, &st) != 0 || ::fstatvfs(t->dir_fd, &vfs) != 0) continue;
+    auto it = std::find_if(devices.begin(), devices.end(),
+                           [&](const Device& d) { return d.dev == st.st_dev; });
+    if (it == devices.end()) {
+      const fs::path dir = fs::path(t->final_path).parent_path();
+      devices.push_back(
+          {st.st_dev, 0,
+           static_cast<std::int64_t>(vfs.f_bavail) * static_cast<std::int64_t>(vfs.f_frsize),
+           dir.empty() ? "." : dir.string(), path});
+      it = devices.end() - 1;
+    }
+    it->needed += bytes;
+  }
+  for (const auto& d : devices)
+    if (d.needed > d.free)
+      fail(d.first, what + " need " + format_bytes(d.needed) + " on the file system of '" + d.dir +
+                        "', which has " + format_bytes(d.free) + " free");
 }
 
 void OutputSet::commit() {

@@ -252,7 +252,16 @@ case_ k_zero_before_loading 2 "k must be between 1 and 128, got 0" -- knn missin
 case_ radius_negative_before_loading 2 "radius must be a finite number >= 0" -- radius missing.pcd -r -1
 case_ output_dir_before_loading 5 "cannot write 'nodir/x.npy'" -- knn missing.pcd -o nodir/x.npy
 case_ smooth_stencil_before_loading 2 "radius must be 0..7" -- smooth missing.pcd -o s.pcd --stencil box:9
-# a full disk: a file size limit (ulimit -f, in 512-byte blocks) for every kind of output
+case_ hybrid_max_nn_before_loading 2 "k must be between 1 and 128, got 500" -- radius missing.pcd -r 1 --max-nn 500
+case_ query_exclude_self_before_loading 2 "exclude-self applies" -- knn missing.pcd --query missing2.pcd --exclude-self
+case_ memory_size_before_loading 2 "not a memory size" -- knn missing.pcd --max-device-memory lots
+if ! "$pcnn" devices >/dev/null 2>&1; then  # --device cuda without a GPU: found before loading
+  for cmd in "knn missing.pcd" "radius missing.pcd -r 1" "stats missing.pcd" "filter sor missing.pcd -o f.pcd" "smooth missing.pcd -o s.pcd"; do
+    # shellcheck disable=SC2086
+    case_ "no_device_before_loading_${cmd%% *}" 4 "no usable CUDA device" -- $cmd --device cuda
+  done
+fi
+# a full disk: a file size limit (ulimit -f, in KiB in bash) for every kind of output
 sample_big() { "$pcnn" generate uniform -n 20000 -o "$1" >/dev/null 2>&1; }
 sample_big big.pcd
 for out in big_out.npy big_out.csv big_out.pcd big_out.ply; do
@@ -260,10 +269,18 @@ for out in big_out.npy big_out.csv big_out.pcd big_out.ply; do
     *.pcd | *.ply) args=(filter sor big.pcd -o "$out" --mean-k 2 --device cpu) ;;
     *) args=(knn big.pcd --device cpu -k 4 -o "$out") ;;
   esac
-  (ulimit -f 8 && "$pcnn" "${args[@]}" >stdout.txt 2>stderr.txt)
+  # .npy sizes are known before the search: refused at once, naming the bytes and the limit;
+  # a CSV's only from below (each value at least a digit): this limit lets the search run and
+  # the write fail
+  case "$out" in
+    *.npy) limit=8 why="cannot write '$out': the kNN results (20000 x 4) need .* in this file, over the file size limit of .* (8192 bytes)" ;;
+    *.csv) limit=400 why="cannot write '$out': File too large" ;;
+    *) limit=8 why="cannot write '$out': File too large" ;;
+  esac
+  (ulimit -f $limit && "$pcnn" "${args[@]}" >stdout.txt 2>stderr.txt)
   rc=$?
   check "full_disk_$out" test "$rc" -eq 5
-  check "full_disk_${out}_says_why" grep -q "cannot write '$out': File too large" stderr.txt
+  check "full_disk_${out}_says_why" grep -q "$why" stderr.txt
   check "full_disk_${out}_left_nothing" test ! -e "$out"
   check "full_disk_${out}_no_temporary" no_temporaries
 done
@@ -273,16 +290,22 @@ check full_disk_generate_no_temporary no_temporaries
 # a full disk for real: a 64 KiB tmpfs, in a private mount namespace (where permitted)
 if unshare -m --propagation private true 2>/dev/null; then
   mkdir -p small
-  for out in small.npy small.csv small.pcd small.ply; do
+  # written until the disk is full (a CSV's size is known only from below: 400k lets the
+  # search run), or refused before the search where the sizes say it cannot fit
+  for out in small.csv:400k:No_space_left_on_device small.pcd:64k:No_space_left_on_device \
+    small.ply:64k:No_space_left_on_device small.npy:64k:need_.*_on_the_file_system_of_.small.,_which_has_.*_free \
+    small:64k:need_.*_on_the_file_system_of_.small.,_which_has_.*_free; do
+    IFS=: read -r name size why <<<"$out"
     unshare -m --propagation private sh -c '
-      mount -t tmpfs -o size=64k tmpfs small || exit 9
+      mount -t tmpfs -o size=$3 tmpfs small || exit 9
       case "$2" in
         *.pcd | *.ply) "$1" filter sor big.pcd -o "small/$2" --mean-k 2 --device cpu ;;
-        *) "$1" knn big.pcd --device cpu -k 4 -o "small/$2" ;;
+        *.npy | *.csv) "$1" knn big.pcd --device cpu -k 4 -o "small/$2" ;;
+        *) "$1" radius big.pcd --device cpu -r 0.05 -o "small/$2" ;;
       esac >/dev/null 2>stderr.txt
-      [ $? -eq 5 ] && grep -q "cannot write .small/$2.: No space left on device" stderr.txt &&
-        [ -z "$(ls -A small)" ]' sh "$pcnn" "$out"
-    check "tmpfs_full_$out" test $? -eq 0
+      [ $? -eq 5 ] && grep -q "cannot write .small/$2.*$4" stderr.txt &&
+        [ -z "$(ls -A small)" ]' sh "$pcnn" "$name" "$size" "${why//_/ }"
+    check "tmpfs_full_$name" test $? -eq 0
   done
 fi
 # /dev/full: a device that is always full (written directly, ENOSPC reported)

@@ -61,6 +61,59 @@ expect 2 "max-nn must be between 1 and 128" -- radius "$sample" -r 1 --max-nn 0
 expect 2 "k must be between 1 and 128, got 500" -- radius "$sample" -r 1 --max-nn 500 --device cpu
 expect 2 "go with --max-nn" -- radius "$sample" -r 1 --counts "$tmp/x.csv"
 expect 2 "required" -- radius "$sample"
+# same_files A B [WHAT]: the files are byte for byte the same
+same_files() {
+  cmp -s "$1" "$2" || { echo "FAIL: $1 and $2 differ${3:+ ($3)}"; fails=$((fails + 1)); }
+}
+# radius results planned from the counts: filled range by range and streamed to the outputs,
+# they are the one-fill results byte for byte (npy and csv; self, exclude-self, queries)
+radius_streams_equal() {  # DEVICE EXTRA_ARGS...
+  local dev=$1
+  shift
+  for args in "" "--exclude-self" "--query $tmp/c.pcd"; do
+    # shellcheck disable=SC2086
+    expect 0 "neighbors found" -- radius "$sample" -r 0.2 $args --device "$dev" -o "$tmp/one" "$@"
+    # shellcheck disable=SC2086
+    expect 0 "streamed to the outputs range by range" -- radius "$sample" -r 0.2 $args --device "$dev" --chunk-rows 7777 -o "$tmp/str" "$@"
+    for f in offsets indices sqdist; do same_files "$tmp/one.$f.npy" "$tmp/str.$f.npy" "radius $args"; done
+    # shellcheck disable=SC2086
+    expect 0 "pairs written to" -- radius "$sample" -r 0.2 $args --device "$dev" -o "$tmp/one.csv" "$@"
+    # shellcheck disable=SC2086
+    expect 0 "pairs written to" -- radius "$sample" -r 0.2 $args --device "$dev" --chunk-rows 10000 -o "$tmp/str.csv" "$@"
+    same_files "$tmp/one.csv" "$tmp/str.csv" "radius $args"
+  done
+  expect 0 "counts written to" -- radius "$sample" -r 0.2 --max-nn 8 --device "$dev" -o "$tmp/h1.npy" --distances "$tmp/h1d.csv" --counts "$tmp/h1c.npy" "$@"
+  expect 0 "streamed to the outputs chunk by chunk" -- radius "$sample" -r 0.2 --max-nn 8 --device "$dev" --chunk-rows 9999 -o "$tmp/h2.npy" --distances "$tmp/h2d.csv" --counts "$tmp/h2c.npy" "$@"
+  for f in h.npy hd.csv hc.npy; do same_files "$tmp/${f/h/h1}" "$tmp/${f/h/h2}" hybrid; done
+}
+radius_streams_equal cpu
+# results host memory cannot hold are streamed without being asked (here an address-space
+# limit leaves too little for 25 million pairs, 200 MB), and are the held results
+expect 0 "wrote 5,000 points" -- generate uniform -n 5000 -o "$tmp/u5k.pcd"
+expect 0 "neighbors found +25,000,000" -- radius "$tmp/u5k.pcd" -r 1e6 --device cpu -o "$tmp/all_held"
+(ulimit -v 400000 && "$pcnn" radius "$tmp/u5k.pcd" -r 1e6 --device cpu -o "$tmp/all_streamed" >"$tmp/out" 2>"$tmp/err")
+grep -q "streamed to the outputs range by range" "$tmp/err" || { echo "FAIL: not streamed under ulimit -v"; cat "$tmp/err"; fails=$((fails + 1)); }
+for f in offsets indices sqdist; do same_files "$tmp/all_held.$f.npy" "$tmp/all_streamed.$f.npy" "streamed under ulimit -v"; done
+rm -f "$tmp"/all_*.npy
+# results that fit nowhere fail after the count, before any pair is stored: 20,000 points all
+# within r are 400 million pairs (3.2 GB)
+expect 0 "wrote 20,000 points" -- generate uniform -n 20000 -o "$tmp/u20k.pcd"
+start=$SECONDS
+(ulimit -f 100000 && "$pcnn" radius "$tmp/u20k.pcd" -r 1e6 --device cpu -o "$tmp/all" >"$tmp/out" 2>"$tmp/err")
+rc=$?
+[ $rc -eq 5 ] && grep -q "cannot write '$tmp/all.indices.npy': the radius results (400000000 pairs) need 1.6 GB (1600000128 bytes) in this file, over the file size limit of 0.102 GB (102400000 bytes)" "$tmp/err" ||
+  { echo "FAIL: too large for the disk: exit $rc"; cat "$tmp/err"; fails=$((fails + 1)); }
+[ -z "$(ls -A "$tmp" | grep -E '^(all|\.all)')" ] || { echo "FAIL: too large for the disk left files"; fails=$((fails + 1)); }
+# --compare-cpu compares the GPU with PCL (refused on the CPU backend): with a GPU only.
+if "$pcnn" devices >/dev/null 2>&1; then
+  (ulimit -v 3000000 && "$pcnn" radius "$tmp/u20k.pcd" -r 1e6 --device cuda --compare-cpu >"$tmp/out" 2>"$tmp/err")
+  rc=$?
+  [ $rc -eq 4 ] && grep -qE "out of host memory: the radius results \(400000000 pairs\) and the CPU baseline's need 6.4 GB \(6400000000 bytes\), .* \([0-9]+ bytes\) of host memory available" "$tmp/err" ||
+    { echo "FAIL: too large for host memory: exit $rc"; cat "$tmp/err"; fails=$((fails + 1)); }
+  (ulimit -v 3000000 && "$pcnn" knn "$tmp/u20k.pcd" -k 128 --device cuda --compare-cpu >"$tmp/out" 2>"$tmp/err")
+  [ $? -eq 0 ] || { echo "FAIL: kNN within host memory refused"; cat "$tmp/err"; fails=$((fails + 1)); }
+fi
+[ $((SECONDS - start)) -lt 60 ] || { echo "FAIL: the refusals took $((SECONDS - start)) s"; fails=$((fails + 1)); }
 expect 2 "not a memory size" -- knn "$sample" --max-device-memory lots
 expect 0 "organized 160 x 120" -- generate depth --width 160 --height 120 -o "$tmp/depth.pcd"
 expect 0 "organized, every field" -- smooth "$tmp/depth.pcd" -o "$tmp/depth_s.pcd" --stencil gaussian:3:1.5 --depth-jump 0.1 --device cpu
@@ -78,6 +131,8 @@ if "$pcnn" devices >/dev/null 2>&1; then
   expect 0 "agreeing percent +100 %" -- radius "$sample" -r 0.3 --compare-cpu
   expect 0 "agreeing percent +100 %" -- radius "$sample" -r 0.3 --max-nn 16 --exclude-self --compare-cpu
   expect 0 "passes" -- radius "$sample" -r 0.3 --max-device-memory 24M
+  # ranges streamed, each in device passes under the cap, equal the one-fill results
+  radius_streams_equal cuda --max-device-memory 24M
   expect 4 "out of device memory: .* needs .* available under the limit" -- knn "$sample" --max-device-memory 100K
   expect 0 "agreeing percent +100 %" -- knn "$sample" -k 8 --compare-cpu
   for staging in pageable pinned registered mapped; do

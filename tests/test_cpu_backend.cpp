@@ -366,7 +366,7 @@ TEST_P(CpuRadius, MatchesBruteForce) {
   filled.offsets = offsets;
   filled.indices.assign(static_cast<std::size_t>(total), -9);
   filled.sqdist.assign(static_cast<std::size_t>(total), -9.0f);
-  backend->radius_fill(qp, rp, {offsets.data(), want.rows + 1}, {filled.indices.data(), total},
+  backend->radius_fill(qp, 0, rp, {offsets.data(), want.rows + 1}, {filled.indices.data(), total},
                        {filled.sqdist.data(), total}, nullptr, t);
   expect_same(want, filled, "radius_count/radius_fill");
 
@@ -377,7 +377,7 @@ TEST_P(CpuRadius, MatchesBruteForce) {
   hp.exclude_self = c.exclude_self;
   const Dense hwant = reference_dense(refs, qc, c.max_nn, c.exclude_self, c.radius * c.radius);
   Dense hgot(hwant.rows, c.max_nn);
-  backend->hybrid(qp, hp, hgot.iv(), hgot.dv(), nullptr, t);
+  backend->hybrid(qp, 0, hp, hgot.iv(), hgot.dv(), nullptr, t);
   expect_same(hwant, hgot, "hybrid");
 }
 
@@ -616,7 +616,7 @@ TEST(CpuBackend, ManyIdenticalPointsAreFast) {
   hp.max_nn = 8;
   hp.exclude_self = true;
   Dense hybrid(n, 8);
-  backend->hybrid(nullptr, hp, hybrid.iv(), hybrid.dv(), nullptr, t);
+  backend->hybrid(nullptr, 0, hp, hybrid.iv(), hybrid.dv(), nullptr, t);
   EXPECT_EQ(hybrid.indices, got.indices);
 }
 
@@ -642,7 +642,7 @@ TEST(CpuBackend, InvalidArguments) {
   std::vector<std::int32_t> idx(static_cast<std::size_t>(total));
   std::vector<float> d2(static_cast<std::size_t>(total));
   rp.radius = 2.0;
-  EXPECT_THROW(backend->radius_fill(nullptr, rp, {offsets.data(), 101}, {idx.data(), total},
+  EXPECT_THROW(backend->radius_fill(nullptr, 0, rp, {offsets.data(), 101}, {idx.data(), total},
                                     {d2.data(), total}, nullptr, t),
                invalid_argument_error);
 }

@@ -252,6 +252,30 @@ TEST_P(IndexSearch, RadiusRowsEqualTheReference) {
       index.radius_fill(qv, p, cov, iv, dv);
     EXPECT_TRUE(same_radius(offsets.data(), idx.data(), dist.data(), want.rows, want))
         << "count then fill";
+    // Filled range by range (ranges of unequal sizes, an empty one among them), each into
+    // arrays of its own, as results larger than memory are streamed.
+    std::vector<std::int32_t> ranged_idx;
+    std::vector<float> ranged_dist;
+    const std::int64_t rows = want.rows;
+    const std::vector<std::int64_t> bounds{
+        0, rows / 3, rows / 3, std::min(rows, rows / 3 + 1), rows - rows / 5, rows};
+    for (std::size_t r = 0; r + 1 < bounds.size(); ++r) {
+      const std::int64_t begin = bounds[r], end = bounds[r + 1];
+      const std::int64_t entries = offsets[end] - offsets[begin];
+      std::vector<std::int32_t> ri(static_cast<std::size_t>(entries), -5);
+      std::vector<float> rd(ri.size(), -1.f);
+      const ArrayView<const std::int64_t> slice{offsets.data() + begin, end - begin + 1};
+      if (c.self())
+        index.self_radius_fill_rows(begin, p, slice, {ri.data(), entries}, {rd.data(), entries});
+      else
+        index.radius_fill({qv.data + begin * qv.stride, end - begin, qv.stride}, p, slice,
+                          {ri.data(), entries}, {rd.data(), entries});
+      ranged_idx.insert(ranged_idx.end(), ri.begin(), ri.end());
+      ranged_dist.insert(ranged_dist.end(), rd.begin(), rd.end());
+    }
+    ASSERT_EQ(static_cast<std::int64_t>(ranged_idx.size()), total);
+    EXPECT_TRUE(same_radius(offsets.data(), ranged_idx.data(), ranged_dist.data(), want.rows, want))
+        << "filled range by range";
   }
 }
 
@@ -275,6 +299,18 @@ TEST_P(IndexSearch, HybridRowsEqualTheReference) {
     else
       index.hybrid(qv, p, iv, dv);
     EXPECT_TRUE(same_rows(idx, dist, want.knn)) << "into views";
+    // Range by range, as streamed results are.
+    const std::int64_t rows = want.knn.rows, half = rows / 2;
+    for (const auto& [begin, end] : {std::pair{std::int64_t(0), half}, std::pair{half, rows}}) {
+      const MatrixView<std::int32_t> ri{idx.data() + begin * c.k, end - begin, c.k};
+      const MatrixView<float> rd{dist.data() + begin * c.k, end - begin, c.k};
+      std::fill(idx.begin() + begin * c.k, idx.begin() + end * c.k, 999);
+      if (c.self())
+        index.self_hybrid_rows(begin, p, ri, rd);
+      else
+        index.hybrid({qv.data + begin * qv.stride, end - begin, qv.stride}, p, ri, rd);
+    }
+    EXPECT_TRUE(same_rows(idx, dist, want.knn)) << "range by range";
   }
 }
 
@@ -537,6 +573,26 @@ TEST_P(IndexBackend, InvalidArgumentsThrow) {
   EXPECT_THROW(
       index.self_radius_fill({30.0}, {off.data(), 11}, {ri.data(), total}, {rd.data(), total + 1}),
       invalid_argument_error);
+  // Ranges: past the end, a negative first row, outputs of another size than the slice says,
+  // and the slice of other rows (its counts are not these rows').
+  const std::int64_t tail = off[10] - off[8];
+  EXPECT_THROW(index.self_radius_fill_rows(9, {30.0}, {off.data() + 8, 3}, {ri.data(), tail},
+                                           {rd.data(), tail}),
+               invalid_argument_error);
+  EXPECT_THROW(index.self_radius_fill_rows(-1, {30.0}, {off.data(), 3}, {ri.data(), off[2]},
+                                           {rd.data(), off[2]}),
+               invalid_argument_error);
+  EXPECT_THROW(index.self_radius_fill_rows(8, {30.0}, {off.data() + 8, 3}, {ri.data(), tail + 1},
+                                           {rd.data(), tail + 1}),
+               invalid_argument_error);
+  std::vector<std::int64_t> shifted{0, 0, off[10] - off[8]};  // all of rows 8-9 given to row 9
+  if (off[9] != off[8]) {
+    EXPECT_THROW(index.self_radius_fill_rows(8, {30.0}, {shifted.data(), 3}, {ri.data(), tail},
+                                             {rd.data(), tail}),
+                 invalid_argument_error);
+  }
+  EXPECT_THROW(index.self_hybrid_rows(8, {30.0, 4}, {ri.data(), 3, 4}, {rd.data(), 3, 4}),
+               invalid_argument_error);
   // exclude_self on a separate query set.
   EXPECT_THROW(index.knn(v, {4, true}), invalid_argument_error);
   EXPECT_THROW(index.knn(v, {4, true}, iv, dv), invalid_argument_error);

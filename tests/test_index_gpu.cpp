@@ -102,6 +102,14 @@ class Buffer {
     else
       std::memset(static_cast<void*>(data_), 0xab, std::max<std::size_t>(n_, 1) * sizeof(T));
   }
+  void write(const std::vector<T>& values) {
+    ASSERT_EQ(values.size(), n_);
+    if (n_ == 0) return;
+    if (where_ == Where::device)
+      CUDA_OK(cudaMemcpy(data_, values.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+    else
+      std::copy(values.begin(), values.end(), data_);
+  }
   std::vector<T> read() const {
     std::vector<T> out(n_);
     if (n_ == 0) return out;
@@ -222,6 +230,10 @@ class IndexOutputs : public ::testing::TestWithParam<LocationCase> {
   cudaStream_t s() const { return stream_->get(); }
   PointsView points() const { return d_map_ ? d_map_->view() : f_->mv(); }
   PointsView queries() const { return d_scan_ ? d_scan_->view() : f_->sv(); }
+  PointsView query_rows(std::int64_t a, std::int64_t b) const {
+    const PointsView q = queries();
+    return {q.data + a * q.stride, b - a, q.stride, q.memory};
+  }
   Where where() const { return GetParam().outputs; }
 
   const Fixture* f_ = nullptr;
@@ -307,6 +319,28 @@ TEST_P(IndexOutputs, RadiusCountThenFill) {
     EXPECT_TRUE(same_radius(off.data(), i.data(), d.data(), rows, want));
     EXPECT_TRUE(
         same_radius(self ? index.self_radius(p, s()) : index.radius(queries(), p, s()), want));
+    // Range by range, each range into outputs of its own in this location (a slice of the
+    // offsets, which need not start at 0), as streamed results are filled.
+    std::vector<std::int32_t> ranged_i;
+    std::vector<float> ranged_d;
+    const std::int64_t cut = rows / 3;
+    for (const auto& [a, b] : {std::pair{std::int64_t(0), cut}, std::pair{cut, rows}}) {
+      const std::int64_t entries = off[b] - off[a];
+      Buffer<std::int64_t> slice(where(), b - a + 1);
+      slice.write(std::vector<std::int64_t>(off.begin() + a, off.begin() + b + 1));
+      Buffer<std::int32_t> ri(where(), entries);
+      Buffer<float> rd(where(), entries);
+      if (self)
+        index.self_radius_fill_rows(a, p, slice.const_array(), ri.array(), rd.array(), s());
+      else
+        index.radius_fill(query_rows(a, b), p, slice.const_array(), ri.array(), rd.array(), s());
+      const std::vector<std::int32_t> part_i = ri.read();
+      const std::vector<float> part_d = rd.read();
+      ranged_i.insert(ranged_i.end(), part_i.begin(), part_i.end());
+      ranged_d.insert(ranged_d.end(), part_d.begin(), part_d.end());
+    }
+    EXPECT_TRUE(same_radius(off.data(), ranged_i.data(), ranged_d.data(), rows, want))
+        << "range by range";
   }
 }
 
@@ -351,6 +385,30 @@ TEST(IndexStaging, EveryModeGivesTheSameRows) {
     }
     EXPECT_TRUE(same_hybrid(index.self_hybrid({f.kRadius, f.kMaxNn, true}), f.self_hybrid));
     EXPECT_TRUE(same_radius(index.radius(f.sv(), {f.kRadius}), f.radius));
+    // Ranges of the self-search (the index's own copy of the points searched as queries: in
+    // mapped mode that copy is page-locked host memory), as streamed results are produced.
+    {
+      const std::int64_t n = f.self_knn.rows, a = n / 3, rows = n - a;
+      KnnResult part;
+      part.rows = rows;
+      part.k = f.kK;
+      part.indices.resize(static_cast<std::size_t>(rows) * f.kK);
+      part.sqdist.resize(part.indices.size());
+      index.self_knn_rows(a, {f.kK, true}, {part.indices.data(), rows, f.kK},
+                          {part.sqdist.data(), rows, f.kK});
+      std::vector<std::int64_t> picked(static_cast<std::size_t>(rows));
+      for (std::int64_t i = 0; i < rows; ++i) picked[i] = a + i;
+      EXPECT_TRUE(same_knn(part, test::pick_rows(f.self_knn, picked))) << "self_knn_rows";
+      const std::vector<std::int64_t>& off = f.self_radius.offsets;
+      const std::int64_t entries = off[n] - off[a];
+      std::vector<std::int32_t> ri(static_cast<std::size_t>(entries));
+      std::vector<float> rd(ri.size());
+      index.self_radius_fill_rows(a, {f.kRadius, true}, {off.data() + a, rows + 1},
+                                  {ri.data(), entries}, {rd.data(), entries});
+      EXPECT_TRUE(std::equal(ri.begin(), ri.end(), f.self_radius.indices.begin() + off[a]) &&
+                  std::equal(rd.begin(), rd.end(), f.self_radius.sqdist.begin() + off[a]))
+          << "self_radius_fill_rows";
+    }
     // Caller memory registered for a call is released after it.
     EXPECT_EQ(index.memory_stats().registered_now, 0);
     if (mode == Staging::registered) {
@@ -565,6 +623,22 @@ TEST(IndexMemory, ACapThatForcesPassesGivesOnePassResults) {
   EXPECT_GT(radius_free.offsets.back() * 16, std::int64_t(48) << 20);
   EXPECT_TRUE(same_radius(capped.self_radius({3.0, true}), radius_free));
   EXPECT_GT(capped.last_timings().passes, 1);
+  EXPECT_LE(o.memory->stats().peak_bytes, built + (48 << 20));
+  // Count, then fill in ranges (as `pcnn radius` streams), each range itself in device passes.
+  std::vector<std::int64_t> off(200001);
+  const std::int64_t total = capped.self_radius_count({3.0, true}, {off.data(), 200001});
+  ASSERT_EQ(off, radius_free.offsets);
+  std::vector<std::int32_t> idx(static_cast<std::size_t>(total));
+  std::vector<float> dist(idx.size());
+  for (const auto& [a, b] : {std::pair{0, 150000}, std::pair{150000, 200000}}) {
+    const std::int64_t at = off[a], entries = off[b] - off[a];
+    capped.self_radius_fill_rows(a, {3.0, true}, {off.data() + a, b - a + 1},
+                                 {idx.data() + at, entries}, {dist.data() + at, entries});
+    if (a == 0) {
+      EXPECT_GT(capped.last_timings().passes, 1);
+    }
+  }
+  EXPECT_TRUE(same_radius(off.data(), idx.data(), dist.data(), 200000, radius_free));
   EXPECT_LE(o.memory->stats().peak_bytes, built + (48 << 20));
 }
 

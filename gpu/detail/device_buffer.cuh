@@ -20,7 +20,6 @@ namespace pcnn::detail {
 /// Throws pcnn::out_of_memory_error: "out of device memory: <what> needs N, M available".
 [[noreturn]] void throw_out_of_memory(const std::string& what, std::int64_t needed,
                                       std::int64_t available);
-std::string format_bytes(std::int64_t bytes);
 
 /// Counters of the page-locked host memory one owner (an index) allocates or registers.
 struct HostCounters {

@@ -27,6 +27,7 @@ struct RadiusArgs {
   const float4* queries = nullptr;  // sorted along the curve; w = original index
   int slot_begin = 0, slot_end = 0;
   bool exclude_self = false;
+  int query_offset = 0;  // exclude_self: query i is indexed point i + query_offset
   RadiusBound bound;
   std::int64_t* counts = nullptr;             // count pass: per original query index
   const std::int64_t* row_start = nullptr;    // fill pass: where slot s writes, at [s - slot_begin]
@@ -170,7 +171,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32) radius_tree_kernel(TreeView t
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   if (a.slot_begin + (blockIdx.x * kTreeWarps + warp) * 32 >= a.slot_end) return;  // whole warps
   const WarpQueries w(t, a);
-  RadiusSink<kFill> sink{w.q, a.exclude_self ? w.qid : -1, a.bound, nullptr};
+  RadiusSink<kFill> sink{w.q, a.exclude_self ? w.qid + a.query_offset : -1, a.bound, nullptr};
   if (kFill && w.in_range) sink.out = a.keys + a.row_start[w.slot - a.slot_begin];
   unsigned long long evals = radius_walk(t, w.q, w.active, a.bound.upper * kPruneSlack,
                                          stage_all[warp], stack_all[warp], sink);

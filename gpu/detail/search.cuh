@@ -75,4 +75,24 @@ RadiusResult radius_query(const SpatialIndex& index, const PointsView* queries,
                           cuda_event& start, cuda_event& uploaded, const ExactSearch& ex,
                           DeviceMemoryResource& mr);
 
+/// The count of a radius search only: writes the CSR offsets (rows + 1) to host `h_offsets` and
+/// returns the total. Nothing is filled. Synchronizes.
+std::int64_t radius_count_query(const SpatialIndex& index, const PointsView* queries,
+                                const RadiusParams& params, std::int64_t* h_offsets,
+                                SearchTimings* timings, cudaStream_t stream, cuda_event& start,
+                                cuda_event& uploaded, const ExactSearch& ex,
+                                DeviceMemoryResource& mr);
+
+/// The fill of a radius search of `queries` (device pointers, or null for the index's own
+/// points; with exclude_self, query i is indexed point i + query_offset): counts again, checks
+/// that each row's count is the one `given` (rows + 1 offsets, any base) says, and writes row q
+/// at given[q] - given[0] of host `out_idx` / `out_dist`, in passes when the device cannot hold
+/// every entry at once. Synchronizes.
+/// @throws pcnn::invalid_argument_error when `given` are not this search's offsets.
+void radius_fill_query(const SpatialIndex& index, const PointsView* queries,
+                       const RadiusParams& params, int query_offset, const std::int64_t* given,
+                       std::int32_t* out_idx, float* out_dist, SearchTimings* timings,
+                       cudaStream_t stream, cuda_event& start, cuda_event& uploaded,
+                       const ExactSearch& ex, DeviceMemoryResource& mr);
+
 }  // namespace pcnn::detail

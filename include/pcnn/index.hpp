@@ -159,9 +159,14 @@ class Index {
                       cudaStream_t stream = nullptr);
   RadiusResult self_radius(const RadiusParams& params, cudaStream_t stream = nullptr);
   /// Count-then-fill, for results of unknown size in the caller's memory: radius_count writes
-  /// the CSR offsets (rows + 1 entries, offsets[0] = 0) and returns the total; radius_fill, with
-  /// the same queries and parameters and those offsets, writes offsets[rows] entries into
-  /// `indices` and `sqdist`. Both synchronize.
+  /// the CSR offsets (rows + 1 entries, offsets[0] = 0) and returns the total, counting only
+  /// (cheap: no pair is stored); radius_fill, with the same queries and parameters and those
+  /// offsets, writes offsets[rows] entries into `indices` and `sqdist`. Both synchronize.
+  ///
+  /// To fill results larger than memory range by range, give radius_fill a range of the queries
+  /// (a sub-view) with its slice of the offsets (rows + 1 entries from the count's offsets,
+  /// offsets[0] need not be 0): it writes offsets[rows] - offsets[0] entries, row q's at
+  /// offsets[q] - offsets[0]. The offsets must be those the count gave for these queries.
   std::int64_t radius_count(PointsView queries, const RadiusParams& params,
                             ArrayView<std::int64_t> offsets, cudaStream_t stream = nullptr);
   void radius_fill(PointsView queries, const RadiusParams& params,
@@ -172,6 +177,11 @@ class Index {
   void self_radius_fill(const RadiusParams& params, ArrayView<const std::int64_t> offsets,
                         ArrayView<std::int32_t> indices, ArrayView<float> sqdist,
                         cudaStream_t stream = nullptr);
+  /// Rows [first_row, first_row + offsets.size - 1) of the self radius search, as radius_fill
+  /// fills a range: `offsets` is that range's slice of self_radius_count's offsets. Synchronizes.
+  void self_radius_fill_rows(std::int64_t first_row, const RadiusParams& params,
+                             ArrayView<const std::int64_t> offsets, ArrayView<std::int32_t> indices,
+                             ArrayView<float> sqdist, cudaStream_t stream = nullptr);
 
   // ---- hybrid: the max_nn nearest within params.radius, dense rows as kNN ----
   void hybrid(PointsView queries, const HybridParams& params, MatrixView<std::int32_t> indices,
@@ -181,6 +191,11 @@ class Index {
   void self_hybrid(const HybridParams& params, MatrixView<std::int32_t> indices,
                    MatrixView<float> sqdist, cudaStream_t stream = nullptr);
   HybridResult self_hybrid(const HybridParams& params, cudaStream_t stream = nullptr);
+  /// Rows [first_row, first_row + indices.rows) of the self hybrid search only (as
+  /// self_knn_rows). Synchronizes.
+  void self_hybrid_rows(std::int64_t first_row, const HybridParams& params,
+                        MatrixView<std::int32_t> indices, MatrixView<float> sqdist,
+                        cudaStream_t stream = nullptr);
 
   /// The backends implement this (internal).
   struct Backend_;
@@ -196,10 +211,10 @@ class Index {
   KnnResult owning_knn(const PointsView* queries, const KnnParams& params, cudaStream_t stream);
   std::int64_t count_rows(const PointsView* queries, const RadiusParams& params,
                           ArrayView<std::int64_t> offsets, cudaStream_t stream);
-  void fill_rows(const PointsView* queries, const RadiusParams& params,
+  void fill_rows(const PointsView* queries, std::int64_t first_row, const RadiusParams& params,
                  ArrayView<const std::int64_t> offsets, ArrayView<std::int32_t> indices,
                  ArrayView<float> sqdist, cudaStream_t stream);
-  void hybrid_rows(const PointsView* queries, const HybridParams& params,
+  void hybrid_rows(const PointsView* queries, std::int64_t first_row, const HybridParams& params,
                    MatrixView<std::int32_t> indices, MatrixView<float> sqdist, cudaStream_t stream);
   HybridResult owning_hybrid(const PointsView* queries, const HybridParams& params,
                              cudaStream_t stream);

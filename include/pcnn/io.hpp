@@ -115,6 +115,14 @@ class OutputSet {
   void add(const std::string& path, OutputKind kind);
   /// The files `path` (as given to add) writes: itself, or the three files of radius results.
   std::vector<std::string> files(const std::string& path) const;
+  /// Checks, before anything is written, that the outputs' files fit: each file's size within
+  /// the file size limit (RLIMIT_FSIZE), and the files staged on each file system within its
+  /// free space (the space of a file being replaced is only freed once the new one is in place).
+  /// Targets written directly (stdout, FIFOs, devices) are not counted. `files`: each file (as
+  /// files() names them) with the bytes it will take at least (see output_sizes); `what` names
+  /// the results in the message. @throws pcnn::output_error with the bytes needed and free
+  void check_space(const std::vector<std::pair<std::string, std::int64_t>>& files,
+                   const std::string& what) const;
   /// Renames every written output into place. Every declared output must have been written.
   /// @throws pcnn::output_error (then no staged output was put in place)
   void commit();
@@ -192,6 +200,40 @@ void write_array(const std::string& path, const std::int64_t* data, std::int64_t
 /// Radius results as CSV pairs, as write_radius writes a .csv.
 void write_pairs_csv(const std::string& path, const std::int64_t* offsets, std::int64_t rows,
                      const std::int32_t* indices, const float* sqdist);
+
+/// The bytes the files of declared output `path` will take, as OutputSet::check_space takes them:
+/// a rows × cols array of 4-byte values (exact for .npy; for .csv a lower bound, each value at
+/// least one digit), or radius results with these CSR `offsets` (rows + 1; .npy exact, the CSV of
+/// pairs a lower bound).
+std::vector<std::pair<std::string, std::int64_t>> array_output_sizes(const OutputSet& outputs,
+                                                                     const std::string& path,
+                                                                     std::int64_t rows, int cols);
+std::vector<std::pair<std::string, std::int64_t>> radius_output_sizes(const OutputSet& outputs,
+                                                                      const std::string& path,
+                                                                      const std::int64_t* offsets,
+                                                                      std::int64_t rows);
+
+/// Radius results written range by range, rows in order, in the formats of write_radius: the
+/// offsets of every row are known from the count before any pair is found (written at once),
+/// then each range's pairs follow. finish() completes the files; the set's commit() puts them in
+/// place. @throws pcnn::output_error
+class RadiusStreamWriter {
+ public:
+  /// `offsets`: rows + 1 entries, kept by the caller until finish().
+  RadiusStreamWriter(OutputSet& outputs, const std::string& path, const std::int64_t* offsets,
+                     std::int64_t rows);
+  ~RadiusStreamWriter();
+  RadiusStreamWriter(const RadiusStreamWriter&) = delete;
+  RadiusStreamWriter& operator=(const RadiusStreamWriter&) = delete;
+  /// The next `rows` rows: offsets[next + rows] - offsets[next] pairs in `indices` / `sqdist`.
+  void append(std::int64_t rows, const std::int32_t* indices, const float* sqdist);
+  void finish();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
 
 /// A rows × cols array of int32 or float32 written piece by piece, rows in order, as .npy or .csv
 /// (the same formats as write_array): for results streamed from the GPU that need not all be in

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "pcnn/cuda_stream.hpp"
 
@@ -77,6 +78,16 @@ class LimitedResource : public DeviceMemoryResource {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// Host memory this process could still obtain, in bytes: the smallest of the system's available
+/// memory (MemAvailable of /proc/meminfo), what the process's memory cgroup has left (memory.max
+/// less memory.current, cgroup v2) and what its address-space limit leaves (RLIMIT_AS less the
+/// address space in use). What searches check results in host memory against before filling
+/// them. -1 where none of these can be read.
+std::int64_t available_host_memory();
+
+/// "1.23 GB (1234567890 bytes)": how pcnn's messages write a size.
+std::string format_bytes(std::int64_t bytes);
 
 /// A new PoolResource on device `ordinal`.
 std::shared_ptr<DeviceMemoryResource> make_pool_resource(int ordinal = 0);
