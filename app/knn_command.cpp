@@ -68,10 +68,9 @@ Report start_report(const char* command, const SearchOptions& opt, const Inputs&
   return report;
 }
 
-// The index every search command runs on: the backend from --device (auto: the GPU when one is
-// usable, else the CPU backend), the device's start-up reported apart, the memory cap as the
-// index's memory resource. Builds over the references; fills the section's first rows.
-Index build_index(const SearchOptions& opt, const Inputs& in, Report& s) {
+}  // namespace
+
+Index build_index(const SearchOptions& opt, PointsView refs, Report& s) {
   IndexOptions o;
   o.backend = parse_backend(opt.device);
   if (o.backend == Backend::automatic) {
@@ -97,7 +96,7 @@ Index build_index(const SearchOptions& opt, const Inputs& in, Report& s) {
   o.staging = parse_staging(opt.staging);
   o.chunk_rows = opt.chunk_rows;
   Index index(o);
-  index.build(in.ref_view);
+  index.build(refs);
   const SearchTimings& b = index.last_timings();
   if (b.backend == Backend::cuda) {
     s.add("staging", to_string(b.staging));
@@ -106,6 +105,8 @@ Index build_index(const SearchOptions& opt, const Inputs& in, Report& s) {
   s.add("build index", b.build_ms, "ms");
   return index;
 }
+
+namespace {
 
 // The search's parts after the build; returns the whole (build + search) in milliseconds.
 double finish_search_section(Report& s, const SearchTimings& build, const SearchTimings& t) {
@@ -214,7 +215,7 @@ int run_knn(const KnnCommand& cmd) {
   report.add("k", cmd.k);
 
   Report s;
-  Index index = build_index(cmd, in, s);
+  Index index = build_index(cmd, in.ref_view, s);
   const SearchTimings build = index.last_timings();
   const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
   // Results go straight to the output files chunk by chunk when asked to (--chunk-rows) or when
@@ -337,7 +338,7 @@ int run_radius(const RadiusCommand& cmd) {
   if (hybrid) report.add("max nn", cmd.max_nn);
 
   Report s;
-  Index index = build_index(cmd, in, s);
+  Index index = build_index(cmd, in.ref_view, s);
   const SearchTimings build = index.last_timings();
   RadiusResult radius;
   HybridResult capped;

@@ -9,6 +9,7 @@
 
 #include "cloud_commands.hpp"
 #include "knn_command.hpp"
+#include "normals_command.hpp"
 #include "pcnn/device.hpp"
 #include "pcnn/filters.hpp"
 #include "pcnn/io.hpp"
@@ -233,6 +234,9 @@ int main(int argc, char** argv) {
                        "also run the CPU reference and compare");
   smooth_cmd->add_flag("--json", smooth.json, "print the summary as one JSON object on stdout");
 
+  NormalsCommand normals;
+  CLI::App* normals_cmd = add_normals_command(app, normals);
+
   app.add_subcommand("devices", "show the CUDA device pcnn would use");
 
   try {
@@ -272,6 +276,7 @@ int main(int argc, char** argv) {
       }
       return run_smooth(smooth);
     }
+    if (normals_cmd->parsed()) return run_normals(normals);
     if (gen_cmd->parsed())
       return run_generate(gen_kind, gen_n, gen_seed, gen_width, gen_height, gen_out);
     if (stats_cmd->parsed()) return run_stats(stats);
