@@ -80,8 +80,6 @@ int run_normals(const NormalsCommand& cmd) {
   // Everything that does not depend on the cloud is checked before it is loaded.
   SearchOptions opt = cmd;
   if (!cmd.memory.empty()) opt.max_device_memory = parse_bytes(cmd.memory);
-  if (cmd.k == 0 && cmd.radius == 0)
-    throw invalid_argument_error("normals needs a neighborhood: -k K or -r RADIUS");
   NormalParams params;
   params.k = cmd.k;
   params.radius = cmd.radius;

@@ -13,10 +13,12 @@ namespace pcnn {
 
 void validate(const NormalParams& p) {
   const std::string range = "3 and " + std::to_string(kMaxK);
+  PCNN_EXPECTS(p.k != 0 || p.radius != 0,
+               "normals: give a neighborhood: k (the k nearest points) or a radius");
   PCNN_EXPECTS(p.k == 0 || p.radius == 0,
                "normals: give either k or a radius, not both (k = " + std::to_string(p.k) +
                    ", radius = " + std::to_string(p.radius) + ")");
-  if (p.radius == 0) {
+  if (p.k != 0) {
     PCNN_EXPECTS(p.k >= 3 && p.k <= kMaxK, "normals: k must be between " + range + ", got " +
                                                std::to_string(p.k) + " (a plane needs 3 points)");
     PCNN_EXPECTS(p.max_nn == 0, "normals: max_nn goes with a radius, not with k");

@@ -99,7 +99,7 @@ PY
 fi
 expect 0 "normal" -- normals "$tmp/fields.pcd" -k 4 --viewpoint 0,0,10 --device cpu -o "$tmp/up.pcd"
 cmp -s "$tmp/up.pcd" "$tmp/fields_n.pcd" && { echo "FAIL: the viewpoint must turn the normals"; fails=$((fails + 1)); }
-expect 2 "needs a neighborhood: -k K or -r RADIUS" -- normals "$sample" -o "$tmp/x.pcd" --device cpu
+expect 2 "give a neighborhood: k .* or a radius" -- normals "$sample" -o "$tmp/x.pcd" --device cpu
 expect 2 "excludes" -- normals "$sample" -k 8 -r 1 -o "$tmp/x.pcd"
 expect 2 "requires" -- normals "$sample" -k 8 --max-nn 8 -o "$tmp/x.pcd"
 expect 2 "k must be between 3 and 128, got 2" -- normals "$sample" -k 2 -o "$tmp/x.pcd"
