@@ -96,12 +96,16 @@ PCNN_HOST_DEVICE void smallest_eigenpair(double xx, double xy, double xz, double
     jacobi_rotate(m, 0, 2);
     jacobi_rotate(m, 1, 2);
   }
-  int j = 0;  // the smallest diagonal entry; ties to the first
-  if (m.a[1][1] < m.a[j][j]) j = 1;
-  if (m.a[2][2] < m.a[j][j]) j = 2;
-  value = m.a[j][j] * scale;
-  const double len = ::sqrt(m.v[0][j] * m.v[0][j] + m.v[1][j] * m.v[1][j] + m.v[2][j] * m.v[2][j]);
-  for (int i = 0; i < 3; ++i) vec[i] = m.v[i][j] / len;
+  // The smallest diagonal entry (ties to the first), chosen with selects rather than a computed
+  // index, which would put the matrix in local memory on the device.
+  const bool one = m.a[1][1] < m.a[0][0];
+  const double d01 = one ? m.a[1][1] : m.a[0][0];
+  const bool two = m.a[2][2] < d01;
+  value = (two ? m.a[2][2] : d01) * scale;
+  double col[3];
+  for (int i = 0; i < 3; ++i) col[i] = two ? m.v[i][2] : (one ? m.v[i][1] : m.v[i][0]);
+  const double len = ::sqrt(col[0] * col[0] + col[1] * col[1] + col[2] * col[2]);
+  for (int i = 0; i < 3; ++i) vec[i] = col[i] / len;
 }
 
 /// The normal and curvature of one point from its neighbor list.

@@ -76,17 +76,21 @@ class NormalsVsPcl : public ::testing::Test {
   // 1e-5 · trace / (λ1 - λ0) (generous by two orders). Or the view is grazing (the viewpoint
   // within 1e-3 rad of the surface's plane), where the float and double signs of
   // dot(n, viewpoint - p) may differ. Returns false when neither explains it.
-  static bool explained(Index& index, const NormalParams& p, const NormalsResult& ours,
+  // The neighborhoods, as CSR (kNN rows have no padding here: every point has k neighbors).
+  static RadiusResult neighborhoods(Index& index, const NormalParams& p) {
+    if (p.k == 0) return index.self_radius({p.radius, false});
+    const KnnResult r = index.self_knn({p.k, false});
+    RadiusResult csr;
+    csr.rows = r.rows;
+    csr.indices = r.indices;
+    for (std::int64_t i = 0; i <= r.rows; ++i) csr.offsets.push_back(i * r.k);
+    return csr;
+  }
+
+  static bool explained(const RadiusResult& hoods, const NormalParams& p, const NormalsResult& ours,
                         std::int64_t i, double angle, std::string& why) {
-    std::vector<std::int32_t> ids;
-    if (p.k > 0) {
-      const KnnResult r = index.self_knn({p.k, false});
-      for (int j = 0; j < p.k && r.indices[i * p.k + j] >= 0; ++j)
-        ids.push_back(r.indices[i * p.k + j]);
-    } else {
-      const RadiusResult r = index.self_radius({p.radius, false});
-      ids.assign(r.indices.begin() + r.offsets[i], r.indices.begin() + r.offsets[i + 1]);
-    }
+    const std::vector<std::int32_t> ids(hoods.indices.begin() + hoods.offsets[i],
+                                        hoods.indices.begin() + hoods.offsets[i + 1]);
     const std::vector<float>& xyz = cloud_->xyz;
     auto at = [&](std::int32_t id) {
       return Eigen::Vector3d(xyz[3 * id], xyz[3 * id + 1], xyz[3 * id + 2]);
@@ -114,9 +118,10 @@ class NormalsVsPcl : public ::testing::Test {
     double pcl_ms = 0;
     const NormalsResult theirs = pcl_normals(cloud_->view(), p, &pcl_ms);
     const Agreement g = compare(ours, theirs);
+    const RadiusResult hoods = g.far.empty() ? RadiusResult{} : neighborhoods(index, p);
     for (std::size_t j = 0; j < g.far.size(); ++j) {
       std::string why;
-      EXPECT_TRUE(explained(index, p, ours, g.far[j], g.far_angle[j], why)) << what << ": " << why;
+      EXPECT_TRUE(explained(hoods, p, ours, g.far[j], g.far_angle[j], why)) << what << ": " << why;
       if (j < 5) std::cout << "  differs, " << why << "\n";
     }
     std::cout << what << " (" << to_string(index.backend()) << "): " << g.both
