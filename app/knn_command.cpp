@@ -90,10 +90,12 @@ Report start_report(const char* command, const SearchOptions& opt, const Inputs&
   return report;
 }
 
+}  // namespace
+
 // The index every search command runs on: the backend from --device (auto: the GPU when one is
 // usable, else the CPU backend), the device's start-up reported apart, the memory cap as the
 // index's memory resource. Builds over the references; fills the section's first rows.
-Index build_index(const SearchOptions& opt, const Inputs& in, Report& report, Report& s) {
+Index build_index(const SearchOptions& opt, PointsView refs, Report& report, Report& s) {
   IndexOptions o;
   const std::optional<DeviceInfo> gpu = choose_device(opt.device, opt.mode.quiet);
   o.backend = gpu ? Backend::cuda : Backend::cpu;
@@ -109,7 +111,7 @@ Index build_index(const SearchOptions& opt, const Inputs& in, Report& report, Re
   o.staging = parse_staging(opt.staging);
   o.chunk_rows = opt.chunk_rows;
   Index index(o);
-  index.build(in.ref_view);
+  index.build(refs);
   const SearchTimings& b = index.last_timings();
   if (b.backend == Backend::cuda) {
     s.add("staging", to_string(b.staging));
@@ -118,6 +120,8 @@ Index build_index(const SearchOptions& opt, const Inputs& in, Report& report, Re
   s.add("build index", b.build_ms, "ms");
   return index;
 }
+
+namespace {
 
 // The search's parts after the build; returns the whole (build + search) in milliseconds.
 double finish_search_section(Report& s, const SearchTimings& build, const SearchTimings& t) {
@@ -395,7 +399,7 @@ int run_knn(const KnnCommand& cmd) {
   const bool streamed = plan_dense(cmd, outputs, rows, cmd.k, "", "kNN results");
 
   Report s;
-  Index index = build_index(cmd, in, report, s);
+  Index index = build_index(cmd, in.ref_view, report, s);
   const SearchTimings build = index.last_timings();
   // On a terminal, a large search runs in about a hundred chunks so that progress can be shown.
   const bool show_progress = Progress::wanted(cmd.mode.quiet);
@@ -584,7 +588,7 @@ int run_radius(const RadiusCommand& cmd) {
       hybrid && plan_dense(cmd, outputs, rows, cmd.max_nn, cmd.counts, "hybrid results");
 
   Report s;
-  Index index = build_index(cmd, in, report, s);
+  Index index = build_index(cmd, in.ref_view, report, s);
   const SearchTimings build = index.last_timings();
   RadiusRun radius;
   HybridResult capped;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "pcnn/device.hpp"
+#include "pcnn/index.hpp"
 #include "report.hpp"
 
 namespace pcnn::app {
@@ -36,6 +37,14 @@ struct RadiusCommand : SearchOptions {
   int max_nn = 0;      // > 0: hybrid search, dense rows of max_nn
   std::string counts;  // hybrid: per-row counts (.npy or .csv)
 };
+
+class Report;
+
+/// The index a search command runs on: the backend from --device (auto: the GPU when one is
+/// usable, else the CPU backend, saying so), the device's start-up reported apart, the memory cap
+/// (--max-device-memory) as the index's memory resource, the staging mode. Builds over `refs`;
+/// adds the device and build rows to `s`.
+Index build_index(const SearchOptions& opt, PointsView refs, Report& report, Report& s);
 
 /// "512M", "2G", "1.5Gi", "1000000" -> bytes; throws pcnn::error otherwise.
 std::int64_t parse_bytes(const std::string& text);

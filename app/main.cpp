@@ -12,6 +12,7 @@
 
 #include "cloud_commands.hpp"
 #include "knn_command.hpp"
+#include "normals_command.hpp"
 #include "pcnn/device.hpp"
 #include "pcnn/filters.hpp"
 #include "pcnn/io.hpp"
@@ -314,6 +315,9 @@ int main(int argc, char** argv) {
   add_input_format(smooth_cmd, smooth.format);
   add_output_mode(smooth_cmd, smooth.mode);
 
+  NormalsCommand normals;
+  CLI::App* normals_cmd = add_normals_command(app, normals);
+
   OutputMode devices_mode;
   auto* devices_cmd = app.add_subcommand("devices", "show the CUDA device pcnn would use");
   add_output_mode(devices_cmd, devices_mode);
@@ -364,6 +368,7 @@ int main(int argc, char** argv) {
       }
       return run_smooth(smooth);
     }
+    if (normals_cmd->parsed()) return run_normals(normals);
     if (gen_cmd->parsed()) return run_generate(gen);
     if (stats_cmd->parsed()) return run_stats(stats);
     if (filter_cmd->parsed()) {

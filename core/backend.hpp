@@ -8,7 +8,9 @@
 
 #include <cstdint>
 
+#include "pcnn/error.hpp"
 #include "pcnn/index.hpp"
+#include "pcnn/normals.hpp"
 
 namespace pcnn {
 
@@ -51,9 +53,26 @@ struct Index::Backend_ {
                            const RadiusParams& params, ArrayView<const std::int64_t> offsets,
                            ArrayView<std::int32_t> indices, ArrayView<float> sqdist,
                            cudaStream_t stream, SearchTimings& t) = 0;
+
+  /// Normals and curvature of every indexed point (core/normals.cpp has checked the parameters
+  /// and that the outputs are size() × 3 and size(), both in one memory the backend can write).
+  /// The neighbor search's timings go to `search`. Synchronizes.
+  virtual void normals(const NormalParams& params, MatrixView<float> normals,
+                       ArrayView<float> curvature, cudaStream_t stream, SearchTimings& search,
+                       NormalTimings& t) = 0;
 };
 
 namespace detail {
+/// What features built on an index (core/normals.cpp) may reach: its backend and the timings
+/// its last_timings() returns. Throws for a moved-from index.
+struct IndexAccess {
+  static Index::Backend_& backend(Index& index) {
+    PCNN_EXPECTS(index.impl_ != nullptr, "use of a moved-from pcnn::Index");
+    return *index.impl_;
+  }
+  static SearchTimings& timings(Index& index) { return index.timings_; }
+};
+
 /// The CPU backend (cpu/cpu_backend.cpp): exact in double precision, multi-threaded.
 std::unique_ptr<Index::Backend_> make_cpu_backend(const IndexOptions& options);
 /// The CUDA backend (gpu/cuda_backend.cu). Throws pcnn::no_device_error without a usable device.

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "core/normal_math.hpp"
 #include "cpu/cpu_tree.hpp"
 #include "pcnn/error.hpp"
 
@@ -762,7 +763,81 @@ class CpuBackend final : public Index::Backend_ {
     finish(t, t0, t1, evaluated);
   }
 
+  void normals(const NormalParams& p, MatrixView<float> normals, ArrayView<float> curvature,
+               cudaStream_t, SearchTimings& search, NormalTimings& t) override {
+    const std::int64_t n = tree_.size();
+    const double vp[3] = {p.viewpoint[0], p.viewpoint[1], p.viewpoint[2]};
+    const TreeCoords at{tree_};
+    // Rows [first, first + rows): row i's neighbors are ids(i)[0 .. count(i)).
+    auto compute = [&](std::int64_t first, std::int64_t rows, auto&& ids, auto&& count) {
+      const auto t0 = Clock::now();
+      parallel_blocks(threads_, rows, 2048, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) {
+          double self[3];
+          at.self(first + i, self);
+          float out[4];
+          point_normal(at, ids(i), count(i), self, vp, out);
+          std::memcpy(normals.data + (first + i) * 3, out, 3 * sizeof(float));
+          curvature.data[first + i] = out[3];
+        }
+      });
+      t.normals_ms += ms_since(t0);
+    };
+    t.passes = 0;
+    if (p.k > 0 || p.max_nn > 0) {
+      // Dense rows (kNN, or the max_nn nearest within the radius), at most 256 MB of them at once.
+      const int k = p.k > 0 ? p.k : p.max_nn;
+      const double limit = p.k > 0 ? std::numeric_limits<double>::infinity() : p.radius * p.radius;
+      const std::int64_t per =
+          std::max<std::int64_t>(1, std::min<std::int64_t>(n, (std::int64_t{256} << 20) / (8 * k)));
+      std::vector<std::int32_t> idx;
+      std::vector<float> d2;
+      try {
+        idx.resize(static_cast<std::size_t>(per * k));
+        d2.resize(idx.size());
+      } catch (const std::bad_alloc&) {
+        throw_oom("for the neighbor lists of the normals", per * k * 8);
+      }
+      for (std::int64_t first = 0; first < n; first += per) {
+        const std::int64_t rows = std::min(per, n - first);
+        dense(nullptr, first, rows, k, limit, false, {idx.data(), rows, k}, {d2.data(), rows, k},
+              search);
+        t.search_ms += search.total_ms;
+        ++t.passes;
+        compute(
+            first, rows, [&](std::int64_t i) { return idx.data() + i * k; },
+            [&](std::int64_t) { return std::int64_t{k}; });
+      }
+    } else {
+      const RadiusResult r = radius(nullptr, RadiusParams{p.radius, false, 0}, nullptr, search);
+      t.search_ms = search.total_ms;
+      t.passes = 1;
+      compute(
+          0, n, [&](std::int64_t i) { return r.indices.data() + r.offsets[i]; },
+          [&](std::int64_t i) { return r.offsets[i + 1] - r.offsets[i]; });
+    }
+  }
+
  private:
+  // Coordinates of indexed points by original index, for core/normal_math.hpp.
+  struct TreeCoords {
+    const Tree& tree;
+    void operator()(std::int32_t id, double c[3]) const {
+      const std::int32_t p = tree.position(id);
+      c[0] = tree.xs()[p];
+      c[1] = tree.ys()[p];
+      c[2] = tree.zs()[p];
+    }
+    // Point i's own coordinates; NaN when it is not finite (it is not in the tree).
+    void self(std::int64_t i, double c[3]) const {
+      if (tree.position(i) < 0) {
+        c[0] = c[1] = c[2] = std::numeric_limits<double>::quiet_NaN();
+        return;
+      }
+      (*this)(static_cast<std::int32_t>(i), c);
+    }
+  };
+
   void begin(const PointsView* queries, SearchTimings& t) const {
     t = SearchTimings{};
     t.backend = Backend::cpu;

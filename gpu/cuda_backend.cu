@@ -12,6 +12,7 @@
 #include "core/backend.hpp"
 #include "detail/cuda_try.cuh"
 #include "detail/device_buffer.cuh"
+#include "detail/normals.cuh"
 #include "detail/plan.cuh"
 #include "detail/radius_bound.cuh"
 #include "detail/search.cuh"
@@ -408,6 +409,104 @@ class CudaBackend final : public Index::Backend_ {
       throw;
     }
     finish_sync_call(stream, t, t0);
+  }
+
+  void normals(const NormalParams& p, MatrixView<float> normals, ArrayView<float> curvature,
+               cudaStream_t stream, SearchTimings& search, NormalTimings& t) override {
+    DeviceGuard guard(options_.device);
+    const std::int64_t n = index_.n_total;
+    t.passes = 0;
+    if (n == 0) return;
+    const bool to_device = normals.memory == Memory::device;
+    if (to_device) {
+      check_device_pointer(normals.data, "normals");
+      check_device_pointer(curvature.data, "curvature");
+    }
+    const double vp[3] = {p.viewpoint[0], p.viewpoint[1], p.viewpoint[2]};
+    detail::cuda_event e0, e1, e2;
+    detail::device_buffer<float> d_normals, d_curvature;  // host outputs: a pass's results
+    // The normals of rows [first, first + nb.rows), into the caller's device memory or through
+    // the buffers above to the caller's host memory. Synchronizes.
+    auto compute = [&](std::int64_t first, const detail::NeighborRows& nb) {
+      float* out_n = normals.data + first * 3;
+      float* out_c = curvature.data + first;
+      if (!to_device) {
+        d_normals.resize(static_cast<std::size_t>(nb.rows) * 3, stream, ws_);
+        d_curvature.resize(static_cast<std::size_t>(nb.rows), stream, ws_);
+        out_n = d_normals.data();
+        out_c = d_curvature.data();
+      }
+      e0.record(stream);
+      detail::launch_normals(exact_view_, first, nb, vp, out_n, out_c, stream);
+      e1.record(stream);
+      if (!to_device) {
+        PCNN_CUDA_TRY(cudaMemcpyAsync(normals.data + first * 3, out_n, d_normals.bytes(),
+                                      cudaMemcpyDeviceToHost, stream));
+        PCNN_CUDA_TRY(cudaMemcpyAsync(curvature.data + first, out_c, d_curvature.bytes(),
+                                      cudaMemcpyDeviceToHost, stream));
+      }
+      e2.record(stream);
+      PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+      t.normals_ms += e1.since(e0);
+      if (!to_device) t.download_ms += e2.since(e1);
+      ++t.passes;
+    };
+    try {
+      if (p.k > 0 || p.max_nn > 0) {
+        // Dense rows (kNN, or the max_nn nearest within the radius) searched into device memory
+        // and consumed there, in passes when all of them do not fit (each pass a range of the
+        // indexed points as queries, as self_knn_rows does).
+        const int k = p.k > 0 ? p.k : p.max_nn;
+        const double radius = p.k > 0 ? INFINITY : p.radius;
+        std::int64_t per = detail::plan_rows_per_pass(
+            n, std::int64_t(2 * k + 3) * 8 + (to_device ? 0 : 16), (16 << 20) + 60 * n, 0,
+            "normals of " + std::to_string(n) + " points with " + std::to_string(k) +
+                " neighbors each",
+            ws_.available());
+        if (per == 0) per = n;
+        detail::device_buffer<std::int32_t> idx(static_cast<std::size_t>(per) * k, stream, ws_);
+        detail::device_buffer<float> d2(idx.size(), stream, ws_);
+        for (std::int64_t first = 0; first < n; first += per) {
+          const std::int64_t rows = std::min(per, n - first);
+          const PointsView range = device_points(exact_view_.data + first * exact_view_.stride,
+                                                 rows, exact_view_.stride);
+          dense(rows == n ? nullptr : &range, static_cast<int>(first), KnnParams{k, false, 0},
+                radius, {idx.data(), rows, k, Memory::device}, {d2.data(), rows, k, Memory::device},
+                stream, true, search);
+          t.search_ms += double(search.upload_ms) + search.build_ms + search.search_ms;
+          compute(first, detail::NeighborRows{idx.data(), nullptr, k, rows});
+        }
+      } else {
+        // Every neighbor within the radius: the radius search's CSR result (host memory, exact
+        // in size), uploaded a slice of rows at a time.
+        const RadiusResult r = radius(nullptr, RadiusParams{p.radius, false, 0}, stream, search);
+        t.search_ms = search.total_ms;
+        constexpr std::int64_t kSliceEntries = std::int64_t{1} << 26;
+        detail::device_buffer<std::int64_t> off;
+        detail::device_buffer<std::int32_t> ids;
+        for (std::int64_t first = 0; first < n;) {
+          // The most rows from `first` on whose entries stay within the slice (at least one).
+          const auto end = std::upper_bound(r.offsets.begin() + first + 1, r.offsets.end(),
+                                            r.offsets[first] + kSliceEntries);
+          const std::int64_t last =
+              std::max<std::int64_t>(first + 1, (end - r.offsets.begin()) - 1);
+          const std::int64_t entries = r.offsets[last] - r.offsets[first];
+          off.resize(static_cast<std::size_t>(last - first + 1), stream, ws_);
+          ids.resize(static_cast<std::size_t>(entries), stream, ws_);
+          PCNN_CUDA_TRY(cudaMemcpyAsync(off.data(), r.offsets.data() + first, off.bytes(),
+                                        cudaMemcpyHostToDevice, stream));
+          if (entries > 0)
+            PCNN_CUDA_TRY(cudaMemcpyAsync(ids.data(), r.indices.data() + r.offsets[first],
+                                          ids.bytes(), cudaMemcpyHostToDevice, stream));
+          compute(first, detail::NeighborRows{ids.data(), off.data(), 0, last - first});
+          first = last;
+        }
+      }
+    } catch (...) {
+      abandon_call(stream);
+      throw;
+    }
+    ws_.end_call(stream, aux_);
   }
 
  private:

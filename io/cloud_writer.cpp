@@ -302,6 +302,54 @@ void save_cloud_moved(OutputSet& outputs, const Cloud& cloud, const std::vector<
   encode(outputs, path, out);
 }
 
+void save_cloud_with_fields(OutputSet& outputs, const Cloud& cloud,
+                            const std::vector<AddedField>& added, const std::string& path) {
+  if (!cloud.fields) fail(path, "the cloud has no fields");
+  const pcl::PCLPointCloud2& in = cloud.fields->cloud;
+  const std::uint64_t n = checked_points(path, in);
+  if (static_cast<std::int64_t>(n) != cloud.size())
+    fail(path, "the stored fields hold " + std::to_string(n) + " points, the cloud " +
+                   std::to_string(cloud.size()));
+  pcl::PCLPointCloud2 out;
+  out.header = in.header;
+  out.width = in.width;
+  out.height = in.height;
+  out.is_bigendian = in.is_bigendian;
+  out.is_dense = false;
+  out.fields = in.fields;
+  out.point_step = in.point_step;
+  std::vector<std::size_t> where;  // the field each added one goes to
+  for (const AddedField& a : added) {
+    if (!a.values && n > 0) fail(path, "no values for field '" + a.name + "'");
+    std::size_t f = 0;
+    while (f < out.fields.size() && out.fields[f].name != a.name) ++f;
+    if (f < out.fields.size() && out.fields[f].count != 1)
+      fail(path, "the cloud's field '" + a.name + "' holds " + std::to_string(out.fields[f].count) +
+                     " values per point, not 1");
+    if (f == out.fields.size()) {
+      pcl::PCLPointField field;
+      field.name = a.name;
+      field.offset = out.point_step;
+      field.datatype = pcl::PCLPointField::FLOAT32;
+      field.count = 1;
+      out.fields.push_back(field);
+      out.point_step += sizeof(float);
+    }
+    where.push_back(f);
+  }
+  out.row_step = out.point_step * out.width;
+  out.data.resize(static_cast<std::size_t>(n) * out.point_step);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    std::uint8_t* rec = out.data.data() + i * out.point_step;
+    std::memcpy(rec, in.data.data() + i * in.point_step, in.point_step);
+    for (std::size_t j = 0; j < added.size(); ++j) {
+      const pcl::PCLPointField& f = out.fields[where[j]];
+      write_from_double(rec + f.offset, f.datatype, added[j].values[i * added[j].stride]);
+    }
+  }
+  encode(outputs, path, out);
+}
+
 void save_xyz(OutputSet& outputs, const std::string& path, const std::vector<float>& xyz,
               std::uint32_t width) {
   pcl::PCLPointCloud2 pc;

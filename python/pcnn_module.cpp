@@ -23,6 +23,7 @@
 #include "pcnn/device.hpp"
 #include "pcnn/error.hpp"
 #include "pcnn/index.hpp"
+#include "pcnn/normals.hpp"
 #include "pcnn/stats.hpp"
 #ifdef PCNN_PYTHON_WITH_IO
 #include "pcnn/io.hpp"
@@ -140,6 +141,15 @@ class SearchIndex {
     return py::make_tuple(indices, sqdist, counts);
   }
 
+  py::tuple normals(const pcnn::NormalParams& params) {
+    const std::int64_t rows = size();
+    auto [normals, nv] = new_matrix<float>(rows, 3);
+    py::array_t<float> curvature(static_cast<py::ssize_t>(rows));
+    const pcnn::ArrayView<float> cv{curvature.mutable_data(), rows};
+    locked([&, &nv = nv] { pcnn::estimate_normals(*index_, params, nv, cv); });
+    return py::make_tuple(normals, curvature);
+  }
+
   std::string backend() {
     return pcnn::to_string(locked([&] { return index_->backend(); }));
   }
@@ -208,6 +218,30 @@ py::tuple hybrid(py::object points, double r, int max_nn, py::object queries, bo
   if (queries.is_none()) return index.hybrid(nullptr, r, max_nn, exclude_self);
   const Points q = as_points(queries, "queries");
   return index.hybrid(&q.view, r, max_nn, exclude_self);
+}
+
+// k or radius (None: not given), max_nn (None: all within the radius), a 3-sequence viewpoint.
+pcnn::NormalParams normal_params(py::object k, py::object radius, py::object max_nn,
+                                 py::object viewpoint) {
+  pcnn::NormalParams p;
+  if (!k.is_none()) p.k = k.cast<int>();
+  if (!radius.is_none()) p.radius = radius.cast<double>();
+  if (!max_nn.is_none()) p.max_nn = max_nn.cast<int>();
+  const auto vp = viewpoint.cast<std::vector<double>>();
+  if (vp.size() != 3)
+    throw pcnn::invalid_argument_error("normals: the viewpoint must have 3 coordinates, got " +
+                                       std::to_string(vp.size()));
+  std::copy(vp.begin(), vp.end(), p.viewpoint.begin());
+  pcnn::validate(p);
+  return p;
+}
+
+py::tuple normals(py::object points, py::object k, py::object radius, py::object max_nn,
+                  py::object viewpoint, const std::string& device, int threads) {
+  const pcnn::NormalParams params = normal_params(k, radius, max_nn, viewpoint);
+  const Points p = as_points(points, "points");
+  SearchIndex index(p.view, index_options(device, threads));
+  return index.normals(params);
 }
 
 py::dict stats(py::object points, const std::string& device) {
@@ -355,6 +389,20 @@ r must be finite and >= 0.)doc");
 Returns (indices, sqdist, counts): int32 (n, max_nn), float32 (n, max_nn) as knn (padded with
 -1 / inf), and int32 (n,) counts of the filled entries of each row.)doc");
 
+  m.def("normals", &normals, py::arg("points"), py::arg("k") = py::none(),
+        py::arg("radius") = py::none(), py::arg("max_nn") = py::none(),
+        py::arg("viewpoint") = py::make_tuple(0.0, 0.0, 0.0), py::arg("device") = "auto",
+        py::arg("threads") = 0,
+        R"doc(Surface normals and curvature of every point, as PCL's NormalEstimation computes them.
+
+Give k (the k nearest points, 3..128) or radius (every point within it; with max_nn, only the
+max_nn nearest of them, 3..128). Neighborhoods include the point itself. Per point: the
+covariance of its neighborhood about the neighborhood's mean (in double), the unit eigenvector
+of its smallest eigenvalue l0, turned so that dot(normal, viewpoint - point) >= 0; curvature =
+|l0| / (l0 + l1 + l2). Returns (normals, curvature): float32 (n, 3) and float32 (n,); NaN where a
+point is not finite or its neighborhood has fewer than 3 points (coincident points: NaN normal,
+curvature 0). The GPU and CPU backends give the same bits.)doc");
+
   m.def("stats", &stats, py::arg("points"), py::arg("device") = "auto",
         R"doc(Count, bounds, centroid and covariance of the finite points.
 
@@ -451,6 +499,16 @@ array may change afterwards). Searches release the GIL; an Index may be shared b
           },
           py::arg("r"), py::arg("max_nn"), py::arg("exclude_self") = false,
           "hybrid of the indexed points themselves.")
+      .def(
+          "normals",
+          [](SearchIndex& self, py::object k, py::object radius, py::object max_nn,
+             py::object viewpoint) {
+            return self.normals(normal_params(k, radius, max_nn, viewpoint));
+          },
+          py::arg("k") = py::none(), py::arg("radius") = py::none(), py::arg("max_nn") = py::none(),
+          py::arg("viewpoint") = py::make_tuple(0.0, 0.0, 0.0),
+          "(normals float32 (n, 3), curvature float32 (n,)) of the indexed points, as "
+          "pcnn.normals.")
       .def_property_readonly("backend", &SearchIndex::backend,
                              "The backend that runs the searches: \"cuda\" or \"cpu\".")
       .def_property_readonly("size", &SearchIndex::size, "Points indexed (rows of the input).")

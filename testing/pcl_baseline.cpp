@@ -1,9 +1,11 @@
 // The CPU baseline: pcl::KdTreeFLANN on all cores.
 #include <omp.h>
+#include <pcl/features/normal_3d_omp.h>
 #include <pcl/filters/radius_outlier_removal.h>
 #include <pcl/filters/statistical_outlier_removal.h>
 #include <pcl/kdtree/kdtree_flann.h>
 #include <pcl/point_types.h>
+#include <pcl/search/kdtree.h>
 
 #include <algorithm>
 #include <chrono>
@@ -252,6 +254,45 @@ FilterResult pcl_radius_outlier_removal(PointsView pts, RorParams params, double
   f.setMinNeighborsInRadius(params.min_neighbors);
   FilterResult r = run_filter(f, {finite.data(), static_cast<std::int64_t>(ids.size()), 3}, ms);
   for (auto& k : r.kept) k = ids[k];
+  return r;
+}
+
+NormalsResult pcl_normals(PointsView pts, const NormalParams& params, double* ms) {
+  validate(params);
+  PCNN_EXPECTS(params.max_nn == 0, "PCL's NormalEstimation has no max_nn");
+  auto cloud = pcl::make_shared<pcl::PointCloud<pcl::PointXYZ>>();
+  cloud->resize(static_cast<std::size_t>(pts.count));
+  bool dense = true;
+  for (std::int64_t i = 0; i < pts.count; ++i) {
+    const float* p = pts.data + i * pts.stride;
+    (*cloud)[i] = pcl::PointXYZ(p[0], p[1], p[2]);
+    dense = dense && pcl::isFinite((*cloud)[i]);
+  }
+  cloud->is_dense = dense;
+  NormalsResult r;
+  r.rows = pts.count;
+  r.normals.resize(static_cast<std::size_t>(pts.count) * 3);
+  r.curvature.resize(static_cast<std::size_t>(pts.count));
+  if (pts.count == 0) return r;
+  const auto t0 = std::chrono::steady_clock::now();
+  pcl::NormalEstimationOMP<pcl::PointXYZ, pcl::Normal> ne(omp_get_max_threads());
+  ne.setInputCloud(cloud);
+  ne.setSearchMethod(pcl::make_shared<pcl::search::KdTree<pcl::PointXYZ>>());
+  if (params.k > 0)
+    ne.setKSearch(params.k);
+  else
+    ne.setRadiusSearch(params.radius);
+  ne.setViewPoint(static_cast<float>(params.viewpoint[0]), static_cast<float>(params.viewpoint[1]),
+                  static_cast<float>(params.viewpoint[2]));
+  pcl::PointCloud<pcl::Normal> out;
+  ne.compute(out);
+  const auto t1 = std::chrono::steady_clock::now();
+  if (ms) *ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  for (std::int64_t i = 0; i < pts.count; ++i) {
+    for (int a = 0; a < 3; ++a) r.normals[i * 3 + a] = out[i].normal[a];
+    r.curvature[i] = out[i].curvature;
+  }
+  r.timings.total_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
   return r;
 }
 

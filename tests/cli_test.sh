@@ -124,7 +124,52 @@ expect 2 "positive sum" -- smooth "$tmp/depth.pcd" -o "$tmp/x.pcd" --stencil lis
 expect 2 "excludes" -- smooth "$sample" -o "$tmp/x.pcd" --laplacian 0.5 --taubin 0.5,-0.53
 expect 2 "Taubin needs" -- smooth "$sample" -o "$tmp/x.pcd" --taubin 0.5,-0.2 --device cpu
 [ ! -e "$tmp/x.pcd" ] || { echo "FAIL: output left after an error"; fails=$((fails + 1)); }
+# normals: every input field kept, normal_x normal_y normal_z curvature added (replaced when the
+# input already has them), .pcd and .ply; the neighborhood and viewpoint options checked.
+expect 0 "points with a normal +50,000" -- normals "$sample" -k 10 --device cpu -o "$tmp/n.pcd"
+grep -aq "^FIELDS x y z normal_x normal_y normal_z curvature$" "$tmp/n.pcd" || { echo "FAIL: normals fields"; fails=$((fails + 1)); }
+{
+  printf '# .PCD v0.7\nVERSION 0.7\nFIELDS x y z intensity label\nSIZE 4 4 4 4 4\nTYPE F F F F U\nCOUNT 1 1 1 1 1\n'
+  printf 'WIDTH 25\nHEIGHT 1\nVIEWPOINT 0 0 0 1 0 0 0\nPOINTS 25\nDATA ascii\n'
+  for i in 0 1 2 3 4; do for j in 0 1 2 3 4; do echo "$i $j 2 0.$i$j $((i * 5 + j))"; done; done
+} >"$tmp/fields.pcd"
+expect 0 "points without a normal +0" -- normals "$tmp/fields.pcd" -k 4 --device cpu -o "$tmp/fields_n.pcd"
+grep -aq "^FIELDS x y z intensity label normal_x normal_y normal_z curvature$" "$tmp/fields_n.pcd" || { echo "FAIL: normals must keep every field"; fails=$((fails + 1)); }
+expect 0 "written to" -- normals "$tmp/fields_n.pcd" -r 1.5 --device cpu -o "$tmp/fields_nn.ply"
+grep -aq "^property float curvature$" "$tmp/fields_nn.ply" && [ "$(grep -ac "normal_x" "$tmp/fields_nn.ply")" -eq 1 ] || { echo "FAIL: normals .ply (fields replaced, not repeated)"; fails=$((fails + 1)); }
+if /usr/bin/python3 -c "import numpy" 2>/dev/null; then
+  # Values: the input's intensity and label as they were; the plane z = 2 seen from (0, 0, 10).
+  /usr/bin/python3 - "$tmp/fields_n.pcd" <<'PY' || { echo "FAIL: normals values"; fails=$((fails + 1)); }
+import sys, numpy as np
+raw = open(sys.argv[1], "rb").read()
+body = raw[raw.index(b"DATA binary\n") + 12:]
+t = np.dtype([(n, "<f4") for n in ("x", "y", "z", "intensity")] + [("label", "<u4")] +
+             [(n, "<f4") for n in ("nx", "ny", "nz", "curvature")])
+a = np.frombuffer(body, t)
+i, j = np.divmod(np.arange(25), 5)
+assert np.allclose(a["intensity"], np.array([float(f"0.{p}{q}") for p, q in zip(i, j)], "f4"))
+assert (a["label"] == np.arange(25)).all() and (a["x"] == i).all() and (a["z"] == 2).all()
+assert (a["nz"] == -1).all() and (a["curvature"] == 0).all(), (a["nz"], a["curvature"])
+PY
+fi
+expect 0 "normal" -- normals "$tmp/fields.pcd" -k 4 --viewpoint 0,0,10 --device cpu -o "$tmp/up.pcd"
+cmp -s "$tmp/up.pcd" "$tmp/fields_n.pcd" && { echo "FAIL: the viewpoint must turn the normals"; fails=$((fails + 1)); }
+expect 2 "give a neighborhood: k .* or a radius" -- normals "$sample" -o "$tmp/x.pcd" --device cpu
+expect 2 "excludes" -- normals "$sample" -k 8 -r 1 -o "$tmp/x.pcd"
+expect 2 "requires" -- normals "$sample" -k 8 --max-nn 8 -o "$tmp/x.pcd"
+expect 2 "k must be between 3 and 128, got 2" -- normals "$sample" -k 2 -o "$tmp/x.pcd"
+expect 2 "max_nn must be 0 .* or between 3 and 128, got 2" -- normals "$sample" -r 1 --max-nn 2 -o "$tmp/x.pcd"
+expect 2 "viewpoint needs three finite numbers" -- normals "$sample" -k 8 --viewpoint 1,2 -o "$tmp/x.pcd"
+expect 2 "required" -- normals "$sample" -k 8
+expect 5 "cannot write '$tmp/x.npy'" -- normals "$sample" -k 8 -o "$tmp/x.npy"
+[ ! -e "$tmp/x.pcd" ] || { echo "FAIL: normals left an output after an error"; fails=$((fails + 1)); }
 if "$pcnn" devices >/dev/null 2>&1; then
+  # The CUDA and CPU backends compute the same bits.
+  expect 0 "device +NVIDIA" -- normals "$sample" -k 10 --device cuda -o "$tmp/n_gpu.pcd"
+  cmp -s "$tmp/n.pcd" "$tmp/n_gpu.pcd" || { echo "FAIL: normals differ between cuda and cpu"; fails=$((fails + 1)); }
+  expect 0 "normals" -- normals "$sample" -r 0.4 --device cuda -o "$tmp/nr_gpu.ply"
+  expect 0 "normals" -- normals "$sample" -r 0.4 --device cpu -o "$tmp/nr_cpu.ply"
+  cmp -s "$tmp/nr_gpu.ply" "$tmp/nr_cpu.ply" || { echo "FAIL: radius normals differ between cuda and cpu"; fails=$((fails + 1)); }
   expect 0 "values differing by more than 1e-5 \(relative\) +0" -- smooth "$tmp/depth.pcd" -o "$tmp/g.pcd" --stencil gaussian:2:1 --depth-jump 0.1 --compare-cpu
   expect 0 "values differing by more than 1e-5 \(relative\) +0" -- smooth "$tmp/depth.pcd" -o "$tmp/g.pcd" --stencil gaussian:2:1 --compare-cpu
   expect 0 "values differing by more than 1e-5 \(relative\) +0" -- smooth "$sample" -o "$tmp/g.pcd" --taubin 0.5,-0.53 -k 10 --compare-cpu

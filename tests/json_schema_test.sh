@@ -53,6 +53,8 @@ for dev in "${devices[@]}"; do
   run filter 0 filter ror "$sample" -o "$tmp/f.ply" --radius 0.3 --min-neighbors 3 --device "$dev"
   run smooth 0 smooth "$tmp/depth.pcd" -o "$tmp/ds.pcd" --depth-jump 0.1 --device "$dev"
   run smooth 0 smooth "$tmp/c.pcd" -o "$tmp/cs.pcd" --taubin 0.5,-0.53 -k 6 --iterations 2 --device "$dev"
+  run normals 0 normals "$sample" -k 8 -o "$tmp/n.pcd" --device "$dev"
+  run normals 0 normals "$sample" -r 0.3 --max-nn 16 --viewpoint=0,0,2 -o "$tmp/n.ply" --device "$dev"
 done
 if [ "${#devices[@]}" -gt 1 ]; then  # the GPU with the CPU comparisons
   run knn 0 knn "$sample" -k 8 --compare-cpu --max-device-memory 1G

@@ -32,6 +32,10 @@
 
 namespace pcnn {
 
+namespace detail {
+struct IndexAccess;  // features built on an index (normals) reach its backend through this
+}  // namespace detail
+
 /// What runs the searches.
 enum class Backend {
   automatic,  ///< the CUDA backend when a usable device is present, else the CPU backend
@@ -201,6 +205,7 @@ class Index {
   struct Backend_;
 
  private:
+  friend struct detail::IndexAccess;
   void check_call(const PointsView* queries, bool exclude_self) const;
   template <class T>
   void check_output(Memory memory) const;

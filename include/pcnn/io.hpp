@@ -151,6 +151,21 @@ void save_cloud_subset(OutputSet& outputs, const Cloud& cloud,
 void save_cloud_moved(OutputSet& outputs, const Cloud& cloud, const std::vector<float>& xyz,
                       const std::string& path);
 
+/// A float32 field written with every point of a cloud: point i's value is values[i * stride].
+struct AddedField {
+  std::string name;
+  const float* values = nullptr;  ///< at least (points - 1) * stride + 1 values
+  std::int64_t stride = 1;
+};
+
+/// Writes `cloud` with every field it had plus the `added` ones (float32, after the others; a
+/// field of the same name the cloud already has is replaced in place, in its own type), every
+/// point and the organization unchanged, to a .pcd (binary) or .ply (binary little-endian) by
+/// extension: what pcl::concatenateFields of a cloud and its normals gives.
+/// @throws pcnn::output_error
+void save_cloud_with_fields(OutputSet& outputs, const Cloud& cloud,
+                            const std::vector<AddedField>& added, const std::string& path);
+
 /// Writes packed xyz (in meters, stored = xyz) as a binary .pcd or .ply with fields x y z;
 /// organized as `width` × (points / width) when `width` > 0 (NaN points allowed), else
 /// unorganized. @throws pcnn::output_error

@@ -3,6 +3,7 @@
 
 #include "pcnn/filters.hpp"
 #include "pcnn/knn.hpp"
+#include "pcnn/normals.hpp"
 #include "pcnn/points.hpp"
 #include "pcnn/radius.hpp"
 #include "pcnn/testing/reference.hpp"
@@ -40,5 +41,11 @@ HybridResult pcl_hybrid(PointsView refs, const PointsView* queries, HybridParams
 FilterResult pcl_statistical_outlier_removal(PointsView pts, SorParams params,
                                              double* ms = nullptr);
 FilterResult pcl_radius_outlier_removal(PointsView pts, RorParams params, double* ms = nullptr);
+
+/// pcl::NormalEstimationOMP<PointXYZ, Normal> (a pcl::search::KdTree, all cores) over the same
+/// points (NaN where a coordinate is not finite; is_dense when none is): k (setKSearch) or radius
+/// (setRadiusSearch; PCL has no max_nn, which is refused), the viewpoint given as floats.
+/// `ms` receives the wall time of building the tree and computing. Rows as NormalsResult.
+NormalsResult pcl_normals(PointsView pts, const NormalParams& params, double* ms = nullptr);
 
 }  // namespace pcnn
