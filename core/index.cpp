@@ -76,9 +76,15 @@ void check_points(const PointsView& v, const char* what) {
                w + ": more than 2^31-1 points (" + std::to_string(v.count) + ")");
   PCNN_EXPECTS(!(v.data && v.data64), w + ": both float32 and float64 data given");
   PCNN_EXPECTS(v.count == 0 || v.address() != nullptr, w + ": null data with a non-zero count");
-  PCNN_EXPECTS(!v.is_double(), w + ": float64 points are not searched yet");  // next commits
   PCNN_EXPECTS(v.stride >= 3,
                w + ": stride must be at least 3 coordinates, got " + std::to_string(v.stride));
+}
+
+// The CUDA backend does not search float64 coordinates yet (the CPU backend does): refused here
+// until gpu/cuda_backend.cu takes them, when this check goes.
+void check_backend_takes(Backend kind, const PointsView& v, const char* what) {
+  PCNN_EXPECTS(kind != Backend::cuda || !v.is_double(),
+               std::string(what) + ": float64 points are not searched by the CUDA backend yet");
 }
 
 void check_k(int k, const char* name) {
@@ -135,6 +141,7 @@ void Index::check_call(const PointsView* queries, bool exclude_self) const {
   PCNN_EXPECTS(impl_ != nullptr, "use of a moved-from pcnn::Index");
   if (queries) {
     check_points(*queries, "queries");
+    check_backend_takes(impl_->kind(), *queries, "queries");
     PCNN_EXPECTS(!exclude_self,
                  "exclude_self applies to self-searches only (self_knn, self_radius, "
                  "self_hybrid)");
@@ -154,6 +161,7 @@ void Index::check_output(Memory memory) const {
 void Index::build(PointsView points, cudaStream_t stream) {
   PCNN_EXPECTS(impl_ != nullptr, "use of a moved-from pcnn::Index");
   check_points(points, "points");
+  check_backend_takes(impl_->kind(), points, "points");
   if (impl_->kind() == Backend::cpu)
     PCNN_EXPECTS(points.memory == Memory::host,
                  "the CPU backend reads host memory only: the points are in device memory");
