@@ -228,10 +228,15 @@ int run(const Options& o) {
           r, build_ms.back(), build_cpu.back(), query_ms.back(), query_cpu.back(), total_ms.back(),
           double(tq.distance_evaluations) / double(std::max<std::int64_t>(1, o.n)));
     }
+    char offset_text_buf[48] = "";
+    if (o.offset != 0)
+      std::snprintf(offset_text_buf, sizeof offset_text_buf, " offset=%g", o.offset);
+    const std::string offset_text = offset_text_buf;
     std::printf(
-        "%s%s n=%lld %s threads=%d: median build %.1f ms, query %.1f ms, total %.1f ms "
+        "%s%s%s n=%lld %s threads=%d: median build %.1f ms, query %.1f ms, total %.1f ms "
         "(cpu: build %.1f ms, query %.1f ms)",
-        o.shape.c_str(), o.use_double ? " float64" : "", static_cast<long long>(o.n),
+        o.shape.c_str(), o.use_double ? " float64" : "", offset_text.c_str(),
+        static_cast<long long>(o.n),
         o.radius < 0 ? ("k=" + std::to_string(o.k)).c_str()
                      : ("radius=" + std::to_string(o.radius)).c_str(),
         o.threads, median(build_ms), median(query_ms), median(total_ms), median(build_cpu),

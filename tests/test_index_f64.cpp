@@ -29,7 +29,6 @@ using test::options;
 using test::same_hybrid;
 using test::same_knn;
 using test::same_radius;
-using test::same_rows;
 
 // ---- clouds in double ----
 
@@ -42,6 +41,7 @@ enum class Kind {
   big,        // uniform scaled by 1e30: float coordinates, squares overflow float
   tiny,       // uniform scaled by 1e-150: beyond float's range, squares still normal in double
   vanishing,  // uniform scaled by 1e-200: squares underflow double too (ties at 0, by index)
+  overflow,   // uniform scaled by 1e200: squares overflow double (every distance +inf, by index)
 };
 
 const char* name(Kind k) {
@@ -62,17 +62,10 @@ const char* name(Kind k) {
       return "tiny";
     case Kind::vanishing:
       return "vanishing";
+    case Kind::overflow:
+      return "overflow";
   }
   return "?";
-}
-
-void shuffle_points(std::vector<double>& xyz, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  const std::size_t n = xyz.size() / 3;
-  for (std::size_t i = n; i > 1; --i) {
-    const std::size_t j = static_cast<std::size_t>(rng() % i);
-    for (int a = 0; a < 3; ++a) std::swap(xyz[3 * (i - 1) + a], xyz[3 * j + a]);
-  }
 }
 
 std::vector<double> lattice(int n, double spacing, const double origin[3], std::uint64_t seed) {
@@ -83,7 +76,7 @@ std::vector<double> lattice(int n, double spacing, const double origin[3], std::
       for (int l = 0; l < m; ++l)
         for (double c : {double(l), double(j), double(i)}) xyz.push_back(c);
   for (std::size_t i = 0; i < xyz.size(); ++i) xyz[i] = origin[i % 3] + xyz[i] * spacing;
-  shuffle_points(xyz, seed);
+  test::shuffle_points(xyz, seed);
   return xyz;
 }
 
@@ -119,7 +112,8 @@ std::vector<double> make(Kind kind, int n, std::uint64_t seed) {
     case Kind::huge:
     case Kind::big:
     case Kind::tiny:
-    case Kind::vanishing: {
+    case Kind::vanishing:
+    case Kind::overflow: {
       const bool moved = kind == Kind::clustered;
       const std::vector<float> f =
           make_synthetic_cloud(moved ? SyntheticKind::clustered : SyntheticKind::uniform, n, seed);
@@ -127,6 +121,7 @@ std::vector<double> make(Kind kind, int n, std::uint64_t seed) {
                            : kind == Kind::big       ? 1e30
                            : kind == Kind::tiny      ? 1e-150
                            : kind == Kind::vanishing ? 1e-200
+                           : kind == Kind::overflow  ? 1e200
                                                      : 1.0;
       std::vector<double> xyz(f.size());
       for (std::size_t i = 0; i < f.size(); ++i)
@@ -135,17 +130,6 @@ std::vector<double> make(Kind kind, int n, std::uint64_t seed) {
     }
   }
   return {};
-}
-
-/// Sets a fraction of the points to NaN or +-infinity in one coordinate.
-void poison(std::vector<double>& xyz, double fraction, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(0, 1);
-  const double bad[3] = {std::numeric_limits<double>::quiet_NaN(),
-                         std::numeric_limits<double>::infinity(),
-                         -std::numeric_limits<double>::infinity()};
-  for (std::size_t i = 0; i < xyz.size() / 3; ++i)
-    if (u(rng) < fraction) xyz[3 * i + (i % 3)] = bad[i % 3];
 }
 
 std::vector<float> to_float(const std::vector<double>& xyz) {
@@ -291,6 +275,7 @@ std::vector<Case> cases() {
   self(Kind::big, 2000, 8, 9e30, 0, 18);
   self(Kind::tiny, 3000, 8, 9e-150, 0, 19);
   self(Kind::vanishing, 500, 8, 1e-200, 0, 20);
+  self(Kind::overflow, 500, 8, 1e201, 0.05, 24);  // r² = +inf: every finite point is in
   self(Kind::utm, 1, 4, 1.0, 0, 21);
   self(Kind::utm, 0, 4, 1.0, 0, 22);
   self(Kind::utm, 40, 64, 1.0, 0.5, 23);
@@ -323,22 +308,10 @@ Clouds make_clouds(const Case& c) {
   std::vector<double> q;
   if (!c.self()) q = make(c.query_kind, c.queries, c.seed + 1);
   if (c.bad_fraction > 0) {
-    poison(r, c.bad_fraction, c.seed + 2);
-    poison(q, c.bad_fraction, c.seed + 3);
+    test::poison(r, c.bad_fraction, c.seed + 2);
+    test::poison(q, c.bad_fraction, c.seed + 3);
   }
   return {Cloud(std::move(r), c.refs_double), Cloud(std::move(q), c.queries_double)};
-}
-
-std::int64_t count_finite(const PointsView& v) {
-  std::int64_t n = 0;
-  for (std::int64_t i = 0; i < v.count; ++i) {
-    bool finite = true;
-    for (int a = 0; a < 3; ++a)
-      finite = finite && std::isfinite(v.is_double() ? v.data64[i * v.stride + a]
-                                                     : double(v.data[i * v.stride + a]));
-    n += finite;
-  }
-  return n;
 }
 
 class Float64Search : public ::testing::TestWithParam<Case> {
@@ -354,36 +327,8 @@ TEST_P(Float64Search, KnnRowsEqualTheReference) {
   const PointsView rv = cl.refs.view(), qv = cl.queries.view();
   Index index(rv, options(c.backend));
   EXPECT_EQ(index.size(), rv.count);
-  EXPECT_EQ(index.finite_size(), count_finite(rv));
-  for (bool exclude : {false, true}) {
-    if (exclude && !c.self()) break;
-    const KnnParams p{c.k, exclude};
-    SCOPED_TRACE(exclude ? "exclude_self" : "with self");
-    const KnnResult want = reference_knn(rv, c.self() ? nullptr : &qv, p);
-    EXPECT_TRUE(same_knn(c.self() ? index.self_knn(p) : index.knn(qv, p), want));
-    std::vector<std::int32_t> idx(want.indices.size(), 12345);
-    std::vector<float> dist(want.sqdist.size(), -1.f);
-    const MatrixView<std::int32_t> iv{idx.data(), want.rows, c.k};
-    const MatrixView<float> dv{dist.data(), want.rows, c.k};
-    if (c.self())
-      index.self_knn(p, iv, dv);
-    else
-      index.knn(qv, p, iv, dv);
-    EXPECT_TRUE(same_rows(idx, dist, want)) << "into views";
-    if (!c.self()) continue;
-    // Chunked rows of the self-search, in three uneven chunks.
-    const std::int64_t n = rv.count;
-    for (std::int64_t first = 0, chunk = n / 3 + 1; first < n; first += chunk) {
-      const std::int64_t rows = std::min(chunk, n - first);
-      std::vector<std::int32_t> ci(static_cast<std::size_t>(rows * c.k), 777);
-      std::vector<float> cd(ci.size(), -2.f);
-      index.self_knn_rows(first, p, {ci.data(), rows, c.k}, {cd.data(), rows, c.k});
-      std::vector<std::int64_t> which;
-      for (std::int64_t r = first; r < first + rows; ++r) which.push_back(r);
-      EXPECT_TRUE(same_rows(ci, cd, test::pick_rows(want, which)))
-          << "self_knn_rows from " << first;
-    }
-  }
+  EXPECT_EQ(index.finite_size(), test::count_finite(rv));
+  test::expect_knn_rows(index, rv, c.self() ? nullptr : &qv, c.k);
 }
 
 TEST_P(Float64Search, RadiusRowsEqualTheReference) {
@@ -391,27 +336,7 @@ TEST_P(Float64Search, RadiusRowsEqualTheReference) {
   const Clouds cl = make_clouds(c);
   const PointsView rv = cl.refs.view(), qv = cl.queries.view();
   Index index(rv, options(c.backend));
-  for (bool exclude : {false, true}) {
-    if (exclude && !c.self()) break;
-    const RadiusParams p{c.radius, exclude};
-    SCOPED_TRACE(exclude ? "exclude_self" : "with self");
-    const RadiusResult want = reference_radius(rv, c.self() ? nullptr : &qv, p);
-    EXPECT_TRUE(same_radius(c.self() ? index.self_radius(p) : index.radius(qv, p), want));
-    std::vector<std::int64_t> offsets(static_cast<std::size_t>(want.rows + 1), -7);
-    const ArrayView<std::int64_t> ov{offsets.data(), want.rows + 1};
-    const std::int64_t total =
-        c.self() ? index.self_radius_count(p, ov) : index.radius_count(qv, p, ov);
-    ASSERT_EQ(total, want.offsets.back());
-    std::vector<std::int32_t> idx(static_cast<std::size_t>(total), -5);
-    std::vector<float> dist(static_cast<std::size_t>(total), -1.f);
-    const ArrayView<const std::int64_t> cov{offsets.data(), want.rows + 1};
-    if (c.self())
-      index.self_radius_fill(p, cov, {idx.data(), total}, {dist.data(), total});
-    else
-      index.radius_fill(qv, p, cov, {idx.data(), total}, {dist.data(), total});
-    EXPECT_TRUE(same_radius(offsets.data(), idx.data(), dist.data(), want.rows, want))
-        << "count then fill";
-  }
+  test::expect_radius_rows(index, rv, c.self() ? nullptr : &qv, c.radius);
 }
 
 TEST_P(Float64Search, HybridRowsEqualTheReference) {
@@ -419,13 +344,7 @@ TEST_P(Float64Search, HybridRowsEqualTheReference) {
   const Clouds cl = make_clouds(c);
   const PointsView rv = cl.refs.view(), qv = cl.queries.view();
   Index index(rv, options(c.backend));
-  for (bool exclude : {false, true}) {
-    if (exclude && !c.self()) break;
-    const HybridParams p{c.radius, c.k, exclude};
-    SCOPED_TRACE(exclude ? "exclude_self" : "with self");
-    const HybridResult want = reference_hybrid(rv, c.self() ? nullptr : &qv, p);
-    EXPECT_TRUE(same_hybrid(c.self() ? index.self_hybrid(p) : index.hybrid(qv, p), want));
-  }
+  test::expect_hybrid_rows(index, rv, c.self() ? nullptr : &qv, c.radius, c.k);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, Float64Search, ::testing::ValuesIn(cases()), case_name);
@@ -481,7 +400,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, Float64Backend, ::testing::Values(Backend::cp
 
 TEST(Float64CpuOnly, ExactWithAnyThreadCount) {
   std::vector<double> pts = make(Kind::utm, 5000, 70);
-  poison(pts, 0.01, 71);
+  test::poison(pts, 0.01, 71);
   const std::vector<double> qs = make(Kind::utm, 2000, 72);
   const PointsView v = host_points(pts.data(), 5000), qv = host_points(qs.data(), 2000);
   const KnnResult self_want = reference_knn(v, nullptr, {10, true});
