@@ -3,7 +3,8 @@
 // backend may assume: views are valid (non-null data where count > 0, stride >= 3, counts
 // <= INT32_MAX); output views have exactly the right shape; host-only backends get host memory;
 // exclude_self only on self-searches (queries == nullptr); k / max_nn in 1..kMaxK; radius finite
-// and >= 0. `queries == nullptr` means the indexed points themselves (self-search).
+// and >= 0; float64 views only on the CPU backend for now (core/index.cpp refuses them for the
+// CUDA one). `queries == nullptr` means the indexed points themselves (self-search).
 #pragma once
 
 #include <cstdint>

@@ -388,8 +388,9 @@ Raises OSError when the file cannot be read as a cloud.)doc");
         R"doc(What pcnn knows of CUDA device `ordinal`, as a dict: available, reason (why not),
 name, compute_capability, total_memory (bytes), multiprocessors, integrated.)doc");
   m.def("_view_info", &view_info, py::arg("points"),
-        R"doc(For tests: how points would be passed to the library, as {copied, stride}: whether
-the array is converted (copied) first, and the stride in floats between points.)doc");
+        R"doc(For tests: how points would be passed to the library, as {copied, stride, dtype}:
+whether the array is converted (copied) first, the stride in coordinates between points, and the
+coordinate type the library reads ("float32" or "float64").)doc");
 
   py::class_<SearchIndex>(m, "Index", R"doc(An index over points, kept for repeated searches.
 
