@@ -178,7 +178,6 @@ class Buffer {
 template <class T>
 class Tree {
  public:
-  using Scalar = T;
   /// Rebuilds over `points` (host memory, coordinates of type T), reusing storage.
   /// `threads` >= 1.
   void build(const PointsView& points, int threads);
