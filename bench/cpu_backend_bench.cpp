@@ -3,7 +3,10 @@
 //
 //   cpu_backend_bench [--n N] [--k K] [--size METERS] [--threads T] [--repeat R]
 //                     [--radius R] [--shape uniform|identical|line|lattice] [--exclude-self]
-//                     [--check]
+//                     [--double] [--offset O] [--check]
+//
+// --double: float64 coordinates (drawn in double); --offset O: added to every x and y (with
+// --double, georeferenced coordinates such as UTM eastings and northings).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -32,6 +35,8 @@ struct Options {
   double radius = -1;  // < 0: kNN
   std::string shape = "uniform";
   bool exclude_self = false;
+  bool use_double = false;
+  double offset = 0;
   bool check = false;
 };
 
@@ -39,7 +44,7 @@ struct Options {
   std::fprintf(stderr,
                "%s\nusage: cpu_backend_bench [--n N] [--k K] [--size METERS] [--threads T] "
                "[--repeat R] [--radius R] [--shape uniform|identical|line|lattice] "
-               "[--exclude-self] [--check]\n",
+               "[--exclude-self] [--double] [--offset O] [--check]\n",
                msg);
   std::exit(2);
 }
@@ -68,6 +73,10 @@ Options parse(int argc, char** argv) {
       o.shape = value();
     } else if (a == "--exclude-self") {
       o.exclude_self = true;
+    } else if (a == "--double") {
+      o.use_double = true;
+    } else if (a == "--offset") {
+      o.offset = std::atof(value());
     } else if (a == "--check") {
       o.check = true;
     } else {
@@ -77,23 +86,24 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-std::vector<float> generate(const Options& o) {
-  std::vector<float> xyz(static_cast<std::size_t>(o.n) * 3);
+template <class T>
+std::vector<T> generate(const Options& o) {
+  std::vector<T> xyz(static_cast<std::size_t>(o.n) * 3);
   std::mt19937_64 rng(12345);
-  std::uniform_real_distribution<float> u(0.0f, static_cast<float>(o.size));
+  std::uniform_real_distribution<T> u(T(0), static_cast<T>(o.size));
   if (o.shape == "uniform") {
-    for (float& v : xyz) v = u(rng);
+    for (T& v : xyz) v = u(rng);
   } else if (o.shape == "identical") {
     for (std::int64_t i = 0; i < o.n; ++i) {
-      xyz[3 * i] = 1.5f;
-      xyz[3 * i + 1] = -2.25f;
-      xyz[3 * i + 2] = 7.0f;
+      xyz[3 * i] = T(1.5);
+      xyz[3 * i + 1] = T(-2.25);
+      xyz[3 * i + 2] = T(7);
     }
   } else if (o.shape == "line") {
     for (std::int64_t i = 0; i < o.n; ++i) {
       xyz[3 * i] = u(rng);
-      xyz[3 * i + 1] = 0.5f * xyz[3 * i];
-      xyz[3 * i + 2] = 3.0f;
+      xyz[3 * i + 1] = T(0.5) * xyz[3 * i];
+      xyz[3 * i + 2] = T(3);
     }
   } else if (o.shape == "lattice") {
     // A cube lattice of spacing 0.1, shuffled: many exact and near ties.
@@ -103,18 +113,24 @@ std::vector<float> generate(const Options& o) {
     std::shuffle(perm.begin(), perm.end(), rng);
     for (std::int64_t i = 0; i < o.n; ++i) {
       const std::int64_t c = perm[i];
-      xyz[3 * i] = static_cast<float>(c % side) * 0.1f;
-      xyz[3 * i + 1] = static_cast<float>((c / side) % side) * 0.1f;
-      xyz[3 * i + 2] = static_cast<float>(c / (side * side)) * 0.1f;
+      xyz[3 * i] = static_cast<T>(c % side) * T(0.1);
+      xyz[3 * i + 1] = static_cast<T>((c / side) % side) * T(0.1);
+      xyz[3 * i + 2] = static_cast<T>(c / (side * side)) * T(0.1);
     }
   } else {
     usage(("unknown shape " + o.shape).c_str());
   }
+  if (o.offset != 0)
+    for (std::int64_t i = 0; i < o.n; ++i) {
+      xyz[3 * i] = static_cast<T>(xyz[3 * i] + o.offset);
+      xyz[3 * i + 1] = static_cast<T>(xyz[3 * i + 1] + o.offset);
+    }
   return xyz;
 }
 
 // Brute-force rows of sampled queries, exactly as the contract defines them.
-std::int64_t check_knn(const Options& o, const std::vector<float>& xyz,
+template <class T>
+std::int64_t check_knn(const Options& o, const std::vector<T>& xyz,
                        const std::vector<std::int32_t>& idx, const std::vector<float>& d2) {
   std::mt19937_64 rng(777);
   std::uniform_int_distribution<std::int64_t> pick(0, o.n - 1);
@@ -163,10 +179,10 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+template <class T>
+int run(const Options& o) {
   try {
-    const std::vector<float> xyz = generate(o);
+    const std::vector<T> xyz = generate<T>(o);
     pcnn::IndexOptions io;
     io.backend = pcnn::Backend::cpu;
     io.threads = o.threads;
@@ -212,10 +228,15 @@ int main(int argc, char** argv) {
           r, build_ms.back(), build_cpu.back(), query_ms.back(), query_cpu.back(), total_ms.back(),
           double(tq.distance_evaluations) / double(std::max<std::int64_t>(1, o.n)));
     }
+    char offset_text_buf[48] = "";
+    if (o.offset != 0)
+      std::snprintf(offset_text_buf, sizeof offset_text_buf, " offset=%g", o.offset);
+    const std::string offset_text = offset_text_buf;
     std::printf(
-        "%s n=%lld %s threads=%d: median build %.1f ms, query %.1f ms, total %.1f ms "
+        "%s%s%s n=%lld %s threads=%d: median build %.1f ms, query %.1f ms, total %.1f ms "
         "(cpu: build %.1f ms, query %.1f ms)",
-        o.shape.c_str(), static_cast<long long>(o.n),
+        o.shape.c_str(), o.use_double ? " float64" : "", offset_text.c_str(),
+        static_cast<long long>(o.n),
         o.radius < 0 ? ("k=" + std::to_string(o.k)).c_str()
                      : ("radius=" + std::to_string(o.radius)).c_str(),
         o.threads, median(build_ms), median(query_ms), median(total_ms), median(build_cpu),
@@ -236,4 +257,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  return o.use_double ? run<double>(o) : run<float>(o);
 }

@@ -138,11 +138,9 @@ void Index::check_call(const PointsView* queries, bool exclude_self) const {
                  "exclude_self applies to self-searches only (self_knn, self_radius, "
                  "self_hybrid)");
   }
-  if (impl_->kind() == Backend::cpu && queries) {
+  if (impl_->kind() == Backend::cpu && queries)
     PCNN_EXPECTS(queries->memory == Memory::host,
                  "the CPU backend reads host memory only: the queries are in device memory");
-    PCNN_EXPECTS(!queries->is_double(), "queries: the CPU backend does not take float64 yet");
-  }
 }
 
 template <class T>
@@ -155,11 +153,9 @@ void Index::check_output(Memory memory) const {
 void Index::build(PointsView points, cudaStream_t stream) {
   PCNN_EXPECTS(impl_ != nullptr, "use of a moved-from pcnn::Index");
   check_points(points, "points");
-  if (impl_->kind() == Backend::cpu) {
+  if (impl_->kind() == Backend::cpu)
     PCNN_EXPECTS(points.memory == Memory::host,
                  "the CPU backend reads host memory only: the points are in device memory");
-    PCNN_EXPECTS(!points.is_double(), "points: the CPU backend does not take float64 yet");
-  }
   impl_->build(points, stream, timings_);
 }
 

@@ -102,29 +102,55 @@ void parallel_blocks(int threads, std::int64_t count, std::int64_t block, Body&&
 }
 
 // Orders floats as their values, -0 and +0 alike, in an unsigned integer.
-inline std::uint64_t sortable(float f) {
+inline std::uint32_t sortable(float f) {
   f += 0.0f;  // -0 becomes +0
   std::uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
+inline std::uint64_t sortable(double f) {
+  f += 0.0;
+  std::uint64_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return (u & 0x8000000000000000ull) ? ~u : (u | 0x8000000000000000ull);
+}
 
-// Swaps two 16-byte points with whole 16-byte moves. Copying field by field makes the next
-// step's 16-byte load wait for several smaller stores to retire (a failed store forward), which
-// made the partition below several times slower.
-inline void swap16(void* a, void* b) {
+// The partition's key: (coordinate, index) as one integer for float, two for double; compared
+// without branches.
+inline std::uint64_t split_key(float c, std::int32_t id) {
+  return (std::uint64_t{sortable(c)} << 32) | static_cast<std::uint32_t>(id);
+}
+struct Key96 {
+  std::uint64_t coordinate;
+  std::uint32_t id;
+  bool operator<(const Key96& o) const {
+    return (coordinate < o.coordinate) | ((coordinate == o.coordinate) & (id < o.id));
+  }
+};
+inline Key96 split_key(double c, std::int32_t id) {
+  return {sortable(c), static_cast<std::uint32_t>(id)};
+}
+
+// Swaps two points (16 bytes for float, 32 for double) with whole 16-byte moves. Copying field
+// by field makes the next step's 16-byte load wait for several smaller stores to retire (a
+// failed store forward), which made the partition below several times slower.
+template <std::size_t Bytes>
+inline void swap_whole(void* a, void* b) {
+  static_assert(Bytes % 16 == 0, "points are padded to 16 bytes");
 #if defined(__GNUC__)
   typedef long long Raw __attribute__((vector_size(16), may_alias));
   Raw* ra = static_cast<Raw*>(a);
   Raw* rb = static_cast<Raw*>(b);
-  const Raw t = *ra;
-  *ra = *rb;
-  *rb = t;
+  for (std::size_t i = 0; i < Bytes / 16; ++i) {
+    const Raw t = ra[i];
+    ra[i] = rb[i];
+    rb[i] = t;
+  }
 #else
-  unsigned char t[16];
-  std::memcpy(t, a, 16);
-  std::memmove(a, b, 16);
-  std::memcpy(b, t, 16);
+  unsigned char t[Bytes];
+  std::memcpy(t, a, Bytes);
+  std::memmove(a, b, Bytes);
+  std::memcpy(b, t, Bytes);
 #endif
 }
 
@@ -134,9 +160,7 @@ inline void swap16(void* a, void* b) {
 /// mispredict half the time.
 template <class P>
 void select_along(P* first, P* nth, P* last, int dim) {
-  auto key = [dim](const P& p) {
-    return (sortable(p.c[dim]) << 32) | static_cast<std::uint32_t>(p.id);
-  };
+  auto key = [dim](const P& p) { return split_key(p.c[dim], p.id); };
   std::uint64_t seed = 0x9E3779B97F4A7C15ull;
   int rounds = 0;
   while (last - first > 32) {
@@ -148,14 +172,14 @@ void select_along(P* first, P* nth, P* last, int dim) {
       seed = seed * 6364136223846793005ull + 1442695040888963407ull;
       v = static_cast<std::int64_t>((seed >> 33) % static_cast<std::uint64_t>(n));
     }
-    const std::uint64_t k0 = key(first[s[0]]), k1 = key(first[s[1]]), k2 = key(first[s[2]]);
+    const auto k0 = key(first[s[0]]), k1 = key(first[s[1]]), k2 = key(first[s[2]]);
     const std::int64_t m = (k0 < k1) == (k1 < k2) ? s[1] : ((k1 < k0) == (k0 < k2) ? s[0] : s[2]);
     std::swap(first[m], last[-1]);
-    const std::uint64_t pivot = key(last[-1]);
+    const auto pivot = key(last[-1]);
     P* j = first;
     for (P* i = first; i < last - 1; ++i) {
       const bool less = key(*i) < pivot;
-      swap16(i, j);
+      swap_whole<sizeof(P)>(i, j);
       j += less;
     }
     std::swap(*j, last[-1]);
@@ -170,7 +194,8 @@ void select_along(P* first, P* nth, P* last, int dim) {
 
 }  // namespace
 
-void Tree::split(std::uint32_t i, int level, const Box& box, int parallel_levels) {
+template <class T>
+void Tree<T>::split(std::uint32_t i, int level, const Box<T>& box, int parallel_levels) {
   if (level == depth_) return;
   const std::int64_t j = static_cast<std::int64_t>(i) - (std::int64_t{1} << level);
   const std::int64_t b = (j * n_) >> level;
@@ -189,8 +214,8 @@ void Tree::split(std::uint32_t i, int level, const Box& box, int parallel_levels
     }
   }
   select_along(work_.data() + b, work_.data() + m, work_.data() + e, dim);
-  const float s = work_[m].c[dim];
-  Box left = box, right = box;
+  const T s = work_[m].c[dim];
+  Box<T> left = box, right = box;
   left.hi[dim] = s;
   right.lo[dim] = s;
   if (parallel_levels > 0) {
@@ -208,8 +233,9 @@ void Tree::split(std::uint32_t i, int level, const Box& box, int parallel_levels
   }
 }
 
-void Tree::set_node(std::uint32_t i, const Box& b) {
-  NodePair& p = nodes_[i >> 1];
+template <class T>
+void Tree<T>::set_node(std::uint32_t i, const Box<T>& b) {
+  NodePair<T>& p = nodes_[i >> 1];
   for (int a = 0; a < 3; ++a) {
     p.lo[a][i & 1] = b.lo[a];
     p.hi[a][i & 1] = b.hi[a];
@@ -217,9 +243,10 @@ void Tree::set_node(std::uint32_t i, const Box& b) {
   p.min_index[i & 1] = b.min_index;
 }
 
-Box Tree::get_node(std::uint32_t i) const {
-  const NodePair& p = nodes_[i >> 1];
-  Box b;
+template <class T>
+Box<T> Tree<T>::get_node(std::uint32_t i) const {
+  const NodePair<T>& p = nodes_[i >> 1];
+  Box<T> b;
   for (int a = 0; a < 3; ++a) {
     b.lo[a] = p.lo[a][i & 1];
     b.hi[a] = p.hi[a][i & 1];
@@ -228,7 +255,9 @@ Box Tree::get_node(std::uint32_t i) const {
   return b;
 }
 
-void Tree::build(const PointsView& points, int threads) {
+template <class T>
+void Tree<T>::build(const PointsView& points, int threads) {
+  const T* const data = coordinates<T>(points);
   size_ = points.count;
   n_ = 0;
   depth_ = 0;
@@ -236,16 +265,16 @@ void Tree::build(const PointsView& points, int threads) {
   constexpr std::int64_t kGather = 1 << 15;
   const std::int64_t blocks = (size_ + kGather - 1) / kGather;
   std::vector<std::int64_t> finite_before(static_cast<std::size_t>(blocks) + 1, 0);
-  std::vector<Box> block_box(static_cast<std::size_t>(blocks));
+  std::vector<Box<T>> block_box(static_cast<std::size_t>(blocks));
   parallel_blocks(threads, size_, kGather, [&](std::int64_t b, std::int64_t e) {
-    Box box;
+    Box<T> box;
     for (int a = 0; a < 3; ++a) {
-      box.lo[a] = std::numeric_limits<float>::infinity();
-      box.hi[a] = -std::numeric_limits<float>::infinity();
+      box.lo[a] = std::numeric_limits<T>::infinity();
+      box.hi[a] = -std::numeric_limits<T>::infinity();
     }
     std::int64_t finite = 0;
     for (std::int64_t i = b; i < e; ++i) {
-      const float* p = points.data + i * points.stride;
+      const T* p = data + i * points.stride;
       if (!finite_xyz(p)) continue;
       ++finite;
       for (int a = 0; a < 3; ++a) {
@@ -264,19 +293,19 @@ void Tree::build(const PointsView& points, int threads) {
     std::int64_t f = finite_before[b / kGather];
     std::int64_t nf = b - f;
     for (std::int64_t i = b; i < e; ++i) {
-      const float* p = points.data + i * points.stride;
+      const T* p = data + i * points.stride;
       if (finite_xyz(p))
         work_[f++] = {{p[0], p[1], p[2]}, static_cast<std::int32_t>(i)};
       else
         nonfinite_[nf++] = static_cast<std::int32_t>(i);
     }
   });
-  Box root;
+  Box<T> root;
   for (int a = 0; a < 3; ++a) {
-    root.lo[a] = std::numeric_limits<float>::infinity();
-    root.hi[a] = -std::numeric_limits<float>::infinity();
+    root.lo[a] = std::numeric_limits<T>::infinity();
+    root.hi[a] = -std::numeric_limits<T>::infinity();
   }
-  for (const Box& box : block_box)
+  for (const Box<T>& box : block_box)
     for (int a = 0; a < 3; ++a) {
       root.lo[a] = std::min(root.lo[a], box.lo[a]);
       root.hi[a] = std::max(root.hi[a], box.hi[a]);
@@ -286,7 +315,7 @@ void Tree::build(const PointsView& points, int threads) {
   nodes_.resize(std::size_t{1} << depth_);
   for (auto* v : {&x_, &y_, &z_}) {
     v->resize(static_cast<std::size_t>(n_ + kLeafSize));
-    std::fill(v->data() + n_, v->data() + n_ + kLeafSize, 0.0f);
+    std::fill(v->data() + n_, v->data() + n_ + kLeafSize, T(0));
   }
   id_.resize(static_cast<std::size_t>(n_));
   position_.resize(static_cast<std::size_t>(size_));
@@ -304,7 +333,7 @@ void Tree::build(const PointsView& points, int threads) {
   parallel_blocks(threads, leaves(), 1024, [&](std::int64_t l0, std::int64_t l1) {
     for (std::int64_t leaf = l0; leaf < l1; ++leaf) {
       const std::int64_t b = leaf_begin(leaf), e = leaf_begin(leaf + 1);
-      Box box;
+      Box<T> box;
       box.min_index = std::numeric_limits<std::int32_t>::max();
       for (int a = 0; a < 3; ++a) box.lo[a] = box.hi[a] = work_[b].c[a];
       for (std::int64_t p = b; p < e; ++p) {
@@ -324,8 +353,8 @@ void Tree::build(const PointsView& points, int threads) {
     }
   });
   for (std::uint32_t i = first_leaf() - 1; i >= 1; --i) {
-    const Box l = get_node(2 * i), r = get_node(2 * i + 1);
-    Box box;
+    const Box<T> l = get_node(2 * i), r = get_node(2 * i + 1);
+    Box<T> box;
     for (int a = 0; a < 3; ++a) {
       box.lo[a] = std::min(l.lo[a], r.lo[a]);
       box.hi[a] = std::max(l.hi[a], r.hi[a]);
@@ -336,18 +365,22 @@ void Tree::build(const PointsView& points, int threads) {
   work_.release();  // the SoA copy is all the searches need
 }
 
+template class Tree<float>;
+template class Tree<double>;
+
 namespace {
 
 /// Queries of one search in the order they are searched, in groups that start from the same
 /// leaf: self-searches walk the tree order (a group is a leaf), separate queries are sorted by
 /// the leaf they fall in. Neighboring queries then share the walk through the tree and the
 /// cache. Non-finite queries are not searched; their rows are padded.
+template <class T>
 class QueryOrder {
  public:
   /// Separate `queries`, or (queries == nullptr) the indexed points of original indices
   /// [first_row, first_row + rows); rows < 0: all of them.
-  QueryOrder(const Tree& tree, const PointsView* queries, std::int64_t first_row, std::int64_t rows,
-             bool exclude_self, int threads)
+  QueryOrder(const Tree<T>& tree, const PointsView* queries, std::int64_t first_row,
+             std::int64_t rows, bool exclude_self, int threads)
       : tree_(tree), queries_(queries), first_row_(first_row), exclude_self_(exclude_self) {
     if (!queries) {
       rows_ = rows < 0 ? tree.size() : rows;
@@ -377,7 +410,7 @@ class QueryOrder {
     // With nothing indexed every row is padding.
     const bool searchable = tree.finite_size() > 0;
     for (std::int64_t q = 0; q < rows_; ++q) {
-      if (searchable && finite_xyz(point(q)))
+      if (searchable && read_point(*queries, q).finite())
         order_.push_back(static_cast<std::int32_t>(q));
       else
         padded_.push_back(static_cast<std::int32_t>(q));
@@ -387,8 +420,8 @@ class QueryOrder {
     std::vector<std::int32_t> leaf(order_.size());
     parallel_blocks(threads, searched_, 4096, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t i = b; i < e; ++i) {
-        const float* p = point(order_[i]);
-        leaf[i] = static_cast<std::int32_t>(tree.locate(p[0], p[1], p[2]));
+        const Xyz p = read_point(*queries_, order_[i]);
+        leaf[i] = static_cast<std::int32_t>(tree.locate(p.x, p.y, p.z));
       }
     });
     std::vector<std::int32_t> sorted(order_.size()), sorted_leaf(order_.size());
@@ -451,13 +484,11 @@ class QueryOrder {
               {tree_.xs()[p], tree_.ys()[p], tree_.zs()[p], exclude_self_ ? id : -1}};
     }
     const std::int32_t row = order_[i];
-    const float* p = point(row);
-    return {row, {p[0], p[1], p[2], -1}};
+    const Xyz p = read_point(*queries_, row);
+    return {row, {p.x, p.y, p.z, -1}};
   }
 
  private:
-  const float* point(std::int64_t q) const { return queries_->data + q * queries_->stride; }
-
   // Runs of equal leaves in search order, cut at kMaxGroup.
   void make_groups(const std::vector<std::int32_t>& leaf) {
     for (std::size_t i = 0; i < leaf.size(); ++i) {
@@ -470,7 +501,7 @@ class QueryOrder {
     group_start_.push_back(static_cast<std::int64_t>(leaf.size()));
   }
 
-  const Tree& tree_;
+  const Tree<T>& tree_;
   const PointsView* queries_;
   std::int64_t first_row_ = 0;
   bool exclude_self_;
@@ -517,7 +548,8 @@ Scratch& scratch() {
 
 /// Gathers group g's queries into s.queries and their output rows into s.rows (appended).
 /// Returns the group's start leaf.
-std::int64_t load_group(const QueryOrder& order, std::int64_t g, Scratch& s) {
+template <class T>
+std::int64_t load_group(const QueryOrder<T>& order, std::int64_t g, Scratch& s) {
   std::int64_t begin, end, leaf;
   order.group(g, begin, end, leaf);
   s.queries.clear();
@@ -532,7 +564,8 @@ std::int64_t load_group(const QueryOrder& order, std::int64_t g, Scratch& s) {
 /// Radius rows of group g: s.rows gets the group's output rows, s.counts[j] the number of hits
 /// of its j-th query and s.found the hits, query after query, each run sorted by (d, index).
 /// Returns the distances evaluated.
-std::int64_t radius_rows(const Tree& tree, const QueryOrder& order, std::int64_t g, double r2,
+template <class T>
+std::int64_t radius_rows(const Tree<T>& tree, const QueryOrder<T>& order, std::int64_t g, double r2,
                          Scratch& s) {
   s.rows.clear();
   const std::int64_t leaf = load_group(order, g, s);
@@ -559,57 +592,92 @@ std::int64_t radius_rows(const Tree& tree, const QueryOrder& order, std::int64_t
   return evaluated;
 }
 
-class CpuBackend final : public Index::Backend_ {
+/// The searches over a tree of coordinates of type T, with the backend's thread count.
+template <class T>
+class Searches {
  public:
-  explicit CpuBackend(const IndexOptions& options) {
-    PCNN_EXPECTS(options.threads >= 0, "IndexOptions::threads must be >= 0 (0: every core)");
-    threads_ = options.threads > 0 ? options.threads
-                                   : static_cast<int>(std::thread::hardware_concurrency());
-    threads_ = std::max(threads_, 1);
-  }
+  Searches(const Tree<T>& tree, int threads) : tree_(tree), threads_(threads) {}
 
-  void build(PointsView points, cudaStream_t, SearchTimings& t) override {
-    const auto t0 = Clock::now();
-    t = SearchTimings{};
-    t.backend = Backend::cpu;
-    expect_host(points.memory, "the points");
-    // A failed build leaves an empty index, never a half-built one.
-    try {
-      tree_.build(points, threads_);
-    } catch (const std::bad_alloc&) {
-      tree_ = Tree{};
-      throw_oom("to build the index", points.count * 48);
-    } catch (...) {
-      tree_ = Tree{};
-      throw;
+  void normals(const NormalParams& p, MatrixView<float> normals, ArrayView<float> curvature,
+               SearchTimings& search, NormalTimings& t) {
+    const std::int64_t n = tree_.size();
+    const double vp[3] = {p.viewpoint[0], p.viewpoint[1], p.viewpoint[2]};
+    const TreeCoords at{tree_};
+    // Rows [first, first + rows): row i's neighbors are ids(i)[0 .. count(i)).
+    auto compute = [&](std::int64_t first, std::int64_t rows, auto&& ids, auto&& count) {
+      const auto t0 = Clock::now();
+      parallel_blocks(threads_, rows, 2048, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) {
+          double self[3];
+          at.self(first + i, self);
+          float out[4];
+          point_normal(at, ids(i), count(i), self, vp, out);
+          std::memcpy(normals.data + (first + i) * 3, out, 3 * sizeof(float));
+          curvature.data[first + i] = out[3];
+        }
+      });
+      t.normals_ms += ms_since(t0);
+    };
+    t.passes = 0;
+    if (p.k > 0 || p.max_nn > 0) {
+      // Dense rows (kNN, or the max_nn nearest within the radius), at most 256 MB of them at once.
+      const int k = p.k > 0 ? p.k : p.max_nn;
+      const double limit = p.k > 0 ? std::numeric_limits<double>::infinity() : p.radius * p.radius;
+      const std::int64_t per =
+          std::max<std::int64_t>(1, std::min<std::int64_t>(n, (std::int64_t{256} << 20) / (8 * k)));
+      std::vector<std::int32_t> idx;
+      std::vector<float> d2;
+      try {
+        idx.resize(static_cast<std::size_t>(per * k));
+        d2.resize(idx.size());
+      } catch (const std::bad_alloc&) {
+        throw_oom("for the neighbor lists of the normals", per * k * 8);
+      }
+      for (std::int64_t first = 0; first < n; first += per) {
+        const std::int64_t rows = std::min(per, n - first);
+        dense(nullptr, first, rows, k, limit, false, {idx.data(), rows, k}, {d2.data(), rows, k},
+              search);
+        t.search_ms += search.total_ms;
+        ++t.passes;
+        compute(
+            first, rows, [&](std::int64_t i) { return idx.data() + i * k; },
+            [&](std::int64_t) { return std::int64_t{k}; });
+      }
+    } else {
+      const RadiusResult r = radius(nullptr, RadiusParams{p.radius, false, 0}, search);
+      t.search_ms = search.total_ms;
+      t.passes = 1;
+      compute(
+          0, n, [&](std::int64_t i) { return r.indices.data() + r.offsets[i]; },
+          [&](std::int64_t i) { return r.offsets[i + 1] - r.offsets[i]; });
     }
-    t.build_ms = static_cast<float>(ms_since(t0));
-    t.total_ms = ms_since(t0);
   }
 
-  Backend kind() const override { return Backend::cpu; }
-  std::int64_t size() const override { return tree_.size(); }
-  std::int64_t finite_size() const override { return tree_.finite_size(); }
+ private:
+  // Coordinates of indexed points by original index, for core/normal_math.hpp.
+  struct TreeCoords {
+    const Tree<T>& tree;
+    void operator()(std::int32_t id, double c[3]) const {
+      const std::int32_t p = tree.position(id);
+      c[0] = tree.xs()[p];
+      c[1] = tree.ys()[p];
+      c[2] = tree.zs()[p];
+    }
+    // Point i's own coordinates; NaN when it is not finite (it is not in the tree).
+    void self(std::int64_t i, double c[3]) const {
+      if (tree.position(i) < 0) {
+        c[0] = c[1] = c[2] = std::numeric_limits<double>::quiet_NaN();
+        return;
+      }
+      (*this)(static_cast<std::int32_t>(i), c);
+    }
+  };
 
-  void knn(const PointsView* queries, std::int64_t first_row, const KnnParams& params,
-           MatrixView<std::int32_t> indices, MatrixView<float> sqdist, cudaStream_t, bool,
-           SearchTimings& t) override {
-    dense(queries, queries ? 0 : first_row, queries ? -1 : indices.rows, params.k,
-          std::numeric_limits<double>::infinity(), params.exclude_self, indices, sqdist, t);
-  }
-
-  void hybrid(const PointsView* queries, std::int64_t first_row, const HybridParams& params,
-              MatrixView<std::int32_t> indices, MatrixView<float> sqdist, cudaStream_t,
-              SearchTimings& t) override {
-    dense(queries, queries ? 0 : first_row, queries ? -1 : indices.rows, params.max_nn,
-          params.radius * params.radius, params.exclude_self, indices, sqdist, t);
-  }
-
-  RadiusResult radius(const PointsView* queries, const RadiusParams& params, cudaStream_t,
-                      SearchTimings& t) override {
+ public:
+  RadiusResult radius(const PointsView* queries, const RadiusParams& params, SearchTimings& t) {
     const auto t0 = Clock::now();
     begin(queries, t);
-    QueryOrder order(tree_, queries, 0, -1, params.exclude_self, threads_);
+    QueryOrder<T> order(tree_, queries, 0, -1, params.exclude_self, threads_);
     const auto t1 = Clock::now();
     RadiusResult r;
     r.rows = order.rows();
@@ -679,12 +747,11 @@ class CpuBackend final : public Index::Backend_ {
   }
 
   std::int64_t radius_count(const PointsView* queries, const RadiusParams& params,
-                            ArrayView<std::int64_t> offsets, cudaStream_t,
-                            SearchTimings& t) override {
+                            ArrayView<std::int64_t> offsets, SearchTimings& t) {
     const auto t0 = Clock::now();
     begin(queries, t);
     expect_host(offsets.memory, "the offsets");
-    QueryOrder order(tree_, queries, 0, -1, params.exclude_self, threads_);
+    QueryOrder<T> order(tree_, queries, 0, -1, params.exclude_self, threads_);
     PCNN_EXPECTS(offsets.size == order.rows() + 1,
                  "radius_count: the offsets must have one entry per query plus one");
     const auto t1 = Clock::now();
@@ -714,7 +781,7 @@ class CpuBackend final : public Index::Backend_ {
 
   void radius_fill(const PointsView* queries, std::int64_t first_row, const RadiusParams& params,
                    ArrayView<const std::int64_t> offsets, ArrayView<std::int32_t> indices,
-                   ArrayView<float> sqdist, cudaStream_t, SearchTimings& t) override {
+                   ArrayView<float> sqdist, SearchTimings& t) {
     const auto t0 = Clock::now();
     begin(queries, t);
     expect_host(offsets.memory, "the offsets");
@@ -722,8 +789,8 @@ class CpuBackend final : public Index::Backend_ {
     expect_host(sqdist.memory, "the distances");
     const std::int64_t rows = offsets.size - 1;
     const bool range = !queries && !(first_row == 0 && rows == tree_.size());
-    QueryOrder order(tree_, queries, range ? first_row : 0, range ? rows : -1, params.exclude_self,
-                     threads_);
+    QueryOrder<T> order(tree_, queries, range ? first_row : 0, range ? rows : -1,
+                        params.exclude_self, threads_);
     PCNN_EXPECTS(order.rows() == rows,
                  "radius_fill: the offsets must have one entry per query plus one");
     const std::int64_t* off = offsets.data;
@@ -763,95 +830,6 @@ class CpuBackend final : public Index::Backend_ {
     finish(t, t0, t1, evaluated);
   }
 
-  void normals(const NormalParams& p, MatrixView<float> normals, ArrayView<float> curvature,
-               cudaStream_t, SearchTimings& search, NormalTimings& t) override {
-    const std::int64_t n = tree_.size();
-    const double vp[3] = {p.viewpoint[0], p.viewpoint[1], p.viewpoint[2]};
-    const TreeCoords at{tree_};
-    // Rows [first, first + rows): row i's neighbors are ids(i)[0 .. count(i)).
-    auto compute = [&](std::int64_t first, std::int64_t rows, auto&& ids, auto&& count) {
-      const auto t0 = Clock::now();
-      parallel_blocks(threads_, rows, 2048, [&](std::int64_t b, std::int64_t e) {
-        for (std::int64_t i = b; i < e; ++i) {
-          double self[3];
-          at.self(first + i, self);
-          float out[4];
-          point_normal(at, ids(i), count(i), self, vp, out);
-          std::memcpy(normals.data + (first + i) * 3, out, 3 * sizeof(float));
-          curvature.data[first + i] = out[3];
-        }
-      });
-      t.normals_ms += ms_since(t0);
-    };
-    t.passes = 0;
-    if (p.k > 0 || p.max_nn > 0) {
-      // Dense rows (kNN, or the max_nn nearest within the radius), at most 256 MB of them at once.
-      const int k = p.k > 0 ? p.k : p.max_nn;
-      const double limit = p.k > 0 ? std::numeric_limits<double>::infinity() : p.radius * p.radius;
-      const std::int64_t per =
-          std::max<std::int64_t>(1, std::min<std::int64_t>(n, (std::int64_t{256} << 20) / (8 * k)));
-      std::vector<std::int32_t> idx;
-      std::vector<float> d2;
-      try {
-        idx.resize(static_cast<std::size_t>(per * k));
-        d2.resize(idx.size());
-      } catch (const std::bad_alloc&) {
-        throw_oom("for the neighbor lists of the normals", per * k * 8);
-      }
-      for (std::int64_t first = 0; first < n; first += per) {
-        const std::int64_t rows = std::min(per, n - first);
-        dense(nullptr, first, rows, k, limit, false, {idx.data(), rows, k}, {d2.data(), rows, k},
-              search);
-        t.search_ms += search.total_ms;
-        ++t.passes;
-        compute(
-            first, rows, [&](std::int64_t i) { return idx.data() + i * k; },
-            [&](std::int64_t) { return std::int64_t{k}; });
-      }
-    } else {
-      const RadiusResult r = radius(nullptr, RadiusParams{p.radius, false, 0}, nullptr, search);
-      t.search_ms = search.total_ms;
-      t.passes = 1;
-      compute(
-          0, n, [&](std::int64_t i) { return r.indices.data() + r.offsets[i]; },
-          [&](std::int64_t i) { return r.offsets[i + 1] - r.offsets[i]; });
-    }
-  }
-
- private:
-  // Coordinates of indexed points by original index, for core/normal_math.hpp.
-  struct TreeCoords {
-    const Tree& tree;
-    void operator()(std::int32_t id, double c[3]) const {
-      const std::int32_t p = tree.position(id);
-      c[0] = tree.xs()[p];
-      c[1] = tree.ys()[p];
-      c[2] = tree.zs()[p];
-    }
-    // Point i's own coordinates; NaN when it is not finite (it is not in the tree).
-    void self(std::int64_t i, double c[3]) const {
-      if (tree.position(i) < 0) {
-        c[0] = c[1] = c[2] = std::numeric_limits<double>::quiet_NaN();
-        return;
-      }
-      (*this)(static_cast<std::int32_t>(i), c);
-    }
-  };
-
-  void begin(const PointsView* queries, SearchTimings& t) const {
-    t = SearchTimings{};
-    t.backend = Backend::cpu;
-    if (queries) expect_host(queries->memory, "the queries");
-  }
-
-  static void finish(SearchTimings& t, Clock::time_point t0, Clock::time_point t1,
-                     const std::atomic<std::int64_t>& evaluated) {
-    t.build_ms = static_cast<float>(std::chrono::duration<double, std::milli>(t1 - t0).count());
-    t.search_ms = static_cast<float>(ms_since(t1));
-    t.total_ms = ms_since(t0);
-    t.distance_evaluations = evaluated.load();
-  }
-
   // kNN (limit = +inf) and hybrid (limit = r²) rows.
   void dense(const PointsView* queries, std::int64_t first_row, std::int64_t rows, int k,
              double limit, bool exclude_self, MatrixView<std::int32_t> indices,
@@ -863,7 +841,7 @@ class CpuBackend final : public Index::Backend_ {
     PCNN_EXPECTS(k >= 1 && k <= kMaxK, "k must be in 1..128");
     PCNN_EXPECTS(queries || rows < 0 || (first_row >= 0 && first_row + rows <= tree_.size()),
                  "self-search rows out of range");
-    QueryOrder order(tree_, queries, first_row, rows, exclude_self, threads_);
+    QueryOrder<T> order(tree_, queries, first_row, rows, exclude_self, threads_);
     PCNN_EXPECTS(indices.rows == order.rows() && indices.cols == k && sqdist.rows == order.rows() &&
                      sqdist.cols == k,
                  "the outputs must be rows x k");
@@ -882,8 +860,23 @@ class CpuBackend final : public Index::Backend_ {
     finish(t, t0, t1, evaluated);
   }
 
+ private:
+  void begin(const PointsView* queries, SearchTimings& t) const {
+    t = SearchTimings{};
+    t.backend = Backend::cpu;
+    if (queries) expect_host(queries->memory, "the queries");
+  }
+
+  static void finish(SearchTimings& t, Clock::time_point t0, Clock::time_point t1,
+                     const std::atomic<std::int64_t>& evaluated) {
+    t.build_ms = static_cast<float>(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    t.search_ms = static_cast<float>(ms_since(t1));
+    t.total_ms = ms_since(t0);
+    t.distance_evaluations = evaluated.load();
+  }
+
   template <class BestK>
-  void dense_rows(const QueryOrder& order, int k, double limit, MatrixView<std::int32_t> indices,
+  void dense_rows(const QueryOrder<T>& order, int k, double limit, MatrixView<std::int32_t> indices,
                   MatrixView<float> sqdist, std::atomic<std::int64_t>& evaluated) const {
     parallel_blocks(threads_, order.groups(), kGroupBlock, [&](std::int64_t gb, std::int64_t ge) {
       // Rows are found in search order but live in query order: written as found, each row
@@ -912,8 +905,111 @@ class CpuBackend final : public Index::Backend_ {
     });
   }
 
+  const Tree<T>& tree_;
+  const int threads_;
+};
+
+class CpuBackend final : public Index::Backend_ {
+  // f(searches over the tree that holds the points). Defined first: its return type is deduced.
+  template <class F>
+  decltype(auto) with_searches(F&& f) const {
+    if (double_) return f(Searches<double>(tree64_, threads_));
+    return f(Searches<float>(tree32_, threads_));
+  }
+
+ public:
+  explicit CpuBackend(const IndexOptions& options) {
+    PCNN_EXPECTS(options.threads >= 0, "IndexOptions::threads must be >= 0 (0: every core)");
+    threads_ = options.threads > 0 ? options.threads
+                                   : static_cast<int>(std::thread::hardware_concurrency());
+    threads_ = std::max(threads_, 1);
+  }
+
+  void build(PointsView points, cudaStream_t, SearchTimings& t) override {
+    const auto t0 = Clock::now();
+    t = SearchTimings{};
+    t.backend = Backend::cpu;
+    expect_host(points.memory, "the points");
+    // A failed build leaves an empty index, never a half-built one. The tree of the other
+    // coordinate type gives its memory back.
+    try {
+      double_ = points.is_double();
+      if (double_) {
+        tree32_ = Tree<float>{};
+        tree64_.build(points, threads_);
+      } else {
+        tree64_ = Tree<double>{};
+        tree32_.build(points, threads_);
+      }
+    } catch (const std::bad_alloc&) {
+      clear();
+      throw_oom("to build the index", points.count * (points.is_double() ? 80 : 48));
+    } catch (...) {
+      clear();
+      throw;
+    }
+    t.build_ms = static_cast<float>(ms_since(t0));
+    t.total_ms = ms_since(t0);
+  }
+
+  Backend kind() const override { return Backend::cpu; }
+  std::int64_t size() const override { return double_ ? tree64_.size() : tree32_.size(); }
+  std::int64_t finite_size() const override {
+    return double_ ? tree64_.finite_size() : tree32_.finite_size();
+  }
+
+  void knn(const PointsView* queries, std::int64_t first_row, const KnnParams& params,
+           MatrixView<std::int32_t> indices, MatrixView<float> sqdist, cudaStream_t, bool,
+           SearchTimings& t) override {
+    with_searches([&](auto s) {
+      s.dense(queries, queries ? 0 : first_row, queries ? -1 : indices.rows, params.k,
+              std::numeric_limits<double>::infinity(), params.exclude_self, indices, sqdist, t);
+    });
+  }
+
+  void hybrid(const PointsView* queries, std::int64_t first_row, const HybridParams& params,
+              MatrixView<std::int32_t> indices, MatrixView<float> sqdist, cudaStream_t,
+              SearchTimings& t) override {
+    with_searches([&](auto s) {
+      s.dense(queries, queries ? 0 : first_row, queries ? -1 : indices.rows, params.max_nn,
+              params.radius * params.radius, params.exclude_self, indices, sqdist, t);
+    });
+  }
+
+  RadiusResult radius(const PointsView* queries, const RadiusParams& params, cudaStream_t,
+                      SearchTimings& t) override {
+    return with_searches([&](auto s) { return s.radius(queries, params, t); });
+  }
+
+  std::int64_t radius_count(const PointsView* queries, const RadiusParams& params,
+                            ArrayView<std::int64_t> offsets, cudaStream_t,
+                            SearchTimings& t) override {
+    return with_searches([&](auto s) { return s.radius_count(queries, params, offsets, t); });
+  }
+
+  void normals(const NormalParams& p, MatrixView<float> normals, ArrayView<float> curvature,
+               cudaStream_t, SearchTimings& search, NormalTimings& t) override {
+    with_searches([&](auto s) { s.normals(p, normals, curvature, search, t); });
+  }
+
+  void radius_fill(const PointsView* queries, std::int64_t first_row, const RadiusParams& params,
+                   ArrayView<const std::int64_t> offsets, ArrayView<std::int32_t> indices,
+                   ArrayView<float> sqdist, cudaStream_t, SearchTimings& t) override {
+    with_searches(
+        [&](auto s) { s.radius_fill(queries, first_row, params, offsets, indices, sqdist, t); });
+  }
+
+ private:
+  void clear() {
+    tree32_ = Tree<float>{};
+    tree64_ = Tree<double>{};
+    double_ = false;
+  }
+
   int threads_ = 1;
-  Tree tree_;
+  bool double_ = false;  // the points are float64: tree64_ holds them, else tree32_
+  Tree<float> tree32_;
+  Tree<double> tree64_;
 };
 
 }  // namespace

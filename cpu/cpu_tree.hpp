@@ -10,9 +10,12 @@
 // queries sorted by the leaf they fall in): a group walks the tree once, and each of its queries
 // scans the leaves its own bound admits.
 //
+// The tree stores the coordinates in the type they were given (float or double: Tree<T>), so
+// that both are searched exactly as given; queries of either type are read as doubles.
+//
 // Exactness rests on three facts:
-// - every distance is the contract's formula, (dx*dx + dy*dy) + dz*dz in double from the float
-//   coordinates (compile with -ffp-contract=off so that no FMA changes a rounding);
+// - every distance is the contract's formula, (dx*dx + dy*dy) + dz*dz in double from the
+//   coordinates as given (compile with -ffp-contract=off so that no FMA changes a rounding);
 // - a box's lower bound uses the same operations on the box's faces; correctly rounded
 //   subtraction, multiplication and addition are monotone, so the bound never exceeds the
 //   distance of any point inside the box;
@@ -54,37 +57,48 @@ inline double sqdist(double ax, double ay, double az, double bx, double by, doub
   return (dx * dx + dy * dy) + dz * dz;
 }
 
-/// A node's tight bounding box and the smallest original index below it (building only).
+/// A node's tight bounding box and the smallest original index below it (building only), in
+/// the coordinates' own type: a box in float around double points would have to be rounded
+/// outward, by half a meter around UTM coordinates, and would stop pruning dense clouds.
+template <class T>
 struct Box {
-  float lo[3];
-  float hi[3];
+  T lo[3];
+  T hi[3];
   std::int32_t min_index;
 };
 
-/// Siblings 2i and 2i+1, stored together as pair i (one cache line), axis by axis, so that one
-/// traversal step computes both bounds at once.
+/// Siblings 2i and 2i+1, stored together as pair i (one cache line for float, two for double),
+/// axis by axis, so that one traversal step computes both bounds at once.
+template <class T>
 struct alignas(64) NodePair {
-  float lo[3][2];  // [axis][child]
-  float hi[3][2];
+  T lo[3][2];  // [axis][child]
+  T hi[3][2];
   std::int32_t min_index[2];
   std::int32_t unused[2];
 };
+
+#if defined(__SSE2__)
+/// Two adjacent coordinates as doubles (exact for float).
+inline __m128d load2(const float* p) {
+  return _mm_cvtps_pd(_mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m128d load2(const double* p) { return _mm_loadu_pd(p); }
+#endif
 
 /// Lower bounds of the squared distance from q to any point inside each box of the pair,
 /// computed with the very operations of sqdist: correctly rounded operations are monotone, so
 /// a bound never exceeds the distance of a point inside its box. (max(lo - q, q - hi, 0) is the
 /// gap along an axis; its rounding is the rounding of the point's own difference at the face.)
-inline void pair_bounds(const NodePair& p, double qx, double qy, double qz, double out[2]) {
+template <class T>
+inline void pair_bounds(const NodePair<T>& p, double qx, double qy, double qz, double out[2]) {
 #if defined(__SSE2__)
   const __m128d zero = _mm_setzero_pd();
   const double q[3] = {qx, qy, qz};
   __m128d sq[3];
   for (int a = 0; a < 3; ++a) {
     const __m128d qa = _mm_set1_pd(q[a]);
-    const __m128d lo =
-        _mm_cvtps_pd(_mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p.lo[a]))));
-    const __m128d hi =
-        _mm_cvtps_pd(_mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p.hi[a]))));
+    const __m128d lo = load2(p.lo[a]);
+    const __m128d hi = load2(p.hi[a]);
     const __m128d g = _mm_max_pd(_mm_max_pd(_mm_sub_pd(lo, qa), _mm_sub_pd(qa, hi)), zero);
     sq[a] = _mm_mul_pd(g, g);
   }
@@ -100,8 +114,35 @@ inline void pair_bounds(const NodePair& p, double qx, double qy, double qz, doub
 #endif
 }
 
-inline bool finite_xyz(const float* p) {
+template <class T>
+inline bool finite_xyz(const T* p) {
   return std::isfinite(p[0]) && std::isfinite(p[1]) && std::isfinite(p[2]);
+}
+
+/// The coordinates of a view, in the type T they must have (the caller checked).
+template <class T>
+const T* coordinates(const PointsView& v);
+template <>
+inline const float* coordinates<float>(const PointsView& v) {
+  return v.data;
+}
+template <>
+inline const double* coordinates<double>(const PointsView& v) {
+  return v.data64;
+}
+
+/// Point i of a view of either coordinate type, as doubles (exact).
+struct Xyz {
+  double x, y, z;
+  bool finite() const { return std::isfinite(x) && std::isfinite(y) && std::isfinite(z); }
+};
+inline Xyz read_point(const PointsView& v, std::int64_t i) {
+  if (v.data64) {
+    const double* p = v.data64 + i * v.stride;
+    return {p[0], p[1], p[2]};
+  }
+  const float* p = v.data + i * v.stride;
+  return {p[0], p[1], p[2]};
 }
 
 /// An array whose contents are left uninitialized on growth (every entry is written before it
@@ -133,9 +174,12 @@ class Buffer {
   std::size_t capacity_ = 0, size_ = 0;
 };
 
+/// The tree over points whose coordinates are of type T (float or double).
+template <class T>
 class Tree {
  public:
-  /// Rebuilds over `points` (host memory), reusing storage. `threads` >= 1.
+  /// Rebuilds over `points` (host memory, coordinates of type T), reusing storage.
+  /// `threads` >= 1.
   void build(const PointsView& points, int threads);
 
   std::int64_t size() const { return size_; }
@@ -146,13 +190,13 @@ class Tree {
   const std::vector<std::int32_t>& nonfinite() const { return nonfinite_; }
 
   // Tree order: position p holds point id(p) at (x(p), y(p), z(p)).
-  const float* xs() const { return x_.data(); }
-  const float* ys() const { return y_.data(); }
-  const float* zs() const { return z_.data(); }
+  const T* xs() const { return x_.data(); }
+  const T* ys() const { return y_.data(); }
+  const T* zs() const { return z_.data(); }
   const std::int32_t* ids() const { return id_.data(); }
 
   /// Children 2i and 2i+1 of node i (also: node s is child s & 1 of pair s >> 1).
-  const NodePair& pair(std::uint32_t i) const { return nodes_[i]; }
+  const NodePair<T>& pair(std::uint32_t i) const { return nodes_[i]; }
   std::uint32_t first_leaf() const { return std::uint32_t{1} << depth_; }
   int depth() const { return depth_; }
   std::int64_t leaves() const { return std::int64_t{1} << depth_; }
@@ -178,22 +222,22 @@ class Tree {
   // 16-byte aligned so that copies move it whole: a copy split into smaller stores, read back
   // at once by the next step of a partition, stalls on store forwarding.
   struct alignas(16) Point {
-    float c[3];
+    T c[3];
     std::int32_t id;
   };
-  void split(std::uint32_t i, int level, const Box& box, int parallel_levels);
-  void set_node(std::uint32_t i, const Box& b);
-  Box get_node(std::uint32_t i) const;
+  void split(std::uint32_t i, int level, const Box<T>& box, int parallel_levels);
+  void set_node(std::uint32_t i, const Box<T>& b);
+  Box<T> get_node(std::uint32_t i) const;
 
   std::int64_t size_ = 0;
   std::int64_t n_ = 0;
   int depth_ = 0;
   std::vector<std::int32_t> nonfinite_;
-  Buffer<Point> work_;       // the finite points while building
-  Buffer<float> x_, y_, z_;  // padded by kLeafSize so leaf scans run a fixed trip count
+  Buffer<Point> work_;   // the finite points while building
+  Buffer<T> x_, y_, z_;  // padded by kLeafSize so leaf scans run a fixed trip count
   Buffer<std::int32_t> id_;
   Buffer<std::int32_t> position_;  // original index -> tree position, -1: not finite
-  Buffer<NodePair> nodes_;         // pair i: the children of node i; pair 0 holds the root
+  Buffer<NodePair<T>> nodes_;      // pair i: the children of node i; pair 0 holds the root
 };
 
 /// The k best (distance, index) pairs seen so far, for k <= K, sorted, and the pair a newcomer
@@ -258,11 +302,12 @@ class Best {
 /// Squared distances from q to the points at tree positions [b, b + kLeafSize) into `out`, and
 /// the mask of those among the first `cnt` with d <= bar. Positions past the leaf read padding.
 /// The mask lets a leaf whose points are all too far cost one branch instead of one each.
-inline std::uint32_t leaf_distances(const Tree& t, std::int64_t b, int cnt, double qx, double qy,
+template <class T>
+inline std::uint32_t leaf_distances(const Tree<T>& t, std::int64_t b, int cnt, double qx, double qy,
                                     double qz, double bar, double* out) {
-  const float* x = t.xs() + b;
-  const float* y = t.ys() + b;
-  const float* z = t.zs() + b;
+  const T* x = t.xs() + b;
+  const T* y = t.ys() + b;
+  const T* z = t.zs() + b;
   for (int j = 0; j < kLeafSize; ++j)
     out[j] = sqdist(double(x[j]), double(y[j]), double(z[j]), qx, qy, qz);
   std::uint32_t mask = 0;
@@ -324,15 +369,14 @@ class Group {
   /// Lower bounds of the squared distance between any query of the group and any point of
   /// each box of pair `p`. Along an axis the gap max(lo - g.hi, g.lo - hi, 0) is rounded like
   /// the difference of any two points on either side, and roundings are monotone.
-  void pair_bounds(const NodePair& p, double out[2]) const {
+  template <class T>
+  void pair_bounds(const NodePair<T>& p, double out[2]) const {
 #if defined(__SSE2__)
     const __m128d zero = _mm_setzero_pd();
     __m128d sq[3];
     for (int a = 0; a < 3; ++a) {
-      const __m128d lo = _mm_cvtps_pd(
-          _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p.lo[a]))));
-      const __m128d hi = _mm_cvtps_pd(
-          _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p.hi[a]))));
+      const __m128d lo = load2(p.lo[a]);
+      const __m128d hi = load2(p.hi[a]);
       const __m128d gap = _mm_max_pd(
           _mm_max_pd(_mm_sub_pd(lo, _mm_set1_pd(hi_[a])), _mm_sub_pd(_mm_set1_pd(lo_[a]), hi)),
           zero);
@@ -350,7 +394,8 @@ class Group {
   }
 
   /// Each query's own bound to box c of pair p (as ::pair_bounds computes it), into out[0..m).
-  void query_bounds(const NodePair& p, int c, double* out) const {
+  template <class T>
+  void query_bounds(const NodePair<T>& p, int c, double* out) const {
 #if defined(__SSE2__)
     const __m128d zero = _mm_setzero_pd();
     const __m128d lo[3] = {_mm_set1_pd(p.lo[0][c]), _mm_set1_pd(p.lo[1][c]),
@@ -392,8 +437,8 @@ class Group {
 /// indices and the rest is pruned), calling leaf(leaf_index) for every leaf `want(bound,
 /// min_index)` accepts. `want` is asked again when a deferred node is resumed, so that a
 /// shrinking search region prunes it then.
-template <class Want, class Leaf>
-void descend(const Tree& t, const Group& g, std::uint32_t root, double root_bound, Want& want,
+template <class T, class Want, class Leaf>
+void descend(const Tree<T>& t, const Group& g, std::uint32_t root, double root_bound, Want& want,
              Leaf& leaf) {
   struct Entry {
     std::uint32_t node;
@@ -410,7 +455,7 @@ void descend(const Tree& t, const Group& g, std::uint32_t root, double root_boun
     std::uint32_t i = e.node;
     bool go = true;
     while (i < first_leaf) {
-      const NodePair& p = t.pair(i);
+      const NodePair<T>& p = t.pair(i);
       double b[2];
       g.pair_bounds(p, b);
       const int nc = b[1] < b[0] || (b[1] == b[0] && p.min_index[1] < p.min_index[0]);
@@ -430,13 +475,13 @@ void descend(const Tree& t, const Group& g, std::uint32_t root, double root_boun
 /// from; any leaf would be correct), then, going up, the sibling subtree at every level. Nodes
 /// are skipped only by `want`, and what it accepts only shrinks, so nothing it would accept at
 /// the end is missed. leaf() gets the leaf's node number.
-template <class Want, class Leaf>
-void traverse(const Tree& t, const Group& g, std::int64_t home, Want&& want, Leaf&& leaf) {
+template <class T, class Want, class Leaf>
+void traverse(const Tree<T>& t, const Group& g, std::int64_t home, Want&& want, Leaf&& leaf) {
   std::uint32_t i = t.first_leaf() + static_cast<std::uint32_t>(home);
   leaf(i);
   for (; i > 1; i >>= 1) {
     const std::uint32_t s = i ^ 1u;
-    const NodePair& p = t.pair(s >> 1);
+    const NodePair<T>& p = t.pair(s >> 1);
     double b[2];
     g.pair_bounds(p, b);
     if (want(b[s & 1], p.min_index[s & 1])) descend(t, g, s, b[s & 1], want, leaf);
@@ -444,8 +489,8 @@ void traverse(const Tree& t, const Group& g, std::int64_t home, Want&& want, Lea
 }
 
 /// Scans one leaf for `best`.
-template <class BestK>
-int scan_leaf(const Tree& t, std::int64_t leaf, const GroupQuery& q, BestK& best) {
+template <class T, class BestK>
+int scan_leaf(const Tree<T>& t, std::int64_t leaf, const GroupQuery& q, BestK& best) {
   alignas(16) double d[kLeafSize];
   const std::int64_t b = t.leaf_begin(leaf);
   const int cnt = static_cast<int>(t.leaf_begin(leaf + 1) - b);
@@ -465,8 +510,8 @@ int scan_leaf(const Tree& t, std::int64_t leaf, const GroupQuery& q, BestK& best
 /// of their k-th (distance, index) pairs; at each leaf it reaches, every query whose own bound
 /// still admits the leaf scans it. The walk's decisions are shared by the group, and the
 /// queries' own bounds are computed together.
-template <class BestK>
-std::int64_t knn_group(const Tree& t, const GroupQuery* q, int m, std::int64_t home, int k,
+template <class T, class BestK>
+std::int64_t knn_group(const Tree<T>& t, const GroupQuery* q, int m, std::int64_t home, int k,
                        double limit, BestK* best, Group& g) {
   std::int64_t evaluated = 0;
   g.load(q, m);
@@ -499,7 +544,7 @@ std::int64_t knn_group(const Tree& t, const GroupQuery* q, int m, std::int64_t h
       t, g, home,
       [&](double b, std::int32_t mi) { return b < worst_d || (b == worst_d && mi < worst_i); },
       [&](std::uint32_t node) {
-        const NodePair& p = t.pair(node >> 1);
+        const NodePair<T>& p = t.pair(node >> 1);
         const int c = node & 1;
         const std::int32_t min_index = p.min_index[c];
         g.query_bounds(p, c, own);
@@ -537,9 +582,9 @@ std::int64_t knn_group(const Tree& t, const GroupQuery* q, int m, std::int64_t h
 
 /// Radius search of a group of m <= kMaxGroup queries that start at leaf `home`: hit(j, d,
 /// index) for every point with d <= r2 of query j, except its `self`, in no particular order.
-template <class Hit>
-std::int64_t radius_group(const Tree& t, const GroupQuery* q, int m, std::int64_t home, double r2,
-                          Group& g, Hit&& hit) {
+template <class T, class Hit>
+std::int64_t radius_group(const Tree<T>& t, const GroupQuery* q, int m, std::int64_t home,
+                          double r2, Group& g, Hit&& hit) {
   std::int64_t evaluated = 0;
   g.load(q, m);
   alignas(16) double own[kMaxGroup];
@@ -548,7 +593,7 @@ std::int64_t radius_group(const Tree& t, const GroupQuery* q, int m, std::int64_
   traverse(
       t, g, home, [&](double b, std::int32_t) { return b <= r2; },
       [&](std::uint32_t node) {
-        const NodePair& p = t.pair(node >> 1);
+        const NodePair<T>& p = t.pair(node >> 1);
         g.query_bounds(p, node & 1, own);
         const std::int64_t leaf = node - first_leaf;
         const std::int64_t begin = t.leaf_begin(leaf);

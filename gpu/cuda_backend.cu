@@ -518,12 +518,13 @@ class CudaBackend final : public Index::Backend_ {
     return v;
   }
 
-  // Whether `v` is a range of the index's own copy of the points (self_rows): device memory, or
-  // mapped page-locked memory, which the device-pointer check would refuse.
+  // Whether `v` is a range of the index's own copy of the points (self_rows; an empty one may
+  // start at its end): device memory, or mapped page-locked memory, which the device-pointer
+  // check would refuse.
   bool own_points(const PointsView& v) const {
     const auto* p = static_cast<const char*>(v.address());
     const auto* own = static_cast<const char*>(exact_view_.address());
-    return own && p >= own && p < own + detail::span_words(exact_view_) * sizeof(float);
+    return own && p >= own && p <= own + detail::span_words(exact_view_) * sizeof(float);
   }
 
   SearchTimings start_timings() const {
@@ -571,7 +572,7 @@ class CudaBackend final : public Index::Backend_ {
   PointsView stage(PointsView pts, detail::device_buffer<float>& dev,
                    detail::pinned_buffer<float>& pinned, cudaStream_t stream, SearchTimings& t) {
     if (pts.memory == Memory::device) {
-      if (!own_points(pts)) check_device_pointer(pts.address(), "points");
+      if (pts.count > 0 && !own_points(pts)) check_device_pointer(pts.address(), "points");
       return pts;
     }
     // In 4-byte words (floats, or halves of doubles): the buffers hold either type.

@@ -10,10 +10,19 @@
 namespace pcnn::detail {
 namespace {
 
+// The indexed points as given (float32 or float64), by original index.
 struct DeviceCoords {
   const float* xyz;
+  const double* xyz64;
   std::int64_t stride;
   __device__ __forceinline__ void operator()(std::int32_t id, double c[3]) const {
+    if (xyz64) {
+      const double* p = xyz64 + id * stride;
+      c[0] = p[0];
+      c[1] = p[1];
+      c[2] = p[2];
+      return;
+    }
     const float* p = xyz + id * stride;
     c[0] = p[0];
     c[1] = p[1];
@@ -55,7 +64,7 @@ void launch_normals(PointsView points, std::int64_t first_row, const NeighborRow
   constexpr int kThreads = 128;
   const auto blocks = static_cast<unsigned>((rows.rows + kThreads - 1) / kThreads);
   normals_kernel<<<blocks, kThreads, 0, stream>>>(
-      DeviceCoords{points.data, points.stride}, first_row, rows,
+      DeviceCoords{points.data, points.data64, points.stride}, first_row, rows,
       make_double3(viewpoint[0], viewpoint[1], viewpoint[2]), normals, curvature);
   PCNN_CHECK_LAUNCH();
 }

@@ -14,19 +14,35 @@ std::string shape_of(const py::array& a) {
   return s + (a.ndim() == 1 ? ",)" : ")");
 }
 
-// Whether the library can read `a` in place: float32 in native byte order, aligned, x, y and z of
-// each point adjacent, and points a whole number of floats apart (at least 3: rows never overlap).
-// That covers C-contiguous (n, 3) arrays and column slices of wider ones (arr[:, :3]).
+// Whether the library can read `a` in place as coordinates of type T (float or double): T in
+// native byte order, aligned, x, y and z of each point adjacent, and points a whole number of
+// coordinates apart (at least 3: rows never overlap). That covers C-contiguous (n, 3) arrays and
+// column slices of wider ones (arr[:, :3]).
+template <class T>
 bool viewable(const py::array& a) {
-  if (!py::isinstance<py::array_t<float>>(a)) return false;
+  if (!py::isinstance<py::array_t<T>>(a)) return false;
   const py::ssize_t n = a.shape(0);
   if (n == 0) return true;
   const auto addr = reinterpret_cast<std::uintptr_t>(a.data());
-  if (addr % alignof(float) != 0 || a.strides(1) != sizeof(float)) return false;
+  if (addr % alignof(T) != 0 || a.strides(1) != sizeof(T)) return false;
   if (n == 1) return true;
   const py::ssize_t row = a.strides(0);
-  return row % static_cast<py::ssize_t>(sizeof(float)) == 0 &&
-         row >= 3 * static_cast<py::ssize_t>(sizeof(float));
+  return row % static_cast<py::ssize_t>(sizeof(T)) == 0 &&
+         row >= 3 * static_cast<py::ssize_t>(sizeof(T));
+}
+
+// Whether float32 holds every value of `a`'s dtype exactly (float16, and integers of at most 16
+// bits); otherwise a copy is made in float64.
+bool float32_holds(const py::array& a) {
+  const char kind = a.dtype().kind();
+  return kind == 'f' ? a.itemsize() <= 4 : a.itemsize() <= 2;
+}
+
+template <class T>
+pcnn::PointsView view_of(const py::array& a) {
+  const std::int64_t n = a.shape(0);
+  const std::int64_t stride = n > 1 ? static_cast<std::int64_t>(a.strides(0) / sizeof(T)) : 3;
+  return pcnn::host_points(static_cast<const T*>(a.data()), n, stride);
 }
 
 }  // namespace
@@ -41,19 +57,25 @@ Points as_points(py::handle obj, const char* name) {
   if (a.ndim() != 2 || a.shape(1) != 3)
     throw py::value_error(std::string(name) + " must be an array of shape (n, 3), got shape " +
                           shape_of(a));
+  // float32 and float64 are read as they are; other dtypes are converted to the smaller of the
+  // two that holds their values exactly (float64 for 32- and 64-bit integers: exact up to 2^53;
+  // long double is rounded to float64).
   Points p;
-  if (viewable(a)) {
+  if (viewable<float>(a)) {
     p.array = a;
-  } else {
-    // float64 (and integers) are rounded to float32 here: the library is exact for the float32
-    // coordinates it is given, not for the values before rounding.
+    p.view = view_of<float>(a);
+  } else if (viewable<double>(a)) {
+    p.array = a;
+    p.view = view_of<double>(a);
+  } else if (float32_holds(a)) {
     p.array = py::array_t<float, py::array::c_style | py::array::forcecast>(a);
+    p.view = view_of<float>(p.array);
+    p.copied = true;
+  } else {
+    p.array = py::array_t<double, py::array::c_style | py::array::forcecast>(a);
+    p.view = view_of<double>(p.array);
     p.copied = true;
   }
-  const std::int64_t n = p.array.shape(0);
-  const std::int64_t stride =
-      n > 1 ? static_cast<std::int64_t>(p.array.strides(0) / sizeof(float)) : 3;
-  p.view = pcnn::host_points(static_cast<const float*>(p.array.data()), n, stride);
   return p;
 }
 

@@ -17,8 +17,9 @@ namespace pcnn_python {
 namespace py = pybind11;
 
 /// Points as the library reads them, and the array behind them. `array` is the caller's own
-/// array when its layout could be viewed (float32, each row's x, y, z adjacent), otherwise a
-/// float32 C-contiguous conversion; either way it must outlive every use of `view`.
+/// array when its layout could be viewed (float32 or float64, each row's x, y, z adjacent),
+/// otherwise a C-contiguous conversion to float32 or float64 (whichever holds the values
+/// exactly); either way it must outlive every use of `view`.
 struct Points {
   py::array array;
   pcnn::PointsView view;

@@ -247,8 +247,11 @@ py::tuple normals(py::object points, py::object k, py::object radius, py::object
 py::dict stats(py::object points, const std::string& device) {
   const Points p = as_points(points, "points");
   const pcnn::Backend b = pcnn::parse_backend(device);
+  // The GPU reduction takes float32 (and refuses float64 by name): "auto" describes float64
+  // points on the CPU, in long double, rather than round them.
   const bool gpu =
-      b == pcnn::Backend::cuda || (b == pcnn::Backend::automatic && pcnn::query_device().available);
+      b == pcnn::Backend::cuda ||
+      (b == pcnn::Backend::automatic && !p.view.is_double() && pcnn::query_device().available);
   pcnn::CloudStats s;
   {
     py::gil_scoped_release nogil;
@@ -331,22 +334,24 @@ py::dict view_info(py::object points) {
   py::dict d;
   d["copied"] = p.copied;
   d["stride"] = p.view.stride;
+  d["dtype"] = p.view.is_double() ? "float64" : "float32";
   return d;
 }
 
 const char* const kModuleDoc =
     R"doc(Exact nearest neighbors of 3-D point clouds (pcnn), on the GPU when one is usable.
 
-Points are NumPy arrays of shape (n, 3). The library works on float32 coordinates and is exact
-for them: the k nearest under the squared distance computed in double precision from the float32
-coordinates, ties broken by the smaller index; reported squared distances are that double value
-rounded to float32; radius membership is d² <= r² decided in double. Other dtypes (float64,
-integers) are converted to float32 first, so float64 coordinates are rounded: results are exact
-for the rounded coordinates. Re-center large coordinates (georeferenced clouds) before passing
-them, as pcnn.load does.
+Points are NumPy arrays of shape (n, 3), float32 or float64, searched exactly as given: the k
+nearest under the squared distance computed in double precision from the coordinates, ties
+broken by the smaller index; reported squared distances are that double value rounded to
+float32; radius membership is d² <= r² decided in double. Points and queries may differ in type.
+float64 keeps georeferenced coordinates (UTM, ECEF) exact without re-centering. Other dtypes are
+converted to whichever of float32 and float64 holds their values exactly (float16 and integers of
+up to 16 bits: float32; wider integers: float64, exact up to 2^53).
 
-float32 arrays whose rows hold x, y, z adjacently (C-contiguous (n, 3), or column slices of wider
-arrays such as a[:, :3]) are read in place, without a copy; other layouts are copied.
+float32 and float64 arrays whose rows hold x, y, z adjacently (C-contiguous (n, 3), or column
+slices of wider arrays such as a[:, :3]) are read in place, without a copy; other layouts are
+copied (in the same type).
 Rows with a non-finite coordinate are never neighbors, and as queries get empty rows.
 Results: indices int32 and squared distances float32, each row sorted by (distance, index),
 padded with -1 and +inf where fewer neighbors exist.
@@ -409,7 +414,8 @@ curvature 0). The GPU and CPU backends give the same bits.)doc");
 Returns a dict: count (all rows), finite (rows with finite x, y, z), min, max, centroid
 (float64 (3,)), covariance (float64 (3, 3), population: divided by finite), backend ("cuda" or
 "cpu"). Computed on the GPU when device allows (accumulated in double), else on the CPU in long
-double. With no finite point, min/max/centroid/covariance are NaN.)doc");
+double; float64 points on the CPU with device "auto" (the GPU reduction takes float32 only, and
+device "cuda" refuses them). With no finite point, min/max/centroid/covariance are NaN.)doc");
 
 #ifdef PCNN_PYTHON_WITH_IO
   m.def("load", &load, py::arg("path"),
@@ -430,8 +436,9 @@ Raises OSError when the file cannot be read as a cloud.)doc");
         R"doc(What pcnn knows of CUDA device `ordinal`, as a dict: available, reason (why not),
 name, compute_capability, total_memory (bytes), multiprocessors, integrated.)doc");
   m.def("_view_info", &view_info, py::arg("points"),
-        R"doc(For tests: how points would be passed to the library, as {copied, stride}: whether
-the array is converted (copied) first, and the stride in floats between points.)doc");
+        R"doc(For tests: how points would be passed to the library, as {copied, stride, dtype}:
+whether the array is converted (copied) first, the stride in coordinates between points, and the
+coordinate type the library reads ("float32" or "float64").)doc");
 
   py::class_<SearchIndex>(m, "Index", R"doc(An index over points, kept for repeated searches.
 

@@ -1,4 +1,5 @@
 // Tie-aware comparison of two kNN results against the double-precision distances.
+#include <array>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -12,9 +13,9 @@ namespace pcnn {
 namespace {
 
 // Checks one result's row on its own; returns a description of the first problem, or "".
-std::string check_row(const PointsView& refs, const float* qp, bool query_finite, std::int64_t q,
-                      const KnnResult& r, const char* name, bool exclude_self, double rel_tol,
-                      std::vector<double>& exact) {
+std::string check_row(const PointsView& refs, const std::array<double, 3>& qp, bool query_finite,
+                      std::int64_t q, const KnnResult& r, const char* name, bool exclude_self,
+                      double rel_tol, std::vector<double>& exact) {
   const std::size_t row = static_cast<std::size_t>(q) * r.k;
   exact.assign(r.k, INFINITY);
   bool padding = false;
@@ -33,7 +34,7 @@ std::string check_row(const PointsView& refs, const float* qp, bool query_finite
     if (exclude_self && id == q) return why.str() + "is the query itself";
     for (int i = 0; i < j; ++i)
       if (r.indices[row + i] == id) return why.str() + "listed twice";
-    exact[j] = cpu::sqdist_double(qp, cpu::point(refs, id));
+    exact[j] = cpu::sqdist_double(qp, cpu::xyz(refs, id));
     const double reported = r.sqdist[row + j];
     if (std::fabs(reported - exact[j]) > rel_tol * exact[j] + 1e-30) {
       why << "reported squared distance " << reported << " but it is " << exact[j];
@@ -62,7 +63,7 @@ KnnAgreement compare_knn(PointsView refs, const PointsView* queries, const KnnRe
       if (std::isfinite(da) && std::isfinite(db))
         ag.max_abs_sqdist_diff = std::max(ag.max_abs_sqdist_diff, std::fabs(double(da) - db));
     }
-    const float* qp = cpu::point(qv, q);
+    const auto qp = cpu::xyz(qv, q);
     const bool qf = cpu::finite_point(qv, q);
     std::string problem = check_row(refs, qp, qf, q, a, "first", exclude_self, rel_tol, ea);
     if (problem.empty())
@@ -108,7 +109,7 @@ ExactnessReport classify_against_exact(PointsView refs, const PointsView* querie
     }
     // The exact distances of both rows, position by position.
     bool equal = true, close = true;
-    const float* qp = cpu::point(qv, q);
+    const auto qp = cpu::xyz(qv, q);
     for (int j = 0; j < exact.k; ++j) {
       const std::int32_t a = exact.indices[row + j], b = other.indices[row + j];
       if (a < 0 || b < 0 || b >= refs.count) {
@@ -116,8 +117,8 @@ ExactnessReport classify_against_exact(PointsView refs, const PointsView* querie
         if (!close) break;
         continue;
       }
-      const double da = cpu::sqdist_double(qp, cpu::point(refs, a));
-      const double db = cpu::sqdist_double(qp, cpu::point(refs, b));
+      const double da = cpu::sqdist_double(qp, cpu::xyz(refs, a));
+      const double db = cpu::sqdist_double(qp, cpu::xyz(refs, b));
       equal = equal && da == db;
       close = close && std::fabs(da - db) <= rel_tol * std::max(da, db) + 1e-30;
     }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <thread>
@@ -13,10 +14,21 @@
 
 namespace pcnn::cpu {
 
+/// Point i of a float32 view (the references of statistics, smoothing and PCL take no other).
 inline const float* point(const PointsView& v, std::int64_t i) { return v.data + i * v.stride; }
 
+/// Point i of a view of either coordinate type (float32 or float64), as doubles: exact.
+inline std::array<double, 3> xyz(const PointsView& v, std::int64_t i) {
+  if (v.data64) {
+    const double* p = v.data64 + i * v.stride;
+    return {p[0], p[1], p[2]};
+  }
+  const float* p = v.data + i * v.stride;
+  return {p[0], p[1], p[2]};
+}
+
 inline bool finite_point(const PointsView& v, std::int64_t i) {
-  const float* p = point(v, i);
+  const std::array<double, 3> p = xyz(v, i);
   return std::isfinite(p[0]) && std::isfinite(p[1]) && std::isfinite(p[2]);
 }
 
@@ -29,11 +41,16 @@ inline std::vector<std::int32_t> finite_indices(const PointsView& v) {
   return ids;
 }
 
-/// Squared distance in double precision, the reference measure.
-inline double sqdist_double(const float* a, const float* b) {
-  const double dx = double(a[0]) - double(b[0]), dy = double(a[1]) - double(b[1]),
-               dz = double(a[2]) - double(b[2]);
-  return dx * dx + dy * dy + dz * dz;
+/// Squared distance in double precision, the reference measure: (dx*dx + dy*dy) + dz*dz from
+/// the coordinates as given (callers are compiled with -ffp-contract=off).
+inline double sqdist_double(const std::array<double, 3>& a, const std::array<double, 3>& b) {
+  const double dx = a[0] - b[0], dy = a[1] - b[1], dz = a[2] - b[2];
+  return (dx * dx + dy * dy) + dz * dz;
+}
+/// The squared distance between point i of `a` and point j of `b`.
+inline double sqdist_double(const PointsView& a, std::int64_t i, const PointsView& b,
+                            std::int64_t j) {
+  return sqdist_double(xyz(a, i), xyz(b, j));
 }
 
 /// Sorts candidates by (distance, index), keeps the first k and writes row `q` of `out`

@@ -22,10 +22,10 @@ void within(PointsView refs, const PointsView& qv, const std::vector<std::int32_
   out.clear();
   if (!cpu::finite_point(qv, q)) return;
   const double r2 = radius * radius;
-  const float* qp = cpu::point(qv, q);
+  const auto qp = cpu::xyz(qv, q);
   for (std::int32_t i : ids) {
     if (exclude_self && i == q) continue;
-    const double d2 = cpu::sqdist_double(qp, cpu::point(refs, i));
+    const double d2 = cpu::sqdist_double(qp, cpu::xyz(refs, i));
     if (d2 <= r2) out.emplace_back(d2, i);
   }
 }
@@ -91,8 +91,7 @@ RadiusAgreement compare_radius(PointsView refs, const PointsView* queries, const
       sorted.assign(r.indices.begin() + r.offsets[q], r.indices.begin() + r.offsets[q + 1]);
       for (std::int32_t i : sorted) {
         if (i < 0 || i >= refs.count || !cpu::finite_point(refs, i) || (exclude_self && i == q) ||
-            !cpu::finite_point(qv, q) ||
-            cpu::sqdist_double(cpu::point(qv, q), cpu::point(refs, i)) > hi) {
+            !cpu::finite_point(qv, q) || cpu::sqdist_double(qv, q, refs, i) > hi) {
           if (problem.empty())
             problem = std::string(side) + " lists " + std::to_string(i) + ", not a neighbor";
         }
@@ -107,7 +106,7 @@ RadiusAgreement compare_radius(PointsView refs, const PointsView* queries, const
     std::set_symmetric_difference(sa.begin(), sa.end(), sb.begin(), sb.end(),
                                   std::back_inserter(only));
     for (std::int32_t i : only) {
-      const double d2 = cpu::sqdist_double(cpu::point(qv, q), cpu::point(refs, i));
+      const double d2 = cpu::sqdist_double(qv, q, refs, i);
       if (d2 < lo && problem.empty())
         problem = "neighbor " + std::to_string(i) + " (d2 " + std::to_string(d2) +
                   ") is listed by one side only";
@@ -148,7 +147,7 @@ RadiusAgreement compare_hybrid(PointsView refs, const PointsView* queries, const
       return r;
     };
     const RadiusResult ra = row(a), rb = row(b);
-    const PointsView one{qv.data + q * qv.stride, 1, qv.stride};
+    const PointsView one = qv.slice(q, 1);
     std::string problem;
     // Validity of each side (neighbors, distinct, within r), through compare_radius on one row.
     for (const RadiusResult* r : {&ra, &rb}) {
@@ -158,9 +157,7 @@ RadiusAgreement compare_hybrid(PointsView refs, const PointsView* queries, const
         if (exclude_self && i == q && problem.empty()) problem = "lists the query itself";
     }
     const std::int64_t m = std::min(ra.count(0), rb.count(0));
-    auto d2 = [&](std::int32_t i) {
-      return cpu::sqdist_double(cpu::point(qv, q), cpu::point(refs, i));
-    };
+    auto d2 = [&](std::int32_t i) { return cpu::sqdist_double(qv, q, refs, i); };
     for (std::int64_t j = 0; j < m && problem.empty(); ++j) {
       const double da = d2(ra.indices[j]), db = d2(rb.indices[j]);
       if (std::abs(da - db) > rel_tol * std::max(da, db) + 1e-30)

@@ -18,8 +18,10 @@ void validate_knn_args(PointsView refs, const PointsView* queries, KnnParams par
   auto check = [](const PointsView& v, const std::string& what) {
     PCNN_EXPECTS(v.count >= 0, what + ": negative point count");
     PCNN_EXPECTS(v.count <= INT_MAX, what + ": more than 2^31-1 points");
-    PCNN_EXPECTS(v.count == 0 || v.data != nullptr, what + ": null data with a non-zero count");
-    PCNN_EXPECTS(v.stride >= 3, what + ": stride must be at least 3 floats");
+    PCNN_EXPECTS(!(v.data && v.data64), what + ": both float32 and float64 data given");
+    PCNN_EXPECTS(v.count == 0 || v.address() != nullptr,
+                 what + ": null data with a non-zero count");
+    PCNN_EXPECTS(v.stride >= 3, what + ": stride must be at least 3 coordinates");
   };
   check(refs, "references");
   if (queries) check(*queries, "queries");
@@ -39,12 +41,12 @@ KnnResult reference_knn(PointsView refs, const PointsView* queries, KnnParams pa
   const std::vector<std::int32_t> ids = cpu::finite_indices(refs);
   cpu::parallel_rows(qv.count, [&](std::int64_t q) {
     if (!cpu::finite_point(qv, q)) return;
-    const float* qp = cpu::point(qv, q);
+    const auto qp = cpu::xyz(qv, q);
     std::vector<std::pair<double, std::int32_t>> cand;
     cand.reserve(ids.size());
     for (std::int32_t i : ids) {
       if (params.exclude_self && i == q) continue;
-      cand.emplace_back(cpu::sqdist_double(qp, cpu::point(refs, i)), i);
+      cand.emplace_back(cpu::sqdist_double(qp, cpu::xyz(refs, i)), i);
     }
     cpu::finish_row(cand, q, out);
   });

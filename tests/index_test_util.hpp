@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <iomanip>
@@ -12,6 +13,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pcnn/index.hpp"
@@ -41,6 +43,19 @@ inline std::int64_t count_finite(const std::vector<float>& xyz) {
   std::int64_t n = 0;
   for (std::size_t i = 0; i + 2 < xyz.size(); i += 3)
     n += std::isfinite(xyz[i]) && std::isfinite(xyz[i + 1]) && std::isfinite(xyz[i + 2]);
+  return n;
+}
+
+/// The points of a host view (float32 or float64) whose three coordinates are finite.
+inline std::int64_t count_finite(const PointsView& v) {
+  std::int64_t n = 0;
+  for (std::int64_t i = 0; i < v.count; ++i) {
+    bool finite = true;
+    for (int a = 0; a < 3; ++a)
+      finite = finite && std::isfinite(v.is_double() ? v.data64[i * v.stride + a]
+                                                     : double(v.data[i * v.stride + a]));
+    n += finite;
+  }
   return n;
 }
 
@@ -95,8 +110,9 @@ inline const char* name(Input in) {
   return "?";
 }
 
-/// Reorders the points of packed xyz (a fixed permutation from `seed`).
-inline void shuffle_points(std::vector<float>& xyz, std::uint64_t seed) {
+/// Reorders the points of packed xyz, float or double (a fixed permutation from `seed`).
+template <class T>
+void shuffle_points(std::vector<T>& xyz, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   const std::size_t n = xyz.size() / 3;
   for (std::size_t i = n; i > 1; --i) {
@@ -283,6 +299,144 @@ inline std::vector<std::int64_t> sample_rows(std::int64_t n, std::int64_t count)
   for (std::int64_t i = 0; i < count && n > 0; ++i)
     rows.push_back(count > 1 ? i * (n - 1) / (count - 1) : 0);
   return rows;
+}
+
+/// Every kNN form of `index` (built over `rv`) against reference_knn, strictly: the owning
+/// result, into caller views, the _async form; self-searches (queries == nullptr) with and without
+/// exclude_self, and also in three chunks of rows (self_knn_rows).
+inline void expect_knn_rows(Index& index, PointsView rv, const PointsView* queries, int k) {
+  for (bool exclude : {false, true}) {
+    if (exclude && queries) break;
+    const KnnParams p{k, exclude};
+    SCOPED_TRACE(exclude ? "exclude_self" : "with self");
+    const KnnResult want = reference_knn(rv, queries, p);
+    const std::int64_t rows = want.rows;
+    EXPECT_TRUE(same_knn(queries ? index.knn(*queries, p) : index.self_knn(p), want));
+    // Into the caller's memory (filled with garbage first).
+    std::vector<std::int32_t> idx(want.indices.size(), 12345);
+    std::vector<float> dist(want.sqdist.size(), -1.f);
+    const MatrixView<std::int32_t> iv{idx.data(), rows, k};
+    const MatrixView<float> dv{dist.data(), rows, k};
+    if (queries)
+      index.knn(*queries, p, iv, dv);
+    else
+      index.self_knn(p, iv, dv);
+    EXPECT_TRUE(same_rows(idx, dist, want)) << "into views";
+    // The _async form: ready once the stream has reached it (a synchronizing call on the same
+    // stream comes after it).
+    std::vector<std::int32_t> idx2(want.indices.size(), 12345);
+    std::vector<float> dist2(want.sqdist.size(), -1.f);
+    const MatrixView<std::int32_t> iv2{idx2.data(), rows, k};
+    const MatrixView<float> dv2{dist2.data(), rows, k};
+    if (queries) {
+      index.knn_async(*queries, p, iv2, dv2);
+      index.knn(*queries, p, iv, dv);
+    } else {
+      index.self_knn_async(p, iv2, dv2);
+      index.self_knn(p, iv, dv);
+    }
+    EXPECT_TRUE(same_rows(idx2, dist2, want)) << "async";
+    if (queries) continue;
+    // Rows of the self-search in three uneven chunks.
+    for (std::int64_t first = 0, chunk = rows / 3 + 1; first < rows; first += chunk) {
+      const std::int64_t n = std::min(chunk, rows - first);
+      std::vector<std::int32_t> ci(static_cast<std::size_t>(n * k), 777);
+      std::vector<float> cd(ci.size(), -2.f);
+      index.self_knn_rows(first, p, {ci.data(), n, k}, {cd.data(), n, k});
+      std::vector<std::int64_t> which;
+      for (std::int64_t r = first; r < first + n; ++r) which.push_back(r);
+      EXPECT_TRUE(same_rows(ci, cd, pick_rows(want, which))) << "self_knn_rows from " << first;
+    }
+  }
+}
+
+/// Every radius form of `index` against reference_radius, strictly: the owning result, then
+/// count-then-fill into caller arrays, then filled range by range (self_radius_fill_rows, or
+/// radius_fill on sub-views of the queries); self-searches with and without exclude_self.
+inline void expect_radius_rows(Index& index, PointsView rv, const PointsView* queries, double r) {
+  for (bool exclude : {false, true}) {
+    if (exclude && queries) break;
+    const RadiusParams p{r, exclude};
+    SCOPED_TRACE(exclude ? "exclude_self" : "with self");
+    const RadiusResult want = reference_radius(rv, queries, p);
+    EXPECT_TRUE(same_radius(queries ? index.radius(*queries, p) : index.self_radius(p), want));
+    std::vector<std::int64_t> offsets(static_cast<std::size_t>(want.rows + 1), -7);
+    const ArrayView<std::int64_t> ov{offsets.data(), want.rows + 1};
+    const std::int64_t total =
+        queries ? index.radius_count(*queries, p, ov) : index.self_radius_count(p, ov);
+    ASSERT_EQ(total, want.offsets.back());
+    EXPECT_EQ(offsets, want.offsets);
+    std::vector<std::int32_t> idx(static_cast<std::size_t>(total), -5);
+    std::vector<float> dist(static_cast<std::size_t>(total), -1.f);
+    const ArrayView<const std::int64_t> cov{offsets.data(), want.rows + 1};
+    const ArrayView<std::int32_t> iv{idx.data(), total};
+    const ArrayView<float> dv{dist.data(), total};
+    if (queries)
+      index.radius_fill(*queries, p, cov, iv, dv);
+    else
+      index.self_radius_fill(p, cov, iv, dv);
+    EXPECT_TRUE(same_radius(offsets.data(), idx.data(), dist.data(), want.rows, want))
+        << "count then fill";
+    // Filled range by range (ranges of unequal sizes, an empty one among them), each into
+    // arrays of its own, as results larger than memory are streamed.
+    std::vector<std::int32_t> ranged_idx;
+    std::vector<float> ranged_dist;
+    const std::int64_t rows = want.rows;
+    const std::vector<std::int64_t> bounds{
+        0, rows / 3, rows / 3, std::min(rows, rows / 3 + 1), rows - rows / 5, rows};
+    for (std::size_t r = 0; r + 1 < bounds.size(); ++r) {
+      const std::int64_t begin = bounds[r], end = bounds[r + 1];
+      const std::int64_t entries = offsets[end] - offsets[begin];
+      std::vector<std::int32_t> ri(static_cast<std::size_t>(entries), -5);
+      std::vector<float> rd(ri.size(), -1.f);
+      const ArrayView<const std::int64_t> slice{offsets.data() + begin, end - begin + 1};
+      if (queries)
+        index.radius_fill(queries->slice(begin, end - begin), p, slice, {ri.data(), entries},
+                          {rd.data(), entries});
+      else
+        index.self_radius_fill_rows(begin, p, slice, {ri.data(), entries}, {rd.data(), entries});
+      ranged_idx.insert(ranged_idx.end(), ri.begin(), ri.end());
+      ranged_dist.insert(ranged_dist.end(), rd.begin(), rd.end());
+    }
+    ASSERT_EQ(static_cast<std::int64_t>(ranged_idx.size()), total);
+    EXPECT_TRUE(same_radius(offsets.data(), ranged_idx.data(), ranged_dist.data(), want.rows, want))
+        << "filled range by range";
+  }
+}
+
+/// Every hybrid form of `index` against reference_hybrid, strictly: the owning result and into
+/// caller views, then two ranges (self_hybrid_rows, or sub-views of the queries); self-searches
+/// with and without exclude_self.
+inline void expect_hybrid_rows(Index& index, PointsView rv, const PointsView* queries, double r,
+                               int max_nn) {
+  for (bool exclude : {false, true}) {
+    if (exclude && queries) break;
+    const HybridParams p{r, max_nn, exclude};
+    SCOPED_TRACE(exclude ? "exclude_self" : "with self");
+    const HybridResult want = reference_hybrid(rv, queries, p);
+    EXPECT_TRUE(same_hybrid(queries ? index.hybrid(*queries, p) : index.self_hybrid(p), want));
+    std::vector<std::int32_t> idx(want.knn.indices.size(), 999);
+    std::vector<float> dist(want.knn.sqdist.size(), -1.f);
+    const MatrixView<std::int32_t> iv{idx.data(), want.knn.rows, max_nn};
+    const MatrixView<float> dv{dist.data(), want.knn.rows, max_nn};
+    if (queries)
+      index.hybrid(*queries, p, iv, dv);
+    else
+      index.self_hybrid(p, iv, dv);
+    EXPECT_TRUE(same_rows(idx, dist, want.knn)) << "into views";
+    // Range by range, as streamed results are.
+    const std::int64_t rows = want.knn.rows, half = rows / 2;
+    for (const auto& [begin, end] : {std::pair{std::int64_t(0), half}, std::pair{half, rows}}) {
+      const MatrixView<std::int32_t> ri{idx.data() + begin * max_nn, end - begin, max_nn};
+      const MatrixView<float> rd{dist.data() + begin * max_nn, end - begin, max_nn};
+      std::fill(idx.begin() + begin * max_nn, idx.begin() + end * max_nn, 999);
+      if (queries)
+        index.hybrid(queries->slice(begin, end - begin), p, ri, rd);
+      else
+        index.self_hybrid_rows(begin, p, ri, rd);
+    }
+    EXPECT_TRUE(same_rows(idx, dist, want.knn)) << "range by range";
+  }
 }
 
 }  // namespace pcnn::test

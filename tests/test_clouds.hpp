@@ -72,13 +72,13 @@ inline std::vector<float> line(int n, std::uint64_t seed) {
   return xyz;
 }
 
-/// Sets a fraction of the points to NaN or infinity in one coordinate.
-inline void poison(std::vector<float>& xyz, double fraction, std::uint64_t seed) {
+/// Sets a fraction of the points (float or double xyz) to NaN or infinity in one coordinate.
+template <class T>
+void poison(std::vector<T>& xyz, double fraction, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> u(0, 1);
-  const float bad[3] = {std::numeric_limits<float>::quiet_NaN(),
-                        std::numeric_limits<float>::infinity(),
-                        -std::numeric_limits<float>::infinity()};
+  const T bad[3] = {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity(),
+                    -std::numeric_limits<T>::infinity()};
   for (std::size_t i = 0; i < xyz.size() / 3; ++i)
     if (u(rng) < fraction) xyz[3 * i + (i % 3)] = bad[i % 3];
 }

@@ -35,7 +35,6 @@ using test::options;
 using test::same_hybrid;
 using test::same_knn;
 using test::same_radius;
-using test::same_rows;
 using test::view;
 
 // One owning object: copies would share (and double-free) the device state.
@@ -188,39 +187,7 @@ TEST_P(IndexSearch, KnnRowsEqualTheReference) {
   EXPECT_EQ(index.backend(), c.backend);
   EXPECT_EQ(index.size(), rv.count);
   EXPECT_EQ(index.finite_size(), test::count_finite(cl.refs));
-  for (bool exclude : {false, true}) {
-    if (exclude && !c.self()) break;
-    const KnnParams p{c.k, exclude};
-    SCOPED_TRACE(exclude ? "exclude_self" : "with self");
-    const KnnResult want = reference_knn(rv, c.self() ? nullptr : &qv, p);
-    const std::int64_t rows = want.rows;
-    // The owning form.
-    EXPECT_TRUE(same_knn(c.self() ? index.self_knn(p) : index.knn(qv, p), want));
-    // Into the caller's memory (filled with garbage first).
-    std::vector<std::int32_t> idx(want.indices.size(), 12345);
-    std::vector<float> dist(want.sqdist.size(), -1.f);
-    const MatrixView<std::int32_t> iv{idx.data(), rows, c.k};
-    const MatrixView<float> dv{dist.data(), rows, c.k};
-    if (c.self())
-      index.self_knn(p, iv, dv);
-    else
-      index.knn(qv, p, iv, dv);
-    EXPECT_TRUE(same_rows(idx, dist, want)) << "into views";
-    // The _async form: ready once the stream has reached it (a synchronizing call on the same
-    // stream comes after it).
-    std::vector<std::int32_t> idx2(want.indices.size(), 12345);
-    std::vector<float> dist2(want.sqdist.size(), -1.f);
-    const MatrixView<std::int32_t> iv2{idx2.data(), rows, c.k};
-    const MatrixView<float> dv2{dist2.data(), rows, c.k};
-    if (c.self()) {
-      index.self_knn_async(p, iv2, dv2);
-      index.self_knn(p, iv, dv);
-    } else {
-      index.knn_async(qv, p, iv2, dv2);
-      index.knn(qv, p, iv, dv);
-    }
-    EXPECT_TRUE(same_rows(idx2, dist2, want)) << "async";
-  }
+  test::expect_knn_rows(index, rv, c.self() ? nullptr : &qv, c.k);
 }
 
 TEST_P(IndexSearch, RadiusRowsEqualTheReference) {
@@ -228,55 +195,7 @@ TEST_P(IndexSearch, RadiusRowsEqualTheReference) {
   const Clouds cl = make_clouds(c);
   const PointsView rv = cl.rv(), qv = cl.qv();
   Index index(rv, options(c.backend));
-  for (bool exclude : {false, true}) {
-    if (exclude && !c.self()) break;
-    const RadiusParams p{c.radius, exclude};
-    SCOPED_TRACE(exclude ? "exclude_self" : "with self");
-    const RadiusResult want = reference_radius(rv, c.self() ? nullptr : &qv, p);
-    EXPECT_TRUE(same_radius(c.self() ? index.self_radius(p) : index.radius(qv, p), want));
-    // Count, then fill the caller's arrays.
-    std::vector<std::int64_t> offsets(static_cast<std::size_t>(want.rows + 1), -7);
-    const ArrayView<std::int64_t> ov{offsets.data(), want.rows + 1};
-    const std::int64_t total =
-        c.self() ? index.self_radius_count(p, ov) : index.radius_count(qv, p, ov);
-    ASSERT_EQ(total, want.offsets.back());
-    EXPECT_EQ(offsets, want.offsets);
-    std::vector<std::int32_t> idx(static_cast<std::size_t>(total), -5);
-    std::vector<float> dist(static_cast<std::size_t>(total), -1.f);
-    const ArrayView<const std::int64_t> cov{offsets.data(), want.rows + 1};
-    const ArrayView<std::int32_t> iv{idx.data(), total};
-    const ArrayView<float> dv{dist.data(), total};
-    if (c.self())
-      index.self_radius_fill(p, cov, iv, dv);
-    else
-      index.radius_fill(qv, p, cov, iv, dv);
-    EXPECT_TRUE(same_radius(offsets.data(), idx.data(), dist.data(), want.rows, want))
-        << "count then fill";
-    // Filled range by range (ranges of unequal sizes, an empty one among them), each into
-    // arrays of its own, as results larger than memory are streamed.
-    std::vector<std::int32_t> ranged_idx;
-    std::vector<float> ranged_dist;
-    const std::int64_t rows = want.rows;
-    const std::vector<std::int64_t> bounds{
-        0, rows / 3, rows / 3, std::min(rows, rows / 3 + 1), rows - rows / 5, rows};
-    for (std::size_t r = 0; r + 1 < bounds.size(); ++r) {
-      const std::int64_t begin = bounds[r], end = bounds[r + 1];
-      const std::int64_t entries = offsets[end] - offsets[begin];
-      std::vector<std::int32_t> ri(static_cast<std::size_t>(entries), -5);
-      std::vector<float> rd(ri.size(), -1.f);
-      const ArrayView<const std::int64_t> slice{offsets.data() + begin, end - begin + 1};
-      if (c.self())
-        index.self_radius_fill_rows(begin, p, slice, {ri.data(), entries}, {rd.data(), entries});
-      else
-        index.radius_fill({qv.data + begin * qv.stride, end - begin, qv.stride}, p, slice,
-                          {ri.data(), entries}, {rd.data(), entries});
-      ranged_idx.insert(ranged_idx.end(), ri.begin(), ri.end());
-      ranged_dist.insert(ranged_dist.end(), rd.begin(), rd.end());
-    }
-    ASSERT_EQ(static_cast<std::int64_t>(ranged_idx.size()), total);
-    EXPECT_TRUE(same_radius(offsets.data(), ranged_idx.data(), ranged_dist.data(), want.rows, want))
-        << "filled range by range";
-  }
+  test::expect_radius_rows(index, rv, c.self() ? nullptr : &qv, c.radius);
 }
 
 TEST_P(IndexSearch, HybridRowsEqualTheReference) {
@@ -284,34 +203,7 @@ TEST_P(IndexSearch, HybridRowsEqualTheReference) {
   const Clouds cl = make_clouds(c);
   const PointsView rv = cl.rv(), qv = cl.qv();
   Index index(rv, options(c.backend));
-  for (bool exclude : {false, true}) {
-    if (exclude && !c.self()) break;
-    const HybridParams p{c.radius, c.k, exclude};
-    SCOPED_TRACE(exclude ? "exclude_self" : "with self");
-    const HybridResult want = reference_hybrid(rv, c.self() ? nullptr : &qv, p);
-    EXPECT_TRUE(same_hybrid(c.self() ? index.self_hybrid(p) : index.hybrid(qv, p), want));
-    std::vector<std::int32_t> idx(want.knn.indices.size(), 999);
-    std::vector<float> dist(want.knn.sqdist.size(), -1.f);
-    const MatrixView<std::int32_t> iv{idx.data(), want.knn.rows, c.k};
-    const MatrixView<float> dv{dist.data(), want.knn.rows, c.k};
-    if (c.self())
-      index.self_hybrid(p, iv, dv);
-    else
-      index.hybrid(qv, p, iv, dv);
-    EXPECT_TRUE(same_rows(idx, dist, want.knn)) << "into views";
-    // Range by range, as streamed results are.
-    const std::int64_t rows = want.knn.rows, half = rows / 2;
-    for (const auto& [begin, end] : {std::pair{std::int64_t(0), half}, std::pair{half, rows}}) {
-      const MatrixView<std::int32_t> ri{idx.data() + begin * c.k, end - begin, c.k};
-      const MatrixView<float> rd{dist.data() + begin * c.k, end - begin, c.k};
-      std::fill(idx.begin() + begin * c.k, idx.begin() + end * c.k, 999);
-      if (c.self())
-        index.self_hybrid_rows(begin, p, ri, rd);
-      else
-        index.hybrid({qv.data + begin * qv.stride, end - begin, qv.stride}, p, ri, rd);
-    }
-    EXPECT_TRUE(same_rows(idx, dist, want.knn)) << "range by range";
-  }
+  test::expect_hybrid_rows(index, rv, c.self() ? nullptr : &qv, c.radius, c.k);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, IndexSearch, ::testing::ValuesIn(search_cases()), case_name);

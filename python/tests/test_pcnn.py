@@ -1,7 +1,8 @@
 """Tests of the pcnn Python module against a NumPy brute force, compared strictly.
 
 The reference follows the library's contract: squared distances ((dx*dx + dy*dy) + dz*dz) in
-float64 from the float32 coordinates as given, each row sorted by (distance, index), the first k
+float64 from the coordinates as given (float32 or float64), each row sorted by (distance, index),
+the first k
 kept, padded with -1 / inf; reported distances are the float64 value rounded to float32; radius
 membership is d <= r*r in float64. Results must equal the reference exactly.
 
@@ -23,10 +24,10 @@ DEVICES = ["cpu", "cuda"] if GPU else ["cpu"]
 # ---- the reference ----
 
 def sqdist_matrix(points, queries):
-    """float64 squared distances (queries x points) from float32 coordinates; inf where either
-    row is not finite."""
-    p = np.asarray(points, dtype=np.float32).astype(np.float64).reshape(-1, 3)
-    q = np.asarray(queries, dtype=np.float32).astype(np.float64).reshape(-1, 3)
+    """float64 squared distances (queries x points) from the coordinates as given (float32,
+    float64 or integers, all exact in float64); inf where either row is not finite."""
+    p = np.asarray(points).astype(np.float64).reshape(-1, 3)
+    q = np.asarray(queries).astype(np.float64).reshape(-1, 3)
     with np.errstate(invalid="ignore"):  # inf - inf where rows are not finite
         dx = q[:, None, 0] - p[None, :, 0]
         dy = q[:, None, 1] - p[None, :, 1]
@@ -58,7 +59,8 @@ def reference_knn(points, queries, k, exclude_self=False, r=None):
     for i, (order, d) in enumerate(rows):
         m = min(k, len(order))
         idx[i, :m] = order[:m]
-        dist[i, :m] = d[:m].astype(np.float32)
+        with np.errstate(over="ignore"):  # beyond float32: inf, as the library reports
+            dist[i, :m] = d[:m].astype(np.float32)
     return idx, dist
 
 
@@ -67,7 +69,8 @@ def reference_radius(points, queries, r, exclude_self=False):
     offsets = np.zeros(len(rows) + 1, np.int64)
     offsets[1:] = np.cumsum([len(o) for o, _ in rows])
     indices = np.concatenate([o for o, _ in rows] + [np.zeros(0)]).astype(np.int32)
-    sqdist = np.concatenate([d for _, d in rows] + [np.zeros(0)]).astype(np.float32)
+    with np.errstate(over="ignore"):
+        sqdist = np.concatenate([d for _, d in rows] + [np.zeros(0)]).astype(np.float32)
     return offsets, indices, sqdist
 
 
@@ -356,16 +359,17 @@ def test_zero_copy_layouts():
     pts = random_cloud(300, 160)
     expected = reference_knn(pts, pts, 6)
 
-    assert pcnn._view_info(pts) == {"copied": False, "stride": 3}
+    assert pcnn._view_info(pts) == {"copied": False, "stride": 3, "dtype": "float32"}
 
     wide = np.zeros((300, 8), np.float32)
     wide[:, :3] = pts
-    assert pcnn._view_info(wide[:, :3]) == {"copied": False, "stride": 8}
+    assert pcnn._view_info(wide[:, :3]) == {"copied": False, "stride": 8, "dtype": "float32"}
     check_knn(pcnn.knn(wide[:, :3], 6), expected)
 
     huge = np.zeros((300, 20_000), np.float32)  # rows 80 kB apart
     huge[:, :3] = pts
-    assert pcnn._view_info(huge[:, :3]) == {"copied": False, "stride": 20_000}
+    assert pcnn._view_info(huge[:, :3]) == {"copied": False, "stride": 20_000,
+                                             "dtype": "float32"}
     check_knn(pcnn.knn(huge[:, :3], 6), expected)
 
     read_only = pts.copy()
@@ -378,7 +382,7 @@ def test_zero_copy_layouts():
     check_knn(pcnn.knn(fortran, 6), expected)
 
     every_other = np.repeat(pts, 2, axis=0)[::2]
-    assert pcnn._view_info(every_other) == {"copied": False, "stride": 6}
+    assert pcnn._view_info(every_other) == {"copied": False, "stride": 6, "dtype": "float32"}
     check_knn(pcnn.knn(every_other, 6), expected)
 
     reversed_rows = pts[::-1]
@@ -389,17 +393,93 @@ def test_zero_copy_layouts():
     assert pcnn._view_info(big_endian)["copied"]
     check_knn(pcnn.knn(big_endian, 6), expected)
 
-    check_knn(pcnn.knn(pts.tolist(), 6), expected)  # any array-like
+    check_knn(pcnn.knn(pts.tolist(), 6), expected)  # any array-like (float64 values here)
 
 
-def test_float64_is_rounded_to_float32():
-    rng = np.random.default_rng(170)
-    pts64 = rng.random((200, 3)) * 10.0
-    assert pcnn._view_info(pts64)["copied"]
+# ---- float64 coordinates ----
+
+def utm_cloud(n, seed):
+    """Georeferenced float64 points: clusters 0.1 mm across, spread over 100 m near
+    (2.5e6, 5.4e6, 1e3). float32 has a 0.25-0.5 m grid there, so rounding changes the answers."""
+    rng = np.random.default_rng(seed)
+    centers = np.array([2.5e6, 5.4e6, 1e3]) + rng.uniform(-50, 50, (n // 20 + 1, 3)) * [1, 1, 0.2]
+    return np.repeat(centers, 20, axis=0)[:n] + rng.uniform(-1e-4, 1e-4, (n, 3))
+
+
+def rows_differing(a, b):
+    return int((a[0] != b[0]).any(axis=1).sum())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_float64_is_searched_as_given(device):
+    pts = utm_cloud(600, 170)
+    assert pcnn._view_info(pts) == {"copied": False, "stride": 3, "dtype": "float64"}
+    expected = reference_knn(pts, pts, 8)
+    rounded = pts.astype(np.float32)
+    assert rows_differing(expected, reference_knn(rounded, rounded, 8)) > 0  # the test can fail
+    check_knn(pcnn.knn(pts, 8, device=device), expected)
+    check_knn(pcnn.knn(pts, 8, exclude_self=True, device=device),
+              reference_knn(pts, pts, 8, exclude_self=True))
+    check_radius(pcnn.radius(pts, 1e-4, device=device), reference_radius(pts, pts, 1e-4), device)
+    check_hybrid(pcnn.hybrid(pts, 1e-4, 6, device=device), pts, pts, 1e-4, 6)
+    # Column slices and row steps of float64 arrays are read in place too.
+    wide = np.zeros((600, 4))
+    wide[:, :3] = pts
+    assert pcnn._view_info(wide[:, :3]) == {"copied": False, "stride": 4, "dtype": "float64"}
+    check_knn(pcnn.knn(wide[:, :3], 8, device=device), expected)
+    # Other layouts are copied as float64, not rounded to float32.
+    for other in (np.asfortranarray(pts), pts.astype(">f8")):
+        assert pcnn._view_info(other) == {"copied": True, "stride": 3, "dtype": "float64"}
+        check_knn(pcnn.knn(other, 8, device=device), expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_float32_and_float64_mixed(device):
+    pts64 = utm_cloud(500, 171)
     pts32 = pts64.astype(np.float32)
-    check_knn(pcnn.knn(pts64, 5), reference_knn(pts32, pts32, 5))
-    ints = rng.integers(-50, 50, size=(100, 3))
-    check_knn(pcnn.knn(ints, 5), reference_knn(ints, ints, 5))
+    q64 = utm_cloud(200, 172)
+    q32 = q64.astype(np.float32)
+    for pts, queries in ((pts32, q64), (pts64, q32), (pts64, q64)):
+        expected = reference_knn(pts, queries, 6)
+        check_knn(pcnn.knn(pts, 6, queries=queries, device=device), expected)
+        check_radius(pcnn.radius(pts, 0.3, queries=queries, device=device),
+                     reference_radius(pts, queries, 0.3), device)
+    # The same queries in the other type give other rows: the types are read as given.
+    assert rows_differing(reference_knn(pts64, q64, 6), reference_knn(pts64, q32, 6)) > 0
+    index = pcnn.Index(pts32, device=device)
+    check_knn(index.knn(q64, 6), reference_knn(pts32, q64, 6))
+    index.build(pts64)  # a float64 rebuild
+    check_knn(index.knn(q32, 6), reference_knn(pts64, q32, 6))
+    check_knn(index.self_knn(6, exclude_self=True), reference_knn(pts64, pts64, 6, True))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_float64_beyond_float32_range_and_non_finite(device):
+    rng = np.random.default_rng(173)
+    for scale in (1e150, 1e-150):
+        pts = rng.random((300, 3)) * scale
+        pts[::17, 1] = np.nan
+        pts[5::23, 2] = -np.inf
+        index = pcnn.Index(pts, device=device)
+        assert index.finite_size == int(np.isfinite(pts).all(axis=1).sum())
+        check_knn(index.self_knn(5, exclude_self=True), reference_knn(pts, pts, 5, True))
+        check_radius(index.self_radius(0.1 * scale), reference_radius(pts, pts, 0.1 * scale),
+                     device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_other_dtypes_are_converted_exactly(device):
+    rng = np.random.default_rng(174)
+    # Integers past 2^24 with unit spacing: float32 would round them to even numbers.
+    ints = rng.integers(0, 40, size=(300, 3)) + (1 << 25) + 1
+    assert pcnn._view_info(ints) == {"copied": True, "stride": 3, "dtype": "float64"}
+    check_knn(pcnn.knn(ints, 5, device=device), reference_knn(ints, ints, 5))
+    small = rng.integers(-50, 50, size=(100, 3)).astype(np.int16)
+    assert pcnn._view_info(small) == {"copied": True, "stride": 3, "dtype": "float32"}
+    check_knn(pcnn.knn(small, 5, device=device), reference_knn(small, small, 5))
+    half = rng.random((100, 3)).astype(np.float16)
+    assert pcnn._view_info(half)["dtype"] == "float32"
+    check_knn(pcnn.knn(half, 5, device=device), reference_knn(half, half, 5))
 
 
 @pytest.mark.parametrize("shape", [(10, 2), (10, 4), (3,), (10, 3, 1), (1, 10, 3), ()])
@@ -501,6 +581,18 @@ def test_stats(device):
 def test_stats_auto():
     s = pcnn.stats(random_cloud(50, 220))
     assert s["backend"] == ("cuda" if GPU else "cpu")
+
+
+def test_stats_float64():
+    # Described as given (on the CPU: the GPU reduction takes float32 only).
+    pts = with_nan_rows(utm_cloud(500, 221), 222)
+    s = pcnn.stats(pts)
+    finite = pts[np.isfinite(pts).all(axis=1)]
+    assert s["backend"] == "cpu" and s["finite"] == len(finite)
+    np.testing.assert_array_equal(s["min"], finite.min(axis=0))
+    np.testing.assert_array_equal(s["max"], finite.max(axis=0))
+    np.testing.assert_allclose(s["centroid"], finite.mean(axis=0), rtol=1e-15)
+    np.testing.assert_allclose(s["covariance"], np.cov(finite.T, bias=True), rtol=1e-9)
 
 
 # ---- loading ----
