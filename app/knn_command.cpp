@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <functional>
 #include <optional>
 #include <tuple>
 
@@ -199,39 +198,6 @@ int finish(const SearchOptions& opt, Report& report, int exit_code) {
   return exit_code;
 }
 
-// Where a chunk of kNN rows goes: views to fill for rows [a, a + n), then done(a, n).
-struct ChunkSink {
-  std::function<std::pair<MatrixView<std::int32_t>, MatrixView<float>>(std::int64_t, std::int64_t)>
-      at;
-  std::function<void(std::int64_t, std::int64_t)> done;
-};
-
-// kNN rows [0, rows) in chunks of `chunk` rows (the self-search by rows, separate queries by
-// slices), progress shown between chunks; the chunks' timings summed.
-SearchTimings knn_in_chunks(Index& index, const Inputs& in, const KnnParams& params,
-                            std::int64_t rows, std::int64_t chunk, bool show_progress,
-                            const ChunkSink& sink) {
-  SearchTimings t;
-  Progress progress("searching", rows, " rows", show_progress);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (std::int64_t a = 0; a < rows; a += chunk) {
-    const std::int64_t n = std::min(chunk, rows - a);
-    const auto [iv, dv] = sink.at(a, n);
-    if (in.qv()) {
-      const PointsView q = in.query_view.slice(a, n);
-      index.knn(q, params, iv, dv);
-    } else {
-      index.self_knn_rows(a, params, iv, dv);
-    }
-    accumulate(t, index.last_timings());
-    sink.done(a, n);
-    progress.update(a + n);
-  }
-  t.passes = static_cast<int>((rows + chunk - 1) / chunk);
-  t.total_ms = ms_since(t0);
-  return t;
-}
-
 }  // namespace
 
 std::optional<DeviceInfo> choose_device(const std::string& device, bool quiet) {
@@ -341,6 +307,25 @@ bool plan_dense(const SearchOptions& opt, OutputSet& outputs, std::int64_t rows,
   return opt.chunk_rows > 0 || bytes > std::min<std::int64_t>(std::int64_t(1) << 30, host / 2);
 }
 
+// Rows [0, rows) in ranges of `chunk`: range(first, n) searches and keeps them; the ranges'
+// timings summed, progress shown between ranges.
+template <class Range>
+SearchTimings in_ranges(Index& index, std::int64_t rows, std::int64_t chunk, bool show_progress,
+                        Range&& range) {
+  SearchTimings t;
+  Progress progress("searching", rows, " rows", show_progress);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::int64_t a = 0; a < rows; a += chunk) {
+    const std::int64_t n = std::min(chunk, rows - a);
+    range(a, n);
+    accumulate(t, index.last_timings());
+    progress.update(a + n);
+  }
+  t.passes = static_cast<int>((rows + chunk - 1) / chunk);
+  t.total_ms = ms_since(t0);
+  return t;
+}
+
 // Dense rows streamed to the outputs range by range: search(first, n, indices, sqdist) fills
 // rows [first, first + n). Returns the timings of all ranges together.
 template <class Search>
@@ -357,23 +342,17 @@ SearchTimings stream_dense(const SearchOptions& opt, OutputSet& outputs, Index& 
                                                                  (std::int64_t(k) * 8));
   KnnResult part;  // the range's rows
   part.k = k;
-  SearchTimings t;
-  Progress progress("searching", rows, " rows", Progress::wanted(opt.mode.quiet));
-  const auto t0 = std::chrono::steady_clock::now();
-  for (std::int64_t a = 0; a < rows; a += chunk) {
-    const std::int64_t n = part.rows = std::min(chunk, rows - a);
-    part.indices.resize(static_cast<std::size_t>(n) * k);
-    part.sqdist.resize(part.indices.size());
-    search(a, n, MatrixView<std::int32_t>{part.indices.data(), n, k},
-           MatrixView<float>{part.sqdist.data(), n, k});
-    accumulate(t, index.last_timings());
-    if (out_idx) out_idx->append(part.indices.data(), n);
-    if (out_dist) out_dist->append(part.sqdist.data(), n);
-    if (out_counts) out_counts->append(row_counts(part).data(), n);
-    progress.update(a + n);
-  }
-  t.passes = static_cast<int>((rows + chunk - 1) / chunk);
-  t.total_ms = ms_since(t0);
+  const SearchTimings t = in_ranges(
+      index, rows, chunk, Progress::wanted(opt.mode.quiet), [&](std::int64_t a, std::int64_t n) {
+        part.rows = n;
+        part.indices.resize(static_cast<std::size_t>(n) * k);
+        part.sqdist.resize(part.indices.size());
+        search(a, n, MatrixView<std::int32_t>{part.indices.data(), n, k},
+               MatrixView<float>{part.sqdist.data(), n, k});
+        if (out_idx) out_idx->append(part.indices.data(), n);
+        if (out_dist) out_dist->append(part.sqdist.data(), n);
+        if (out_counts) out_counts->append(row_counts(part).data(), n);
+      });
   for (auto* w : {&out_idx, &out_dist, &out_counts})
     if (*w) (*w)->finish();
   s.add("results", "streamed to the outputs chunk by chunk");
@@ -420,15 +399,16 @@ int run_knn(const KnnCommand& cmd) {
     result.k = cmd.k;
     result.indices.resize(static_cast<std::size_t>(rows) * cmd.k);
     result.sqdist.resize(result.indices.size());
-    ChunkSink sink;
-    sink.at = [&](std::int64_t a, std::int64_t n) {
-      const std::size_t at = static_cast<std::size_t>(a) * cmd.k;
-      return std::make_pair(MatrixView<std::int32_t>{result.indices.data() + at, n, cmd.k},
-                            MatrixView<float>{result.sqdist.data() + at, n, cmd.k});
-    };
-    sink.done = [](std::int64_t, std::int64_t) {};
-    t = knn_in_chunks(index, in, params, rows, std::max<std::int64_t>(rows / 100, 1 << 16), true,
-                      sink);
+    t = in_ranges(index, rows, std::max<std::int64_t>(rows / 100, 1 << 16), true,
+                  [&](std::int64_t a, std::int64_t n) {
+                    const std::size_t at = static_cast<std::size_t>(a) * cmd.k;
+                    const MatrixView<std::int32_t> iv{result.indices.data() + at, n, cmd.k};
+                    const MatrixView<float> dv{result.sqdist.data() + at, n, cmd.k};
+                    if (in.qv())
+                      index.knn(query_rows(in.query_view, a, n), params, iv, dv);
+                    else
+                      index.self_knn_rows(a, params, iv, dv);
+                  });
   } else {
     result = in.qv() ? index.knn(*in.qv(), params) : index.self_knn(params);
     t = index.last_timings();

@@ -286,19 +286,10 @@ class CudaBackend final : public Index::Backend_ {
     result.offsets.assign(1, 0);
     if (rows == 0) return result;
     try {
-      detail::check_radius_fits(queries ? query_working_bytes(*queries) : 0, rows, ws_.available());
-      detail::device_buffer<float> raw, scaled;
-      ev_[0].record(stream);
-      PointsView d;
-      Filter f;
-      if (queries) {
-        d = stage(*queries, raw, queries_host_, stream, t);
-        f = filter_of(d, scaled, stream);
-      }
-      ev_[1].record(stream);
-      result =
-          detail::radius_query(index_, queries ? &f.view : nullptr, params, &t, stream, ev_[0],
-                               ev_[1], exact_search(queries ? &d : nullptr, f.perturbation), ws_);
+      StagedQueries sq;
+      stage_radius_queries(queries, rows, sq, stream, t);
+      result = detail::radius_query(index_, sq.search_view(), params, &t, stream, ev_[0], ev_[1],
+                                    exact_search(sq), ws_);
     } catch (...) {
       abandon_call(stream);
       throw;
@@ -323,19 +314,10 @@ class CudaBackend final : public Index::Backend_ {
     }
     std::int64_t total = 0;
     try {
-      detail::check_radius_fits(queries ? query_working_bytes(*queries) : 0, rows, ws_.available());
-      detail::device_buffer<float> raw, scaled;
-      ev_[0].record(stream);
-      PointsView d;
-      Filter f;
-      if (queries) {
-        d = stage(*queries, raw, queries_host_, stream, t);
-        f = filter_of(d, scaled, stream);
-      }
-      ev_[1].record(stream);
-      total = detail::radius_count_query(index_, queries ? &f.view : nullptr, params, h_offsets, &t,
-                                         stream, ev_[0], ev_[1],
-                                         exact_search(queries ? &d : nullptr, f.perturbation), ws_);
+      StagedQueries sq;
+      stage_radius_queries(queries, rows, sq, stream, t);
+      total = detail::radius_count_query(index_, sq.search_view(), params, h_offsets, &t, stream,
+                                         ev_[0], ev_[1], exact_search(sq), ws_);
       if (!host.empty())
         PCNN_CUDA_TRY(cudaMemcpy(offsets.data, host.data(), host.size() * sizeof(std::int64_t),
                                  cudaMemcpyHostToDevice));
@@ -388,20 +370,11 @@ class CudaBackend final : public Index::Backend_ {
       out_dist = host_dist.data();
     }
     try {
-      detail::check_radius_fits(q ? query_working_bytes(*q) : 0, rows, ws_.available());
-      detail::device_buffer<float> raw, scaled;
-      ev_[0].record(stream);
-      PointsView d;
-      Filter f;
-      if (q) {
-        d = stage(*q, raw, queries_host_, stream, t);
-        f = filter_of(d, scaled, stream);
-      }
-      ev_[1].record(stream);
-      detail::radius_fill_query(index_, q ? &f.view : nullptr, params,
+      StagedQueries sq;
+      stage_radius_queries(q, rows, sq, stream, t);
+      detail::radius_fill_query(index_, sq.search_view(), params,
                                 range ? static_cast<int>(first_row) : 0, given.data(), out_idx,
-                                out_dist, &t, stream, ev_[0], ev_[1],
-                                exact_search(q ? &d : nullptr, f.perturbation), ws_);
+                                out_dist, &t, stream, ev_[0], ev_[1], exact_search(sq), ws_);
       copy_out(indices.data, host_idx.data(), host_idx.size(), indices.memory, stream);
       copy_out(sqdist.data, host_dist.data(), host_dist.size(), sqdist.memory, stream);
     } catch (...) {
@@ -621,26 +594,21 @@ class CudaBackend final : public Index::Backend_ {
     }
     try {
       ev_[0].record(stream);
-      detail::device_buffer<float> raw, scaled;
-      PointsView d;  // the queries as given (exact), and as the float search sees them
-      Filter f;
-      if (queries) {
-        d = stage(*queries, raw, queries_host_, stream, t);
-        f = filter_of(d, scaled, stream);
-      }
+      StagedQueries sq;
+      stage_queries(queries, sq, stream, t);
       ev_[1].record(stream);
-      const detail::ExactSearch ex = exact_search(queries ? &d : nullptr, f.perturbation);
+      const detail::ExactSearch ex = exact_search(sq);
       const detail::RadiusBound bound = detail::make_radius_bound(radius, ex);
       if (indices.memory == Memory::device) {
         check_device_pointer(indices.data, "indices");
         check_device_pointer(sqdist.data, "sqdist");
       }
       if (indices.memory == Memory::device)
-        dense_to_device(queries ? &f.view : nullptr, query_offset, params, bound, ex, indices.data,
+        dense_to_device(sq.search_view(), query_offset, params, bound, ex, indices.data,
                         sqdist.data, stream, sync, t);
       else
-        dense_to_host(queries ? &f.view : nullptr, query_offset, params, bound, ex, indices.data,
-                      sqdist.data, stream, t);
+        dense_to_host(sq.search_view(), query_offset, params, bound, ex, indices.data, sqdist.data,
+                      stream, t);
     } catch (...) {
       abandon_call(stream);
       throw;
@@ -654,20 +622,6 @@ class CudaBackend final : public Index::Backend_ {
     t.upload_ms = ev_[1].since(ev_[0]);
     finish_sync_call(stream, t, t0);
     timings = t;
-  }
-
-  // The exact coordinates of a search: the indexed points as given, and the queries' (the
-  // staged query view; the indexed points themselves for a self-search), and how far the float
-  // filter is from them (`query_perturbation`: the queries' filter, see filter_of).
-  detail::ExactSearch exact_search(const PointsView* d_queries, double query_perturbation) const {
-    detail::ExactSearch ex;
-    ex.refs = {exact_view_.data, exact_view_.data64, exact_view_.stride};
-    ex.queries = d_queries
-                     ? detail::ExactCoords{d_queries->data, d_queries->data64, d_queries->stride}
-                     : ex.refs;
-    ex.err.scale2 = std::ldexp(1.0, 2 * scale_exp_);
-    ex.err.perturbation = std::max(refs_perturbation_, d_queries ? query_perturbation : 0.0);
-    return ex;
   }
 
   // The frame of the float search, from the indexed points: filter = (x - origin) * 2^scale_exp,
@@ -748,6 +702,48 @@ class CudaBackend final : public Index::Backend_ {
     const double perturbation =
         exact_input ? (scale_exp_ < 0 ? 0x1p-149 : 0.0) : double(largest) * 0x1p-23 + 0x1p-148;
     return {device_points(buf.data(), d.count, 3), perturbation};
+  }
+
+  // The queries of one search on the device (none for a self-search): as given, staged (where
+  // exact distances come from), and as the float search sees them (filter_of). The buffers
+  // live as long as the call's work needs them.
+  struct StagedQueries {
+    detail::device_buffer<float> raw, scaled;
+    PointsView exact;
+    Filter filter;
+    bool given = false;
+    const PointsView* search_view() const { return given ? &filter.view : nullptr; }
+  };
+
+  void stage_queries(const PointsView* queries, StagedQueries& sq, cudaStream_t stream,
+                     SearchTimings& t) {
+    if (!queries) return;
+    sq.given = true;
+    sq.exact = stage(*queries, sq.raw, queries_host_, stream, t);
+    sq.filter = filter_of(sq.exact, sq.scaled, stream);
+  }
+
+  // A radius search's queries, once its per-row working memory is known to fit; the staging
+  // between events 0 and 1.
+  void stage_radius_queries(const PointsView* queries, std::int64_t rows, StagedQueries& sq,
+                            cudaStream_t stream, SearchTimings& t) {
+    detail::check_radius_fits(queries ? query_working_bytes(*queries) : 0, rows, ws_.available());
+    ev_[0].record(stream);
+    stage_queries(queries, sq, stream, t);
+    ev_[1].record(stream);
+  }
+
+  // The exact coordinates of a search: the indexed points as given, and the queries' (the
+  // staged query view; the indexed points themselves for a self-search), and how far the float
+  // filter is from them (the larger of the indexed points' and the queries' filter error).
+  detail::ExactSearch exact_search(const StagedQueries& sq) const {
+    detail::ExactSearch ex;
+    ex.refs = {exact_view_.data, exact_view_.data64, exact_view_.stride};
+    ex.queries =
+        sq.given ? detail::ExactCoords{sq.exact.data, sq.exact.data64, sq.exact.stride} : ex.refs;
+    ex.err.scale2 = std::ldexp(1.0, 2 * scale_exp_);
+    ex.err.perturbation = std::max(refs_perturbation_, sq.filter.perturbation);
+    return ex;
   }
 
   // A device view must be device (or managed) memory of this index's device.
