@@ -7,6 +7,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
 passes=0
+# Under AddressSanitizer the process reserves terabytes of address space: no ulimit -v there
+# (as in bad_inputs.sh).
+asan=0
+grep -q __asan_init "$pcnn" && asan=1
 
 # expect CODE PATTERN -- ARGS...: pcnn ARGS exits with CODE and its stderr matches PATTERN.
 expect() {
@@ -91,9 +95,11 @@ radius_streams_equal cpu
 # limit leaves too little for 25 million pairs, 200 MB), and are the held results
 expect 0 "wrote 5,000 points" -- generate uniform -n 5000 -o "$tmp/u5k.pcd"
 expect 0 "neighbors found +25,000,000" -- radius "$tmp/u5k.pcd" -r 1e6 --device cpu -o "$tmp/all_held"
-(ulimit -v 400000 && "$pcnn" radius "$tmp/u5k.pcd" -r 1e6 --device cpu -o "$tmp/all_streamed" >"$tmp/out" 2>"$tmp/err")
-grep -q "streamed to the outputs range by range" "$tmp/err" || { echo "FAIL: not streamed under ulimit -v"; cat "$tmp/err"; fails=$((fails + 1)); }
-for f in offsets indices sqdist; do same_files "$tmp/all_held.$f.npy" "$tmp/all_streamed.$f.npy" "streamed under ulimit -v"; done
+if [ "$asan" -eq 0 ]; then
+  (ulimit -v 400000 && "$pcnn" radius "$tmp/u5k.pcd" -r 1e6 --device cpu -o "$tmp/all_streamed" >"$tmp/out" 2>"$tmp/err")
+  grep -q "streamed to the outputs range by range" "$tmp/err" || { echo "FAIL: not streamed under ulimit -v"; cat "$tmp/err"; fails=$((fails + 1)); }
+  for f in offsets indices sqdist; do same_files "$tmp/all_held.$f.npy" "$tmp/all_streamed.$f.npy" "streamed under ulimit -v"; done
+fi
 rm -f "$tmp"/all_*.npy
 # results that fit nowhere fail after the count, before any pair is stored: 20,000 points all
 # within r are 400 million pairs (3.2 GB)
