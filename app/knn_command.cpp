@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "pcnn/device.hpp"
+#include "pcnn/distributed.hpp"
 #include "pcnn/index.hpp"
 #include "pcnn/io.hpp"
 #include "pcnn/testing/baseline.hpp"
@@ -71,16 +72,21 @@ Report start_report(const char* command, const SearchOptions& opt, const Inputs&
 // The index every search command runs on: the backend from --device (auto: the GPU when one is
 // usable, else the CPU backend), the device's start-up reported apart, the memory cap as the
 // index's memory resource. Builds over the references; fills the section's first rows.
-Index build_index(const SearchOptions& opt, const Inputs& in, Report& s) {
-  IndexOptions o;
-  o.backend = parse_backend(opt.device);
-  if (o.backend == Backend::automatic) {
+Backend resolve_backend(const SearchOptions& opt, bool quiet = false) {
+  Backend b = parse_backend(opt.device);
+  if (b == Backend::automatic) {
     const DeviceInfo dev = query_device();
-    o.backend = dev.available ? Backend::cuda : Backend::cpu;
-    if (!dev.available)
+    b = dev.available ? Backend::cuda : Backend::cpu;
+    if (!dev.available && !quiet)
       std::fprintf(stderr, "pcnn: no usable CUDA device (%s); running on the CPU\n",
                    dev.reason.c_str());
   }
+  return b;
+}
+
+Index build_index(const SearchOptions& opt, const Inputs& in, Report& s) {
+  IndexOptions o;
+  o.backend = resolve_backend(opt);
   if (o.backend == Backend::cuda) {
     const DeviceInfo dev = query_device();
     if (!dev.available) throw no_device_error("no usable CUDA device: " + dev.reason);
@@ -174,6 +180,102 @@ int finish(const SearchOptions& opt, Report& report, int exit_code) {
   return exit_code;
 }
 
+// The end of every kNN run: the CPU comparison (--compare-cpu), the outputs (unless they were
+// streamed already), the summary. `total` is pcnn's build + search wall clock.
+int compare_and_write(const KnnCommand& cmd, OutputSet& outputs, const Inputs& in, Report& report,
+                      const KnnResult& result, double total, bool streamed) {
+  const KnnParams params{cmd.k, cmd.exclude_self};
+  int exit_code = kExitOk;
+  if (cmd.compare_cpu) {
+    CpuKnnTimings ct;
+    const KnnResult cpu_result = pcl_knn(in.ref_view, in.qv(), params, &ct);
+    report.add_section("cpu baseline", cpu_section("PCL KdTreeFLANN", ct));
+    report.add("speedup", (ct.build_ms + ct.query_ms) / total, "x");
+    report.add_note("", "speedup = CPU baseline total / pcnn total");
+    const KnnAgreement ag = compare_knn(in.ref_view, in.qv(), result, cpu_result, cmd.exclude_self);
+    Report section = knn_agreement_section(ag);
+    // pcnn's rows are exact by contract: where PCL's differ, say how.
+    const ExactnessReport ex = classify_against_exact(in.ref_view, in.qv(), result, cpu_result);
+    Report how;
+    how.add("identical to the exact rows", static_cast<double>(ex.identical));
+    how.add("ties broken another way", static_cast<double>(ex.tie_order));
+    how.add("near-ties ordered by rounding", static_cast<double>(ex.rounding));
+    how.add("other differences", static_cast<double>(ex.wrong));
+    how.add_note("",
+                 "PCL's rows against the exact rule (double distances, ties to the smaller "
+                 "index)");
+    section.add_section("cpu baseline rows", std::move(how));
+    report.add_section("agreement with CPU", std::move(section));
+    if (!ag.all_agree()) exit_code = kExitDisagree;
+  }
+  if (streamed) {
+    if (!cmd.out.empty()) report.add("indices written to", cmd.out);
+    if (!cmd.distances.empty()) report.add("squared distances written to", cmd.distances);
+  } else {
+    write_dense(outputs, cmd, result, report);
+  }
+  outputs.commit();
+  return finish(cmd, report, exit_code);
+}
+
+// One process, several spatial parts: one per device searched at once (--devices), or `tiles`
+// searched one after the other through one device (--tiles, or references larger than the
+// device memory allowed). The rows are byte-identical to one index's.
+int run_knn_parts(const KnnCommand& cmd, OutputSet& outputs, const Inputs& in, Report& report,
+                  int tiles) {
+  const KnnParams params{cmd.k, cmd.exclude_self};
+  PartitionedOptions po;
+  po.index.backend = resolve_backend(cmd, tiles > 0 && cmd.devices.empty());
+  po.index.staging = parse_staging(cmd.staging);
+  po.index.chunk_rows = cmd.chunk_rows;
+  if (!cmd.devices.empty()) po.devices = parse_devices(cmd.devices, po.index.backend);
+  po.tiles = tiles;
+  po.max_device_memory = cmd.max_device_memory;
+  Report s;
+  if (po.index.backend == Backend::cuda) {
+    double startup = 0;
+    std::string names;
+    for (int d : po.devices.empty() ? std::vector<int>{0} : po.devices) {
+      const DeviceInfo dev = query_device(d);
+      if (!dev.available) throw no_device_error("no usable CUDA device: " + dev.reason);
+      names += (names.empty() ? "" : ", ") + std::to_string(d) + ": " + dev.name;
+      startup += initialize_device(d);
+    }
+    s.add("devices", names);
+    s.add("context start-up", startup, "ms");
+    if (cmd.max_device_memory > 0)
+      s.add("device memory limit", static_cast<double>(cmd.max_device_memory), "bytes");
+  } else {
+    s.add("device", "cpu");
+  }
+  PartitionedIndex index(in.ref_view, po);
+  const KnnResult result = in.qv() ? index.knn(*in.qv(), params) : index.self_knn(params);
+  const PartitionedTimings& t = index.last_timings();
+  s.add(tiles > 0 ? "tiles" : "parts", index.parts());
+  s.add("partition", t.partition_ms, "ms");
+  s.add("build index", t.build_ms, "ms");
+  s.add("home search", t.home_ms, "ms");
+  s.add("boundary search and merge", t.boundary_ms, "ms");
+  s.add("queries forwarded", static_cast<double>(t.queries_forwarded));
+  s.add("total", t.total_ms, "ms");
+  s.add_note("", tiles > 0 ? "wall clock; total: build and search of every tile, partition apart"
+                           : "wall clock; total: build and search, parts at once, partition apart");
+  for (std::size_t p = 0; p < t.parts.size(); ++p) {
+    const PartStats& ps = t.parts[p];
+    Report r;
+    if (po.index.backend == Backend::cuda) r.add("device", ps.device);
+    r.add("points", static_cast<double>(ps.points));
+    r.add("home queries", static_cast<double>(ps.home_queries));
+    r.add("queries forwarded", static_cast<double>(ps.queries_forwarded));
+    r.add("queries received", static_cast<double>(ps.queries_received));
+    r.add("build", ps.build_ms, "ms");
+    r.add("search", ps.search_ms, "ms");
+    s.add_section((tiles > 0 ? "tile " : "part ") + std::to_string(p), std::move(r));
+  }
+  report.add_section("search", std::move(s));
+  return compare_and_write(cmd, outputs, in, report, result, t.total_ms, false);
+}
+
 }  // namespace
 
 std::int64_t parse_bytes(const std::string& text) {
@@ -213,8 +315,25 @@ int run_knn(const KnnCommand& cmd) {
   Report report = start_report("knn", cmd, in);
   report.add("k", cmd.k);
 
+  if (!cmd.devices.empty() || cmd.tiles > 0)
+    return run_knn_parts(cmd, outputs, in, report, cmd.tiles);
   Report s;
-  Index index = build_index(cmd, in, s);
+  std::optional<Index> built;
+  try {
+    built.emplace(build_index(cmd, in, s));
+  } catch (const out_of_memory_error&) {
+    // References larger than the device memory allowed: tiles of the index streamed through the
+    // device, twice as many until one fits.
+    if (cmd.max_device_memory <= 0 || resolve_backend(cmd, true) != Backend::cuda) throw;
+    for (int tiles = 2;; tiles *= 2) {
+      try {
+        return run_knn_parts(cmd, outputs, in, report, tiles);
+      } catch (const out_of_memory_error&) {
+        if (tiles >= 1024) throw;
+      }
+    }
+  }
+  Index& index = *built;
   const SearchTimings build = index.last_timings();
   const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
   // Results go straight to the output files chunk by chunk when asked to (--chunk-rows) or when
@@ -265,37 +384,7 @@ int run_knn(const KnnCommand& cmd) {
   }
   const double total = finish_search_section(s, build, t);
   report.add_section("search", std::move(s));
-  int exit_code = kExitOk;
-  if (cmd.compare_cpu) {
-    CpuKnnTimings ct;
-    const KnnResult cpu_result = pcl_knn(in.ref_view, in.qv(), params, &ct);
-    report.add_section("cpu baseline", cpu_section("PCL KdTreeFLANN", ct));
-    report.add("speedup", (ct.build_ms + ct.query_ms) / total, "x");
-    report.add_note("", "speedup = CPU baseline total / pcnn total");
-    const KnnAgreement ag = compare_knn(in.ref_view, in.qv(), result, cpu_result, cmd.exclude_self);
-    Report section = knn_agreement_section(ag);
-    // pcnn's rows are exact by contract: where PCL's differ, say how.
-    const ExactnessReport ex = classify_against_exact(in.ref_view, in.qv(), result, cpu_result);
-    Report how;
-    how.add("identical to the exact rows", static_cast<double>(ex.identical));
-    how.add("ties broken another way", static_cast<double>(ex.tie_order));
-    how.add("near-ties ordered by rounding", static_cast<double>(ex.rounding));
-    how.add("other differences", static_cast<double>(ex.wrong));
-    how.add_note("",
-                 "PCL's rows against the exact rule (double distances, ties to the smaller "
-                 "index)");
-    section.add_section("cpu baseline rows", std::move(how));
-    report.add_section("agreement with CPU", std::move(section));
-    if (!ag.all_agree()) exit_code = kExitDisagree;
-  }
-  if (streamed) {
-    if (!cmd.out.empty()) report.add("indices written to", cmd.out);
-    if (!cmd.distances.empty()) report.add("squared distances written to", cmd.distances);
-  } else {
-    write_dense(outputs, cmd, result, report);
-  }
-  outputs.commit();
-  return finish(cmd, report, exit_code);
+  return compare_and_write(cmd, outputs, in, report, result, total, streamed);
 }
 
 namespace {
@@ -388,3 +477,148 @@ int run_radius(const RadiusCommand& cmd) {
 }
 
 }  // namespace pcnn::app
+
+#ifdef PCNN_WITH_MPI
+#include <mpi.h>
+
+#include "pcnn/mpi.hpp"
+
+namespace pcnn::app {
+namespace {
+
+// Runs `f` on this rank unless a rank failed before; then every rank learns the exit code of the
+// first rank that failed on its own (a rank that only saw another fail, mpi::peer_failure, stays
+// quiet). Returns that code, 0 when every rank succeeded.
+template <class F>
+int mpi_step(int& failed, F&& f) {
+  int mine = failed;
+  if (mine == 0) {
+    try {
+      f();
+    } catch (const mpi::peer_failure&) {
+      mine = -1;
+    } catch (...) {
+      int rank = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      mine = report_error(std::current_exception(), "pcnn (rank " + std::to_string(rank) + ")");
+      if (mine == 0) mine = kExitInternal;
+    }
+  }
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<int> all(static_cast<std::size_t>(size));
+  MPI_Allgather(&mine, 1, MPI_INT, all.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  failed = 0;
+  for (int c : all)
+    if (c > 0) {
+      failed = c;
+      break;
+    }
+  if (failed == 0)
+    for (int c : all)
+      if (c < 0) failed = kExitInternal;  // a peer failure without its origin: cannot happen
+  return failed;
+}
+
+}  // namespace
+
+// MPI for the length of one command: initialized here, finalized on every way out.
+struct MpiSession {
+  MpiSession() { MPI_Init(nullptr, nullptr); }
+  ~MpiSession() { MPI_Finalize(); }
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+};
+
+int run_knn_mpi(const KnnCommand& cmd) {
+  const MpiSession session;
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const KnnParams params{cmd.k, cmd.exclude_self};
+  int failed = 0;
+  std::optional<OutputSet> outputs;  // rank 0 alone writes
+  Inputs in;
+  std::optional<Report> report;
+  // 1. Options, outputs (rank 0), inputs (every rank reads them whole).
+  if (mpi_step(failed, [&] {
+        PCNN_EXPECTS(cmd.devices.empty() && cmd.tiles == 0 && cmd.max_device_memory == 0,
+                     "--devices, --tiles and --max-device-memory are for one process; under "
+                     "mpirun each rank owns one part on one device");
+        validate_before_loading(cmd, cmd.k);
+        if (rank == 0) outputs.emplace(plan_outputs(cmd, OutputKind::array));
+        in = load_inputs(cmd);
+        validate_knn_args(in.ref_view, in.qv(), params);
+        if (rank == 0) {
+          report.emplace(start_report("knn", cmd, in));
+          report->add("k", cmd.k);
+        }
+      }))
+    return failed;
+  // 2. The distributed index and search; rank 0 gathers every row.
+  IndexOptions o;
+  std::optional<mpi::DistributedIndex> index;
+  KnnResult result;
+  std::vector<mpi::RankStats> stats;
+  if (mpi_step(failed, [&] {
+        o.backend = resolve_backend(cmd, rank != 0);
+        o.staging = parse_staging(cmd.staging);
+        o.chunk_rows = cmd.chunk_rows;
+      }))
+    return failed;
+  if (mpi_step(failed, [&] {
+        index.emplace(MPI_COMM_WORLD, in.ref_view, o);
+        const mpi::RankRows mine = in.qv() ? index->knn(*in.qv(), params) : index->self_knn(params);
+        const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
+        result = index->gather(mine, rows, 0);
+        stats = index->all_stats();
+      }))
+    return failed;
+  // 3. Rank 0: the summary, the comparison, the outputs.
+  int code = kExitOk;
+  if (mpi_step(failed, [&] {
+        if (rank != 0) return;
+        Report s;
+        s.add("ranks", size);
+        s.add("device", o.backend == Backend::cuda ? "cuda (one device per rank)" : "cpu");
+        double slowest = 0, forwarded = 0;
+        for (const mpi::RankStats& r : stats) {
+          slowest = std::max(slowest, r.build_ms + r.total_ms);
+          forwarded += static_cast<double>(r.queries_forwarded);
+        }
+        s.add("queries forwarded", forwarded);
+        s.add("total", slowest, "ms");
+        s.add_note("", "wall clock; total: the slowest rank's build and search with its exchanges");
+        for (const mpi::RankStats& r : stats) {
+          Report rr;
+          if (r.device >= 0) rr.add("device", r.device);
+          rr.add("points", static_cast<double>(r.points));
+          rr.add("home queries", static_cast<double>(r.home_queries));
+          rr.add("queries forwarded", static_cast<double>(r.queries_forwarded));
+          rr.add("queries received", static_cast<double>(r.queries_received));
+          rr.add("build", r.build_ms, "ms");
+          rr.add("search", r.search_ms, "ms");
+          rr.add("exchange", r.exchange_ms, "ms");
+          rr.add("time", r.build_ms + r.total_ms, "ms");
+          s.add_section("rank " + std::to_string(r.rank), std::move(rr));
+        }
+        report->add("ranks", size);
+        report->add_section("search", std::move(s));
+        code = compare_and_write(cmd, *outputs, in, *report, result, slowest, false);
+      }))
+    return failed;
+  // Every rank returns rank 0's verdict (6 when --compare-cpu found a difference).
+  MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return code;
+}
+
+}  // namespace pcnn::app
+#else
+namespace pcnn::app {
+int run_knn_mpi(const KnnCommand&) {
+  throw error(
+      "this pcnn was built without MPI: under mpirun every rank would search the whole cloud "
+      "and write the same outputs (rebuild with libopenmpi-dev installed)");
+}
+}  // namespace pcnn::app
+#endif

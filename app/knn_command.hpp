@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <string>
 
 namespace pcnn::app {
@@ -23,6 +24,8 @@ struct SearchOptions {
 
 struct KnnCommand : SearchOptions {
   int k = 8;
+  std::string devices;  // "all" or "0,1": one spatial part per device, searched at once
+  int tiles = 0;        // > 0: the references in this many parts, one after the other
 };
 
 struct RadiusCommand : SearchOptions {
@@ -48,6 +51,14 @@ enum ExitCode {
 /// Runs the command; returns kExitOk, or kExitDisagree when --compare-cpu found a difference.
 /// Errors are thrown (pcnn::input_error, pcnn::cuda_error, ...) and mapped to exit codes by main.
 int run_knn(const KnnCommand& cmd);
+/// `pcnn knn` under mpirun (built with MPI): every rank reads the inputs and owns one spatial part;
+/// rank 0 gathers the rows, writes the outputs and prints the summary. Every rank returns the
+/// same exit code: that of the first rank that failed, or 0.
+int run_knn_mpi(const KnnCommand& cmd);
+
+/// Prints the error `e` (prefixed with `who`, e.g. "pcnn" or "pcnn (rank 1)") and returns its
+/// exit code (defined in main.cpp, which maps every exception the same way).
+int report_error(std::exception_ptr e, const std::string& who);
 int run_radius(const RadiusCommand& cmd);
 
 }  // namespace pcnn::app

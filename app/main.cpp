@@ -96,7 +96,50 @@ int run_devices() {
   return kExitOk;
 }
 
+// Whether this process is one of several ranks started by mpirun (Open MPI, or a PMI launcher).
+int mpi_world_size() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  return 0;
+}
+
 }  // namespace
+
+int pcnn::app::report_error(std::exception_ptr e, const std::string& who) {
+  const char* w = who.c_str();
+  try {
+    std::rethrow_exception(e);
+  } catch (const pcnn::input_error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", w, e.what());
+    return kExitInput;
+  } catch (const pcnn::output_error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", w, e.what());
+    return kExitOutput;
+  } catch (const pcnn::cuda_error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", w, e.what());
+    return kExitDevice;
+  } catch (const pcnn::out_of_memory_error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", w, e.what());
+    return kExitDevice;
+  } catch (const pcnn::error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", w, e.what());
+    return kExitUsage;
+  } catch (const std::bad_alloc&) {
+    const std::size_t n = failed_allocation;
+    if (n > 0)
+      std::fprintf(stderr, "%s: error: out of host memory: %zu bytes needed in one allocation\n", w,
+                   n);
+    else
+      std::fprintf(stderr, "%s: error: out of host memory\n", w);
+    return kExitDevice;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: internal error: %s\n", w, e.what());
+    return kExitInternal;
+  } catch (...) {
+    std::fprintf(stderr, "%s: internal error\n", w);
+    return kExitInternal;
+  }
+}
 
 int main(int argc, char** argv) {
   // A file size limit (RLIMIT_FSIZE) then fails the write with EFBIG, reported as an output
@@ -119,6 +162,14 @@ int main(int argc, char** argv) {
                    "rows per chunk; results are then streamed to the output files chunk by "
                    "chunk (automatic above 1 GB of results)")
       ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
+  knn_cmd->add_option("--devices", knn.devices,
+                      "all or 0,1: the references in one spatial part per GPU, searched at once "
+                      "(with --device cpu: one part per entry); the same rows as one device");
+  knn_cmd
+      ->add_option("--tiles", knn.tiles,
+                   "the references in this many spatial parts searched one after the other "
+                   "through the device (automatic when they exceed --max-device-memory)")
+      ->check(CLI::Range(1, 4096));
 
   RadiusCommand radius;
   std::string radius_memory;
@@ -243,8 +294,12 @@ int main(int argc, char** argv) {
   }
 
   try {
+    const int world = mpi_world_size();
+    if (world > 1 && !knn_cmd->parsed())
+      throw pcnn::error("under mpirun only 'pcnn knn' runs distributed; run this command once");
     if (knn_cmd->parsed()) {
       if (!knn_memory.empty()) knn.max_device_memory = parse_bytes(knn_memory);
+      if (world > 1) return run_knn_mpi(knn);
       return run_knn(knn);
     }
     if (radius_cmd->parsed()) {
@@ -285,28 +340,7 @@ int main(int argc, char** argv) {
       return run_filter(filter);
     }
     return run_devices();
-  } catch (const pcnn::input_error& e) {
-    std::fprintf(stderr, "pcnn: error: %s\n", e.what());
-    return kExitInput;
-  } catch (const pcnn::output_error& e) {
-    std::fprintf(stderr, "pcnn: error: %s\n", e.what());
-    return kExitOutput;
-  } catch (const pcnn::cuda_error& e) {
-    std::fprintf(stderr, "pcnn: error: %s\n", e.what());
-    return kExitDevice;
-  } catch (const pcnn::error& e) {
-    std::fprintf(stderr, "pcnn: error: %s\n", e.what());
-    return kExitUsage;
-  } catch (const std::bad_alloc&) {
-    const std::size_t n = failed_allocation;
-    if (n > 0)
-      std::fprintf(stderr, "pcnn: error: out of host memory: %zu bytes needed in one allocation\n",
-                   n);
-    else
-      std::fprintf(stderr, "pcnn: error: out of host memory\n");
-    return kExitDevice;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "pcnn: internal error: %s\n", e.what());
-    return kExitInternal;
+  } catch (...) {
+    return report_error(std::current_exception(), "pcnn");
   }
 }
