@@ -183,7 +183,8 @@ RankRows DistributedIndex::Impl::search(const PointsView* queries, const KnnPara
     }
     dist::search_home(part, rank, bounds, queries ? qxyz.data() : nullptr,
                       static_cast<std::int64_t>(out.rows.size()), params, options,
-                      dist::hardware_threads(), home);
+                      dist::hardware_threads(), options.backend == Backend::cuda && !options.memory,
+                      home);
   });
   const float* qs = queries ? qxyz.data() : part.xyz.data();
   stats.home_queries = home.rows;

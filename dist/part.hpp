@@ -101,9 +101,17 @@ struct HomeRows {
 /// Searches `m` queries (`q`: packed xyz; null: the part's own points, a self-search) in their
 /// home part `home`, builds its index first when needed, and decides which of the other parts
 /// (`bounds`, indexed by part) must search which rows. `threads` for the host-side work.
+/// `map_on_device` (CUDA parts whose device memory is not capped): the rows go through
+/// knn_global_cuda, else through host memory with the indices made global on the host.
 void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const float* q,
                  std::int64_t m, const KnnParams& params, const IndexOptions& options, int threads,
-                 HomeRows& out);
+                 bool map_on_device, HomeRows& out);
+
+/// The CUDA part's kNN rows (`q` null: its own points) into host rows `out_idx` / `out_d`
+/// (m × k), indices made global on the device; chunks of 2 × 32 MB of results through page-locked
+/// memory. Allocates outside the index's memory resource (hence not under a memory cap).
+void knn_global_cuda(Part& part, const float* q, std::int64_t m, const KnnParams& params,
+                     int threads, std::int32_t* out_idx, float* out_d);
 
 /// A part's answer to forwarded queries: rows × k exact distances and global indices (padded
 /// with +infinity / -1), for `m` packed queries `q`.

@@ -257,7 +257,7 @@ void to_global(const Part& part, std::int32_t* idx, std::int64_t n) {
 
 void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const float* q,
                  std::int64_t m, const KnnParams& params, const IndexOptions& options, int threads,
-                 HomeRows& out) {
+                 bool map_on_device, HomeRows& out) {
   const int k = params.k;
   const int np = static_cast<int>(bounds.size());
   const float* qs = q ? q : part.xyz.data();
@@ -270,11 +270,16 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
   out.d.resize(out.idx.size());
   const MatrixView<std::int32_t> iv{out.idx.data(), m, k};
   const MatrixView<float> dv{out.d.data(), m, k};
-  if (m > 0) {
+  if (m > 0 && map_on_device) {
+    knn_global_cuda(part, q, m, params, threads, out.idx.data(), out.d.data());
+  } else if (m > 0) {
     if (q)
       part.index.knn(host_points(q, m), params, iv, dv);
     else
       part.index.self_knn(params, iv, dv);
+    parallel_for(m * k, threads, [&](std::int64_t a, std::int64_t e) {
+      to_global(part, out.idx.data() + a, e - a);
+    });
   }
   out.search_ms += ms_since(t);
   // Which other parts may hold a neighbor: decided per slice of rows, then joined in order.
@@ -304,14 +309,21 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
     for (int o = 0; o < np; ++o)
       out.to[o].insert(out.to[o].end(), to[s][o].begin(), to[s][o].end());
   }
-  // The forwarded rows' own candidates, exact, while the indices are still the part's.
+  // The forwarded rows' own candidates, exact: each global index found back in the part's
+  // ascending table.
   out.merging.assign(out.forwarded.size(), {});
+  std::int32_t local[kMaxK];
   for (std::size_t f = 0; f < out.forwarded.size(); ++f) {
     const std::int64_t j = out.forwarded[f];
-    append_exact(part, qs + 3 * j, &out.idx[j * k], k, out.merging[f]);
+    for (int c = 0; c < k; ++c) {
+      const std::int32_t g = out.idx[j * k + c];
+      local[c] =
+          g < 0 ? -1
+                : static_cast<std::int32_t>(std::lower_bound(part.ids.begin(), part.ids.end(), g) -
+                                            part.ids.begin());
+    }
+    append_exact(part, qs + 3 * j, local, k, out.merging[f]);
   }
-  parallel_for(m * k, threads,
-               [&](std::int64_t a, std::int64_t e) { to_global(part, out.idx.data() + a, e - a); });
 }
 
 void answer(Part& part, const float* q, std::int64_t m, int k, const IndexOptions& options,

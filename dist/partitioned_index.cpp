@@ -161,8 +161,10 @@ void PartitionedIndex::Impl::search(const PointsView* queries, const KnnParams& 
   std::vector<dist::HomeRows> home(static_cast<std::size_t>(np));
   dist::for_each(np, !sequential, [&](int p) {
     const std::int64_t m = static_cast<std::int64_t>(out_rows[p].size());
+    const bool on_device = part_options[p].backend == Backend::cuda &&
+                           options.max_device_memory == 0 && !options.index.memory;
     dist::search_home(parts[p], p, bounds, queries ? qxyz[p].data() : nullptr, m, params,
-                      part_options[p], threads_per_part, home[p]);
+                      part_options[p], threads_per_part, on_device, home[p]);
     if (sequential) parts[p].release();
     PartStats& st = tm.parts[p];
     st.home_queries = m;
