@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pcnn/device.hpp"
+#include "pcnn/distributed.hpp"
 #include "pcnn/index.hpp"
 #include "pcnn/io.hpp"
 #include "pcnn/testing/baseline.hpp"
@@ -28,7 +29,8 @@ struct Inputs {
   // What pcnn searches: exact for the coordinates as stored (float offsets, or float64).
   PointsView ref_view, query_view;
   const PointsView* qv() const { return queries ? &query_view : nullptr; }
-  // What PCL's baseline searches: the float offsets (rounded where the clouds are not exact).
+  // What PCL's baseline searches: the float offsets (rounded where the clouds are not exact);
+  // also what validate_knn_args checks (it takes float views: the counts are the same).
   PointsView pcl_ref_view() const { return refs.view(); }
   const PointsView* pcl_qv() const { return queries ? &pcl_query_view : nullptr; }
   PointsView pcl_query_view;
@@ -87,6 +89,12 @@ Report start_report(const char* command, const SearchOptions& opt, const Inputs&
   if (in.queries) report.add_section("queries", describe_cloud(*in.queries));
   report.add("load", in.load_ms, "ms");
   return report;
+}
+
+// The backend --device resolves to (auto: the GPU when one is usable, else the CPU backend,
+// said on stderr unless `quiet`).
+Backend resolve_backend(const SearchOptions& opt, bool quiet) {
+  return choose_device(opt.device, quiet || opt.mode.quiet) ? Backend::cuda : Backend::cpu;
 }
 
 }  // namespace
@@ -364,21 +372,199 @@ PointsView query_rows(const PointsView& q, std::int64_t first, std::int64_t n) {
   return q.slice(first, n);
 }
 
+// The end of every kNN run: the CPU comparison (--compare-cpu), the outputs (unless they were
+// streamed already), the summary. `total` is pcnn's build + search wall clock.
+int compare_and_write(const KnnCommand& cmd, OutputSet& outputs, const Inputs& in, Report& report,
+                      const KnnResult& result, double total, bool streamed) {
+  const KnnParams params{cmd.k, cmd.exclude_self};
+  int exit_code = kExitOk;
+  if (cmd.compare_cpu) {
+    CpuKnnTimings ct;
+    const KnnResult cpu_result = pcl_knn(in.pcl_ref_view(), in.pcl_qv(), params, &ct);
+    report.add_section("cpu baseline", cpu_section("PCL KdTreeFLANN", ct));
+    report.add("speedup", (ct.build_ms + ct.query_ms) / total, "x");
+    report.add_note("", "speedup = CPU baseline total / pcnn total");
+    const KnnAgreement ag = compare_knn(in.ref_view, in.qv(), result, cpu_result, cmd.exclude_self);
+    Report section = knn_agreement_section(ag);
+    // pcnn's rows are exact by contract: where PCL's differ, say how.
+    const ExactnessReport ex = classify_against_exact(in.ref_view, in.qv(), result, cpu_result);
+    Report how;
+    how.add("identical to the exact rows", static_cast<double>(ex.identical));
+    how.add("ties broken another way", static_cast<double>(ex.tie_order));
+    how.add("near-ties ordered by rounding", static_cast<double>(ex.rounding));
+    how.add("other differences", static_cast<double>(ex.wrong));
+    how.add_note("",
+                 "PCL's rows against the exact rule (double distances, ties to the smaller "
+                 "index)");
+    section.add_section("cpu baseline rows", std::move(how));
+    report.add_section("agreement with CPU", std::move(section));
+    if (!ag.all_agree()) exit_code = kExitDisagree;
+  }
+  if (streamed) {
+    report_written(cmd, report);
+  } else {
+    write_dense(outputs, cmd, result, report);
+  }
+  outputs.commit();
+  return finish(cmd, report, exit_code);
+}
+
+// Whether the search views hold float64 coordinates (clouds float offsets cannot keep exactly).
+bool holds_float64(const Inputs& in) {
+  return in.ref_view.is_double() || (in.qv() && in.qv()->is_double());
+}
+
+// Spatial parts (--devices, --tiles, mpirun) partition and search float32 coordinates; clouds
+// that only float64 keeps exactly are refused rather than searched rounded.
+void refuse_float64(const Inputs& in, const char* what) {
+  if (!holds_float64(in)) return;
+  std::string files = in.refs.path;
+  if (in.queries) files += " with " + in.queries->path;
+  throw invalid_argument_error(std::string(what) + " search float32 coordinates, and " + files +
+                               " has coordinates that float32 offsets cannot keep exactly (one "
+                               "index searches them in float64): run without " +
+                               what);
+}
+
+// Rows the parts or the ranks hold whole in host memory (they are not streamed): refused at once
+// when host memory cannot hold them. (plan_dense has checked the disk and --compare-cpu.)
+void check_held(const KnnCommand& cmd, std::int64_t rows, const char* what) {
+  const std::int64_t bytes = rows * cmd.k * 8, host = host_memory_available();
+  if (bytes > host)
+    fail_host_memory(
+        "the kNN results (" + std::to_string(rows) + " x " + std::to_string(cmd.k) + ")", bytes,
+        host, std::string(what) + " hold the rows in host memory; one index streams them");
+}
+
+// A part's (or a rank's) row of the summary: its own rows in JSON, one line in the table.
+std::pair<std::string, Report> part_item(const std::string& name, int number, int device,
+                                         const PartStats& ps, std::string& line) {
+  Report r;
+  r.add("index", number);
+  if (device >= 0) r.add("device", device);
+  r.add("points", static_cast<double>(ps.points));
+  r.add("home queries", static_cast<double>(ps.home_queries));
+  r.add("queries forwarded", static_cast<double>(ps.queries_forwarded));
+  r.add("queries received", static_cast<double>(ps.queries_received));
+  r.add("build", ps.build_ms, "ms");
+  r.add("search", ps.search_ms, "ms");
+  char buf[240];
+  std::snprintf(buf, sizeof buf,
+                "%s%s points %s, home queries %s, forwarded %s, received %s, build %.3f ms, "
+                "search %.3f ms",
+                device >= 0 ? ("device " + std::to_string(device)).c_str() : "",
+                device >= 0 ? "," : "", thousands(ps.points).c_str(),
+                thousands(ps.home_queries).c_str(), thousands(ps.queries_forwarded).c_str(),
+                thousands(ps.queries_received).c_str(), ps.build_ms, ps.search_ms);
+  line = buf;
+  return {name + " " + std::to_string(number), std::move(r)};
+}
+
+// One process, several spatial parts: one per device searched at once (--devices), or `tiles`
+// searched one after the other through one device (--tiles, or references larger than the
+// device memory allowed). The rows are byte-identical to one index's; they are held, not
+// streamed.
+int run_knn_parts(const KnnCommand& cmd, OutputSet& outputs, const Inputs& in, Report& report,
+                  int tiles) {
+  const KnnParams params{cmd.k, cmd.exclude_self};
+  const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
+  check_held(cmd, rows, tiles > 0 ? "tiles" : "--devices");
+  PartitionedOptions po;
+  po.index.backend = resolve_backend(cmd, tiles > 0 && cmd.devices.empty());
+  po.index.staging = parse_staging(cmd.staging);
+  po.index.chunk_rows = cmd.chunk_rows;
+  if (!cmd.devices.empty()) po.devices = parse_devices(cmd.devices, po.index.backend);
+  po.tiles = tiles;
+  po.max_device_memory = cmd.max_device_memory;
+  Report s;
+  if (po.index.backend == Backend::cuda) {
+    double startup = 0;
+    std::string names;
+    std::optional<DeviceInfo> first;
+    for (int d : po.devices.empty() ? std::vector<int>{0} : po.devices) {
+      const DeviceInfo dev = query_device(d);
+      if (!dev.available) throw no_device_error("no usable CUDA device: " + dev.reason);
+      if (!first) first = dev;
+      names += (names.empty() ? "" : ", ") + std::to_string(d) + ": " + dev.name;
+      startup += initialize_device(d);
+    }
+    add_device(report, &*first);
+    s.add("devices", names);
+    s.add("context start-up", startup, "ms");
+    if (cmd.max_device_memory > 0)
+      s.add("device memory limit", static_cast<double>(cmd.max_device_memory), "bytes");
+  } else {
+    add_device(report, nullptr);
+  }
+  std::optional<PartitionedIndex> index;
+  KnnResult result;
+  {
+    Progress p("searching", -1, "", Progress::wanted(cmd.mode.quiet));
+    index.emplace(in.ref_view, po);
+    result = in.qv() ? index->knn(*in.qv(), params) : index->self_knn(params);
+  }
+  const PartitionedTimings& t = index->last_timings();
+  s.add(tiles > 0 ? "tiles" : "parts", index->parts());
+  s.add("partition", t.partition_ms, "ms");
+  s.add("build index", t.build_ms, "ms");
+  s.add("home search", t.home_ms, "ms");
+  s.add("boundary search and merge", t.boundary_ms, "ms");
+  s.add("queries forwarded", static_cast<double>(t.queries_forwarded));
+  s.add("total", t.total_ms, "ms");
+  s.add_note("", tiles > 0 ? "wall clock; total: build and search of every tile, partition apart"
+                           : "wall clock; total: build and search, parts at once, partition apart");
+  std::vector<std::pair<std::string, Report>> items;
+  std::vector<std::string> lines(t.parts.size());
+  const char* name = tiles > 0 ? "tile" : "part";
+  for (std::size_t p = 0; p < t.parts.size(); ++p)
+    items.push_back(part_item(name, static_cast<int>(p),
+                              po.index.backend == Backend::cuda ? t.parts[p].device : -1,
+                              t.parts[p], lines[p]));
+  s.add_list(tiles > 0 ? "per tile" : "per part", std::move(items), lines);
+  report.add_section("search", std::move(s));
+  return compare_and_write(cmd, outputs, in, report, result, t.total_ms, false);
+}
+
 }  // namespace
 
 int run_knn(const KnnCommand& cmd) {
   const KnnParams params{cmd.k, cmd.exclude_self};
   validate_before_loading(cmd, cmd.k);
+  if (!cmd.devices.empty()) parse_devices(cmd.devices, Backend::cpu);  // its syntax, before loading
   OutputSet outputs = plan_outputs(cmd, OutputKind::array);
   const Inputs in = load_inputs(cmd);
-  validate_knn_args(in.ref_view, in.qv(), params);  // bad options fail before any device work
+  validate_knn_args(in.pcl_ref_view(), in.pcl_qv(),
+                    params);  // bad options fail before any device work
   Report report = start_report("knn", cmd, in);
   report.add("k", cmd.k);
   const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
   const bool streamed = plan_dense(cmd, outputs, rows, cmd.k, "", "kNN results");
 
+  if (!cmd.devices.empty() || cmd.tiles > 0) {
+    refuse_float64(in, "--devices and --tiles");
+    return run_knn_parts(cmd, outputs, in, report, cmd.tiles);
+  }
   Report s;
-  Index index = build_index(cmd, in.ref_view, report, s);
+  std::optional<Index> built;
+  const Report started = report;  // the tiles below start from here again
+  try {
+    built.emplace(build_index(cmd, in.ref_view, report, s));
+  } catch (const out_of_memory_error&) {
+    // References larger than the device memory allowed: tiles of the index streamed through the
+    // device, twice as many until one fits (float32 coordinates only: see run_knn_parts).
+    if (cmd.max_device_memory <= 0 || resolve_backend(cmd, true) != Backend::cuda ||
+        holds_float64(in))
+      throw;
+    for (int tiles = 2;; tiles *= 2) {
+      try {
+        report = started;
+        return run_knn_parts(cmd, outputs, in, report, tiles);
+      } catch (const out_of_memory_error&) {
+        if (tiles >= 1024) throw;
+      }
+    }
+  }
+  Index& index = *built;
   const SearchTimings build = index.last_timings();
   // On a terminal, a large search runs in about a hundred chunks so that progress can be shown.
   const bool show_progress = Progress::wanted(cmd.mode.quiet);
@@ -415,36 +601,7 @@ int run_knn(const KnnCommand& cmd) {
   }
   const double total = finish_search_section(s, build, t);
   report.add_section("search", std::move(s));
-  int exit_code = kExitOk;
-  if (cmd.compare_cpu) {
-    CpuKnnTimings ct;
-    const KnnResult cpu_result = pcl_knn(in.pcl_ref_view(), in.pcl_qv(), params, &ct);
-    report.add_section("cpu baseline", cpu_section("PCL KdTreeFLANN", ct));
-    report.add("speedup", (ct.build_ms + ct.query_ms) / total, "x");
-    report.add_note("", "speedup = CPU baseline total / pcnn total");
-    const KnnAgreement ag = compare_knn(in.ref_view, in.qv(), result, cpu_result, cmd.exclude_self);
-    Report section = knn_agreement_section(ag);
-    // pcnn's rows are exact by contract: where PCL's differ, say how.
-    const ExactnessReport ex = classify_against_exact(in.ref_view, in.qv(), result, cpu_result);
-    Report how;
-    how.add("identical to the exact rows", static_cast<double>(ex.identical));
-    how.add("ties broken another way", static_cast<double>(ex.tie_order));
-    how.add("near-ties ordered by rounding", static_cast<double>(ex.rounding));
-    how.add("other differences", static_cast<double>(ex.wrong));
-    how.add_note("",
-                 "PCL's rows against the exact rule (double distances, ties to the smaller "
-                 "index)");
-    section.add_section("cpu baseline rows", std::move(how));
-    report.add_section("agreement with CPU", std::move(section));
-    if (!ag.all_agree()) exit_code = kExitDisagree;
-  }
-  if (streamed) {
-    report_written(cmd, report);
-  } else {
-    write_dense(outputs, cmd, result, report);
-  }
-  outputs.commit();
-  return finish(cmd, report, exit_code);
+  return compare_and_write(cmd, outputs, in, report, result, total, streamed);
 }
 
 namespace {
@@ -558,7 +715,7 @@ int run_radius(const RadiusCommand& cmd) {
   OutputSet outputs =
       plan_outputs(cmd, hybrid ? OutputKind::array : OutputKind::radius, cmd.counts);
   const Inputs in = load_inputs(cmd);
-  validate_knn_args(in.ref_view, in.qv(), {hybrid ? cmd.max_nn : 1, cmd.exclude_self});
+  validate_knn_args(in.pcl_ref_view(), in.pcl_qv(), {hybrid ? cmd.max_nn : 1, cmd.exclude_self});
   Report report = start_report("radius", cmd, in);
   report.add_bool("hybrid", hybrid);
   report.add("radius", cmd.radius);
@@ -639,3 +796,166 @@ int run_radius(const RadiusCommand& cmd) {
 }
 
 }  // namespace pcnn::app
+
+#ifdef PCNN_WITH_MPI
+#include <mpi.h>
+
+#include "pcnn/mpi.hpp"
+
+namespace pcnn::app {
+namespace {
+
+// Runs `f` on this rank unless a rank failed before; then every rank learns the exit code of the
+// first rank that failed on its own (a rank that only saw another fail, mpi::peer_failure, stays
+// quiet). Returns that code, 0 when every rank succeeded.
+template <class F>
+int mpi_step(int& failed, bool json, F&& f) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int mine = failed;
+  std::optional<ErrorReport> err;
+  if (mine == 0) {
+    try {
+      f();
+    } catch (const mpi::peer_failure&) {
+      mine = -1;
+    } catch (...) {
+      err = describe_error(std::current_exception());
+      print_error(*err, "pcnn (rank " + std::to_string(rank) + ")");
+      mine = err->exit_code;
+      if (mine == 0) mine = kExitInternal;
+    }
+  }
+  std::vector<int> all(static_cast<std::size_t>(size));
+  MPI_Allgather(&mine, 1, MPI_INT, all.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  failed = 0;
+  for (int r = 0; r < size; ++r)
+    if (all[r] > 0) {
+      failed = all[r];
+      // With --json, the first rank that failed on its own prints the one JSON error object.
+      if (r == rank && json && err) {
+        std::printf("%s\n", json_error(err->message, err->exit_code, err->file).c_str());
+        std::fflush(stdout);
+      }
+      break;
+    }
+  if (failed == 0)
+    for (int c : all)
+      if (c < 0) failed = kExitInternal;  // a peer failure without its origin: cannot happen
+  return failed;
+}
+
+}  // namespace
+
+// MPI for the length of one command: initialized here, finalized on every way out.
+struct MpiSession {
+  MpiSession() { MPI_Init(nullptr, nullptr); }
+  ~MpiSession() { MPI_Finalize(); }
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+};
+
+int run_knn_mpi(const KnnCommand& cmd) {
+  const MpiSession session;
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const KnnParams params{cmd.k, cmd.exclude_self};
+  int failed = 0;
+  std::optional<OutputSet> outputs;  // rank 0 alone writes
+  Inputs in;
+  std::optional<Report> report;
+  // 1. Options, outputs (rank 0), inputs (every rank reads them whole).
+  if (mpi_step(failed, cmd.mode.json, [&] {
+        PCNN_EXPECTS(cmd.devices.empty() && cmd.tiles == 0 && cmd.max_device_memory == 0,
+                     "--devices, --tiles and --max-device-memory are for one process; under "
+                     "mpirun each rank owns one part on one device");
+        validate_before_loading(cmd, cmd.k);
+        if (rank == 0) outputs.emplace(plan_outputs(cmd, OutputKind::array));
+        in = load_inputs(cmd);
+        validate_knn_args(in.pcl_ref_view(), in.pcl_qv(), params);
+        refuse_float64(in, "ranks of mpirun");
+        if (rank == 0) {
+          const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
+          plan_dense(cmd, *outputs, rows, cmd.k, "", "kNN results");  // the disk, --compare-cpu
+          check_held(cmd, rows, "the ranks");
+          report.emplace(start_report("knn", cmd, in));
+          report->add("k", cmd.k);
+        }
+      }))
+    return failed;
+  // 2. The distributed index and search; rank 0 gathers every row.
+  IndexOptions o;
+  std::optional<mpi::DistributedIndex> index;
+  KnnResult result;
+  std::vector<mpi::RankStats> stats;
+  if (mpi_step(failed, cmd.mode.json, [&] {
+        o.backend = resolve_backend(cmd, rank != 0);
+        o.staging = parse_staging(cmd.staging);
+        o.chunk_rows = cmd.chunk_rows;
+      }))
+    return failed;
+  if (mpi_step(failed, cmd.mode.json, [&] {
+        index.emplace(MPI_COMM_WORLD, in.ref_view, o);
+        const mpi::RankRows mine = in.qv() ? index->knn(*in.qv(), params) : index->self_knn(params);
+        const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
+        result = index->gather(mine, rows, 0);
+        stats = index->all_stats();
+      }))
+    return failed;
+  // 3. Rank 0: the summary, the comparison, the outputs.
+  int code = kExitOk;
+  if (mpi_step(failed, cmd.mode.json, [&] {
+        if (rank != 0) return;
+        report->add("ranks", size);
+        if (o.backend == Backend::cuda && !stats.empty()) {
+          const DeviceInfo dev = query_device(stats[0].device);  // rank 0's
+          add_device(*report, &dev);
+        } else {
+          add_device(*report, nullptr);
+        }
+        Report s;
+        s.add("ranks", size);
+        double slowest = 0, forwarded = 0;
+        for (const mpi::RankStats& r : stats) {
+          slowest = std::max(slowest, r.build_ms + r.total_ms);
+          forwarded += static_cast<double>(r.queries_forwarded);
+        }
+        s.add("queries forwarded", forwarded);
+        s.add("total", slowest, "ms");
+        s.add_note("", "wall clock; total: the slowest rank's build and search with its exchanges");
+        std::vector<std::pair<std::string, Report>> items;
+        std::vector<std::string> lines(stats.size());
+        for (std::size_t i = 0; i < stats.size(); ++i) {
+          const mpi::RankStats& r = stats[i];
+          const PartStats ps{r.device,           r.points,   r.home_queries, r.queries_forwarded,
+                             r.queries_received, r.build_ms, r.search_ms};
+          items.push_back(part_item("rank", r.rank, r.device, ps, lines[i]));
+          items.back().second.add("exchange", r.exchange_ms, "ms");
+          items.back().second.add("time", r.build_ms + r.total_ms, "ms");
+          char buf[80];
+          std::snprintf(buf, sizeof buf, ", exchange %.3f ms, time %.3f ms", r.exchange_ms,
+                        r.build_ms + r.total_ms);
+          lines[i] += buf;
+        }
+        s.add_list("per rank", std::move(items), lines);
+        report->add_section("search", std::move(s));
+        code = compare_and_write(cmd, *outputs, in, *report, result, slowest, false);
+      }))
+    return failed;
+  // Every rank returns rank 0's verdict (6 when --compare-cpu found a difference).
+  MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return code;
+}
+
+}  // namespace pcnn::app
+#else
+namespace pcnn::app {
+int run_knn_mpi(const KnnCommand&) {
+  throw error(
+      "this pcnn was built without MPI: under mpirun every rank would search the whole cloud "
+      "and write the same outputs (rebuild with libopenmpi-dev installed)");
+}
+}  // namespace pcnn::app
+#endif

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <string>
 
@@ -30,6 +31,8 @@ struct SearchOptions {
 
 struct KnnCommand : SearchOptions {
   int k = 8;
+  std::string devices;  // "all" or "0,1": one spatial part per device, searched at once
+  int tiles = 0;        // > 0: the references in this many parts, one after the other
 };
 
 struct RadiusCommand : SearchOptions {
@@ -83,6 +86,25 @@ void check_search_options(const SearchOptions& opt);
 /// Runs the command; returns kExitOk, or kExitDisagree when --compare-cpu found a difference.
 /// Errors are thrown (pcnn::input_error, pcnn::cuda_error, ...) and mapped to exit codes by main.
 int run_knn(const KnnCommand& cmd);
+/// `pcnn knn` under mpirun (built with MPI): every rank reads the inputs and owns one spatial part;
+/// rank 0 gathers the rows, writes the outputs and prints the summary. Every rank returns the
+/// same exit code: that of the first rank that failed, or 0; that rank prints its error on stderr
+/// (and, with --json, the one JSON error object on stdout).
+int run_knn_mpi(const KnnCommand& cmd);
 int run_radius(const RadiusCommand& cmd);
+
+/// An error as pcnn reports it: the message, the exit code, the file it names ("" when none),
+/// and "error" or "internal error".
+struct ErrorReport {
+  std::string message;
+  int exit_code = kExitInternal;
+  std::string file;
+  const char* prefix = "error";
+};
+/// Maps an exception (pcnn::input_error, pcnn::cuda_error, std::bad_alloc...) to its report; every
+/// way out of pcnn maps them the same (defined in main.cpp).
+ErrorReport describe_error(std::exception_ptr e);
+/// "WHO: error: MESSAGE" on stderr (`who`: "pcnn", or "pcnn (rank 1)" under mpirun).
+void print_error(const ErrorReport& e, const std::string& who);
 
 }  // namespace pcnn::app

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <initializer_list>
 #include <new>
 #include <string>
@@ -173,7 +174,7 @@ std::vector<std::string> given(CLI::App* cmd, std::initializer_list<const char*>
 // An error: the message on stderr and, with --json, as one JSON object on stdout.
 int fail(const std::string& message, int exit_code, const std::string& file, bool json,
          const char* prefix = "error") {
-  std::fprintf(stderr, "pcnn: %s: %s\n", prefix, message.c_str());
+  print_error({message, exit_code, file, prefix}, "pcnn");
   if (json) {
     std::printf("%s\n", json_error(message, exit_code, file).c_str());
     std::fflush(stdout);
@@ -181,7 +182,43 @@ int fail(const std::string& message, int exit_code, const std::string& file, boo
   return exit_code;
 }
 
+// Whether this process is one of several ranks started by mpirun (Open MPI, or a PMI launcher).
+int mpi_world_size() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  return 0;
+}
+
 }  // namespace
+
+pcnn::app::ErrorReport pcnn::app::describe_error(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const pcnn::input_error& e) {
+    return {e.what(), kExitInput, e.path()};
+  } catch (const pcnn::output_error& e) {
+    return {e.what(), kExitOutput, e.path()};
+  } catch (const pcnn::cuda_error& e) {
+    return {e.what(), kExitDevice, ""};
+  } catch (const pcnn::out_of_memory_error& e) {  // device or host: the message has the bytes
+    return {e.what(), kExitDevice, ""};
+  } catch (const pcnn::error& e) {
+    return {e.what(), kExitUsage, ""};
+  } catch (const std::bad_alloc&) {
+    const std::size_t n = failed_allocation;
+    return {n > 0 ? "out of host memory: " + std::to_string(n) + " bytes needed in one allocation"
+                  : std::string("out of host memory"),
+            kExitDevice, ""};
+  } catch (const std::exception& e) {
+    return {e.what(), kExitInternal, "", "internal error"};
+  } catch (...) {
+    return {"an exception that is not a std::exception", kExitInternal, "", "internal error"};
+  }
+}
+
+void pcnn::app::print_error(const ErrorReport& e, const std::string& who) {
+  std::fprintf(stderr, "%s: %s: %s\n", who.c_str(), e.prefix, e.message.c_str());
+}
 
 int main(int argc, char** argv) {
   // A file size limit (RLIMIT_FSIZE) then fails the write with EFBIG, reported as an output
@@ -199,6 +236,14 @@ int main(int argc, char** argv) {
   knn_cmd->add_option("-o,--out", knn.out, "neighbor indices: .npy (int32, n x k) or .csv");
   knn_cmd->add_option("--distances", knn.distances,
                       "squared distances: .npy (float32, n x k) or .csv");
+  knn_cmd->add_option("--devices", knn.devices,
+                      "all or 0,1: the references in one spatial part per GPU, searched at once "
+                      "(with --device cpu: one part per entry); the same rows as one device");
+  knn_cmd
+      ->add_option("--tiles", knn.tiles,
+                   "the references in this many spatial parts searched one after the other "
+                   "through the device (automatic when they exceed --max-device-memory)")
+      ->check(CLI::Range(1, 4096));
 
   RadiusCommand radius;
   std::string radius_memory;
@@ -336,8 +381,12 @@ int main(int argc, char** argv) {
   }
 
   try {
+    const int world = mpi_world_size();
+    if (world > 1 && !knn_cmd->parsed())
+      throw pcnn::error("under mpirun only 'pcnn knn' runs distributed; run this command once");
     if (knn_cmd->parsed()) {
       if (!knn_memory.empty()) knn.max_device_memory = parse_bytes(knn_memory);
+      if (world > 1) return run_knn_mpi(knn);
       return run_knn(knn);
     }
     if (radius_cmd->parsed()) {
@@ -377,23 +426,8 @@ int main(int argc, char** argv) {
       return run_filter(filter);
     }
     return run_devices(devices_mode);
-  } catch (const pcnn::input_error& e) {
-    return fail(e.what(), kExitInput, e.path(), json);
-  } catch (const pcnn::output_error& e) {
-    return fail(e.what(), kExitOutput, e.path(), json);
-  } catch (const pcnn::cuda_error& e) {
-    return fail(e.what(), kExitDevice, "", json);
-  } catch (const pcnn::out_of_memory_error& e) {  // device or host: the message has the bytes
-    return fail(e.what(), kExitDevice, "", json);
-  } catch (const pcnn::error& e) {
-    return fail(e.what(), kExitUsage, "", json);
-  } catch (const std::bad_alloc&) {
-    const std::size_t n = failed_allocation;
-    return fail(n > 0
-                    ? "out of host memory: " + std::to_string(n) + " bytes needed in one allocation"
-                    : std::string("out of host memory"),
-                kExitDevice, "", json);
-  } catch (const std::exception& e) {
-    return fail(e.what(), kExitInternal, "", json, "internal error");
+  } catch (...) {
+    const ErrorReport e = describe_error(std::current_exception());
+    return fail(e.message, e.exit_code, e.file, json, e.prefix);
   }
 }

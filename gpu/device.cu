@@ -52,6 +52,15 @@ DeviceInfo query_device(int ordinal) {
   return info;
 }
 
+int device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
 double initialize_device(int ordinal) {
   DeviceInfo info = query_device(ordinal);
   if (!info.available) throw no_device_error("no usable CUDA device: " + info.reason);

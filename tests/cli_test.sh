@@ -169,6 +169,32 @@ if "$pcnn" devices >/dev/null 2>&1; then
   expect 0 "normals" -- normals "$sample" -r 0.4 --device cuda -o "$tmp/nr_gpu.ply"
   expect 0 "normals" -- normals "$sample" -r 0.4 --device cpu -o "$tmp/nr_cpu.ply"
   cmp -s "$tmp/nr_gpu.ply" "$tmp/nr_cpu.ply" || { echo "FAIL: radius normals differ between cuda and cpu"; fails=$((fails + 1)); }
+fi
+# Spatial parts (--devices with the CPU backend: one part per entry) and tiles: the same bytes.
+expect 0 "indices written to" -- knn "$sample" -k 8 --exclude-self --device cpu -o "$tmp/one.npy" --distances "$tmp/one_d.npy"
+expect 0 "parts +3" -- knn "$sample" -k 8 --exclude-self --device cpu --devices 0,1,2 -o "$tmp/parts.npy" --distances "$tmp/parts_d.npy"
+expect 0 "tiles +4" -- knn "$sample" -k 8 --exclude-self --device cpu --tiles 4 -o "$tmp/tiles.npy" --distances "$tmp/tiles_d.npy"
+for f in parts tiles; do
+  cmp -s "$tmp/one.npy" "$tmp/$f.npy" && cmp -s "$tmp/one_d.npy" "$tmp/${f}_d.npy" || { echo "FAIL: --$f rows differ from one index"; fails=$((fails + 1)); }
+done
+expect 0 "queries forwarded" -- knn "$sample" --query "$tmp/c.pcd" -k 5 --device cpu --devices 0,1 --json
+grep -q '"per_part": \[{"index": 0, .*}, {"index": 1, ' "$tmp/out" || { echo "FAIL: --devices --json has no per_part list of 2"; fails=$((fails + 1)); }
+expect 2 "--devices: '0,x' is not" -- knn "$sample" --device cpu --devices 0,x
+# float64 coordinates no float offset keeps exactly: one (GPU) index searches them, parts refuse
+# them before any search.
+printf 'VERSION 0.7\nFIELDS x y z\nSIZE 8 8 8\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 4\nHEIGHT 1\nPOINTS 4\nDATA ascii\n0.1 0.2 0.3\n1000000.7 0.1 0.9\n3.3 1e7 0.01\n0.5 0.25 1e-9\n' >"$tmp/f64.pcd"
+expect 2 "--devices and --tiles search float32 coordinates, and .*f64.pcd has coordinates" -- knn "$tmp/f64.pcd" -k 2 --device cpu --devices 0,1 -o "$tmp/f64p.npy"
+expect 2 "float32 offsets cannot keep exactly" -- knn "$tmp/f64.pcd" -k 2 --device cpu --tiles 2 -o "$tmp/f64p.npy"
+[ ! -e "$tmp/f64p.npy" ] || { echo "FAIL: output left after a float64 refusal"; fails=$((fails + 1)); }
+if "$pcnn" devices >/dev/null 2>&1; then
+  # References larger than the device memory allowed: tiles, the same rows as the CPU.
+  expect 0 "tiles +[0-9]+" -- knn "$sample" -k 8 --exclude-self --max-device-memory 1M -o "$tmp/gtiles.npy" --distances "$tmp/gtiles_d.npy"
+  cmp -s "$tmp/one.npy" "$tmp/gtiles.npy" && cmp -s "$tmp/one_d.npy" "$tmp/gtiles_d.npy" || { echo "FAIL: GPU tiles differ from one index"; fails=$((fails + 1)); }
+  expect 0 "tiles +4" -- knn "$sample" -k 8 --exclude-self --tiles 4 -o "$tmp/gtiles4.npy"
+  expect 0 "parts +[0-9]+" -- knn "$sample" -k 8 --exclude-self --devices all -o "$tmp/gall.npy"
+  for f in gtiles4 gall; do
+    cmp -s "$tmp/one.npy" "$tmp/$f.npy" || { echo "FAIL: $f differs from one index"; fails=$((fails + 1)); }
+  done
   expect 0 "values differing by more than 1e-5 \(relative\) +0" -- smooth "$tmp/depth.pcd" -o "$tmp/g.pcd" --stencil gaussian:2:1 --depth-jump 0.1 --compare-cpu
   expect 0 "values differing by more than 1e-5 \(relative\) +0" -- smooth "$tmp/depth.pcd" -o "$tmp/g.pcd" --stencil gaussian:2:1 --compare-cpu
   expect 0 "values differing by more than 1e-5 \(relative\) +0" -- smooth "$sample" -o "$tmp/g.pcd" --taubin 0.5,-0.53 -k 10 --compare-cpu
@@ -177,7 +203,7 @@ if "$pcnn" devices >/dev/null 2>&1; then
   expect 0 "passes" -- radius "$sample" -r 0.3 --max-device-memory 24M
   # ranges streamed, each in device passes under the cap, equal the one-fill results
   radius_streams_equal cuda --max-device-memory 24M
-  expect 4 "out of device memory: .* needs .* available under the limit" -- knn "$sample" --max-device-memory 100K
+  expect 4 "out of device memory: .* needs .* available under the limit" -- knn "$sample" --max-device-memory 1K
   expect 0 "agreeing percent +100 %" -- knn "$sample" -k 8 --compare-cpu
   for staging in pageable pinned registered mapped; do
     expect 0 "staging +$staging" -- knn "$sample" -k 8 --staging $staging --compare-cpu -o "$tmp/s_$staging.npy"

@@ -44,6 +44,10 @@ for dev in "${devices[@]}"; do
   run knn 0 knn "$sample" -k 4 --device "$dev" -o "$tmp/i.npy" --distances "$tmp/d.csv"
   run knn 0 knn "$sample" --query "$tmp/c.pcd" -k 3 --device "$dev"
   run knn 0 knn "$sample" -k 2 --chunk-rows 7000 --device "$dev" -o "$tmp/s.npy"
+  parts=0,1
+  [ "$dev" = cuda ] && parts=all  # the GPUs present
+  run knn 0 knn "$sample" -k 4 --exclude-self --device "$dev" --devices "$parts" -o "$tmp/p.npy"
+  run knn 0 knn "$sample" --query "$tmp/c.pcd" -k 3 --device "$dev" --tiles 3
   run radius 0 radius "$sample" -r 0.2 --device "$dev" -o "$tmp/r"
   run radius 0 radius "$sample" -r 0.2 --exclude-self --device "$dev" -o "$tmp/r.csv"
   run radius 0 radius "$sample" -r 0.3 --max-nn 8 --device "$dev" -o "$tmp/h.npy" --counts "$tmp/hc.npy"
@@ -58,6 +62,8 @@ for dev in "${devices[@]}"; do
 done
 if [ "${#devices[@]}" -gt 1 ]; then  # the GPU with the CPU comparisons
   run knn 0 knn "$sample" -k 8 --compare-cpu --max-device-memory 1G
+  run knn 0 knn "$sample" -k 8 --max-device-memory 1M  # references over the cap: tiles by themselves
+  run knn 0 knn "$sample" -k 8 --devices all --compare-cpu
   run radius 0 radius "$sample" -r 0.3 --compare-cpu
   run radius 0 radius "$sample" -r 0.3 --max-nn 16 --exclude-self --compare-cpu
   run filter 0 filter sor "$sample" -o "$tmp/g.pcd" --compare-cpu

@@ -23,6 +23,9 @@ struct DeviceInfo {
 /// cannot be used. Does not create a context.
 DeviceInfo query_device(int ordinal = 0);
 
+/// The number of CUDA devices present (0 without a driver or a device). Never throws.
+int device_count();
+
 /// Creates the CUDA context on device `ordinal` (the one-time start-up cost, kept out of search
 /// timings) and returns the milliseconds it took. Throws pcnn::no_device_error when unusable.
 double initialize_device(int ordinal = 0);

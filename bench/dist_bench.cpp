@@ -1,0 +1,265 @@
+// pcnn_bench_dist: exact self-kNN on one GPU against every GPU (pcnn::PartitionedIndex in one
+// process, or pcnn::mpi::DistributedIndex under mpirun), the same rows byte for byte, and the
+// throughput of each.
+//
+//   pcnn_bench_dist -n 200000000 -k 8                       # one process, every GPU
+//   mpirun -np 2 pcnn_bench_dist -n 200000000 -k 8          # one rank per GPU
+//   pcnn_bench_dist -n 2000000 --device cpu --devices 0,1   # the CPU backend, two parts
+//
+// The cloud: -n uniform points in a 100 m cube (pcnn's synthetic generator, made in parallel
+// slices of fixed seeds, so every rank makes the same cloud). Timing: the median of --runs runs
+// after one untimed warm-up. One GPU: the wall clock of Index::build() plus self_knn() into host
+// memory. Every GPU: the wall clock of building every part's index at once plus the search
+// (home part, forwarded queries, exact merge) into host memory — PartitionedTimings::total_ms, or
+// under MPI the slowest rank's build + search with its exchanges (rows stay on their rank;
+// gathering them is not timed). Partitioning (Morton codes, sample, assignment, copies, the
+// parts' bounds) is reported apart. Never timed: making the cloud, CUDA context creation, the
+// comparison. Throughput: points (= queries) per second.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_util.hpp"
+#include "pcnn/distributed.hpp"
+#include "pcnn/error.hpp"
+#include "pcnn/index.hpp"
+#include "pcnn/testing/synthetic.hpp"
+#ifdef PCNN_WITH_MPI
+#include <mpi.h>
+
+#include "pcnn/mpi.hpp"
+#endif
+
+namespace {
+
+using namespace pcnn;
+using bench::Clock;
+using bench::median;
+using bench::ms_since;
+
+int rank_ = 0, ranks_ = 1;
+
+// Prints from rank 0 only.
+template <class... A>
+void say(const char* fmt, A... a) {
+  if (rank_ == 0) std::printf(fmt, a...);
+  if (rank_ == 0) std::fflush(stdout);
+}
+
+std::vector<float> make_cloud(std::int64_t n, std::uint64_t seed) {
+  const std::int64_t slice = 1 << 22;
+  const std::int64_t slices = (n + slice - 1) / slice;
+  std::vector<float> xyz(static_cast<std::size_t>(n) * 3);
+  std::vector<std::thread> pool;
+  const int threads = std::max(1u, std::thread::hardware_concurrency());
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (std::int64_t s = t; s < slices; s += threads) {
+        const std::int64_t a = s * slice, m = std::min(slice, n - a);
+        const auto part = make_synthetic_cloud(SyntheticKind::uniform, m, seed * 1000003 + s);
+        std::copy(part.begin(), part.end(), xyz.begin() + 3 * a);
+      }
+    });
+  for (auto& th : pool) th.join();
+  return xyz;
+}
+
+// The first row where `got` (rows `rows` of the full result) differs from `want`, or -1.
+std::int64_t first_difference(const KnnResult& want, const std::vector<std::int64_t>& rows,
+                              const KnnResult& got) {
+  const int k = want.k;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const std::size_t a = static_cast<std::size_t>(rows[i]) * k, b = i * k;
+    if (std::memcmp(&want.indices[a], &got.indices[b], k * sizeof(std::int32_t)) != 0 ||
+        std::memcmp(&want.sqdist[a], &got.sqdist[b], k * sizeof(float)) != 0)
+      return rows[i];
+  }
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+#ifdef PCNN_WITH_MPI
+  const bool under_mpi = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE");
+  if (under_mpi) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks_);
+  }
+#else
+  const bool under_mpi = false;
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") && std::atoi(std::getenv("OMPI_COMM_WORLD_SIZE")) > 1) {
+    std::fprintf(stderr, "pcnn_bench_dist: built without MPI; run it without mpirun\n");
+    return 2;
+  }
+#endif
+  CLI::App app{"pcnn_bench_dist: exact self-kNN, one GPU against every GPU"};
+  long long n = 10000000;
+  int k = 8, runs = 3;
+  unsigned long long seed = 1;
+  std::string device = "auto", devices = "all";
+  bool check = true;
+  app.add_option("-n", n, "points")->capture_default_str()->check(CLI::Range(1LL, 2147483647LL));
+  app.add_option("-k", k, "neighbors")->capture_default_str()->check(CLI::Range(1, kMaxK));
+  app.add_option("--runs", runs, "timed runs (median)")->capture_default_str();
+  app.add_option("--seed", seed, "cloud seed")->capture_default_str();
+  app.add_option("--device", device, "auto, cuda or cpu")->capture_default_str();
+  app.add_option("--devices", devices, "one process: all or 0,1 (CPU backend: one part each)")
+      ->capture_default_str();
+  app.add_option("--check", check, "compare the rows byte for byte")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  int code = 0;
+  try {
+    const Backend backend = rank_ == 0 ? bench::start_backend("pcnn_bench_dist", device, 0) : [&] {
+      Backend b = parse_backend(device);
+      return b == Backend::automatic ? (query_device().available ? Backend::cuda : Backend::cpu)
+                                     : b;
+    }();
+    auto t = Clock::now();
+    const std::vector<float> xyz = make_cloud(n, seed);
+    say("# cloud: %lld uniform points (100 m cube), made in %.0f ms; k = %d; %d runs\n", n,
+        ms_since(t), k, runs);
+    const PointsView view = host_points(xyz.data(), n);
+    const KnnParams params{k};
+
+    // One GPU (or the CPU backend as one index). Under MPI every rank runs it on its own device
+    // (at once, so each has the full rows to check its own against); rank 0's time is reported.
+    IndexOptions io;
+    io.backend = backend;
+    io.staging = Staging::pinned;
+#ifdef PCNN_WITH_MPI
+    if (under_mpi && backend == Backend::cuda) {
+      MPI_Comm local;
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
+      int lr = 0;
+      MPI_Comm_rank(local, &lr);
+      MPI_Comm_free(&local);
+      io.device = lr % std::max(1, device_count());
+      initialize_device(io.device);
+    }
+#endif
+    KnnResult one;
+    one.rows = n;
+    one.k = k;
+    one.indices.resize(static_cast<std::size_t>(n) * k);
+    one.sqdist.resize(one.indices.size());
+    std::vector<double> t_one;
+    {
+      Index index(io);
+      for (int r = 0; r <= runs; ++r) {
+        t = Clock::now();
+        index.build(view);
+        index.self_knn(params, {one.indices.data(), n, k}, {one.sqdist.data(), n, k});
+        if (r > 0) t_one.push_back(ms_since(t));
+      }
+    }
+    const double one_ms = median(t_one);
+    say("one device:   %10.1f ms  %8.1f M queries/s  (build + search into host memory)\n", one_ms,
+        n / one_ms / 1e3);
+
+    std::vector<double> t_all, t_part;
+    std::int64_t forwarded = 0;
+    int parts = 0;
+    std::int64_t bad = -1;
+    if (!under_mpi) {
+      PartitionedOptions po;
+      po.index = io;
+      po.devices = parse_devices(devices, backend);
+      KnnResult all;
+      for (int r = 0; r <= runs; ++r) {
+        t = Clock::now();
+        PartitionedIndex index(view, po);
+        const double built = ms_since(t);
+        all = index.self_knn(params);
+        const PartitionedTimings& tm = index.last_timings();
+        if (r > 0) {
+          t_all.push_back(tm.total_ms);
+          t_part.push_back(tm.partition_ms);
+        }
+        (void)built;
+        forwarded = tm.queries_forwarded;
+        parts = index.parts();
+        if (r == runs)
+          for (const PartStats& p : tm.parts)
+            say("  part on device %d: %lld points, %lld forwarded, %lld received, build %.1f ms, "
+                "search %.1f ms\n",
+                p.device, static_cast<long long>(p.points),
+                static_cast<long long>(p.queries_forwarded),
+                static_cast<long long>(p.queries_received), p.build_ms, p.search_ms);
+      }
+      if (check) {
+        std::vector<std::int64_t> rows(static_cast<std::size_t>(n));
+        for (std::int64_t i = 0; i < n; ++i) rows[static_cast<std::size_t>(i)] = i;
+        bad = first_difference(one, rows, all);
+      }
+    }
+#ifdef PCNN_WITH_MPI
+    else {
+      parts = ranks_;
+      mpi::RankRows mine;
+      for (int r = 0; r <= runs; ++r) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        t = Clock::now();
+        mpi::DistributedIndex index(MPI_COMM_WORLD, view, io, /*keep_device=*/true);
+        const double made = ms_since(t);
+        mine = index.self_knn(params);
+        // Build + search of this rank (its partition apart), the slowest rank's counted.
+        const double mine_ms = index.last_stats().build_ms + index.last_stats().total_ms;
+        const double mine_part = made - index.last_stats().build_ms;
+        double slowest = 0, part = 0;
+        MPI_Allreduce(&mine_ms, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        MPI_Allreduce(&mine_part, &part, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        if (r > 0) t_part.push_back(part);
+        const auto stats = index.all_stats();
+        forwarded = 0;
+        for (const auto& s : stats) forwarded += s.queries_forwarded;
+        if (r > 0) t_all.push_back(slowest);
+        if (r == runs)
+          for (const auto& s : stats)
+            say("  rank %d on device %d: %lld points, %lld forwarded, %lld received, build %.1f "
+                "ms, search %.1f ms, exchange %.1f ms\n",
+                s.rank, s.device, static_cast<long long>(s.points),
+                static_cast<long long>(s.queries_forwarded),
+                static_cast<long long>(s.queries_received), s.build_ms, s.search_ms, s.exchange_ms);
+      }
+      if (check) {
+        long long mine_bad = first_difference(one, mine.rows, mine.result), first = -1;
+        if (mine_bad < 0) mine_bad = LLONG_MAX;
+        MPI_Allreduce(&mine_bad, &first, 1, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
+        bad = first == LLONG_MAX ? -1 : first;
+      }
+    }
+#endif
+    const double all_ms = median(t_all);
+    say("%s %2d parts: %10.1f ms  %8.1f M queries/s  (build + search%s; partition %.1f ms apart)\n",
+        under_mpi ? "mpi ranks," : "devices,  ", parts, all_ms, n / all_ms / 1e3,
+        under_mpi ? " with the exchanges, slowest rank" : "", median(t_part));
+    say("speedup:      %10.2f x   queries forwarded: %lld (%.3f %%)\n", one_ms / all_ms,
+        static_cast<long long>(forwarded), 100.0 * double(forwarded) / double(n));
+    if (check) {
+      say("rows identical: %s", bad < 0 ? "yes (indices and distances, byte for byte)\n" : "NO");
+      if (bad >= 0) say(" (first difference at row %lld)\n", static_cast<long long>(bad));
+      if (bad >= 0) code = 6;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pcnn_bench_dist (rank %d): %s\n", rank_, e.what());
+    code = 1;
+  }
+#ifdef PCNN_WITH_MPI
+  if (under_mpi) {
+    if (code != 0) MPI_Abort(MPI_COMM_WORLD, code);
+    MPI_Finalize();
+  }
+#endif
+  return code;
+}

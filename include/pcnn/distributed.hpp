@@ -1,0 +1,160 @@
+// pcnn — one cloud split into spatial parts, each with its own index: several GPUs of one process,
+// a reference cloud larger than one device (parts searched one after the other as tiles), and the
+// building blocks the MPI layer (pcnn/mpi.hpp) uses across ranks.
+//
+//   pcnn::PartitionedOptions o;
+//   o.devices = {0, 1};                                  // one part per GPU, searched at once
+//   pcnn::PartitionedIndex index(pcnn::host_points(xyz.data(), n), o);
+//   pcnn::KnnResult r = index.self_knn({8});             // byte-identical to pcnn::Index's rows
+//
+// How the result stays exact: each query is searched first in its home part (the part its
+// Morton code falls in). Every other part whose bounding box may hold a point at or below the
+// query's k-th distance (or any part, while the row has fewer than k neighbors) searches the
+// query too. Parts keep their points in ascending global order, so a part's own tie-break (the
+// smaller local index) is the global one, and the union of the parts' k-lists holds the global
+// k-list. The lists are merged on the exact double squared distances recomputed from the
+// coordinates as stored (ties to the smaller global index) — the index's float distances are
+// rounded and never decide an order — and the float reported is that double rounded, as every
+// pcnn search reports it.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pcnn/index.hpp"
+#include "pcnn/knn.hpp"
+#include "pcnn/points.hpp"
+
+namespace pcnn {
+
+/// An axis-aligned box of float coordinates (as doubles); `empty` when it holds no finite point.
+struct Box {
+  std::array<double, 3> lo{0, 0, 0}, hi{0, 0, 0};
+  bool empty = true;
+};
+
+/// A lower bound of the squared distance from `q` to any point inside `box`: the contract's
+/// formula, ((gx*gx + gy*gy) + gz*gz) in double, on the gaps to the box's faces. Correctly rounded
+/// subtraction, multiplication and addition are monotone, so this never exceeds the distance
+/// pcnn computes for any point of the box (it can only under-estimate). +infinity for an empty
+/// box.
+double box_sqdist(const Box& box, const float* q);
+
+/// Spatial parts of a cloud: Morton codes (21 bits per axis over the bounding box of the finite
+/// points) ordered with the point index as a second key, cut at quantiles of a deterministic
+/// sample (every (n / sample)-th finite point), so that the parts hold about equally many points
+/// — duplicates included, which may then lie on both sides of a cut. The same points give the
+/// same partitioning on every machine and rank.
+class Partitioning {
+ public:
+  Partitioning() = default;
+  /// Cuts `points` (host memory, float32: a float64 view throws) into `parts` (>= 1) parts from a
+  /// sample of at most `sample` points (0: 65,536). @throws pcnn::invalid_argument_error
+  Partitioning(PointsView points, int parts, std::int64_t sample = 0);
+
+  int parts() const { return parts_; }
+  /// The part of point `index` with coordinates `p`. Non-finite points go to part
+  /// index % parts (they are never neighbors; their rows are empty).
+  int part_of(const float* p, std::int64_t index) const;
+  /// The home part of a query point (not one of the partitioned points): its Morton code alone.
+  int home_of(const float* q) const;
+  /// The indices of `points` in each part, ascending.
+  std::vector<std::vector<std::int32_t>> assign(PointsView points) const;
+  /// The 63-bit Morton code of `p` over the partitioned points' box (clamped to it).
+  std::uint64_t morton_code(const float* p) const;
+
+ private:
+  int parts_ = 1;
+  std::array<double, 3> lo_{0, 0, 0}, scale_{0, 0, 0};
+  std::vector<std::uint64_t>
+      cut_code_;  // parts - 1 cuts: part p starts at (code, index) of cut p-1
+  std::vector<std::int64_t> cut_index_;
+};
+
+/// The bounding box of the finite points among `ids` of `points`.
+Box bounding_box(PointsView points, const std::vector<std::int32_t>& ids);
+
+struct PartitionedOptions {
+  /// What each part's index runs on (backend, staging, memory, threads; `device` is replaced by
+  /// the part's device).
+  IndexOptions index;
+  /// CUDA: one part per device ordinal, searched at once, each from its own thread. CPU backend:
+  /// one part per entry (the ordinals are not used). Empty: one part on `index.device`.
+  std::vector<int> devices;
+  /// > 0: this many parts (tiles), searched one after the other on the device(s), each index
+  /// built when needed and freed after: a reference cloud larger than one device's memory.
+  /// 0: one part per device.
+  int tiles = 0;
+  /// CUDA: device memory each device may use, bytes (0: no cap); a pool per device, shared by
+  /// the tiles on it. Ignored when `index.memory` is given (then one device only).
+  std::int64_t max_device_memory = 0;
+  std::int64_t sample = 0;  ///< partitioning sample (0: 65,536)
+};
+
+/// What one part did in the last search.
+struct PartStats {
+  int device = 0;                      ///< the device ordinal (CUDA) or the part's number (CPU)
+  std::int64_t points = 0;             ///< points of the part
+  std::int64_t home_queries = 0;       ///< queries whose home is this part
+  std::int64_t queries_forwarded = 0;  ///< of those, sent to at least one other part
+  std::int64_t queries_received = 0;   ///< queries of other parts this part searched
+  double build_ms = 0, search_ms = 0;  ///< wall clock of its builds and searches
+};
+
+/// Where the time of the last search went (wall clock, milliseconds).
+struct PartitionedTimings {
+  double partition_ms = 0;  ///< Morton codes, sample, assignment (at construction)
+  double build_ms = 0;      ///< the parts' indexes (the slowest part; tiles: the sum)
+  double home_ms = 0;       ///< every query in its home part
+  double boundary_ms = 0;   ///< forwarded queries searched in other parts, and the merge
+  double total_ms = 0;      ///< build + search
+  std::int64_t queries_forwarded = 0;
+  std::vector<PartStats> parts;
+};
+
+/// A cloud split into spatial parts, each with its own pcnn::Index; kNN results byte-identical
+/// to one pcnn::Index over the whole cloud. Host points in, host results out. Move-only.
+class PartitionedIndex {
+ public:
+  /// Partitions `points` (host memory, float32; copied) and, unless tiled, builds every part's
+  /// index. Float64 views (PointsView::data64) are not supported: parts partition, merge and
+  /// search float32 coordinates (search float64 with one pcnn::Index).
+  /// @throws as pcnn::Index, and pcnn::invalid_argument_error for a device or float64 view or bad
+  /// options.
+  PartitionedIndex(PointsView points, PartitionedOptions options);
+  ~PartitionedIndex();
+  PartitionedIndex(PartitionedIndex&&) noexcept;
+  PartitionedIndex& operator=(PartitionedIndex&&) noexcept;
+  PartitionedIndex(const PartitionedIndex&) = delete;
+  PartitionedIndex& operator=(const PartitionedIndex&) = delete;
+
+  std::int64_t size() const;
+  int parts() const;
+  const Partitioning& partitioning() const;
+
+  /// kNN of every indexed point (params.exclude_self allowed), rows × k into host memory.
+  void self_knn(const KnnParams& params, MatrixView<std::int32_t> indices,
+                MatrixView<float> sqdist);
+  KnnResult self_knn(const KnnParams& params);
+  /// kNN of separate queries (host memory, float32; a float64 view throws
+  /// pcnn::invalid_argument_error).
+  void knn(PointsView queries, const KnnParams& params, MatrixView<std::int32_t> indices,
+           MatrixView<float> sqdist);
+  KnnResult knn(PointsView queries, const KnnParams& params);
+
+  const PartitionedTimings& last_timings() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Parses a device list: "all" (every CUDA device; with the CPU backend, "all" is one part),
+/// or comma-separated ordinals "0,1". @throws pcnn::invalid_argument_error
+std::vector<int> parse_devices(const std::string& list, Backend backend);
+
+}  // namespace pcnn

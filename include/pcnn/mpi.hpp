@@ -1,0 +1,95 @@
+// pcnn — a distributed index over an MPI communicator (component `mpi`, built where MPI is found):
+// one spatial part of the cloud per rank, queries exchanged with MPI_Alltoallv, kNN rows
+// byte-identical to one pcnn::Index over the whole cloud (see pcnn/distributed.hpp for why).
+//
+//   pcnn::mpi::DistributedIndex index(MPI_COMM_WORLD, pcnn::host_points(xyz.data(), n));
+//   pcnn::mpi::RankRows mine = index.self_knn({8});     // this rank's rows
+//   pcnn::KnnResult all = index.gather(mine);            // every row, on rank 0
+//
+// Every call is collective: every rank of the communicator makes it, with the same arguments.
+// When one rank fails (bad view, out of memory...), every rank throws: that rank its own error,
+// the others pcnn::error saying which rank failed — no rank is left waiting in a collective.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pcnn/distributed.hpp"
+#include "pcnn/error.hpp"
+#include "pcnn/index.hpp"
+#include "pcnn/knn.hpp"
+#include "pcnn/points.hpp"
+
+namespace pcnn::mpi {
+
+/// What every other rank throws when one rank of a collective call failed.
+class peer_failure : public error {
+ public:
+  peer_failure(const std::string& what, int rank) : error(what), rank_(rank) {}
+  int rank() const { return rank_; }  ///< the first rank that failed
+
+ private:
+  int rank_;
+};
+
+/// This rank's share of a search: the global rows it answered (ascending) and those rows.
+struct RankRows {
+  std::vector<std::int64_t> rows;
+  KnnResult result;  ///< rows.size() × k, global indices
+};
+
+/// What one rank did in the last search (wall clock, milliseconds).
+struct RankStats {
+  int rank = 0;
+  int device = -1;                     ///< CUDA device ordinal, -1 on the CPU backend
+  std::int64_t points = 0;             ///< points of its part
+  std::int64_t home_queries = 0;       ///< queries whose home is its part
+  std::int64_t queries_forwarded = 0;  ///< of those, sent to at least one other rank
+  std::int64_t queries_received = 0;   ///< other ranks' queries it searched
+  double build_ms = 0, search_ms = 0;  ///< its index: build (at construction) and searches
+  double exchange_ms = 0;              ///< the all-to-all exchanges
+  double total_ms = 0;                 ///< the whole search call
+};
+
+class DistributedIndex {
+ public:
+  /// Collective. Every rank passes the same whole cloud `points` (host memory); each keeps and
+  /// indexes its own part (Partitioning over the communicator's size). With the CUDA backend,
+  /// `options.device` is replaced by the rank's position among the ranks of its host modulo the
+  /// devices there, unless `keep_device`. Float32 points only: a float64 view (and float64
+  /// queries) throw pcnn::invalid_argument_error on every rank.
+  DistributedIndex(MPI_Comm comm, PointsView points, IndexOptions options = {},
+                   bool keep_device = false);
+  ~DistributedIndex();
+  DistributedIndex(DistributedIndex&&) noexcept;
+  DistributedIndex& operator=(DistributedIndex&&) noexcept;
+  DistributedIndex(const DistributedIndex&) = delete;
+  DistributedIndex& operator=(const DistributedIndex&) = delete;
+
+  int rank() const;
+  int ranks() const;
+  std::int64_t size() const;  ///< points of the whole cloud
+
+  /// Collective: the kNN of the points this rank's part holds (exclude_self allowed).
+  RankRows self_knn(const KnnParams& params);
+  /// Collective: every rank passes the same whole query set; each answers the queries whose
+  /// home is its part.
+  RankRows knn(PointsView queries, const KnnParams& params);
+  /// Collective: every rank's rows, in order, on `root` (an empty result elsewhere).
+  /// `rows` is the total row count (the cloud's, or the query set's).
+  KnnResult gather(const RankRows& mine, std::int64_t rows, int root = 0);
+  /// Collective: every rank's stats of the last search, on every rank.
+  std::vector<RankStats> all_stats() const;
+  const RankStats& last_stats() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pcnn::mpi
