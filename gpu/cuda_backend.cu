@@ -741,7 +741,7 @@ class CudaBackend final : public Index::Backend_ {
     ex.refs = {exact_view_.data, exact_view_.data64, exact_view_.stride};
     ex.queries =
         sq.given ? detail::ExactCoords{sq.exact.data, sq.exact.data64, sq.exact.stride} : ex.refs;
-    ex.err.scale2 = std::ldexp(1.0, 2 * scale_exp_);
+    ex.err.scale_exp = scale_exp_;
     ex.err.perturbation = std::max(refs_perturbation_, sq.filter.perturbation);
     return ex;
   }

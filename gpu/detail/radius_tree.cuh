@@ -102,8 +102,8 @@ __device__ __forceinline__ unsigned long long radius_walk(const TreeView& t, flo
       if (!__any_sync(kFullMask, near)) continue;
       const int i = (pending_first + j) * kCell + lane;
       __syncwarp();
-      stage[lane] = i < t.n ? t.points[i]
-                            : make_float4(INFINITY, INFINITY, INFINITY, __int_as_float(INT_MAX));
+      // Past the last point: NaN, which no limit admits (an infinite reach admits +inf).
+      stage[lane] = i < t.n ? t.points[i] : make_float4(NAN, NAN, NAN, __int_as_float(INT_MAX));
       __syncwarp();
       if (near) {
         evals += kCell;
