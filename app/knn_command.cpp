@@ -476,6 +476,7 @@ int run_knn_parts(const KnnCommand& cmd, OutputSet& outputs, const Inputs& in, R
   if (!cmd.devices.empty()) po.devices = parse_devices(cmd.devices, po.index.backend);
   po.tiles = tiles;
   po.max_device_memory = cmd.max_device_memory;
+  po.layout = tiles > 0 ? Layout::spatial : parse_layout(cmd.layout);
   Report s;
   if (po.index.backend == Backend::cuda) {
     double startup = 0;
@@ -505,6 +506,7 @@ int run_knn_parts(const KnnCommand& cmd, OutputSet& outputs, const Inputs& in, R
   }
   const PartitionedTimings& t = index->last_timings();
   s.add(tiles > 0 ? "tiles" : "parts", index->parts());
+  if (tiles == 0) s.add("layout", index->replicated() ? "replicated" : "spatial");
   s.add("partition", t.partition_ms, "ms");
   s.add("build index", t.build_ms, "ms");
   s.add("home search", t.home_ms, "ms");
@@ -512,7 +514,10 @@ int run_knn_parts(const KnnCommand& cmd, OutputSet& outputs, const Inputs& in, R
   s.add("queries forwarded", static_cast<double>(t.queries_forwarded));
   s.add("total", t.total_ms, "ms");
   s.add_note("", tiles > 0 ? "wall clock; total: build and search of every tile, partition apart"
-                           : "wall clock; total: build and search, parts at once, partition apart");
+                 : index->replicated()
+                     ? "wall clock; total: build and search, every device at once on its share of "
+                       "the rows (home search: the search)"
+                     : "wall clock; total: build and search, parts at once, partition apart");
   std::vector<std::pair<std::string, Report>> items;
   std::vector<std::string> lines(t.parts.size());
   const char* name = tiles > 0 ? "tile" : "part";
@@ -531,6 +536,8 @@ int run_knn(const KnnCommand& cmd) {
   const KnnParams params{cmd.k, cmd.exclude_self};
   validate_before_loading(cmd, cmd.k);
   if (!cmd.devices.empty()) parse_devices(cmd.devices, Backend::cpu);  // its syntax, before loading
+  if (cmd.layout != "auto" && cmd.devices.empty())
+    throw error("--layout applies to --devices (how several devices share the cloud)");
   OutputSet outputs = plan_outputs(cmd, OutputKind::array);
   const Inputs in = load_inputs(cmd);
   validate_knn_args(in.pcl_ref_view(), in.pcl_qv(),

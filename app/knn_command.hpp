@@ -31,8 +31,9 @@ struct SearchOptions {
 
 struct KnnCommand : SearchOptions {
   int k = 8;
-  std::string devices;  // "all" or "0,1": one spatial part per device, searched at once
-  int tiles = 0;        // > 0: the references in this many parts, one after the other
+  std::string devices;          // "all" or "0,1": one spatial part per device, searched at once
+  std::string layout = "auto";  // --devices: spatial parts or replicas of the whole cloud
+  int tiles = 0;                // > 0: the references in this many parts, one after the other
 };
 
 struct RadiusCommand : SearchOptions {

@@ -240,6 +240,12 @@ int main(int argc, char** argv) {
                       "all or 0,1: the references in one spatial part per GPU, searched at once "
                       "(with --device cpu: one part per entry); the same rows as one device");
   knn_cmd
+      ->add_option("--layout", knn.layout,
+                   "with --devices: spatial (one spatial part per GPU: clouds larger than one "
+                   "GPU), replicated (every GPU indexes the whole cloud and searches its share "
+                   "of the rows) or auto (replicated on GPUs unless --max-device-memory)")
+      ->check(CLI::IsMember({"auto", "spatial", "replicated"}));
+  knn_cmd
       ->add_option("--tiles", knn.tiles,
                    "the references in this many spatial parts searched one after the other "
                    "through the device (automatic when they exceed --max-device-memory)")

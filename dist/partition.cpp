@@ -230,13 +230,12 @@ void Part::take(const Partitioning& partitioning, PointsView points,
 
 void Part::build(const IndexOptions& options) {
   if (built) return;
-  index = Index(options);
-  index.build(host_points(xyz.data(), size()));
+  index.emplace(host_points(xyz.data(), size()), options);
   built = true;
 }
 
 void Part::release() {
-  index = Index(index.options());  // an empty index holds no points
+  index.reset();
   built = false;
 }
 
@@ -284,9 +283,9 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
     knn_global_cuda(part, q, m, params, threads, out.idx.data(), out.d.data());
   } else if (m > 0) {
     if (q)
-      part.index.knn(host_points(q, m), params, iv, dv);
+      part.index->knn(host_points(q, m), params, iv, dv);
     else
-      part.index.self_knn(params, iv, dv);
+      part.index->self_knn(params, iv, dv);
     parallel_for(m * k, threads, [&](std::int64_t a, std::int64_t e) {
       to_global(part, out.idx.data() + a, e - a);
     });
@@ -347,7 +346,7 @@ void answer(Part& part, const float* q, std::int64_t m, int k, const IndexOption
   t = std::chrono::steady_clock::now();
   std::vector<std::int32_t> local(out.idx.size());
   std::vector<float> d(out.idx.size());
-  part.index.knn(host_points(q, m), KnnParams{k}, {local.data(), m, k}, {d.data(), m, k});
+  part.index->knn(host_points(q, m), KnnParams{k}, {local.data(), m, k}, {d.data(), m, k});
   search_ms += ms_since(t);
   std::vector<Candidate> c;
   for (std::int64_t i = 0; i < m; ++i) {

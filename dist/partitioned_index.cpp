@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -33,16 +34,94 @@ struct PartitionedIndex::Impl {
   bool sequential = false;       // tiles
   int threads_per_part = 1;
   PartitionedTimings timings;
+  std::vector<Index> replicas;  // the replicated layout: one whole index per device
 
   void search(const PointsView* queries, const KnnParams& params, MatrixView<std::int32_t> out_idx,
               MatrixView<float> out_d);
+  void build_replicas(PointsView points);
+  void search_replicas(const PointsView* queries, const KnnParams& params,
+                       MatrixView<std::int32_t> out_idx, MatrixView<float> out_d);
 };
+
+namespace {
+
+// Replicas where they help: CUDA devices, untiled, no cap (a cloud too large for one device is
+// what the spatial layout and tiles are for), and more than one device.
+bool use_replicas(const PartitionedOptions& o, Backend backend) {
+  if (o.layout == Layout::spatial) return false;
+  const bool possible = backend == Backend::cuda && o.tiles == 0;
+  if (o.layout == Layout::replicated) {
+    PCNN_EXPECTS(possible, "the replicated layout needs CUDA devices and no tiles");
+    return true;
+  }
+  return possible && o.max_device_memory == 0 && !o.index.memory && o.devices.size() > 1;
+}
+
+}  // namespace
+
+void PartitionedIndex::Impl::build_replicas(PointsView points) {
+  const int nd = static_cast<int>(options.devices.size());
+  replicas.resize(static_cast<std::size_t>(nd));
+  built_ms.assign(static_cast<std::size_t>(nd), 0.0);
+  dist::for_each(nd, true, [&](int d) {
+    IndexOptions o = options.index;
+    o.device = options.devices[static_cast<std::size_t>(d)];
+    if (!o.memory && options.max_device_memory > 0)
+      o.memory = make_limited_pool_resource(options.max_device_memory, o.device);
+    const auto t = clock_type::now();
+    replicas[d] = Index(points, o);
+    built_ms[d] = ms_since(t);
+  });
+  timings.replicated = true;
+}
+
+// Each device's replica searches a contiguous share of the rows straight into its rows of the
+// outputs, which are page-locked once for every device; the rows are those of one index.
+void PartitionedIndex::Impl::search_replicas(const PointsView* queries, const KnnParams& params,
+                                             MatrixView<std::int32_t> out_idx,
+                                             MatrixView<float> out_d) {
+  const int nd = static_cast<int>(replicas.size());
+  const int k = params.k;
+  const std::int64_t rows = out_idx.rows;
+  const auto t_start = clock_type::now();
+  timings = PartitionedTimings();
+  timings.replicated = true;
+  timings.parts.resize(static_cast<std::size_t>(nd));
+  const std::size_t out_bytes = static_cast<std::size_t>(rows) * k * 4;
+  const dist::PortableLock lock_idx(out_idx.data, out_bytes), lock_d(out_d.data, out_bytes);
+  std::optional<dist::PortableLock> lock_q;
+  if (queries && queries->count > 0)
+    lock_q.emplace(queries->address(),
+                   static_cast<std::size_t>((queries->count - 1) * queries->stride + 3) *
+                       queries->scalar_bytes());
+  dist::for_each(nd, true, [&](int d) {
+    const std::int64_t a = rows * d / nd, b = rows * (d + 1) / nd;
+    PartStats& st = timings.parts[static_cast<std::size_t>(d)];
+    st.device = options.devices[static_cast<std::size_t>(d)];
+    st.points = replicas[d].size();
+    st.home_queries = b - a;
+    st.build_ms = built_ms[static_cast<std::size_t>(d)];
+    const auto t = clock_type::now();
+    const MatrixView<std::int32_t> iv{out_idx.data + a * k, b - a, k, out_idx.memory};
+    const MatrixView<float> dv{out_d.data + a * k, b - a, k, out_d.memory};
+    if (b > a) {
+      if (queries)
+        replicas[d].knn(queries->slice(a, b - a), params, iv, dv);
+      else
+        replicas[d].self_knn_rows(a, params, iv, dv);
+    }
+    st.search_ms = ms_since(t);
+  });
+  for (const PartStats& st : timings.parts)
+    timings.build_ms = std::max(timings.build_ms, st.build_ms);
+  timings.home_ms = ms_since(t_start);
+  timings.total_ms = timings.home_ms + timings.build_ms;
+}
 
 PartitionedIndex::PartitionedIndex(PointsView points, PartitionedOptions options)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   PCNN_EXPECTS(points.memory == Memory::host, "a partitioned index takes points in host memory");
-  dist::require_float32(points, "references");
   PCNN_EXPECTS(points.count >= 0 && points.count <= INT32_MAX,
                "references: between 0 and 2^31-1 points");
   PCNN_EXPECTS(points.count == 0 || points.data != nullptr, "references: null data");
@@ -60,6 +139,11 @@ PartitionedIndex::PartitionedIndex(PointsView points, PartitionedOptions options
                "one memory resource cannot serve several devices (give max_device_memory)");
   m.options = options;
   m.n = points.count;
+  if (use_replicas(options, backend)) {
+    m.build_replicas(points);
+    return;
+  }
+  dist::require_float32(points, "references");
   m.sequential = options.tiles > 0;
   const int nparts = m.sequential ? options.tiles : static_cast<int>(options.devices.size());
   const auto t0 = clock_type::now();
@@ -104,7 +188,10 @@ PartitionedIndex::PartitionedIndex(PartitionedIndex&&) noexcept = default;
 PartitionedIndex& PartitionedIndex::operator=(PartitionedIndex&&) noexcept = default;
 
 std::int64_t PartitionedIndex::size() const { return impl_->n; }
-int PartitionedIndex::parts() const { return static_cast<int>(impl_->parts.size()); }
+int PartitionedIndex::parts() const {
+  return static_cast<int>(impl_->replicas.empty() ? impl_->parts.size() : impl_->replicas.size());
+}
+bool PartitionedIndex::replicated() const { return !impl_->replicas.empty(); }
 const Partitioning& PartitionedIndex::partitioning() const { return impl_->partitioning; }
 const PartitionedTimings& PartitionedIndex::last_timings() const { return impl_->timings; }
 
@@ -119,7 +206,7 @@ void PartitionedIndex::Impl::search(const PointsView* queries, const KnnParams& 
   const std::int64_t rows = queries ? queries->count : n;
   if (queries) {
     PCNN_EXPECTS(queries->memory == Memory::host, "queries must be in host memory");
-    dist::require_float32(*queries, "queries");
+    if (replicas.empty()) dist::require_float32(*queries, "queries");
     PCNN_EXPECTS(queries->count >= 0 && queries->count <= INT32_MAX &&
                      (queries->count == 0 || queries->data) && queries->stride >= 3,
                  "queries: invalid view");
@@ -129,6 +216,7 @@ void PartitionedIndex::Impl::search(const PointsView* queries, const KnnParams& 
   PCNN_EXPECTS(out_idx.rows == rows && out_idx.cols == k && out_d.rows == rows && out_d.cols == k &&
                    (rows == 0 || (out_idx.data && out_d.data)),
                "outputs must be " + std::to_string(rows) + " x " + std::to_string(k));
+  if (!replicas.empty()) return search_replicas(queries, params, out_idx, out_d);
   const auto t_start = clock_type::now();
   PartitionedTimings& tm = timings;
   const double partition_ms = tm.partition_ms;
@@ -254,6 +342,13 @@ KnnResult PartitionedIndex::knn(PointsView queries, const KnnParams& params) {
   r.sqdist.resize(r.indices.size());
   knn(queries, params, {r.indices.data(), r.rows, r.k}, {r.sqdist.data(), r.rows, r.k});
   return r;
+}
+
+Layout parse_layout(const std::string& name) {
+  if (name == "auto") return Layout::automatic;
+  if (name == "spatial") return Layout::spatial;
+  if (name == "replicated") return Layout::replicated;
+  throw invalid_argument_error("--layout: '" + name + "' is not auto, spatial or replicated");
 }
 
 std::vector<int> parse_devices(const std::string& list, Backend backend) {

@@ -96,7 +96,9 @@ radius_streams_equal cpu
 expect 0 "wrote 5,000 points" -- generate uniform -n 5000 -o "$tmp/u5k.pcd"
 expect 0 "neighbors found +25,000,000" -- radius "$tmp/u5k.pcd" -r 1e6 --device cpu -o "$tmp/all_held"
 if [ "$asan" -eq 0 ]; then
-  (ulimit -v 400000 && "$pcnn" radius "$tmp/u5k.pcd" -r 1e6 --device cpu -o "$tmp/all_streamed" >"$tmp/out" 2>"$tmp/err")
+  # One malloc arena, and 8 MB of stack per CPU-backend thread on top of 400 MB: glibc reserves
+  # 64 MB of address space per thread's arena, which on a 16-core host is more than the limit.
+  (ulimit -v $((400000 + $(nproc) * 8192)) && MALLOC_ARENA_MAX=1 "$pcnn" radius "$tmp/u5k.pcd" -r 1e6 --device cpu -o "$tmp/all_streamed" >"$tmp/out" 2>"$tmp/err")
   grep -q "streamed to the outputs range by range" "$tmp/err" || { echo "FAIL: not streamed under ulimit -v"; cat "$tmp/err"; fails=$((fails + 1)); }
   for f in offsets indices sqdist; do same_files "$tmp/all_held.$f.npy" "$tmp/all_streamed.$f.npy" "streamed under ulimit -v"; done
 fi
@@ -180,6 +182,8 @@ done
 expect 0 "queries forwarded" -- knn "$sample" --query "$tmp/c.pcd" -k 5 --device cpu --devices 0,1 --json
 grep -q '"per_part": \[{"index": 0, .*}, {"index": 1, ' "$tmp/out" || { echo "FAIL: --devices --json has no per_part list of 2"; fails=$((fails + 1)); }
 expect 2 "--devices: '0,x' is not" -- knn "$sample" --device cpu --devices 0,x
+expect 2 "the replicated layout needs CUDA devices" -- knn "$sample" -k 2 --device cpu --devices 0,1 --layout replicated
+expect 2 "--layout applies to --devices" -- knn "$sample" -k 2 --layout spatial
 # float64 coordinates no float offset keeps exactly: one (GPU) index searches them, parts refuse
 # them before any search.
 printf 'VERSION 0.7\nFIELDS x y z\nSIZE 8 8 8\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 4\nHEIGHT 1\nPOINTS 4\nDATA ascii\n0.1 0.2 0.3\n1000000.7 0.1 0.9\n3.3 1e7 0.01\n0.5 0.25 1e-9\n' >"$tmp/f64.pcd"
@@ -191,8 +195,9 @@ if "$pcnn" devices >/dev/null 2>&1; then
   expect 0 "tiles +[0-9]+" -- knn "$sample" -k 8 --exclude-self --max-device-memory 1M -o "$tmp/gtiles.npy" --distances "$tmp/gtiles_d.npy"
   cmp -s "$tmp/one.npy" "$tmp/gtiles.npy" && cmp -s "$tmp/one_d.npy" "$tmp/gtiles_d.npy" || { echo "FAIL: GPU tiles differ from one index"; fails=$((fails + 1)); }
   expect 0 "tiles +4" -- knn "$sample" -k 8 --exclude-self --tiles 4 -o "$tmp/gtiles4.npy"
-  expect 0 "parts +[0-9]+" -- knn "$sample" -k 8 --exclude-self --devices all -o "$tmp/gall.npy"
-  for f in gtiles4 gall; do
+  expect 0 "layout +replicated" -- knn "$sample" -k 8 --exclude-self --devices all --layout replicated -o "$tmp/gall.npy"
+  expect 0 "layout +spatial" -- knn "$sample" -k 8 --exclude-self --devices all --layout spatial -o "$tmp/gspatial.npy"
+  for f in gtiles4 gall gspatial; do
     cmp -s "$tmp/one.npy" "$tmp/$f.npy" || { echo "FAIL: $f differs from one index"; fails=$((fails + 1)); }
   done
   expect 0 "values differing by more than 1e-5 \(relative\) +0" -- smooth "$tmp/depth.pcd" -o "$tmp/g.pcd" --stencil gaussian:2:1 --depth-jump 0.1 --compare-cpu

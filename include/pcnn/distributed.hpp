@@ -77,6 +77,14 @@ class Partitioning {
 /// The bounding box of the finite points among `ids` of `points`.
 Box bounding_box(PointsView points, const std::vector<std::int32_t>& ids);
 
+/// How several devices share one cloud.
+enum class Layout {
+  automatic,   ///< replicated on CUDA devices when untiled and uncapped, else spatial
+  spatial,     ///< spatial parts, one per device: clouds larger than one device
+  replicated,  ///< every device indexes the whole cloud and searches a contiguous share of the
+               ///< rows: no boundary traffic, no merge (the cloud must fit every device)
+};
+
 struct PartitionedOptions {
   /// What each part's index runs on (backend, staging, memory, threads; `device` is replaced by
   /// the part's device).
@@ -92,6 +100,8 @@ struct PartitionedOptions {
   /// the tiles on it. Ignored when `index.memory` is given (then one device only).
   std::int64_t max_device_memory = 0;
   std::int64_t sample = 0;  ///< partitioning sample (0: 65,536)
+  /// Spatial parts or replicas (see Layout); tiles are always spatial.
+  Layout layout = Layout::automatic;
 };
 
 /// What one part did in the last search.
@@ -112,6 +122,7 @@ struct PartitionedTimings {
   double boundary_ms = 0;   ///< forwarded queries searched in other parts, and the merge
   double total_ms = 0;      ///< build + search
   std::int64_t queries_forwarded = 0;
+  bool replicated = false;  ///< the layout in use: replicas (true) or spatial parts
   std::vector<PartStats> parts;
 };
 
@@ -132,7 +143,8 @@ class PartitionedIndex {
   PartitionedIndex& operator=(const PartitionedIndex&) = delete;
 
   std::int64_t size() const;
-  int parts() const;
+  int parts() const;        ///< spatial parts, or replicas
+  bool replicated() const;  ///< the layout chosen: replicas of the whole cloud
   const Partitioning& partitioning() const;
 
   /// kNN of every indexed point (params.exclude_self allowed), rows × k into host memory.
@@ -152,6 +164,9 @@ class PartitionedIndex {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+/// Parses a layout: "auto", "spatial" or "replicated". @throws pcnn::invalid_argument_error
+Layout parse_layout(const std::string& name);
 
 /// Parses a device list: "all" (every CUDA device; with the CPU backend, "all" is one part),
 /// or comma-separated ordinals "0,1". @throws pcnn::invalid_argument_error
