@@ -63,7 +63,10 @@ void PartitionedIndex::Impl::build_replicas(PointsView points) {
   const int nd = static_cast<int>(options.devices.size());
   replicas.resize(static_cast<std::size_t>(nd));
   built_ms.assign(static_cast<std::size_t>(nd), 0.0);
-  dist::for_each(nd, true, [&](int d) {
+  // One after the other: indexes built at once from several threads on one device hung in the
+  // driver (H100, driver 580: Replicated.SelfRowsOfALatticeEqualTheWholeSearchCuda with
+  // PCNN_VARIANT=1); searching at once from several threads does not.
+  dist::for_each(nd, false, [&](int d) {
     IndexOptions o = options.index;
     o.device = options.devices[static_cast<std::size_t>(d)];
     if (!o.memory && options.max_device_memory > 0)
@@ -113,7 +116,7 @@ void PartitionedIndex::Impl::search_replicas(const PointsView* queries, const Kn
     st.search_ms = ms_since(t);
   });
   for (const PartStats& st : timings.parts)
-    timings.build_ms = std::max(timings.build_ms, st.build_ms);
+    timings.build_ms += st.build_ms;  // built one after the other
   timings.home_ms = ms_since(t_start);
   timings.total_ms = timings.home_ms + timings.build_ms;
 }
@@ -124,7 +127,7 @@ PartitionedIndex::PartitionedIndex(PointsView points, PartitionedOptions options
   PCNN_EXPECTS(points.memory == Memory::host, "a partitioned index takes points in host memory");
   PCNN_EXPECTS(points.count >= 0 && points.count <= INT32_MAX,
                "references: between 0 and 2^31-1 points");
-  PCNN_EXPECTS(points.count == 0 || points.data != nullptr, "references: null data");
+  PCNN_EXPECTS(points.count == 0 || points.address() != nullptr, "references: null data");
   PCNN_EXPECTS(points.stride >= 3, "references: stride must be at least 3 floats");
   PCNN_EXPECTS(options.tiles >= 0 && options.tiles <= 4096, "tiles must be between 0 and 4096");
   Backend backend = options.index.backend;
@@ -175,8 +178,8 @@ PartitionedIndex::PartitionedIndex(PointsView points, PartitionedOptions options
     m.part_options.push_back(o);
   }
   m.built_ms.assign(static_cast<std::size_t>(nparts), 0.0);
-  if (!m.sequential)
-    dist::for_each(nparts, true, [&](int p) {
+  if (!m.sequential)  // CUDA indexes one after the other, as for replicas
+    dist::for_each(nparts, backend != Backend::cuda, [&](int p) {
       const auto t = clock_type::now();
       m.parts[p].build(m.part_options[p]);
       m.built_ms[p] = ms_since(t);
@@ -208,7 +211,7 @@ void PartitionedIndex::Impl::search(const PointsView* queries, const KnnParams& 
     PCNN_EXPECTS(queries->memory == Memory::host, "queries must be in host memory");
     if (replicas.empty()) dist::require_float32(*queries, "queries");
     PCNN_EXPECTS(queries->count >= 0 && queries->count <= INT32_MAX &&
-                     (queries->count == 0 || queries->data) && queries->stride >= 3,
+                     (queries->count == 0 || queries->address()) && queries->stride >= 3,
                  "queries: invalid view");
   }
   PCNN_EXPECTS(out_idx.memory == Memory::host && out_d.memory == Memory::host,
@@ -305,7 +308,9 @@ void PartitionedIndex::Impl::search(const PointsView* queries, const KnnParams& 
   tm.boundary_ms = ms_since(t_boundary);
   for (const PartStats& s : tm.parts) {
     tm.queries_forwarded += s.queries_forwarded;
-    tm.build_ms = sequential ? tm.build_ms + s.build_ms : std::max(tm.build_ms, s.build_ms);
+    tm.build_ms = sequential || options.index.backend == Backend::cuda  // built in turn
+                      ? tm.build_ms + s.build_ms
+                      : std::max(tm.build_ms, s.build_ms);
   }
   // Parts built at construction count as part of the build + search total.
   tm.total_ms = ms_since(t_start) + (sequential ? 0.0 : tm.build_ms);

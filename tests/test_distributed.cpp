@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/part.hpp"
 #include "gpu_test.hpp"
 #include "pcnn/distributed.hpp"
 #include "pcnn/error.hpp"
@@ -299,6 +300,42 @@ TEST(Replicated, Float64RowsEqualOneIndexCuda) {
   expect_identical(replicas.knn(qv, KnnParams{6}), single.knn(qv, KnnParams{6}), "queries");
   expect_identical(single.self_knn(KnnParams{9, true}),
                    reference_knn(refs, nullptr, KnnParams{9, true}), "one index vs reference");
+}
+
+}  // namespace
+}  // namespace pcnn
+
+namespace pcnn {
+namespace {
+
+// What the replicated layout does, without it: shares of a self-search's rows (exact ties
+// everywhere on a lattice, k = 27 excluding self), first one index after the other, then eight
+// indexes of one device at once from eight threads.
+TEST(Replicated, SelfRowsOfALatticeEqualTheWholeSearchCuda) {
+  PCNN_REQUIRE_DEVICE();
+  const std::vector<float> xyz = test::lattice(16);
+  const std::int64_t n = static_cast<std::int64_t>(xyz.size() / 3);
+  const PointsView refs = host_points(xyz.data(), n);
+  IndexOptions io;
+  io.backend = Backend::cuda;
+  const KnnParams params{27, true};
+  Index single(refs, io);
+  const KnnResult want = single.self_knn(params);
+  KnnResult got = want;
+  for (const bool threads : {false, true}) {
+    std::fill(got.indices.begin(), got.indices.end(), -2);
+    std::vector<Index> indexes;
+    for (int d = 0; d < 8; ++d)
+      indexes.emplace_back(refs, io);  // built in turn (see build_replicas)
+    const dist::PortableLock l1(got.indices.data(), got.indices.size() * 4);
+    const dist::PortableLock l2(got.sqdist.data(), got.sqdist.size() * 4);
+    dist::for_each(8, threads, [&](int d) {
+      const std::int64_t a = n * d / 8, b = n * (d + 1) / 8;
+      indexes[d].self_knn_rows(a, params, {got.indices.data() + a * 27, b - a, 27},
+                               {got.sqdist.data() + a * 27, b - a, 27});
+    });
+    expect_identical(got, want, threads ? "shares from eight threads" : "shares in turn");
+  }
 }
 
 }  // namespace
