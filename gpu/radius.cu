@@ -81,11 +81,21 @@ __device__ __forceinline__ void sort_medium_row(typename RowSort<kItems>::TempSt
     if (first + i < m) split_key(v[i], idx + s + first + i, dist + s + first + i);
 }
 
+// The threads an SM holds (sm_80 and sm_90: 2048, sm_86 to sm_89: 1536, sm_75: 1024): a launch
+// bound asking for more is out of range and ignored with a warning.
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 800 || __CUDA_ARCH__ >= 900)
+inline constexpr int kSmThreads = 2048;
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ > 800
+inline constexpr int kSmThreads = 1536;
+#else
+inline constexpr int kSmThreads = 1024;
+#endif
+
 /// One warp per row: sorts the row's keys and writes them as (index, distance) at the same
-/// positions. Rows longer than kMediumRow are appended to `long_rows` instead. 16 blocks per SM
-/// (a full SM, 32 registers a thread): the merge sort's 8 keys a lane fit without spilling, and
-/// rows are short, so occupancy is what hides their loads.
-__global__ void __launch_bounds__(kTreeWarps * 32, 16)
+/// positions. Rows longer than kMediumRow are appended to `long_rows` instead. Blocks enough to
+/// fill an SM (32 registers a thread on sm_90): the merge sort's 8 keys a lane fit without
+/// spilling, and rows are short, so occupancy is what hides their loads.
+__global__ void __launch_bounds__(kTreeWarps * 32, kSmThreads / (kTreeWarps * 32))
     radius_sort_kernel(int n_rows, const std::int64_t* __restrict__ start,
                        const std::int64_t* __restrict__ len, const std::uint64_t* __restrict__ keys,
                        std::int32_t* __restrict__ idx, float* __restrict__ dist,

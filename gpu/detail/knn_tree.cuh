@@ -114,14 +114,19 @@ __device__ __forceinline__ bool is_outlier(const TreeView& t, float worst, bool 
   return active && worst > kOutlierRatio * fmaxf(median, floor2);
 }
 
-/// The blocks of knn_tree_kernel<CAP> an SM's registers must hold while the lists are short: 8
-/// (32 warps, 64 registers a thread). Left alone, the compiler settles a register or two above
-/// 64 for some CAP, which costs a block per SM; 64 is reached without spills. From CAP 64 on,
-/// shared memory holds 3 blocks or fewer and the registers are left to the compiler (0: no
-/// bound; 72 and 96 registers).
+/// The blocks of knn_tree_kernel<CAP> an SM's registers must hold while the lists are short, on
+/// sm_90: 8 (32 warps, 64 registers a thread). Left alone, the compiler settles a register or
+/// two above 64 for some CAP, which costs a block per SM; 64 is reached without spills there
+/// (ptxas -v). From CAP 64 on, shared memory holds 3 blocks or fewer and the registers are left
+/// to the compiler (0: no bound; 72 and 96 registers), as they are on other architectures,
+/// where the bound costs spills.
 template <int CAP>
 constexpr int knn_blocks_per_sm() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   return CAP <= 32 ? 8 : 0;
+#else
+  return 0;
+#endif
 }
 
 template <int CAP>
