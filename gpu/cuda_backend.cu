@@ -184,9 +184,14 @@ class CudaBackend final : public Index::Backend_ {
   }
   ~CudaBackend() override {
     if (!aux_) return;
+    // On the index's device (without throwing: a destructor), whichever thread destroys it.
+    int previous = -1;
+    if (cudaGetDevice(&previous) == cudaSuccess && previous != options_.device)
+      static_cast<void>(cudaSetDevice(options_.device));
     PCNN_CUDA_TRY_NO_THROW(cudaEventSynchronize(async_done_.get()));  // _async work on any stream
     PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(aux_));
     PCNN_CUDA_TRY_NO_THROW(cudaStreamDestroy(aux_));
+    if (previous >= 0 && previous != options_.device) static_cast<void>(cudaSetDevice(previous));
   }
 
   Backend kind() const override { return Backend::cuda; }
@@ -965,6 +970,10 @@ namespace detail {
 std::unique_ptr<Index::Backend_> make_cuda_backend(const IndexOptions& options) {
   const DeviceInfo info = query_device(options.device);
   if (!info.available) throw no_device_error("no usable CUDA device: " + info.reason);
+  // The backend's events and staging are made by its members' constructors, before its own
+  // body runs: on the index's device, whatever device the calling thread has (an index of
+  // device 1 made from a thread on device 0 had device-0 events: invalid resource handle).
+  DeviceGuard guard(options.device);
   return std::make_unique<CudaBackend>(options);
 }
 }  // namespace detail
