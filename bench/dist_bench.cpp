@@ -25,11 +25,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "bench_util.hpp"
+#include "dist/part.hpp"
 #include "pcnn/distributed.hpp"
 #include "pcnn/error.hpp"
 #include "pcnn/index.hpp"
@@ -109,6 +111,7 @@ int main(int argc, char** argv) {
   int k = 8, runs = 3;
   unsigned long long seed = 1;
   std::string device = "auto", devices = "all", layout = "auto";
+  bool locked = false;
   bool check = true;
   app.add_option("-n", n, "points")->capture_default_str()->check(CLI::Range(1LL, 2147483647LL));
   app.add_option("-k", k, "neighbors")->capture_default_str()->check(CLI::Range(1, kMaxK));
@@ -118,6 +121,10 @@ int main(int argc, char** argv) {
   app.add_option("--devices", devices, "one process: all or 0,1 (CPU backend: one part each)")
       ->capture_default_str();
   app.add_option("--layout", layout, "one process: auto, spatial or replicated")
+      ->capture_default_str();
+  app.add_option("--locked-outputs", locked,
+                 "page-lock the result buffers once, before any timed run (as a frame loop or a "
+                 "pipeline that keeps its buffers does), for one device and every device alike")
       ->capture_default_str();
   app.add_option("--check", check, "compare the rows byte for byte")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -156,6 +163,11 @@ int main(int argc, char** argv) {
     one.k = k;
     one.indices.resize(static_cast<std::size_t>(n) * k);
     one.sqdist.resize(one.indices.size());
+    std::optional<dist::PortableLock> lock_one_i, lock_one_d;
+    if (locked && backend == Backend::cuda) {
+      lock_one_i.emplace(one.indices.data(), one.indices.size() * 4);
+      lock_one_d.emplace(one.sqdist.data(), one.sqdist.size() * 4);
+    }
     std::vector<double> t_one;
     {
       Index index(io);
@@ -184,6 +196,11 @@ int main(int argc, char** argv) {
       all.k = k;
       all.indices.resize(static_cast<std::size_t>(n) * k);
       all.sqdist.resize(all.indices.size());
+      std::optional<dist::PortableLock> lock_all_i, lock_all_d;
+      if (locked && backend == Backend::cuda) {
+        lock_all_i.emplace(all.indices.data(), all.indices.size() * 4);
+        lock_all_d.emplace(all.sqdist.data(), all.sqdist.size() * 4);
+      }
       for (int r = 0; r <= runs; ++r) {
         t = Clock::now();
         PartitionedIndex index(view, po);

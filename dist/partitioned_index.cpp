@@ -34,7 +34,8 @@ struct PartitionedIndex::Impl {
   bool sequential = false;       // tiles
   int threads_per_part = 1;
   PartitionedTimings timings;
-  std::vector<Index> replicas;  // the replicated layout: one whole index per device
+  std::vector<Index> replicas;    // the replicated layout: one whole index per device
+  bool distinct_devices = false;  // replicas built at once (see build_replicas)
 
   void search(const PointsView* queries, const KnnParams& params, MatrixView<std::int32_t> out_idx,
               MatrixView<float> out_d);
@@ -63,10 +64,13 @@ void PartitionedIndex::Impl::build_replicas(PointsView points) {
   const int nd = static_cast<int>(options.devices.size());
   replicas.resize(static_cast<std::size_t>(nd));
   built_ms.assign(static_cast<std::size_t>(nd), 0.0);
-  // One after the other: indexes built at once from several threads on one device hung in the
-  // driver (H100, driver 580: Replicated.SelfRowsOfALatticeEqualTheWholeSearchCuda with
-  // PCNN_VARIANT=1); searching at once from several threads does not.
-  dist::for_each(nd, false, [&](int d) {
+  // At once on distinct devices; one after the other where devices repeat: indexes built at
+  // once from several threads on one device hung in the driver (H100, driver 580); searching at
+  // once from several threads does not.
+  std::vector<int> sorted = options.devices;
+  std::sort(sorted.begin(), sorted.end());
+  const bool distinct = std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+  dist::for_each(nd, distinct, [&](int d) {
     IndexOptions o = options.index;
     o.device = options.devices[static_cast<std::size_t>(d)];
     if (!o.memory && options.max_device_memory > 0)
@@ -75,6 +79,7 @@ void PartitionedIndex::Impl::build_replicas(PointsView points) {
     replicas[d] = Index(points, o);
     built_ms[d] = ms_since(t);
   });
+  distinct_devices = distinct;
   timings.replicated = true;
 }
 
@@ -91,8 +96,9 @@ void PartitionedIndex::Impl::search_replicas(const PointsView* queries, const Kn
   timings.replicated = true;
   timings.parts.resize(static_cast<std::size_t>(nd));
   const std::size_t out_bytes = static_cast<std::size_t>(rows) * k * 4;
-  const dist::PortableLock lock_idx(out_idx.data, out_bytes), lock_d(out_d.data, out_bytes);
-  std::optional<dist::PortableLock> lock_q;
+  std::optional<dist::PortableLock> lock_idx, lock_d, lock_q;  // released before the clock stops
+  lock_idx.emplace(out_idx.data, out_bytes);
+  lock_d.emplace(out_d.data, out_bytes);
   if (queries && queries->count > 0)
     lock_q.emplace(queries->address(),
                    static_cast<std::size_t>((queries->count - 1) * queries->stride + 3) *
@@ -115,8 +121,12 @@ void PartitionedIndex::Impl::search_replicas(const PointsView* queries, const Kn
     }
     st.search_ms = ms_since(t);
   });
+  lock_q.reset();
+  lock_d.reset();
+  lock_idx.reset();
   for (const PartStats& st : timings.parts)
-    timings.build_ms += st.build_ms;  // built one after the other
+    timings.build_ms =
+        distinct_devices ? std::max(timings.build_ms, st.build_ms) : timings.build_ms + st.build_ms;
   timings.home_ms = ms_since(t_start);
   timings.total_ms = timings.home_ms + timings.build_ms;
 }
