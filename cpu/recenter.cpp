@@ -26,10 +26,20 @@ bool finite3(const T* p) {
   return std::isfinite(p[0]) & std::isfinite(p[1]) & std::isfinite(p[2]);
 }
 
+// The bounding box of the finite points (`any` false when there are none).
+struct Box {
+  double lo[3], hi[3];
+  bool any;
+  std::array<double, 3> center() const {
+    if (!any) return {0.0, 0.0, 0.0};
+    return {0.5 * lo[0] + 0.5 * hi[0], 0.5 * lo[1] + 0.5 * hi[1], 0.5 * lo[2] + 0.5 * hi[2]};
+  }
+};
+
 // min/max in T: converting to double keeps the order, so the box is the same as in double.
 // `lo = p < lo ? p : lo` is std::min(lo, p) (which keeps lo on ties, -0.0 against 0.0 included).
 template <class T>
-std::array<double, 3> box_center(const T* xyz, std::int64_t n) {
+Box finite_box(const T* xyz, std::int64_t n) {
   T lo[3], hi[3];
   for (int a = 0; a < 3; ++a) {
     lo[a] = std::numeric_limits<T>::infinity();
@@ -45,9 +55,9 @@ std::array<double, 3> box_center(const T* xyz, std::int64_t n) {
       hi[a] = f & (hi[a] < p[a]) ? p[a] : hi[a];
     }
   }
-  if (!any) return {0.0, 0.0, 0.0};
-  return {0.5 * double(lo[0]) + 0.5 * double(hi[0]), 0.5 * double(lo[1]) + 0.5 * double(hi[1]),
-          0.5 * double(lo[2]) + 0.5 * double(hi[2])};
+  return {{double(lo[0]), double(lo[1]), double(lo[2])},
+          {double(hi[0]), double(hi[1]), double(hi[2])},
+          any};
 }
 
 bool within_range(double v) { return std::fabs(v) <= kMaxCoordinate; }
@@ -81,7 +91,8 @@ void exact_on_axes(const T* xyz, std::int64_t n, const std::array<double, 3>& o,
 
 template <class T>
 std::array<double, 3> exact_origin_of(const T* xyz, std::int64_t n, bool& exact) {
-  const std::array<double, 3> center = box_center(xyz, n);
+  const Box box = finite_box(xyz, n);
+  const std::array<double, 3> center = box.center();
   // The candidates, in order: the center rounded to float, to an integer, and 0. Each axis takes
   // the first that is exact on it (one pass per candidate for the axes still open).
   const double candidates[3][3] = {
@@ -95,7 +106,14 @@ std::array<double, 3> exact_origin_of(const T* xyz, std::int64_t n, bool& exact)
     bool ok[3];
     for (int a = 0; a < 3; ++a) ok[a] = !found[a] && std::isfinite(c[a]);
     if (!(ok[0] || ok[1] || ok[2])) continue;
-    exact_on_axes(xyz, n, {c[0], c[1], c[2]}, ok);
+    if (std::is_same_v<T, float> && &c == &candidates[2]) {
+      // 0 for float coordinates: each offset is the float p itself (p - 0 and p + 0 are exact),
+      // so it is exact exactly when within range, which the box's extremes decide.
+      for (int a = 0; a < 3; ++a)
+        ok[a] = ok[a] && (!box.any || std::max(-box.lo[a], box.hi[a]) <= kMaxCoordinate);
+    } else {
+      exact_on_axes(xyz, n, {c[0], c[1], c[2]}, ok);
+    }
     for (int a = 0; a < 3; ++a)
       if (ok[a]) {
         origin[a] = c[a];
@@ -159,7 +177,7 @@ std::vector<float> recenter_copy(const double* xyz, std::int64_t n,
 }  // namespace
 
 std::array<double, 3> bounding_box_center(const double* xyz, std::int64_t n) {
-  return box_center(xyz, n);
+  return finite_box(xyz, n).center();
 }
 
 std::array<double, 3> exact_origin(const double* xyz, std::int64_t n, bool& exact) {

@@ -278,10 +278,18 @@ void place(const std::string& path, Cloud& c, std::vector<float>& raw,
            const std::array<double, 3>* origin) {
   choose_origin(c, raw, origin);
   if (!c.exact) c.stored = stored_coordinates(raw);
-  try {
-    recenter_in_place(raw.data(), static_cast<std::int64_t>(raw.size() / 3), c.origin);
-  } catch (const error& e) {
-    fail(path, e.what());
+  const auto n = static_cast<std::int64_t>(raw.size() / 3);
+  // With every point finite, an exact origin of +0.0 moves nothing: float(double(p) - 0.0) is p,
+  // bit for bit (-0.0 - 0.0 is -0.0), and exact means within range. Common for float files.
+  const bool moves = !c.exact || c.finite != n ||
+                     std::any_of(c.origin.begin(), c.origin.end(),
+                                 [](double o) { return o != 0.0 || std::signbit(o); });
+  if (moves) {
+    try {
+      recenter_in_place(raw.data(), n, c.origin);
+    } catch (const error& e) {
+      fail(path, e.what());
+    }
   }
   c.xyz = std::move(raw);
 }

@@ -339,6 +339,10 @@ std::vector<Generated> generated_cases() {
       // that are no power of two).
       add(gen("float32_many_rows", {X4, Y4, Z4, {"label", 'U', 1}}, 70001, 1, 50));
       add(gen("nan_rows", {X4, Y4, Z4}, 500, 1, 100, 0, 5));
+      // Around 0.6: the float and integer centers fail on the small values, 0 is the origin (and
+      // nothing moves when every point is finite).
+      add(gen("float32_origin_zero", {X4, Y4, Z4}, 2000, 1, 1, 0.6));
+      add(gen("float32_origin_zero_nan_rows", {X4, Y4, Z4}, 2000, 1, 1, 0.6, 9));
       add(gen("nan_rows_float64", {X8, Y8, Z8}, 500, 1, 100, 0, 7));
       // Georeferenced: float32 around 5e5 (the float center is exact); float64 with millimeters
       // (no float offset holds them: not exact, the stored doubles kept).
