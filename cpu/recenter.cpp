@@ -106,14 +106,19 @@ std::array<double, 3> exact_origin_of(const T* xyz, std::int64_t n, bool& exact)
     bool ok[3];
     for (int a = 0; a < 3; ++a) ok[a] = !found[a] && std::isfinite(c[a]);
     if (!(ok[0] || ok[1] || ok[2])) continue;
-    if (std::is_same_v<T, float> && &c == &candidates[2]) {
-      // 0 for float coordinates: each offset is the float p itself (p - 0 and p + 0 are exact),
-      // so it is exact exactly when within range, which the box's extremes decide.
-      for (int a = 0; a < 3; ++a)
-        ok[a] = ok[a] && (!box.any || std::max(-box.lo[a], box.hi[a]) <= kMaxCoordinate);
-    } else {
-      exact_on_axes(xyz, n, {c[0], c[1], c[2]}, ok);
+    // A zero (+0.0, or -0.0 from rounding a small negative center) for float coordinates: each
+    // offset is the float p itself (p - 0 and p + 0 are exact; -0.0 may become +0.0, the same
+    // value), so it is exact exactly when within range, which the box's extremes decide. Other
+    // axes are scanned.
+    bool zero[3], scanned[3];
+    for (int a = 0; a < 3; ++a) {
+      zero[a] = std::is_same_v<T, float> && c[a] == 0.0;
+      scanned[a] = ok[a] && !zero[a];
     }
+    if (scanned[0] || scanned[1] || scanned[2]) exact_on_axes(xyz, n, {c[0], c[1], c[2]}, scanned);
+    for (int a = 0; a < 3; ++a)
+      ok[a] = zero[a] ? ok[a] && (!box.any || std::max(-box.lo[a], box.hi[a]) <= kMaxCoordinate)
+                      : scanned[a];
     for (int a = 0; a < 3; ++a)
       if (ok[a]) {
         origin[a] = c[a];

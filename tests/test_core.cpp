@@ -207,6 +207,8 @@ TEST(ExactOrigin, FloatOverloadsEqualTheDoubleOnesBitForBit) {
   // on the small values, 0 wins), georeferenced (the float center wins), beyond 1e18 apart (no
   // origin: not exact, and re-centering fails), with NaN and infinite rows, a single point.
   const Case cases[] = {{"around zero", 0, 100, 0},
+                        {"around -0.2 (origin -0.0)", -0.2, 50, 0},
+                        {"up to 9e17 around 0.3", 0.3, 9e17, 0},
                         {"near 0.6", 0.6, 1, 0},
                         {"near 0.6 with NaN rows", 0.6, 1, 7},
                         {"georeferenced", 5e5, 40, 0},
