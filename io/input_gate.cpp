@@ -142,9 +142,10 @@ std::size_t max_line_for(std::uint64_t values) {
 
 // ---- PCD ----
 
-// `sink` (when given) receives each row's x, y and z, from the values the check parses.
+// `xyz` (when given) receives each row's x, y and z (at `layout`), from the values the check
+// parses; its buffer is sized only once the file's size has bounded the rows.
 void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::uint64_t body,
-                     CoordinateSink* sink) {
+                     Coordinates* xyz, const XyzLayout& layout) {
   std::uint64_t columns = 0;
   for (const auto& f : h.fields) columns += f.count;
   // A row is at least one character per value and a separator after each (the last row may
@@ -154,6 +155,8 @@ void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::u
            "POINTS is " + std::to_string(h.points) + " but the " + std::to_string(body) +
                " bytes of ascii data hold at most " + std::to_string((body + 1) / (2 * columns)) +
                " rows of " + std::to_string(columns) + " values");
+  std::unique_ptr<CoordinateSink> sink;
+  if (xyz) sink = std::make_unique<CoordinateSink>(*xyz, layout, h.points);
   std::vector<Scalar> types;  // per column (at most half the file's size, by the check above)
   std::vector<const std::string*> names;
   std::vector<int> axis;  // per column: 0, 1, 2 for x, y, z (count 1), else -1
@@ -177,21 +180,25 @@ void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::u
       reject(path, line_at(lines.number()),
              "point " + std::to_string(row) + " has " + std::to_string(values.size()) +
                  " values, expected " + std::to_string(columns));
-    double xyz[3] = {0, 0, 0};
+    double values3[3] = {0, 0, 0};
     for (std::size_t i = 0; i < values.size(); ++i) {
       Number v;
       const std::string why = check_number(values[i], types[i], sink ? &v : nullptr);
       if (!why.empty())
         reject(path, line_at(lines.number()),
                "field '" + *names[i] + "': " + quote(values[i]) + " is " + why);
-      if (sink && axis[i] >= 0) xyz[axis[i]] = stored_value(v, types[i]);
+      if (sink && axis[i] >= 0) values3[axis[i]] = stored_value(v, types[i]);
     }
-    if (sink) sink->add(xyz);
+    if (sink) sink->add(values3);
   }
   if (!lines.at_end())
     reject(path, line_at(lines.number() + 1),
            "data after the last of the " + std::to_string(h.points) +
                " POINTS rows (PCL would ignore it)");
+  if (sink) {
+    sink->finish();
+    xyz->gathered = true;
+  }
 }
 
 // PCL's .pcd writers for PCLPointCloud2 pad the file with zeros to (or by) a page: fewer than
@@ -264,16 +271,9 @@ InputShape check_pcd(const std::string& path, int fd, std::uint64_t file_size, C
   const bool gather = xyz && h.points > 0 && h.data != PcdHeader::Data::binary_compressed;
   const XyzLayout layout = pcd_layout(h);
   switch (h.data) {
-    case PcdHeader::Data::ascii: {
-      std::unique_ptr<CoordinateSink> sink;
-      if (gather) sink = std::make_unique<CoordinateSink>(*xyz, layout, h.points);
-      check_pcd_ascii(path, fd, h, body, sink.get());
-      if (sink) {
-        sink->finish();
-        xyz->gathered = true;
-      }
+    case PcdHeader::Data::ascii:
+      check_pcd_ascii(path, fd, h, body, gather ? xyz : nullptr, layout);
       break;
-    }
     case PcdHeader::Data::binary: {
       const std::uint64_t need = h.points * h.point_size;
       if (body < need)
