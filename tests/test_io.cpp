@@ -190,7 +190,9 @@ TEST_P(RoundTrip, CoordinatesSurviveInTheirStoredPrecision) {
   const bool ascii = c.format == Format::pcd_ascii || c.format == Format::ply_ascii;
   for (int i = 0; i < 300 && !ascii; ++i)
     for (int a = 0; a < 3; ++a)
-      if (i != 150) ASSERT_EQ(cloud.stored[3 * i + a], pts[i][a]) << "point " << i;
+      if (i != 150) {
+        ASSERT_EQ(cloud.stored[3 * i + a], pts[i][a]) << "point " << i;
+      }
 }
 
 TEST(Load, SearchViewsAreExactForTheCoordinatesAsStored) {
