@@ -58,6 +58,21 @@ void say(const char* fmt, A... a) {
   if (rank_ == 0) std::fflush(stdout);
 }
 
+// The rows of a result, sized once and, with --locked-outputs, page-locked for every device.
+struct ResultLocks {
+  std::optional<dist::PortableLock> indices, sqdist;
+};
+void allocate_rows(KnnResult& r, std::int64_t n, int k, bool lock, ResultLocks& l) {
+  r.rows = n;
+  r.k = k;
+  r.indices.resize(static_cast<std::size_t>(n) * k);
+  r.sqdist.resize(r.indices.size());
+  if (lock) {
+    l.indices.emplace(r.indices.data(), r.indices.size() * 4);
+    l.sqdist.emplace(r.sqdist.data(), r.sqdist.size() * 4);
+  }
+}
+
 std::vector<float> make_cloud(std::int64_t n, std::uint64_t seed) {
   const std::int64_t slice = 1 << 22;
   const std::int64_t slices = (n + slice - 1) / slice;
@@ -158,16 +173,10 @@ int main(int argc, char** argv) {
       initialize_device(io.device);
     }
 #endif
+    const bool lock = locked && backend == Backend::cuda;
     KnnResult one;
-    one.rows = n;
-    one.k = k;
-    one.indices.resize(static_cast<std::size_t>(n) * k);
-    one.sqdist.resize(one.indices.size());
-    std::optional<dist::PortableLock> lock_one_i, lock_one_d;
-    if (locked && backend == Backend::cuda) {
-      lock_one_i.emplace(one.indices.data(), one.indices.size() * 4);
-      lock_one_d.emplace(one.sqdist.data(), one.sqdist.size() * 4);
-    }
+    ResultLocks one_locks;
+    allocate_rows(one, n, k, lock, one_locks);
     std::vector<double> t_one;
     {
       Index index(io);
@@ -192,15 +201,8 @@ int main(int argc, char** argv) {
       po.devices = parse_devices(devices, backend);
       po.layout = parse_layout(layout);
       KnnResult all;  // written in place every run, as the one device's rows are
-      all.rows = n;
-      all.k = k;
-      all.indices.resize(static_cast<std::size_t>(n) * k);
-      all.sqdist.resize(all.indices.size());
-      std::optional<dist::PortableLock> lock_all_i, lock_all_d;
-      if (locked && backend == Backend::cuda) {
-        lock_all_i.emplace(all.indices.data(), all.indices.size() * 4);
-        lock_all_d.emplace(all.sqdist.data(), all.sqdist.size() * 4);
-      }
+      ResultLocks all_locks;
+      allocate_rows(all, n, k, lock, all_locks);
       for (int r = 0; r <= runs; ++r) {
         t = Clock::now();
         PartitionedIndex index(view, po);
