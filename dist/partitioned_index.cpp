@@ -34,8 +34,7 @@ struct PartitionedIndex::Impl {
   bool sequential = false;       // tiles
   int threads_per_part = 1;
   PartitionedTimings timings;
-  std::vector<Index> replicas;    // the replicated layout: one whole index per device
-  bool distinct_devices = false;  // replicas built at once (see build_replicas)
+  std::vector<Index> replicas;  // the replicated layout: one whole index per device
 
   void search(const PointsView* queries, const KnnParams& params, MatrixView<std::int32_t> out_idx,
               MatrixView<float> out_d);
@@ -65,11 +64,8 @@ void PartitionedIndex::Impl::build_replicas(PointsView points) {
   replicas.resize(static_cast<std::size_t>(nd));
   built_ms.assign(static_cast<std::size_t>(nd), 0.0);
   // One after the other: indexes built at once from several threads on one device hung in the
-  // driver (H100, driver 580); searching at once from several threads does not. (Building at
-  // once on distinct devices would save a build's time at 200M points, ~300 ms; not yet run on
-  // two GPUs, so not enabled.)
-  const bool distinct = false;
-  dist::for_each(nd, distinct, [&](int d) {
+  // driver (H100, driver 580); searching at once from several threads does not.
+  dist::for_each(nd, false, [&](int d) {
     IndexOptions o = options.index;
     o.device = options.devices[static_cast<std::size_t>(d)];
     if (!o.memory && options.max_device_memory > 0)
@@ -78,7 +74,6 @@ void PartitionedIndex::Impl::build_replicas(PointsView points) {
     replicas[d] = Index(points, o);
     built_ms[d] = ms_since(t);
   });
-  distinct_devices = distinct;
   timings.replicated = true;
 }
 
@@ -124,8 +119,7 @@ void PartitionedIndex::Impl::search_replicas(const PointsView* queries, const Kn
   lock_d.reset();
   lock_idx.reset();
   for (const PartStats& st : timings.parts)
-    timings.build_ms =
-        distinct_devices ? std::max(timings.build_ms, st.build_ms) : timings.build_ms + st.build_ms;
+    timings.build_ms += st.build_ms;  // built one after the other
   timings.home_ms = ms_since(t_start);
   timings.total_ms = timings.home_ms + timings.build_ms;
 }
