@@ -933,7 +933,7 @@ namespace {
 // The ranks' section of the summary (rank 0), from every rank's stats; returns the slowest
 // rank's build + search, the run's total.
 double ranks_section(Report& report, Backend backend, const std::vector<mpi::RankStats>& stats,
-                     int size) {
+                     int size, bool shared) {
   report.add("ranks", size);
   if (backend == Backend::cuda && !stats.empty()) {
     const DeviceInfo dev = query_device(stats[0].device);  // rank 0's
@@ -949,6 +949,8 @@ double ranks_section(Report& report, Backend backend, const std::vector<mpi::Ran
     forwarded += static_cast<double>(r.queries_forwarded);
   }
   s.add("queries forwarded", forwarded);
+  s.add("results", shared ? "every rank wrote its block of rows at its offset"
+                          : "gathered and written by rank 0");
   s.add("total", slowest, "ms");
   s.add_note("", "wall clock; total: the slowest rank's build and search with its exchanges");
   std::vector<std::pair<std::string, Report>> items;
@@ -970,6 +972,73 @@ double ranks_section(Report& report, Backend backend, const std::vector<mpi::Ran
   return slowest;
 }
 
+// A dense output every rank writes its rows of: the path ("" when not asked for), its columns
+// (-1: one value a row, the hybrid counts) and type.
+struct SharedOutput {
+  std::string path;
+  int cols;
+  bool is_float;
+};
+
+// Whether every dense output asked for can be written by every rank at once (regular .npy).
+bool can_share(OutputSet& outputs, const std::vector<SharedOutput>& list) {
+  bool any = false;
+  for (const SharedOutput& o : list) {
+    if (o.path.empty()) continue;
+    if (!can_share_array(outputs, o.path)) return false;
+    any = true;
+  }
+  return any;
+}
+
+void bcast_string(std::string& s) {
+  int n = static_cast<int>(s.size());
+  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  s.resize(static_cast<std::size_t>(n));
+  MPI_Bcast(s.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
+}
+
+// Every rank writes its block of the rows into the outputs' temporaries, which rank 0 created
+// with their full size; rank 0 finishes them once every rank has (the step's all-gather is the
+// barrier), and its commit then puts them all in place. A failure on any rank fails every rank,
+// and rank 0's output set removes the temporaries. Returns the exit code of the first failure,
+// or 0.
+int write_shared(int& failed, bool json, mpi::DistributedIndex& index, const mpi::RankRows& mine,
+                 std::int64_t rows, std::optional<OutputSet>& outputs,
+                 const std::vector<SharedOutput>& list) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::vector<std::string> temporaries(list.size());
+  if (mpi_step(failed, json, [&] {
+        if (rank != 0) return;
+        for (std::size_t i = 0; i < list.size(); ++i)
+          if (!list[i].path.empty())
+            temporaries[i] =
+                begin_shared_array(*outputs, list[i].path, rows, list[i].cols, list[i].is_float);
+      }))
+    return failed;
+  for (std::string& t : temporaries) bcast_string(t);
+  if (mpi_step(failed, json, [&] {
+        const mpi::RankBlock block = index.redistribute(mine, rows);
+        const KnnResult& r = block.result;
+        const std::vector<std::int32_t> counts =
+            list.size() > 2 ? row_counts(r) : std::vector<std::int32_t>();
+        const void* data[3] = {r.indices.data(), r.sqdist.data(), counts.data()};
+        for (std::size_t i = 0; i < list.size(); ++i) {
+          if (list[i].path.empty()) continue;
+          SharedArrayWriter w(temporaries[i], list[i].path, rows, list[i].cols);
+          w.write_rows(block.first, r.rows, data[i]);
+          w.finish();
+        }
+      }))
+    return failed;
+  return mpi_step(failed, json, [&] {
+    if (rank != 0) return;
+    for (const SharedOutput& o : list)
+      if (!o.path.empty()) finish_shared_array(*outputs, o.path);
+  });
+}
+
 // `pcnn knn` (knn given) or `pcnn radius` (radius given) under mpirun: every rank reads the
 // inputs and owns one spatial part; rank 0 gathers the rows, writes and reports.
 int run_mpi(const SearchOptions& opt, const KnnCommand* knn, const RadiusCommand* radius) {
@@ -985,6 +1054,15 @@ int run_mpi(const SearchOptions& opt, const KnnCommand* knn, const RadiusCommand
   Inputs in;
   std::optional<Report> report;
   std::int64_t rows = 0;
+  // Dense rows written by every rank at their offsets (regular .npy files, no --compare-cpu),
+  // else gathered on rank 0 which writes them.
+  int shared = 0;
+  std::vector<SharedOutput> shared_outputs;
+  if (dense) {
+    shared_outputs.push_back({opt.out, k, false});
+    shared_outputs.push_back({opt.distances, k, true});
+    if (radius) shared_outputs.push_back({radius->counts, -1, false});
+  }
   // 1. Options, outputs (rank 0), inputs (every rank reads them whole).
   if (mpi_step(failed, opt.mode.json, [&] {
         PCNN_EXPECTS(opt.devices.empty() && opt.tiles == 0 && opt.max_device_memory == 0,
@@ -1002,7 +1080,8 @@ int run_mpi(const SearchOptions& opt, const KnnCommand* knn, const RadiusCommand
           const char* results = knn ? "kNN results" : "hybrid results";
           if (dense) {
             plan_dense(opt, *outputs, rows, k, radius ? radius->counts : "", results);
-            check_held(rows, k, results, "the ranks");  // the disk, --compare-cpu
+            shared = !opt.compare_cpu && can_share(*outputs, shared_outputs);
+            if (!shared) check_held(rows, k, results, "rank 0 gathers the rows and");
           }
           report.emplace(start_report(knn ? "knn" : "radius", opt, in));
           if (knn) {
@@ -1015,8 +1094,10 @@ int run_mpi(const SearchOptions& opt, const KnnCommand* knn, const RadiusCommand
         }
       }))
     return failed;
-  // 2. The distributed index and search; rank 0 gathers every row.
+  MPI_Bcast(&shared, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  // 2. The distributed index and search; rank 0 gathers every row (or every rank writes its own).
   IndexOptions o;
+  mpi::RankRows mine;
   std::optional<mpi::DistributedIndex> index;
   KnnResult result;
   HybridResult capped;
@@ -1032,13 +1113,13 @@ int run_mpi(const SearchOptions& opt, const KnnCommand* knn, const RadiusCommand
         index.emplace(MPI_COMM_WORLD, in.ref_view, o);
         if (knn) {
           const KnnParams params{k, opt.exclude_self};
-          result = index->gather(in.qv() ? index->knn(*in.qv(), params) : index->self_knn(params),
-                                 rows, 0);
+          mine = in.qv() ? index->knn(*in.qv(), params) : index->self_knn(params);
+          if (!shared) result = index->gather(mine, rows, 0);
         } else if (hybrid) {
           const HybridParams hp{radius->radius, k, opt.exclude_self};
-          capped.knn = index->gather(in.qv() ? index->hybrid(*in.qv(), hp) : index->self_hybrid(hp),
-                                     rows, 0);
-          if (rank == 0) capped.counts = row_counts(capped.knn);
+          mine = in.qv() ? index->hybrid(*in.qv(), hp) : index->self_hybrid(hp);
+          if (!shared) capped.knn = index->gather(mine, rows, 0);
+          if (!shared && rank == 0) capped.counts = row_counts(capped.knn);
         } else {
           const RadiusParams rp{radius->radius, opt.exclude_self};
           rr.result = index->gather(
@@ -1060,13 +1141,15 @@ int run_mpi(const SearchOptions& opt, const KnnCommand* knn, const RadiusCommand
       return failed;
   }
   if (mpi_step(failed, opt.mode.json, [&] { stats = index->all_stats(); })) return failed;
+  if (shared && write_shared(failed, opt.mode.json, *index, mine, rows, outputs, shared_outputs))
+    return failed;
   // 3. Rank 0: the summary, the comparison, the outputs.
   int code = kExitOk;
   if (mpi_step(failed, opt.mode.json, [&] {
         if (rank != 0) return;
-        const double total = ranks_section(*report, o.backend, stats, size);
-        code = knn ? compare_and_write(*knn, *outputs, in, *report, result, total, false)
-                   : compare_and_write_radius(*radius, *outputs, in, *report, rr, capped, false,
+        const double total = ranks_section(*report, o.backend, stats, size, shared);
+        code = knn ? compare_and_write(*knn, *outputs, in, *report, result, total, shared)
+                   : compare_and_write_radius(*radius, *outputs, in, *report, rr, capped, shared,
                                               total);
       }))
     return failed;

@@ -471,6 +471,60 @@ KnnResult DistributedIndex::gather(const RankRows& mine, std::int64_t rows, int 
   return out;
 }
 
+RankBlock DistributedIndex::redistribute(const RankRows& mine, std::int64_t rows) {
+  Impl& m = *impl_;
+  const int k = mine.result.k;
+  const auto begin = [&](int p) { return rows * p / m.size; };
+  std::vector<int> send(static_cast<std::size_t>(m.size), 0), recv(send.size());
+  RankBlock out;
+  out.first = begin(m.rank);
+  collectively(m.comm, [&] {
+    PCNN_EXPECTS(k >= 1 && k <= kMaxK, "redistribute: rows of a search expected");
+    int p = 0;
+    for (const std::int64_t r : mine.rows) {  // ascending: the owners too
+      PCNN_EXPECTS(r >= 0 && r < rows, "redistribute: row " + std::to_string(r) + " outside");
+      while (r >= begin(p + 1)) ++p;
+      ++send[p];
+    }
+  });
+  check(MPI_Alltoall(send.data(), 1, MPI_INT, recv.data(), 1, MPI_INT, m.comm), "MPI_Alltoall");
+  std::vector<int> sdisp, rdisp;
+  std::vector<std::int64_t> in_rows;
+  KnnResult in;
+  collectively(m.comm, [&] {
+    sdisp = displacements(send);
+    rdisp = displacements(recv);
+    const std::int64_t n = std::int64_t(rdisp.back()) + recv.back();
+    PCNN_EXPECTS(n == begin(m.rank + 1) - out.first,
+                 "redistribute: " + std::to_string(n) + " rows for a block of " +
+                     std::to_string(begin(m.rank + 1) - out.first));
+    in_rows.resize(static_cast<std::size_t>(n));
+    in.indices.resize(static_cast<std::size_t>(n) * k);
+    in.sqdist.resize(in.indices.size());
+  });
+  const RowType irow(k, MPI_INT32_T), frow(k, MPI_FLOAT);
+  check(MPI_Alltoallv(mine.rows.data(), send.data(), sdisp.data(), MPI_INT64_T, in_rows.data(),
+                      recv.data(), rdisp.data(), MPI_INT64_T, m.comm),
+        "MPI_Alltoallv (rows)");
+  check(MPI_Alltoallv(mine.result.indices.data(), send.data(), sdisp.data(), irow.get(),
+                      in.indices.data(), recv.data(), rdisp.data(), irow.get(), m.comm),
+        "MPI_Alltoallv (indices)");
+  check(MPI_Alltoallv(mine.result.sqdist.data(), send.data(), sdisp.data(), frow.get(),
+                      in.sqdist.data(), recv.data(), rdisp.data(), frow.get(), m.comm),
+        "MPI_Alltoallv (distances)");
+  KnnResult& r = out.result;
+  r.rows = static_cast<std::int64_t>(in_rows.size());
+  r.k = k;
+  r.indices.resize(in.indices.size());
+  r.sqdist.resize(in.sqdist.size());
+  for (std::size_t i = 0; i < in_rows.size(); ++i) {
+    const std::size_t at = static_cast<std::size_t>(in_rows[i] - out.first) * k;
+    std::copy(&in.indices[i * k], &in.indices[i * k] + k, &r.indices[at]);
+    std::copy(&in.sqdist[i * k], &in.sqdist[i * k] + k, &r.sqdist[at]);
+  }
+  return out;
+}
+
 RadiusResult DistributedIndex::gather(const RankRadius& mine, std::int64_t rows, int root) {
   Impl& m = *impl_;
   const RadiusResult& r = mine.result;

@@ -101,6 +101,19 @@ if [ -x /usr/bin/python3 ] && [ -f "$src/tests/json_schema_check.py" ]; then
   /usr/bin/python3 "$src/tests/json_schema_check.py" "$src/docs/schema" radius "$tmp/out" \
     || { echo "FAIL: the mpirun radius --json summary does not match docs/schema/radius.json"; fails=$((fails + 1)); }
 fi
+# Regular .npy outputs: every rank writes its block of rows at its offset (rank 0 commits them
+# all); .csv and standard output: rank 0 gathers and writes. The same bytes either way.
+run 3 0 "every rank wrote its block of rows" -- knn "$sample" -k 8 --exclude-self --device cpu -o "$tmp/blk.npy" --distances "$tmp/blk_d.npy"
+same "$tmp/sample_k8excludeself.one.npy" "$tmp/blk.npy" "blocks written by 3 ranks, indices"
+same "$tmp/sample_k8excludeself.one_d.npy" "$tmp/blk_d.npy" "blocks written by 3 ranks, distances"
+run 2 0 "gathered and written by rank 0" -- knn "$sample" -k 8 --exclude-self --device cpu -o "$tmp/blk.csv"
+"$pcnn" knn "$sample" -k 8 --exclude-self --device cpu -o "$tmp/blk1.csv" 2>/dev/null
+same "$tmp/blk1.csv" "$tmp/blk.csv" "CSV gathered by rank 0"
+run 2 0 "every rank wrote its block of rows" -- radius "$sample" -r 0.05 --max-nn 6 --device cpu -o "$tmp/hb.npy" --counts "$tmp/hb_c.npy"
+"$pcnn" radius "$sample" -r 0.05 --max-nn 6 --device cpu -o "$tmp/hb1.npy" --counts "$tmp/hb1_c.npy" 2>/dev/null
+same "$tmp/hb1.npy" "$tmp/hb.npy" "hybrid blocks, indices"
+same "$tmp/hb1_c.npy" "$tmp/hb_c.npy" "hybrid blocks, counts"
+[ -z "$(ls -A "$tmp" | grep pcnn-)" ] || { echo "FAIL: temporaries left behind"; fails=$((fails + 1)); }
 # A separate query set, and the JSON summary: rank 0 alone prints it.
 "$pcnn" knn "$sample" --query "$tmp/q.pcd" -k 5 --device cpu -o "$tmp/q.one.npy" 2>/dev/null
 run 2 0 "queries forwarded" -- knn "$sample" --query "$tmp/q.pcd" -k 5 --device cpu -o "$tmp/q.2.npy" --json

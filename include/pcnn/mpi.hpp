@@ -44,6 +44,12 @@ struct RankRows {
   KnnResult result;  ///< rows.size() × k, global indices
 };
 
+/// A contiguous block of the result rows: rows [first, first + result.rows).
+struct RankBlock {
+  std::int64_t first = 0;
+  KnnResult result;
+};
+
 /// This rank's share of a radius search: the global rows it answered (ascending) and those rows
 /// in CSR form (result.rows == rows.size()); a count alone holds the offsets only.
 struct RankRadius {
@@ -100,6 +106,10 @@ class DistributedIndex {
   /// Collective: every rank's rows, in order, on `root` (an empty result elsewhere).
   /// `rows` is the total row count (the cloud's, or the query set's).
   KnnResult gather(const RankRows& mine, std::int64_t rows, int root = 0);
+  /// Collective: the rows redistributed so that rank r holds the contiguous block
+  /// [rows * r / ranks, rows * (r + 1) / ranks) of them (for writing each rank's block at its
+  /// offset, no rank holding every row).
+  RankBlock redistribute(const RankRows& mine, std::int64_t rows);
   /// Collective: every rank's radius rows (or, for counts, their offsets) on `root`.
   RadiusResult gather(const RankRadius& mine, std::int64_t rows, int root = 0);
   /// Collective: every rank's stats of the last search, on every rank.
