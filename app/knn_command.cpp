@@ -977,7 +977,7 @@ double ranks_section(Report& report, Backend backend, const std::vector<mpi::Ran
 struct SharedOutput {
   std::string path;
   int cols;
-  bool is_float;
+  ArrayType type;
 };
 
 // Whether every dense output asked for can be written by every rank at once (regular .npy).
@@ -1014,7 +1014,7 @@ int write_shared(int& failed, bool json, mpi::DistributedIndex& index, const mpi
         for (std::size_t i = 0; i < list.size(); ++i)
           if (!list[i].path.empty())
             temporaries[i] =
-                begin_shared_array(*outputs, list[i].path, rows, list[i].cols, list[i].is_float);
+                begin_shared_array(*outputs, list[i].path, rows, list[i].cols, list[i].type);
       }))
     return failed;
   for (std::string& t : temporaries) bcast_string(t);
@@ -1026,7 +1026,7 @@ int write_shared(int& failed, bool json, mpi::DistributedIndex& index, const mpi
         const void* data[3] = {r.indices.data(), r.sqdist.data(), counts.data()};
         for (std::size_t i = 0; i < list.size(); ++i) {
           if (list[i].path.empty()) continue;
-          SharedArrayWriter w(temporaries[i], list[i].path, rows, list[i].cols);
+          SharedArrayWriter w(temporaries[i], list[i].path, rows, list[i].cols, list[i].type);
           w.write_rows(block.first, r.rows, data[i]);
           w.finish();
         }
@@ -1036,6 +1036,51 @@ int write_shared(int& failed, bool json, mpi::DistributedIndex& index, const mpi
     if (rank != 0) return;
     for (const SharedOutput& o : list)
       if (!o.path.empty()) finish_shared_array(*outputs, o.path);
+  });
+}
+
+// Radius results as their three .npy files, written by every rank as write_shared writes dense
+// rows: the rows redistributed into one block per rank, each block's pairs at the sum of the
+// pairs before it (an exclusive scan), its offsets made global; the last rank writes the final
+// offset. `counted` (rank 0): the counted offsets, whose total sizes the files.
+int write_shared_radius(int& failed, bool json, mpi::DistributedIndex& index,
+                        const mpi::RankRadius& mine, std::int64_t rows, const RadiusResult& counted,
+                        std::optional<OutputSet>& outputs, const std::string& out) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<std::string> temporaries(3);
+  std::int64_t total = rank == 0 ? counted.offsets.back() : 0;
+  if (mpi_step(failed, json, [&] {
+        if (rank != 0) return;
+        const std::vector<std::string> files = outputs->files(out);
+        temporaries[0] = begin_shared_array(*outputs, files[0], rows + 1, -1, ArrayType::int64);
+        temporaries[1] = begin_shared_array(*outputs, files[1], total, -1, ArrayType::int32);
+        temporaries[2] = begin_shared_array(*outputs, files[2], total, -1, ArrayType::float32);
+      }))
+    return failed;
+  for (std::string& t : temporaries) bcast_string(t);
+  MPI_Bcast(&total, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  if (mpi_step(failed, json, [&] {
+        mpi::RankRadiusBlock block = index.redistribute(mine, rows);
+        RadiusResult& r = block.result;
+        std::int64_t pairs = r.offsets.back(), base = 0;
+        MPI_Exscan(&pairs, &base, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+        if (rank == 0) base = 0;  // MPI_Exscan leaves rank 0's undefined
+        PCNN_EXPECTS(base + pairs <= total, "the ranks found more radius pairs than they counted");
+        for (std::int64_t& o : r.offsets) o += base;
+        SharedArrayWriter off(temporaries[0], out, rows + 1, -1, ArrayType::int64),
+            idx(temporaries[1], out, total, -1, ArrayType::int32),
+            d2(temporaries[2], out, total, -1, ArrayType::float32);
+        off.write_rows(block.first, r.rows + (rank == size - 1 ? 1 : 0), r.offsets.data());
+        idx.write_rows(base, pairs, r.indices.data());
+        d2.write_rows(base, pairs, r.sqdist.data());
+        for (SharedArrayWriter* w : {&off, &idx, &d2}) w->finish();
+      }))
+    return failed;
+  return mpi_step(failed, json, [&] {
+    if (rank != 0) return;
+    for (const std::string& f : outputs->files(out)) finish_shared_array(*outputs, f);
   });
 }
 
@@ -1059,9 +1104,9 @@ int run_mpi(const SearchOptions& opt, const KnnCommand* knn, const RadiusCommand
   int shared = 0;
   std::vector<SharedOutput> shared_outputs;
   if (dense) {
-    shared_outputs.push_back({opt.out, k, false});
-    shared_outputs.push_back({opt.distances, k, true});
-    if (radius) shared_outputs.push_back({radius->counts, -1, false});
+    shared_outputs.push_back({opt.out, k, ArrayType::int32});
+    shared_outputs.push_back({opt.distances, k, ArrayType::float32});
+    if (radius) shared_outputs.push_back({radius->counts, -1, ArrayType::int32});
   }
   // 1. Options, outputs (rank 0), inputs (every rank reads them whole).
   if (mpi_step(failed, opt.mode.json, [&] {
@@ -1082,6 +1127,10 @@ int run_mpi(const SearchOptions& opt, const KnnCommand* knn, const RadiusCommand
             plan_dense(opt, *outputs, rows, k, radius ? radius->counts : "", results);
             shared = !opt.compare_cpu && can_share(*outputs, shared_outputs);
             if (!shared) check_held(rows, k, results, "rank 0 gathers the rows and");
+          } else if (!opt.compare_cpu && !opt.out.empty()) {
+            shared = 1;  // radius results as the three .npy files
+            for (const std::string& f : outputs->files(opt.out))
+              shared = shared && can_share_array(*outputs, f);
           }
           report.emplace(start_report(knn ? "knn" : "radius", opt, in));
           if (knn) {
@@ -1133,15 +1182,22 @@ int run_mpi(const SearchOptions& opt, const KnnCommand* knn, const RadiusCommand
           if (rank == 0) check_held_radius(*radius, *outputs, rr.result, "the ranks");
         }))
       return failed;
+    mpi::RankRadius pairs;
     if (mpi_step(failed, opt.mode.json, [&] {
           const RadiusParams rp{radius->radius, opt.exclude_self};
-          rr.result = index->gather(in.qv() ? index->radius(*in.qv(), rp) : index->self_radius(rp),
-                                    rows, 0);
+          pairs = in.qv() ? index->radius(*in.qv(), rp) : index->self_radius(rp);
+          if (!shared) rr.result = index->gather(pairs, rows, 0);
         }))
+      return failed;
+    // Shared: rank 0 keeps the counted offsets for the summary; the pairs go to the files.
+    rr.streamed = shared;
+    if (shared && write_shared_radius(failed, opt.mode.json, *index, pairs, rows, rr.result,
+                                      outputs, opt.out))
       return failed;
   }
   if (mpi_step(failed, opt.mode.json, [&] { stats = index->all_stats(); })) return failed;
-  if (shared && write_shared(failed, opt.mode.json, *index, mine, rows, outputs, shared_outputs))
+  if (shared && dense &&
+      write_shared(failed, opt.mode.json, *index, mine, rows, outputs, shared_outputs))
     return failed;
   // 3. Rank 0: the summary, the comparison, the outputs.
   int code = kExitOk;
@@ -1149,8 +1205,8 @@ int run_mpi(const SearchOptions& opt, const KnnCommand* knn, const RadiusCommand
         if (rank != 0) return;
         const double total = ranks_section(*report, o.backend, stats, size, shared);
         code = knn ? compare_and_write(*knn, *outputs, in, *report, result, total, shared)
-                   : compare_and_write_radius(*radius, *outputs, in, *report, rr, capped, shared,
-                                              total);
+                   : compare_and_write_radius(*radius, *outputs, in, *report, rr, capped,
+                                              shared && hybrid, total);
       }))
     return failed;
   // Every rank returns rank 0's verdict (6 when --compare-cpu found a difference).

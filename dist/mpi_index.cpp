@@ -525,6 +525,81 @@ RankBlock DistributedIndex::redistribute(const RankRows& mine, std::int64_t rows
   return out;
 }
 
+RankRadiusBlock DistributedIndex::redistribute(const RankRadius& mine, std::int64_t rows) {
+  Impl& m = *impl_;
+  const RadiusResult& r = mine.result;
+  const auto begin = [&](int p) { return rows * p / m.size; };
+  std::vector<int> send(static_cast<std::size_t>(m.size), 0), recv(send.size());
+  std::vector<int> esend(send.size(), 0), erecv(send.size());
+  std::vector<std::int64_t> sizes(mine.rows.size());
+  RankRadiusBlock out;
+  out.first = begin(m.rank);
+  collectively(m.comm, [&] {
+    PCNN_EXPECTS(r.offsets.size() == mine.rows.size() + 1 &&
+                     r.indices.size() == static_cast<std::size_t>(r.offsets.back()),
+                 "redistribute: filled radius rows of a search expected");
+    int p = 0;
+    for (std::size_t i = 0; i < mine.rows.size(); ++i) {  // ascending: the owners too
+      const std::int64_t row = mine.rows[i];
+      PCNN_EXPECTS(row >= 0 && row < rows, "redistribute: row " + std::to_string(row) + " outside");
+      while (row >= begin(p + 1)) ++p;
+      sizes[i] = r.offsets[i + 1] - r.offsets[i];
+      ++send[p];
+      PCNN_EXPECTS(esend[p] + sizes[i] <= INT_MAX,
+                   "redistribute: more than 2^31-1 radius pairs to one rank");
+      esend[p] += static_cast<int>(sizes[i]);
+    }
+  });
+  check(MPI_Alltoall(send.data(), 1, MPI_INT, recv.data(), 1, MPI_INT, m.comm), "MPI_Alltoall");
+  check(MPI_Alltoall(esend.data(), 1, MPI_INT, erecv.data(), 1, MPI_INT, m.comm), "MPI_Alltoall");
+  std::vector<int> sdisp, rdisp, esdisp, erdisp;
+  std::vector<std::int64_t> in_rows, in_sizes;
+  std::vector<std::int32_t> in_idx;
+  std::vector<float> in_d;
+  collectively(m.comm, [&] {
+    sdisp = displacements(send);
+    rdisp = displacements(recv);
+    esdisp = displacements(esend);
+    erdisp = displacements(erecv);
+    const std::int64_t n = std::int64_t(rdisp.back()) + recv.back();
+    PCNN_EXPECTS(n == begin(m.rank + 1) - out.first,
+                 "redistribute: " + std::to_string(n) + " rows for a block of " +
+                     std::to_string(begin(m.rank + 1) - out.first));
+    in_rows.resize(static_cast<std::size_t>(n));
+    in_sizes.resize(in_rows.size());
+    in_idx.resize(static_cast<std::size_t>(erdisp.back()) + erecv.back());
+    in_d.resize(in_idx.size());
+  });
+  check(MPI_Alltoallv(mine.rows.data(), send.data(), sdisp.data(), MPI_INT64_T, in_rows.data(),
+                      recv.data(), rdisp.data(), MPI_INT64_T, m.comm),
+        "MPI_Alltoallv (rows)");
+  check(MPI_Alltoallv(sizes.data(), send.data(), sdisp.data(), MPI_INT64_T, in_sizes.data(),
+                      recv.data(), rdisp.data(), MPI_INT64_T, m.comm),
+        "MPI_Alltoallv (row sizes)");
+  check(MPI_Alltoallv(r.indices.data(), esend.data(), esdisp.data(), MPI_INT32_T, in_idx.data(),
+                      erecv.data(), erdisp.data(), MPI_INT32_T, m.comm),
+        "MPI_Alltoallv (radius indices)");
+  check(MPI_Alltoallv(r.sqdist.data(), esend.data(), esdisp.data(), MPI_FLOAT, in_d.data(),
+                      erecv.data(), erdisp.data(), MPI_FLOAT, m.comm),
+        "MPI_Alltoallv (radius distances)");
+  RadiusResult& b = out.result;
+  b.rows = static_cast<std::int64_t>(in_rows.size());
+  b.offsets.assign(static_cast<std::size_t>(b.rows) + 1, 0);
+  for (std::size_t i = 0; i < in_rows.size(); ++i)
+    b.offsets[in_rows[i] - out.first + 1] = in_sizes[i];
+  for (std::int64_t q = 0; q < b.rows; ++q) b.offsets[q + 1] += b.offsets[q];
+  b.indices.resize(in_idx.size());
+  b.sqdist.resize(in_d.size());
+  std::int64_t at = 0;  // the received pairs follow the received rows
+  for (std::size_t i = 0; i < in_rows.size(); ++i) {
+    const std::int64_t to = b.offsets[in_rows[i] - out.first];
+    std::copy(in_idx.data() + at, in_idx.data() + at + in_sizes[i], b.indices.data() + to);
+    std::copy(in_d.data() + at, in_d.data() + at + in_sizes[i], b.sqdist.data() + to);
+    at += in_sizes[i];
+  }
+  return out;
+}
+
 RadiusResult DistributedIndex::gather(const RankRadius& mine, std::int64_t rows, int root) {
   Impl& m = *impl_;
   const RadiusResult& r = mine.result;

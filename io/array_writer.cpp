@@ -74,24 +74,32 @@ void append_value_line(std::string& out, std::int64_t row, const T* values, int 
 }  // namespace
 
 bool can_share_array(OutputSet& outputs, const std::string& path) {
-  return io_detail::output_format(outputs, path) == Format::npy &&
+  const Format f = io_detail::output_format(outputs, path);
+  return (f == Format::npy || f == Format::csr_npy) &&
          !io_detail::staged_temporary(outputs, path).empty();
 }
 
+namespace {
+const char* descr_of(ArrayType t) {
+  return t == ArrayType::int32 ? "<i4" : t == ArrayType::float32 ? "<f4" : "<i8";
+}
+std::int64_t bytes_of(ArrayType t) { return t == ArrayType::int64 ? 8 : 4; }
+}  // namespace
+
 std::string begin_shared_array(OutputSet& outputs, const std::string& path, std::int64_t rows,
-                               int cols, bool is_float) {
+                               int cols, ArrayType type) {
   if (!can_share_array(outputs, path))
     throw output_error("cannot write '" + path + "' from several processes (not a .npy file)",
                        path);
   if (rows < 0) throw output_error("cannot write '" + path + "': a negative shape", path);
   const std::string temporary = io_detail::staged_temporary(outputs, path);
-  const std::string header = npy_header(is_float ? "<f4" : "<i4", rows, cols);
+  const std::string header = npy_header(descr_of(type), rows, cols);
   io_detail::OutputFile& file = io_detail::begin_output(outputs, path);
   file.write(header);  // at offset 0 when the file is finished; the rows go after it
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) file.fail(std::string("cannot open its temporary: ") + std::strerror(errno));
   const std::int64_t bytes =
-      static_cast<std::int64_t>(header.size()) + rows * std::max(cols, 1) * std::int64_t(4);
+      static_cast<std::int64_t>(header.size()) + rows * std::max(cols, 1) * bytes_of(type);
   const int rc = ::ftruncate(fd, static_cast<off_t>(bytes));
   const int err = errno;
   ::close(fd);
@@ -104,11 +112,11 @@ void finish_shared_array(OutputSet& outputs, const std::string& path) {
 }
 
 SharedArrayWriter::SharedArrayWriter(const std::string& temporary, const std::string& path,
-                                     std::int64_t rows, int cols)
+                                     std::int64_t rows, int cols, ArrayType type)
     : path_(path),
       rows_(rows),
-      row_bytes_(std::int64_t(4) * std::max(cols, 1)),
-      data_offset_(static_cast<std::int64_t>(npy_header("<i4", rows, cols).size())) {
+      row_bytes_(bytes_of(type) * std::max(cols, 1)),
+      data_offset_(static_cast<std::int64_t>(npy_header(descr_of(type), rows, cols).size())) {
   fd_ = ::open(temporary.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd_ < 0)
     throw output_error("cannot write '" + path + "': cannot open its temporary '" + temporary +

@@ -113,6 +113,12 @@ run 2 0 "every rank wrote its block of rows" -- radius "$sample" -r 0.05 --max-n
 "$pcnn" radius "$sample" -r 0.05 --max-nn 6 --device cpu -o "$tmp/hb1.npy" --counts "$tmp/hb1_c.npy" 2>/dev/null
 same "$tmp/hb1.npy" "$tmp/hb.npy" "hybrid blocks, indices"
 same "$tmp/hb1_c.npy" "$tmp/hb_c.npy" "hybrid blocks, counts"
+run 3 0 "every rank wrote its block of rows" -- radius "$sample" -r 0.05 --device cpu -o "$tmp/rb"
+for f in offsets indices sqdist; do same "$tmp/sample_r1.$f.npy" "$tmp/rb.$f.npy" "radius blocks written by 3 ranks, $f"; done
+grep -qE "neighbors found +118,774" "$tmp/err" || { echo "FAIL: radius blocks: no neighbor count in the summary"; fails=$((fails + 1)); }
+"$pcnn" radius "$sample" -r 0.05 --device cpu -o "$tmp/rb1.csv" 2>/dev/null
+run 2 0 "gathered and written by rank 0" -- radius "$sample" -r 0.05 --device cpu -o "$tmp/rb.csv"
+same "$tmp/rb1.csv" "$tmp/rb.csv" "radius CSV gathered by rank 0"
 [ -z "$(ls -A "$tmp" | grep pcnn-)" ] || { echo "FAIL: temporaries left behind"; fails=$((fails + 1)); }
 # A separate query set, and the JSON summary: rank 0 alone prints it.
 "$pcnn" knn "$sample" --query "$tmp/q.pcd" -k 5 --device cpu -o "$tmp/q.one.npy" 2>/dev/null

@@ -1129,8 +1129,8 @@ TEST(SharedArray, BlocksFromSeveralWritersMakeTheWholeArray) {
     OutputSet o;
     o.add(tmp / "d.npy", OutputKind::array);
     o.add(tmp / "c.npy", OutputKind::array);
-    const std::string td = begin_shared_array(o, tmp / "d.npy", 7, 3, true);
-    const std::string tc = begin_shared_array(o, tmp / "c.npy", 7, -1, false);
+    const std::string td = begin_shared_array(o, tmp / "d.npy", 7, 3, ArrayType::float32);
+    const std::string tc = begin_shared_array(o, tmp / "c.npy", 7, -1, ArrayType::int32);
     // Created with its full size: a 64-byte aligned header and 7 x 3 floats.
     EXPECT_EQ((fs::file_size(td) - 7 * 3 * 4) % 64, 0u);
     EXPECT_GT(fs::file_size(td), 7u * 3 * 4);
@@ -1140,17 +1140,18 @@ TEST(SharedArray, BlocksFromSeveralWritersMakeTheWholeArray) {
   OutputSet o;
   o.add(tmp / "d.npy", OutputKind::array);
   o.add(tmp / "c.npy", OutputKind::array);
-  const std::string td = begin_shared_array(o, tmp / "d.npy", 7, 3, true);
-  const std::string tc = begin_shared_array(o, tmp / "c.npy", 7, -1, false);
+  const std::string td = begin_shared_array(o, tmp / "d.npy", 7, 3, ArrayType::float32);
+  const std::string tc = begin_shared_array(o, tmp / "c.npy", 7, -1, ArrayType::int32);
   // Blocks in any order, from separate writers.
   for (const auto& [first, n] : {std::pair<int, int>{4, 3}, {0, 2}, {2, 2}}) {
-    SharedArrayWriter wd(td, tmp / "d.npy", 7, 3), wc(tc, tmp / "c.npy", 7, -1);
+    SharedArrayWriter wd(td, tmp / "d.npy", 7, 3, ArrayType::float32),
+        wc(tc, tmp / "c.npy", 7, -1, ArrayType::int32);
     wd.write_rows(first, n, d.data() + 3 * first);
     wc.write_rows(first, n, c.data() + first);
     wd.finish();
     wc.finish();
   }
-  SharedArrayWriter outside(td, tmp / "d.npy", 7, 3);
+  SharedArrayWriter outside(td, tmp / "d.npy", 7, 3, ArrayType::float32);
   EXPECT_THROW(outside.write_rows(6, 2, d.data()), output_error);
   finish_shared_array(o, tmp / "d.npy");
   finish_shared_array(o, tmp / "c.npy");
@@ -1167,7 +1168,7 @@ TEST(SharedArray, BlocksFromSeveralWritersMakeTheWholeArray) {
   OutputSet w;
   w.add(tmp / "x.csv", OutputKind::array);
   EXPECT_FALSE(can_share_array(w, tmp / "x.csv"));
-  EXPECT_THROW(begin_shared_array(w, tmp / "x.csv", 1, 1, false), output_error);
+  EXPECT_THROW(begin_shared_array(w, tmp / "x.csv", 1, 1, ArrayType::int32), output_error);
 }
 
 }  // namespace

@@ -57,6 +57,12 @@ struct RankRadius {
   RadiusResult result;
 };
 
+/// A contiguous block of radius rows: rows [first, first + result.rows), offsets from 0.
+struct RankRadiusBlock {
+  std::int64_t first = 0;
+  RadiusResult result;
+};
+
 /// What one rank did in the last search (wall clock, milliseconds).
 struct RankStats {
   int rank = 0;
@@ -110,6 +116,7 @@ class DistributedIndex {
   /// [rows * r / ranks, rows * (r + 1) / ranks) of them (for writing each rank's block at its
   /// offset, no rank holding every row).
   RankBlock redistribute(const RankRows& mine, std::int64_t rows);
+  RankRadiusBlock redistribute(const RankRadius& mine, std::int64_t rows);
   /// Collective: every rank's radius rows (or, for counts, their offsets) on `root`.
   RadiusResult gather(const RankRadius& mine, std::int64_t rows, int root = 0);
   /// Collective: every rank's stats of the last search, on every rank.
