@@ -464,9 +464,17 @@ std::pair<std::string, Report> part_item(const std::string& name, int number, in
   return {name + " " + std::to_string(number), std::move(r)};
 }
 
-// The spatial parts of a search in one process: one per device searched at once (--devices), or
-// `tiles` searched one after the other through one device (--tiles, or references larger than
-// the device memory allowed). The devices are started and named in the summary.
+// --devices and --layout, before loading: the list's syntax, and a layout only with a list.
+void check_devices_syntax(const SearchOptions& opt) {
+  if (!opt.devices.empty()) parse_devices(opt.devices, Backend::cpu);
+  if (opt.layout != "auto" && opt.devices.empty())
+    throw error("--layout applies to --devices (how several devices share the cloud)");
+}
+
+// The parts of a search in one process: one per device searched at once (--devices: spatial
+// parts, or replicas of the whole cloud, see --layout), or `tiles` spatial parts searched one
+// after the other through one device (--tiles, or references larger than the device memory
+// allowed). The devices are started and named in the summary.
 PartitionedOptions parts_options(const SearchOptions& opt, int tiles, Report& report, Report& s) {
   PartitionedOptions po;
   po.index.backend = resolve_backend(opt, tiles > 0 && opt.devices.empty());
@@ -475,6 +483,7 @@ PartitionedOptions parts_options(const SearchOptions& opt, int tiles, Report& re
   if (!opt.devices.empty()) po.devices = parse_devices(opt.devices, po.index.backend);
   po.tiles = tiles;
   po.max_device_memory = opt.max_device_memory;
+  po.layout = tiles > 0 ? Layout::spatial : parse_layout(opt.layout);
   if (po.index.backend == Backend::cuda) {
     double startup = 0;
     std::string names;
@@ -503,6 +512,7 @@ void parts_section(Report& s, const PartitionedIndex& index, int tiles, Backend 
                    double extra_ms = 0) {
   const PartitionedTimings& t = index.last_timings();
   s.add(tiles > 0 ? "tiles" : "parts", index.parts());
+  if (tiles == 0) s.add("layout", index.replicated() ? "replicated" : "spatial");
   s.add("partition", t.partition_ms, "ms");
   s.add("build index", t.build_ms, "ms");
   s.add("home search", t.home_ms, "ms");
@@ -510,7 +520,10 @@ void parts_section(Report& s, const PartitionedIndex& index, int tiles, Backend 
   s.add("queries forwarded", static_cast<double>(t.queries_forwarded));
   s.add("total", t.total_ms + extra_ms, "ms");
   s.add_note("", tiles > 0 ? "wall clock; total: build and search of every tile, partition apart"
-                           : "wall clock; total: build and search, parts at once, partition apart");
+                 : index.replicated()
+                     ? "wall clock; total: build and search, every device at once on its share of "
+                       "the rows (home search: the search)"
+                     : "wall clock; total: build and search, parts at once, partition apart");
   std::vector<std::pair<std::string, Report>> items;
   std::vector<std::string> lines(t.parts.size());
   const char* name = tiles > 0 ? "tile" : "part";
@@ -548,7 +561,7 @@ int run_knn_parts(const KnnCommand& cmd, OutputSet& outputs, const Inputs& in, R
 int run_knn(const KnnCommand& cmd) {
   const KnnParams params{cmd.k, cmd.exclude_self};
   validate_before_loading(cmd, cmd.k);
-  if (!cmd.devices.empty()) parse_devices(cmd.devices, Backend::cpu);  // its syntax, before loading
+  check_devices_syntax(cmd);
   OutputSet outputs = plan_outputs(cmd, OutputKind::array);
   const Inputs in = load_inputs(cmd);
   validate_knn_args(in.pcl_ref_view(), in.pcl_qv(),
@@ -822,7 +835,7 @@ int run_radius(const RadiusCommand& cmd) {
   const bool hybrid = cmd.max_nn > 0;
   validate_radius(cmd.radius);
   validate_before_loading(cmd, hybrid ? cmd.max_nn : 1);
-  if (!cmd.devices.empty()) parse_devices(cmd.devices, Backend::cpu);  // its syntax, before loading
+  check_devices_syntax(cmd);
   OutputSet outputs =
       plan_outputs(cmd, hybrid ? OutputKind::array : OutputKind::radius, cmd.counts);
   const Inputs in = load_inputs(cmd);
@@ -1110,9 +1123,10 @@ int run_mpi(const SearchOptions& opt, const KnnCommand* knn, const RadiusCommand
   }
   // 1. Options, outputs (rank 0), inputs (every rank reads them whole).
   if (mpi_step(failed, opt.mode.json, [&] {
-        PCNN_EXPECTS(opt.devices.empty() && opt.tiles == 0 && opt.max_device_memory == 0,
-                     "--devices, --tiles and --max-device-memory are for one process; under "
-                     "mpirun each rank owns one part on one device");
+        PCNN_EXPECTS(opt.devices.empty() && opt.layout == "auto" && opt.tiles == 0 &&
+                         opt.max_device_memory == 0,
+                     "--devices, --layout, --tiles and --max-device-memory are for one process; "
+                     "under mpirun each rank owns one spatial part on one device");
         if (radius) validate_radius(radius->radius);
         validate_before_loading(opt, k);
         if (rank == 0)

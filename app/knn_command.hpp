@@ -27,8 +27,9 @@ struct SearchOptions {
   bool csv_streams = false;  // --stream-format csv: arrays to '-' or a pipe as CSV
   std::string format;   // pcd | ply: how to read the inputs ("-" is standard input); "": by name
   OutputMode mode;      // --json, --quiet
-  std::string devices;  // "all" or "0,1": one spatial part per device, searched at once
-  int tiles = 0;        // > 0: the references in this many parts, one after the other
+  std::string devices;  // "all" or "0,1": several devices (or CPU parts) searched at once
+  std::string layout = "auto";  // --devices: spatial parts or replicas of the whole cloud
+  int tiles = 0;                // > 0: the references in this many parts, one after the other
 };
 
 struct KnnCommand : SearchOptions {

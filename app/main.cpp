@@ -96,8 +96,13 @@ void add_search_options(CLI::App* cmd, SearchOptions& o, std::string& memory) {
   add_stream_format(cmd, o.csv_streams);
   add_output_mode(cmd, o.mode);
   cmd->add_option("--devices", o.devices,
-                  "all or 0,1: the references in one spatial part per GPU, searched at once "
-                  "(with --device cpu: one part per entry); the same rows as one device");
+                  "all or 0,1: several GPUs searched at once (see --layout; with --device cpu: "
+                  "one spatial part per entry); the same rows as one device");
+  cmd->add_option("--layout", o.layout,
+                  "with --devices: spatial (one spatial part per GPU: clouds larger than one "
+                  "GPU), replicated (every GPU indexes the whole cloud and searches its share "
+                  "of the rows) or auto (replicated on GPUs unless --max-device-memory)")
+      ->check(CLI::IsMember({"auto", "spatial", "replicated"}));
   cmd->add_option("--tiles", o.tiles,
                   "the references in this many spatial parts searched one after the other "
                   "through the device (kNN: automatic when they exceed --max-device-memory)")

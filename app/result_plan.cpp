@@ -21,7 +21,11 @@ void fail_host_memory(const std::string& what, std::int64_t needed, std::int64_t
 }
 
 std::int64_t range_budget(std::int64_t host_available) {
-  return std::clamp<std::int64_t>(host_available / 4, std::int64_t(64) << 20,
+  // A quarter of what is left, up to 1 GB; at least 64 MB where that leaves half of it free, and
+  // never more than half, so that a tight limit (ulimit -v, a cgroup) gives smaller ranges
+  // rather than a range that cannot be held.
+  const std::int64_t floor = std::min(std::int64_t(64) << 20, host_available / 2);
+  return std::clamp<std::int64_t>(host_available / 4, std::max<std::int64_t>(floor, 1),
                                   std::int64_t(1) << 30);
 }
 

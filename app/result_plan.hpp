@@ -20,7 +20,7 @@ std::int64_t host_memory_available();
                                    std::int64_t available, const std::string& why = "");
 
 /// Bytes of results a streamed range may hold: a quarter of the host memory available, between
-/// 64 MiB and 1 GiB.
+/// 64 MiB (or half of what is available, when that is less) and 1 GiB.
 std::int64_t range_budget(std::int64_t host_available);
 
 /// Ends of consecutive row ranges of CSR results (`offsets`: rows + 1): `chunk_rows` rows each

@@ -9,8 +9,10 @@
 // The cloud: -n uniform points in a 100 m cube (pcnn's synthetic generator, made in parallel
 // slices of fixed seeds, so every rank makes the same cloud). Timing: the median of --runs runs
 // after one untimed warm-up. One GPU: the wall clock of Index::build() plus self_knn() into host
-// memory. Every GPU: the wall clock of building every part's index at once plus the search
-// (home part, forwarded queries, exact merge) into host memory — PartitionedTimings::total_ms, or
+// memory (default staging, rows written into the same buffer every run). Every GPU: the wall
+// clock of building every part's index at once plus the search (spatial: home part, forwarded
+// queries, exact merge; replicated, --layout: every device builds the whole cloud and searches
+// its share of the rows) into host memory — PartitionedTimings::total_ms, or
 // under MPI the slowest rank's build + search with its exchanges (rows stay on their rank;
 // gathering them is not timed). Partitioning (Morton codes, sample, assignment, copies, the
 // parts' bounds) is reported apart. Never timed: making the cloud, CUDA context creation, the
@@ -23,11 +25,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "bench_util.hpp"
+#include "dist/part.hpp"
 #include "pcnn/distributed.hpp"
 #include "pcnn/error.hpp"
 #include "pcnn/index.hpp"
@@ -52,6 +56,21 @@ template <class... A>
 void say(const char* fmt, A... a) {
   if (rank_ == 0) std::printf(fmt, a...);
   if (rank_ == 0) std::fflush(stdout);
+}
+
+// The rows of a result, sized once and, with --locked-outputs, page-locked for every device.
+struct ResultLocks {
+  std::optional<dist::PortableLock> indices, sqdist;
+};
+void allocate_rows(KnnResult& r, std::int64_t n, int k, bool lock, ResultLocks& l) {
+  r.rows = n;
+  r.k = k;
+  r.indices.resize(static_cast<std::size_t>(n) * k);
+  r.sqdist.resize(r.indices.size());
+  if (lock) {
+    l.indices.emplace(r.indices.data(), r.indices.size() * 4);
+    l.sqdist.emplace(r.sqdist.data(), r.sqdist.size() * 4);
+  }
 }
 
 std::vector<float> make_cloud(std::int64_t n, std::uint64_t seed) {
@@ -106,7 +125,8 @@ int main(int argc, char** argv) {
   long long n = 10000000;
   int k = 8, runs = 3;
   unsigned long long seed = 1;
-  std::string device = "auto", devices = "all";
+  std::string device = "auto", devices = "all", layout = "auto";
+  bool locked = false;
   bool check = true;
   app.add_option("-n", n, "points")->capture_default_str()->check(CLI::Range(1LL, 2147483647LL));
   app.add_option("-k", k, "neighbors")->capture_default_str()->check(CLI::Range(1, kMaxK));
@@ -114,6 +134,12 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "cloud seed")->capture_default_str();
   app.add_option("--device", device, "auto, cuda or cpu")->capture_default_str();
   app.add_option("--devices", devices, "one process: all or 0,1 (CPU backend: one part each)")
+      ->capture_default_str();
+  app.add_option("--layout", layout, "one process: auto, spatial or replicated")
+      ->capture_default_str();
+  app.add_option("--locked-outputs", locked,
+                 "page-lock the result buffers once, before any timed run (as a frame loop or a "
+                 "pipeline that keeps its buffers does), for one device and every device alike")
       ->capture_default_str();
   app.add_option("--check", check, "compare the rows byte for byte")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -136,7 +162,6 @@ int main(int argc, char** argv) {
     // (at once, so each has the full rows to check its own against); rank 0's time is reported.
     IndexOptions io;
     io.backend = backend;
-    io.staging = Staging::pinned;
 #ifdef PCNN_WITH_MPI
     if (under_mpi && backend == Backend::cuda) {
       MPI_Comm local;
@@ -148,11 +173,10 @@ int main(int argc, char** argv) {
       initialize_device(io.device);
     }
 #endif
+    const bool lock = locked && backend == Backend::cuda;
     KnnResult one;
-    one.rows = n;
-    one.k = k;
-    one.indices.resize(static_cast<std::size_t>(n) * k);
-    one.sqdist.resize(one.indices.size());
+    ResultLocks one_locks;
+    allocate_rows(one, n, k, lock, one_locks);
     std::vector<double> t_one;
     {
       Index index(io);
@@ -175,12 +199,15 @@ int main(int argc, char** argv) {
       PartitionedOptions po;
       po.index = io;
       po.devices = parse_devices(devices, backend);
-      KnnResult all;
+      po.layout = parse_layout(layout);
+      KnnResult all;  // written in place every run, as the one device's rows are
+      ResultLocks all_locks;
+      allocate_rows(all, n, k, lock, all_locks);
       for (int r = 0; r <= runs; ++r) {
         t = Clock::now();
         PartitionedIndex index(view, po);
         const double built = ms_since(t);
-        all = index.self_knn(params);
+        index.self_knn(params, {all.indices.data(), n, k}, {all.sqdist.data(), n, k});
         const PartitionedTimings& tm = index.last_timings();
         if (r > 0) {
           t_all.push_back(tm.total_ms);
@@ -189,6 +216,7 @@ int main(int argc, char** argv) {
         (void)built;
         forwarded = tm.queries_forwarded;
         parts = index.parts();
+        if (r == runs) say("  layout: %s\n", index.replicated() ? "replicated" : "spatial");
         if (r == runs)
           for (const PartStats& p : tm.parts)
             say("  part on device %d: %lld points, %lld forwarded, %lld received, build %.1f ms, "

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend.hpp"
+#include "fresh_pages.hpp"
 #include "pcnn/device.hpp"
 #include "pcnn/error.hpp"
 #include "pcnn/index.hpp"
@@ -220,8 +221,13 @@ KnnResult Index::owning_knn(const PointsView* queries, const KnnParams& params,
   KnnResult r;
   r.rows = queries ? queries->count : size();
   r.k = params.k;
-  r.indices.resize(static_cast<std::size_t>(r.rows) * r.k);
-  r.sqdist.resize(r.indices.size());
+  const std::size_t n = static_cast<std::size_t>(r.rows) * r.k;
+  r.indices.reserve(n);  // mapped in with one call each (fresh_pages.hpp), then filled
+  r.sqdist.reserve(n);
+  detail::prepare_fresh_pages(r.indices.data(), n * sizeof(std::int32_t));
+  detail::prepare_fresh_pages(r.sqdist.data(), n * sizeof(float));
+  r.indices.resize(n);
+  r.sqdist.resize(n);
   dense(queries, -1, params, {r.indices.data(), r.rows, r.k}, {r.sqdist.data(), r.rows, r.k},
         stream, true);
   return r;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -94,7 +95,7 @@ struct Part {
   std::vector<std::int32_t> ids;  // global index of each local point, ascending
   Packed xyz;                     // packed coordinates of those points, exactly as given
   Bounds bounds;                  // of the finite ones
-  Index index;
+  std::optional<Index> index;     // while built (an Index made up front would take a device pool)
   bool built = false;
 
   std::int64_t size() const { return static_cast<std::int64_t>(ids.size()); }
@@ -122,6 +123,9 @@ struct DenseSearch {
   /// Runs the search on `index`: separate queries `q`, or the index's own points (q null).
   void run(Index& index, const PointsView* q, MatrixView<std::int32_t> iv,
            MatrixView<float> dv) const;
+  /// Rows [first_row, first_row + iv.rows) of the self-search on `index` (a replica's share).
+  void run_rows(Index& index, std::int64_t first_row, MatrixView<std::int32_t> iv,
+                MatrixView<float> dv) const;
 };
 
 /// A query's k-th distance as the index reported it (a float, the exact double rounded to
@@ -199,6 +203,20 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
 /// memory. Allocates outside the index's memory resource (hence not under a memory cap).
 void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParams& params,
                      int threads, std::int32_t* out_idx, float* out_d);
+
+/// Page-locks host memory for every device of the process (cudaHostRegisterPortable) for the
+/// life of the object, unless it already is page-locked: several devices then copy their shares
+/// of one array at full speed without registering overlapping pages from several threads.
+class PortableLock {
+ public:
+  PortableLock(const void* ptr, std::size_t bytes);
+  ~PortableLock();
+  PortableLock(const PortableLock&) = delete;
+  PortableLock& operator=(const PortableLock&) = delete;
+
+ private:
+  void* ptr_ = nullptr;
+};
 
 /// A part's answer to forwarded queries: rows × k exact distances and global indices (padded
 /// with +infinity / -1), for `m` packed queries `q` (never a self-search: exclude_self is off).

@@ -85,7 +85,7 @@ void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParam
                      int threads, std::int32_t* out_idx, float* out_d) {
   if (m <= 0) return;
   const int k = params.k;
-  const OnDevice on(part.index.options().device);
+  const OnDevice on(part.index->options().device);
   const Stream stream;
   const cudaStream_t s = stream.get();
   // Rows per chunk: 32 MB of indices (and as much of distances) on the device and page-locked.
@@ -101,9 +101,9 @@ void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParam
     const MatrixView<std::int32_t> iv{d_idx.get(), c, k, Memory::device};
     const MatrixView<float> dv{d_d.get(), c, k, Memory::device};
     if (q)
-      part.index.knn(q->from(a).view(c), params, iv, dv, s);
+      part.index->knn(q->from(a).view(c), params, iv, dv, s);
     else
-      part.index.self_knn_rows(a, params, iv, dv, s);
+      part.index->self_knn_rows(a, params, iv, dv, s);
     const std::int64_t cells = c * k;
     const int blocks = static_cast<int>(std::min<std::int64_t>((cells + 255) / 256, 65536));
     map_to_global<<<blocks, 256, 0, s>>>(d_idx.get(), cells, gid.get());
@@ -118,6 +118,20 @@ void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParam
       std::memcpy(out_d + a * k + b, h_d.get() + b, (e - b) * sizeof(float));
     });
   }
+}
+
+PortableLock::PortableLock(const void* ptr, std::size_t bytes) {
+  if (!ptr || bytes == 0) return;
+  cudaPointerAttributes attr{};
+  const cudaError_t q = cudaPointerGetAttributes(&attr, ptr);
+  if (q != cudaSuccess) static_cast<void>(cudaGetLastError());
+  if (q == cudaSuccess && attr.type == cudaMemoryTypeHost) return;  // the caller's own lock
+  PCNN_CUDA_TRY(cudaHostRegister(const_cast<void*>(ptr), bytes, cudaHostRegisterPortable));
+  ptr_ = const_cast<void*>(ptr);
+}
+
+PortableLock::~PortableLock() {
+  if (ptr_) PCNN_CUDA_TRY_NO_THROW(cudaHostUnregister(ptr_));
 }
 
 }  // namespace pcnn::dist

@@ -223,13 +223,12 @@ void Part::take(const Partitioning& partitioning, PointsView points,
 
 void Part::build(const IndexOptions& options) {
   if (built) return;
-  index = Index(options);
-  index.build(coords().view(size()));
+  index.emplace(coords().view(size()), options);
   built = true;
 }
 
 void Part::release() {
-  index = Index(index.options());  // an empty index holds no points
+  index.reset();
   built = false;
 }
 
@@ -275,6 +274,14 @@ void DenseSearch::run(Index& index, const PointsView* q, MatrixView<std::int32_t
     else
       index.self_knn(p, iv, dv);
   }
+}
+
+void DenseSearch::run_rows(Index& index, std::int64_t first_row, MatrixView<std::int32_t> iv,
+                           MatrixView<float> dv) const {
+  if (hybrid)
+    index.self_hybrid_rows(first_row, HybridParams{radius, k, exclude_self}, iv, dv);
+  else
+    index.self_knn_rows(first_row, KnnParams{k, exclude_self}, iv, dv);
 }
 
 void route(const std::vector<Bounds>& bounds, int home, const Coords& qs, std::int64_t m,
@@ -329,7 +336,7 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
                     out.d.data());
   } else if (m > 0) {
     const PointsView qv = q ? q->view(m) : PointsView{};
-    search.run(part.index, q ? &qv : nullptr, iv, dv);
+    search.run(*part.index, q ? &qv : nullptr, iv, dv);
     parallel_for(m * k, threads, [&](std::int64_t a, std::int64_t e) {
       to_global(part, out.idx.data() + a, e - a);
     });
@@ -377,7 +384,7 @@ void answer(Part& part, const Coords& q, std::int64_t m, const DenseSearch& sear
   DenseSearch forwarded = search;
   forwarded.exclude_self = false;  // the query is not one of this part's points
   const PointsView qv = q.view(m);
-  forwarded.run(part.index, &qv, {local.data(), m, k}, {d.data(), m, k});
+  forwarded.run(*part.index, &qv, {local.data(), m, k}, {d.data(), m, k});
   search_ms += ms_since(t);
   std::vector<Candidate> c;
   for (std::int64_t i = 0; i < m; ++i) {
@@ -425,15 +432,15 @@ void radius_in_part(Part& part, const Coords* q, std::int64_t m, const RadiusPar
   const PointsView qv = q ? q->view(m) : PointsView{};
   const ArrayView<std::int64_t> off{out.offsets.data(), m + 1};
   const std::int64_t total =
-      q ? part.index.radius_count(qv, p, off) : part.index.self_radius_count(p, off);
+      q ? part.index->radius_count(qv, p, off) : part.index->self_radius_count(p, off);
   if (!count_only) {
     std::vector<float> fd(static_cast<std::size_t>(total));
     out.idx.resize(fd.size());
     const ArrayView<const std::int64_t> coff{out.offsets.data(), m + 1};
     if (q)
-      part.index.radius_fill(qv, p, coff, {out.idx.data(), total}, {fd.data(), total});
+      part.index->radius_fill(qv, p, coff, {out.idx.data(), total}, {fd.data(), total});
     else
-      part.index.self_radius_fill(p, coff, {out.idx.data(), total}, {fd.data(), total});
+      part.index->self_radius_fill(p, coff, {out.idx.data(), total}, {fd.data(), total});
     search_ms += ms_since(t);
     // Exact distances from the coordinates as stored, and global indices. The index's rows are
     // sorted by (distance, local index) = (distance, global index): they stay in order.

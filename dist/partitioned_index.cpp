@@ -1,8 +1,10 @@
 // PartitionedIndex: spatial parts of one cloud, each with its own index, searched at once (one
-// thread per device) or one after the other (tiles larger than a device), merged exactly.
+// thread per device) or one after the other (tiles larger than a device), merged exactly; or
+// replicas of the whole cloud, one per device, each searching a contiguous share of the rows.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <sstream>
 #include <string>
 
@@ -33,6 +35,7 @@ struct PartitionedIndex::Impl {
   bool sequential = false;       // tiles
   int threads_per_part = 1;
   PartitionedTimings timings;
+  std::vector<Index> replicas;  // the replicated layout: one whole index per device
 
   // The queries of one search by home part: the output rows and packed coordinates (a
   // self-search's are the parts' own points).
@@ -48,7 +51,9 @@ struct PartitionedIndex::Impl {
       return &c;
     }
   };
-  Batches start(const PointsView* queries, bool exclude_self);
+  // Refuses queries a search cannot take (exclude_self: self-searches only).
+  void check_queries(const PointsView* queries, bool exclude_self) const;
+  Batches start(const PointsView* queries);
   // The forwarded queries part t must search: the rows `to(p)` of every part p's batch, in part
   // order; first[p] is where part p's rows start.
   template <class To>
@@ -61,7 +66,181 @@ struct PartitionedIndex::Impl {
   // count_only: offsets alone (out.offsets), else the whole result.
   void radius(const PointsView* queries, const RadiusParams& params, bool count_only,
               RadiusResult& out);
+
+  // The replicated layout: every device's replica of the whole cloud searches a contiguous share
+  // of the rows, all at once.
+  void build_replicas(PointsView points);
+  std::int64_t share(std::int64_t rows, int d) const {
+    return rows * d / static_cast<std::int64_t>(replicas.size());
+  }
+  void start_replicas(std::int64_t rows);
+  // body(d, a, b): replica d's rows [a, b), every non-empty share at once.
+  void on_replicas(std::int64_t rows,
+                   const std::function<void(int, std::int64_t, std::int64_t)>& body);
+  void finish_replicas(clock_type::time_point t_start);
+  void dense_replicas(const PointsView* queries, const dist::DenseSearch& search,
+                      MatrixView<std::int32_t> out_idx, MatrixView<float> out_d);
+  void radius_replicas(const PointsView* queries, const RadiusParams& params, bool count_only,
+                       RadiusResult& out);
 };
+
+namespace {
+
+// Replicas where they help: CUDA devices, untiled, no cap (a cloud too large for one device is
+// what the spatial layout and tiles are for), and more than one device.
+bool use_replicas(const PartitionedOptions& o, Backend backend) {
+  if (o.layout == Layout::spatial) return false;
+  const bool possible = backend == Backend::cuda && o.tiles == 0;
+  if (o.layout == Layout::replicated) {
+    PCNN_EXPECTS(possible, "the replicated layout needs CUDA devices and no tiles");
+    return true;
+  }
+  return possible && o.max_device_memory == 0 && !o.index.memory && o.devices.size() > 1;
+}
+
+}  // namespace
+
+void PartitionedIndex::Impl::build_replicas(PointsView points) {
+  const int nd = static_cast<int>(options.devices.size());
+  replicas.resize(static_cast<std::size_t>(nd));
+  built_ms.assign(static_cast<std::size_t>(nd), 0.0);
+  // One after the other: indexes built at once from several threads on one device hung in the
+  // driver (H100, driver 580); searching at once from several threads does not.
+  dist::for_each(nd, false, [&](int d) {
+    IndexOptions o = options.index;
+    o.device = options.devices[static_cast<std::size_t>(d)];
+    if (!o.memory && options.max_device_memory > 0)
+      o.memory = make_limited_pool_resource(options.max_device_memory, o.device);
+    const auto t = clock_type::now();
+    replicas[d] = Index(points, o);
+    built_ms[d] = ms_since(t);
+  });
+  timings.replicated = true;
+}
+
+namespace {
+
+// The bytes a host view spans (what page-locking it covers).
+std::size_t view_bytes(const PointsView* v) {
+  if (!v || v->count <= 0) return 0;
+  return static_cast<std::size_t>((v->count - 1) * v->stride + 3) *
+         static_cast<std::size_t>(v->scalar_bytes());
+}
+
+}  // namespace
+
+void PartitionedIndex::Impl::start_replicas(std::int64_t rows) {
+  const int nd = static_cast<int>(replicas.size());
+  timings = PartitionedTimings();
+  timings.replicated = true;
+  timings.parts.resize(static_cast<std::size_t>(nd));
+  for (int d = 0; d < nd; ++d) {
+    PartStats& st = timings.parts[static_cast<std::size_t>(d)];
+    st.device = options.devices[static_cast<std::size_t>(d)];
+    st.points = replicas[d].size();
+    st.home_queries = share(rows, d + 1) - share(rows, d);
+    st.build_ms = built_ms[static_cast<std::size_t>(d)];
+  }
+}
+
+// Each device's replica searches a contiguous share of the rows straight into its rows of the
+// outputs, which the caller page-locks once for every device; the rows are those of one index.
+void PartitionedIndex::Impl::on_replicas(
+    std::int64_t rows, const std::function<void(int, std::int64_t, std::int64_t)>& body) {
+  dist::for_each(static_cast<int>(replicas.size()), true, [&](int d) {
+    const std::int64_t a = share(rows, d), b = share(rows, d + 1);
+    const auto t = clock_type::now();
+    if (b > a) body(d, a, b);
+    timings.parts[static_cast<std::size_t>(d)].search_ms += ms_since(t);
+  });
+}
+
+void PartitionedIndex::Impl::finish_replicas(clock_type::time_point t_start) {
+  for (const PartStats& st : timings.parts)
+    timings.build_ms += st.build_ms;  // built one after the other
+  timings.home_ms = ms_since(t_start);
+  timings.total_ms = timings.home_ms + timings.build_ms;
+}
+
+void PartitionedIndex::Impl::dense_replicas(const PointsView* queries,
+                                            const dist::DenseSearch& search,
+                                            MatrixView<std::int32_t> out_idx,
+                                            MatrixView<float> out_d) {
+  const int k = search.k;
+  const std::int64_t rows = out_idx.rows;
+  const auto t_start = clock_type::now();
+  start_replicas(rows);
+  {
+    // Released before the clock stops.
+    const std::size_t out_bytes = static_cast<std::size_t>(rows) * k * 4;
+    const dist::PortableLock lock_idx(out_idx.data, out_bytes), lock_d(out_d.data, out_bytes),
+        lock_q(queries ? queries->address() : nullptr, view_bytes(queries));
+    on_replicas(rows, [&](int d, std::int64_t a, std::int64_t b) {
+      const MatrixView<std::int32_t> iv{out_idx.data + a * k, b - a, k, out_idx.memory};
+      const MatrixView<float> dv{out_d.data + a * k, b - a, k, out_d.memory};
+      if (queries) {
+        const PointsView q = queries->slice(a, b - a);
+        search.run(replicas[d], &q, iv, dv);
+      } else {
+        search.run_rows(replicas[d], a, iv, dv);
+      }
+    });
+  }
+  finish_replicas(t_start);
+}
+
+// Radius on replicas: the counts of each share made global by a running sum (a self-search's
+// all counted by the first replica: an index counts its own rows only all at once), then every
+// share filled into its range of the pairs.
+void PartitionedIndex::Impl::radius_replicas(const PointsView* queries, const RadiusParams& params,
+                                             bool count_only, RadiusResult& out) {
+  const int nd = static_cast<int>(replicas.size());
+  const std::int64_t rows = queries ? queries->count : n;
+  const auto t_start = clock_type::now();
+  start_replicas(rows);
+  out.rows = rows;
+  out.offsets.assign(static_cast<std::size_t>(rows) + 1, 0);
+  out.indices.clear();
+  out.sqdist.clear();
+  {
+    const dist::PortableLock lock_q(queries ? queries->address() : nullptr, view_bytes(queries));
+    if (queries) {
+      std::vector<std::vector<std::int64_t>> counts(static_cast<std::size_t>(nd));
+      on_replicas(rows, [&](int d, std::int64_t a, std::int64_t b) {
+        counts[d].assign(static_cast<std::size_t>(b - a) + 1, 0);
+        replicas[d].radius_count(queries->slice(a, b - a), params, {counts[d].data(), b - a + 1});
+      });
+      for (int d = 0; d < nd; ++d) {
+        const std::int64_t a = share(rows, d);
+        for (std::size_t i = 1; i < counts[d].size(); ++i)
+          out.offsets[a + i] = out.offsets[a] + counts[d][i];
+      }
+    } else if (rows > 0) {
+      const auto t = clock_type::now();
+      replicas[0].self_radius_count(params, {out.offsets.data(), rows + 1});
+      timings.parts[0].search_ms += ms_since(t);
+    }
+    if (!count_only) {
+      const std::int64_t total = out.offsets.back();
+      out.indices.resize(static_cast<std::size_t>(total));
+      out.sqdist.resize(out.indices.size());
+      const std::size_t bytes = static_cast<std::size_t>(total) * 4;
+      const dist::PortableLock lock_idx(out.indices.data(), bytes),
+          lock_d(out.sqdist.data(), bytes);
+      on_replicas(rows, [&](int d, std::int64_t a, std::int64_t b) {
+        const ArrayView<const std::int64_t> off{out.offsets.data() + a, b - a + 1};
+        const std::int64_t at = out.offsets[a], pairs = out.offsets[b] - at;
+        const ArrayView<std::int32_t> iv{out.indices.data() + at, pairs};
+        const ArrayView<float> dv{out.sqdist.data() + at, pairs};
+        if (queries)
+          replicas[d].radius_fill(queries->slice(a, b - a), params, off, iv, dv);
+        else
+          replicas[d].self_radius_fill_rows(a, params, off, iv, dv);
+      });
+    }
+  }
+  finish_replicas(t_start);
+}
 
 PartitionedIndex::PartitionedIndex(PointsView points, PartitionedOptions options)
     : impl_(std::make_unique<Impl>()) {
@@ -84,6 +263,10 @@ PartitionedIndex::PartitionedIndex(PointsView points, PartitionedOptions options
                "one memory resource cannot serve several devices (give max_device_memory)");
   m.options = options;
   m.n = points.count;
+  if (use_replicas(options, backend)) {
+    m.build_replicas(points);
+    return;
+  }
   m.sequential = options.tiles > 0;
   const int nparts = m.sequential ? options.tiles : static_cast<int>(options.devices.size());
   const auto t0 = clock_type::now();
@@ -115,8 +298,8 @@ PartitionedIndex::PartitionedIndex(PointsView points, PartitionedOptions options
     m.part_options.push_back(o);
   }
   m.built_ms.assign(static_cast<std::size_t>(nparts), 0.0);
-  if (!m.sequential)
-    dist::for_each(nparts, true, [&](int p) {
+  if (!m.sequential)  // CUDA indexes one after the other, as for replicas
+    dist::for_each(nparts, backend != Backend::cuda, [&](int p) {
       const auto t = clock_type::now();
       m.parts[p].build(m.part_options[p]);
       m.built_ms[p] = ms_since(t);
@@ -128,13 +311,14 @@ PartitionedIndex::PartitionedIndex(PartitionedIndex&&) noexcept = default;
 PartitionedIndex& PartitionedIndex::operator=(PartitionedIndex&&) noexcept = default;
 
 std::int64_t PartitionedIndex::size() const { return impl_->n; }
-int PartitionedIndex::parts() const { return static_cast<int>(impl_->parts.size()); }
+int PartitionedIndex::parts() const {
+  return static_cast<int>(impl_->replicas.empty() ? impl_->parts.size() : impl_->replicas.size());
+}
+bool PartitionedIndex::replicated() const { return !impl_->replicas.empty(); }
 const Partitioning& PartitionedIndex::partitioning() const { return impl_->partitioning; }
 const PartitionedTimings& PartitionedIndex::last_timings() const { return impl_->timings; }
 
-PartitionedIndex::Impl::Batches PartitionedIndex::Impl::start(const PointsView* queries,
-                                                              bool exclude_self) {
-  const int np = static_cast<int>(parts.size());
+void PartitionedIndex::Impl::check_queries(const PointsView* queries, bool exclude_self) const {
   PCNN_EXPECTS(!(exclude_self && queries),
                "exclude_self applies to a self-search only (no separate query set)");
   if (queries) {
@@ -143,6 +327,10 @@ PartitionedIndex::Impl::Batches PartitionedIndex::Impl::start(const PointsView* 
                      (queries->count == 0 || queries->address()) && queries->stride >= 3,
                  "queries: invalid view");
   }
+}
+
+PartitionedIndex::Impl::Batches PartitionedIndex::Impl::start(const PointsView* queries) {
+  const int np = static_cast<int>(parts.size());
   PartitionedTimings& tm = timings;
   const double partition_ms = tm.partition_ms;
   tm = PartitionedTimings();
@@ -192,7 +380,9 @@ void PartitionedIndex::Impl::finish_timings(clock_type::time_point t_start) {
   PartitionedTimings& tm = timings;
   for (const PartStats& s : tm.parts) {
     tm.queries_forwarded += s.queries_forwarded;
-    tm.build_ms = sequential ? tm.build_ms + s.build_ms : std::max(tm.build_ms, s.build_ms);
+    tm.build_ms = sequential || options.index.backend == Backend::cuda  // built in turn
+                      ? tm.build_ms + s.build_ms
+                      : std::max(tm.build_ms, s.build_ms);
   }
   // Parts built at construction count as part of the build + search total.
   tm.total_ms = ms_since(t_start) + (sequential ? 0.0 : tm.build_ms);
@@ -207,14 +397,16 @@ void PartitionedIndex::Impl::dense(const PointsView* queries, const dist::DenseS
                                          std::to_string(kMaxK) + ", got " + std::to_string(k));
   PCNN_EXPECTS(!search.hybrid || (std::isfinite(search.radius) && search.radius >= 0),
                "radius must be finite and >= 0");
-  const auto t_start = clock_type::now();
-  const Batches b = start(queries, search.exclude_self);
-  const std::int64_t rows = b.rows;
+  check_queries(queries, search.exclude_self);
+  const std::int64_t rows = queries ? queries->count : n;
   PCNN_EXPECTS(out_idx.memory == Memory::host && out_d.memory == Memory::host,
                "a partitioned index writes host memory");
   PCNN_EXPECTS(out_idx.rows == rows && out_idx.cols == k && out_d.rows == rows && out_d.cols == k &&
                    (rows == 0 || (out_idx.data && out_d.data)),
                "outputs must be " + std::to_string(rows) + " x " + std::to_string(k));
+  if (!replicas.empty()) return dense_replicas(queries, search, out_idx, out_d);
+  const auto t_start = clock_type::now();
+  const Batches b = start(queries);
   PartitionedTimings& tm = timings;
 
   // 1. Every query in its home part; rows that no other part can change are final.
@@ -277,8 +469,10 @@ void PartitionedIndex::Impl::radius(const PointsView* queries, const RadiusParam
   const int np = static_cast<int>(parts.size());
   PCNN_EXPECTS(std::isfinite(params.radius) && params.radius >= 0,
                "radius must be finite and >= 0, got " + std::to_string(params.radius));
+  check_queries(queries, params.exclude_self);
+  if (!replicas.empty()) return radius_replicas(queries, params, count_only, out);
   const auto t_start = clock_type::now();
-  const Batches b = start(queries, params.exclude_self);
+  const Batches b = start(queries);
   PartitionedTimings& tm = timings;
 
   // 1. Every query in its home part, and where else its ball reaches.
@@ -449,6 +643,13 @@ RadiusResult PartitionedIndex::radius(PointsView queries, const RadiusParams& pa
   RadiusResult r;
   impl_->radius(&queries, params, false, r);
   return r;
+}
+
+Layout parse_layout(const std::string& name) {
+  if (name == "auto") return Layout::automatic;
+  if (name == "spatial") return Layout::spatial;
+  if (name == "replicated") return Layout::replicated;
+  throw invalid_argument_error("--layout: '" + name + "' is not auto, spatial or replicated");
 }
 
 std::vector<int> parse_devices(const std::string& list, Backend backend) {

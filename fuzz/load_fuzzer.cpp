@@ -4,6 +4,8 @@
 // every file the gate accepts, x, y and z are decoded here, independently of PCL, from the
 // header the gate read (ascii, binary, compressed; PLY element walk, byte order, range grid),
 // and PCL's values must be the same, bit for bit — "accepted" must mean "read as it says".
+// And between pcnn's two readers: the loader's own (x, y, z gathered by the gate) and PCL's must
+// give the same Cloud byte for byte, or the same error.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -15,8 +17,10 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
+#include "../io/cloud_reader.hpp"
 #include "../io/header_check.hpp"
 #include "../io/number_grammar.hpp"
 #include "../io/stored_fields.hpp"
@@ -266,6 +270,43 @@ void check_against_pcl(const std::string& path, const std::uint8_t* data, std::s
   }
 }
 
+template <class T>
+bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+[[noreturn]] void readers_differ(const char* what) {
+  std::fprintf(stderr, "pcnn's reader and PCL's differ: %s\n", what);
+  std::abort();
+}
+
+// pcnn's own reader (keep_fields false) against the cloud PCL gave (`pcl`, or its error).
+void check_readers(const std::string& path, const pcnn::Cloud* pcl, const std::string& pcl_error) {
+  pcnn::Cloud own;
+  std::string own_error;
+  try {
+    own = pcnn::io_detail::load_cloud(path, nullptr, false, pcnn::CloudFormat::by_extension,
+                                      pcnn::io_detail::CloudReader::fastest);
+  } catch (const pcnn::error& e) {
+    own_error = std::string(typeid(e).name()) + ": " + e.what();
+  }
+  if (!pcl) {
+    if (own_error != pcl_error)
+      readers_differ(("errors: '" + own_error + "' / '" + pcl_error + "'").c_str());
+    return;
+  }
+  if (!own_error.empty()) readers_differ(("pcnn's failed: " + own_error).c_str());
+  if (!same_bytes(own.xyz, pcl->xyz)) readers_differ("xyz");
+  if (std::memcmp(own.origin.data(), pcl->origin.data(), sizeof own.origin) != 0)
+    readers_differ("origin");
+  if (own.width != pcl->width || own.height != pcl->height) readers_differ("shape");
+  if (own.finite != pcl->finite || own.exact != pcl->exact) readers_differ("finite or exact");
+  if (own.coordinate_type != pcl->coordinate_type) readers_differ("coordinate type");
+  if (!same_bytes(own.stored, pcl->stored)) readers_differ("stored");
+  if (own.field_names != pcl->field_names) readers_differ("field names");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -276,10 +317,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::fclose(f);
   pcnn::Cloud c;
   try {
-    c = pcnn::load_cloud(path);
-  } catch (const pcnn::error&) {
+    c = pcnn::load_cloud(path);  // every field kept: PCL reads the file
+  } catch (const pcnn::error& e) {
+    check_readers(path, nullptr, std::string(typeid(e).name()) + ": " + e.what());
     return 0;
   }
+  check_readers(path, &c, "");
   if (c.xyz.size() != static_cast<std::size_t>(c.size()) * 3) std::abort();
   check_against_pcl(path, data, size, c);
   return 0;

@@ -2,6 +2,8 @@
 // index's transfer policy, results written into the caller's device memory in place or brought to
 // the caller's host memory with the download overlapping the search, and every allocation from the
 // index's workspace (so a frame loop of equal sizes allocates nothing after its first frame).
+#include <cuda/cmath>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -182,9 +184,14 @@ class CudaBackend final : public Index::Backend_ {
   }
   ~CudaBackend() override {
     if (!aux_) return;
+    // On the index's device (without throwing: a destructor), whichever thread destroys it.
+    int previous = -1;
+    if (cudaGetDevice(&previous) == cudaSuccess && previous != options_.device)
+      static_cast<void>(cudaSetDevice(options_.device));
     PCNN_CUDA_TRY_NO_THROW(cudaEventSynchronize(async_done_.get()));  // _async work on any stream
     PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(aux_));
     PCNN_CUDA_TRY_NO_THROW(cudaStreamDestroy(aux_));
+    if (previous >= 0 && previous != options_.device) static_cast<void>(cudaSetDevice(previous));
   }
 
   Backend kind() const override { return Backend::cuda; }
@@ -637,7 +644,8 @@ class CudaBackend final : public Index::Backend_ {
     detail::device_buffer<unsigned long long> box(6, stream, ws_);
     PCNN_CUDA_TRY(cudaMemsetAsync(box.data(), 0xff, 3 * sizeof(unsigned long long), stream));
     PCNN_CUDA_TRY(cudaMemsetAsync(box.data() + 3, 0, 3 * sizeof(unsigned long long), stream));
-    const auto blocks = static_cast<int>(std::min<std::int64_t>((d.count + 255) / 256, 1024));
+    const auto blocks =
+        static_cast<int>(std::min<std::int64_t>(cuda::ceil_div(d.count, 256), 1024));
     if (d.is_double())
       extent_kernel<<<blocks, 256, 0, stream>>>(d.data64, d.stride, static_cast<int>(d.count),
                                                 box.data());
@@ -678,7 +686,8 @@ class CudaBackend final : public Index::Backend_ {
     buf.resize(static_cast<std::size_t>(d.count) * 3, stream, ws_);
     detail::device_buffer<int> flags(2, stream, ws_);
     PCNN_CUDA_TRY(cudaMemsetAsync(flags.data(), 0, flags.bytes(), stream));
-    const auto blocks = static_cast<int>(std::min<std::int64_t>((d.count + 255) / 256, 4096));
+    const auto blocks =
+        static_cast<int>(std::min<std::int64_t>(cuda::ceil_div(d.count, 256), 4096));
     const double3 o = make_double3(origin_[0], origin_[1], origin_[2]);
     if (d.is_double())
       filter_kernel<<<blocks, 256, 0, stream>>>(d.data64, d.stride, static_cast<int>(d.count), o,
@@ -741,7 +750,7 @@ class CudaBackend final : public Index::Backend_ {
     ex.refs = {exact_view_.data, exact_view_.data64, exact_view_.stride};
     ex.queries =
         sq.given ? detail::ExactCoords{sq.exact.data, sq.exact.data64, sq.exact.stride} : ex.refs;
-    ex.err.scale2 = std::ldexp(1.0, 2 * scale_exp_);
+    ex.err.scale_exp = scale_exp_;
     ex.err.perturbation = std::max(refs_perturbation_, sq.filter.perturbation);
     return ex;
   }
@@ -857,10 +866,8 @@ class CudaBackend final : public Index::Backend_ {
     ev_[2].record(s0);
     std::int64_t per = options_.chunk_rows > 0 ? options_.chunk_rows
                                                : std::max<std::int64_t>(65536, (rows + 7) / 8);
-    per = std::min(
-        (per + detail::kTreeQueryBlock - 1) / detail::kTreeQueryBlock * detail::kTreeQueryBlock,
-        rows);
-    const int chunks = static_cast<int>((rows + per - 1) / per);
+    per = std::min<std::int64_t>(cuda::round_up(per, detail::kTreeQueryBlock), rows);
+    const int chunks = static_cast<int>(cuda::ceil_div(rows, per));
     const std::size_t cells = static_cast<std::size_t>(rows) * k;
     detail::device_buffer<std::int32_t> all_idx(mapped_ ? 0 : cells, s0, ws_);
     detail::device_buffer<float> all_dist(mapped_ ? 0 : cells, s0, ws_);
@@ -872,7 +879,7 @@ class CudaBackend final : public Index::Backend_ {
     PCNN_CUDA_TRY(cudaMemsetAsync(last.data(), 0xff, last.bytes(), s0));  // -1
     PCNN_CUDA_TRY(cudaMemsetAsync(last.data() + chunks, 0, sizeof(int), s0));
     PCNN_CUDA_TRY(cudaMemsetAsync(evals.data(), 0, evals.bytes(), s0));
-    const int blocks = static_cast<int>((rows + 255) / 256);
+    const int blocks = static_cast<int>(cuda::ceil_div(rows, 256));
     last_slot_kernel<<<blocks, 256, 0, s0>>>(sorted, static_cast<int>(rows), per, last.data(),
                                              last.data() + chunks);
     PCNN_CHECK_LAUNCH();
@@ -963,6 +970,10 @@ namespace detail {
 std::unique_ptr<Index::Backend_> make_cuda_backend(const IndexOptions& options) {
   const DeviceInfo info = query_device(options.device);
   if (!info.available) throw no_device_error("no usable CUDA device: " + info.reason);
+  // The backend's events and staging are made by its members' constructors, before its own
+  // body runs: on the index's device, whatever device the calling thread has (an index of
+  // device 1 made from a thread on device 0 had device-0 events: invalid resource handle).
+  DeviceGuard guard(options.device);
   return std::make_unique<CudaBackend>(options);
 }
 }  // namespace detail

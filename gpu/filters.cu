@@ -1,4 +1,6 @@
 // Statistical and radius outlier removal on the GPU, deciding as PCL decides.
+#include <cuda/cmath>
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -126,8 +128,6 @@ __global__ void ror_classify_kernel(const float* __restrict__ xyz, std::int64_t 
   keep[i] = double(farthest) <= r2 ? 1 : (near_edge ? 2 : 0);
 }
 
-int blocks_for(std::int64_t n) { return static_cast<int>((n + kThreads - 1) / kThreads); }
-
 std::vector<std::int32_t> kept_indices(const std::vector<unsigned char>& keep) {
   std::vector<std::int32_t> kept;
   for (std::size_t i = 0; i < keep.size(); ++i)
@@ -198,8 +198,9 @@ FilterResult gpu_statistical_outlier_removal(PointsView pts, SorParams params,
   const detail::device_buffer<std::int32_t>& idx = fs.idx;
   t1.record(stream);
   detail::device_buffer<float> dist(n, stream, mr), valid(n, stream, mr);
-  detail::sor_mean_distance_kernel<<<detail::blocks_for(n), detail::kThreads, 0, stream>>>(
-      raw, pts.stride, n, idx.data(), params.mean_k, dist.data(), valid.data());
+  detail::sor_mean_distance_kernel<<<cuda::ceil_div(n, detail::kThreads), detail::kThreads, 0,
+                                     stream>>>(raw, pts.stride, n, idx.data(), params.mean_k,
+                                               dist.data(), valid.data());
   PCNN_CHECK_LAUNCH();
   const int blocks = detail::reduce_blocks(n);
   detail::device_buffer<detail::SorMoments> partials(blocks, stream, mr), total(1, stream, mr);
@@ -220,7 +221,7 @@ FilterResult gpu_statistical_outlier_removal(PointsView pts, SorParams params,
   detail::device_buffer<unsigned char> keep(n, stream, mr);
   detail::device_buffer<unsigned long long> borderline(1, stream, mr);
   PCNN_CUDA_TRY(cudaMemsetAsync(borderline.data(), 0, sizeof(unsigned long long), stream));
-  detail::sor_classify_kernel<<<detail::blocks_for(n), detail::kThreads, 0, stream>>>(
+  detail::sor_classify_kernel<<<cuda::ceil_div(n, detail::kThreads), detail::kThreads, 0, stream>>>(
       dist.data(), n, r.threshold, keep.data(), borderline.data());
   PCNN_CHECK_LAUNCH();
   t2.record(stream);
@@ -252,9 +253,10 @@ FilterResult gpu_radius_outlier_removal(PointsView pts, RorParams params, cudaSt
   const double r2 = params.radius * params.radius;
   detail::device_buffer<unsigned char> keep(n, stream, mr);
   if (n > 0) {
-    detail::ror_classify_kernel<<<detail::blocks_for(n), detail::kThreads, 0, stream>>>(
-        fs.d_pts.data, pts.stride, n, fs.idx.data(), fs.sq.data(), k, params.min_neighbors, r2,
-        keep.data());
+    detail::
+        ror_classify_kernel<<<cuda::ceil_div(n, detail::kThreads), detail::kThreads, 0, stream>>>(
+            fs.d_pts.data, pts.stride, n, fs.idx.data(), fs.sq.data(), k, params.min_neighbors, r2,
+            keep.data());
     PCNN_CHECK_LAUNCH();
   }
   t2.record(stream);

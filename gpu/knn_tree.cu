@@ -1,4 +1,6 @@
 // Exact kNN over the spatial index (see detail/knn_tree.cuh).
+#include <cuda/cmath>
+
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -23,9 +25,8 @@ static_assert(kTreeQueryBlock == kTreeWarps * 32, "a pass must cover whole block
 template <int CAP>
 void launch(const TreeView& tree, TreeKnnArgs a, cudaStream_t stream) {
   constexpr int threads = kTreeWarps * 32;
-  const int blocks = (a.slot_end - a.slot_begin + threads - 1) / threads;
+  const int blocks = cuda::ceil_div(a.slot_end - a.slot_begin, threads);
   constexpr int list_bytes = tree_list_bytes<CAP>();
-  static_assert(list_bytes > 0, "lists in shared memory");
   const bool hybrid = std::isfinite(a.bound.r2);
   if (list_bytes > 48 * 1024) {  // above the default limit a kernel must opt in
     PCNN_CUDA_TRY(cudaFuncSetAttribute(knn_tree_kernel<CAP>,
@@ -73,13 +74,12 @@ void launch_for_k(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t strea
 template <int CAP>
 void launch_refine(const TreeView& tree, const RefineArgs& r, cudaStream_t stream) {
   const int slots = r.slot_end - r.slot_begin;
-  refine_kernel<CAP><<<(slots + 127) / 128, 128, 0, stream>>>(r);
+  refine_kernel<CAP><<<cuda::ceil_div(slots, 128), 128, 0, stream>>>(r);
   PCNN_CHECK_LAUNCH();
   int device = 0, sms = 0;
   PCNN_CUDA_TRY(cudaGetDevice(&device));
   PCNN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int warps = (slots + 31) / 32;
-  const int blocks = std::max(1, std::min((warps + kTreeWarps - 1) / kTreeWarps, 2 * sms));
+  const int blocks = std::max(1, std::min(cuda::ceil_div(slots, kTreeWarps * 32), 2 * sms));
   refine_gather_kernel<CAP><<<blocks, kTreeWarps * 32, 0, stream>>>(tree, r);
   PCNN_CHECK_LAUNCH();
 }

@@ -3,6 +3,8 @@
 //
 // Compiled with --fmad=false (CMakeLists.txt): no fused multiply-add, so that every operation
 // rounds as on the CPU backend and the two give the same bits.
+#include <cuda/cmath>
+
 #include "core/normal_math.hpp"
 #include "detail/cuda_try.cuh"
 #include "detail/normals.cuh"
@@ -62,7 +64,7 @@ void launch_normals(PointsView points, std::int64_t first_row, const NeighborRow
                     cudaStream_t stream) {
   if (rows.rows == 0) return;
   constexpr int kThreads = 128;
-  const auto blocks = static_cast<unsigned>((rows.rows + kThreads - 1) / kThreads);
+  const auto blocks = static_cast<unsigned>(cuda::ceil_div(rows.rows, kThreads));
   normals_kernel<<<blocks, kThreads, 0, stream>>>(
       DeviceCoords{points.data, points.data64, points.stride}, first_row, rows,
       make_double3(viewpoint[0], viewpoint[1], viewpoint[2]), normals, curvature);

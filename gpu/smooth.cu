@@ -1,13 +1,14 @@
-// Smoothing on the GPU: stencils over organized clouds (coefficients in __constant__ memory,
-// tiles with halos in shared memory) and Laplacian / Taubin steps over kNN lists.
+// Smoothing on the GPU: stencils over organized clouds (coefficients as kernel parameters, tiles
+// with halos in shared memory) and Laplacian / Taubin steps over kNN lists.
 //
 // Every float operation that the CPU reference also performs is written with explicit rounding
 // (__fmul_rn, __fadd_rn: no fused multiply-add), in the same order, so the two agree to the bit
 // on the 2-D stencil path and the unorganized steps; the separable path sums in another order.
 #include <algorithm>
+#include <cuda/cmath>
+
 #include <climits>
 #include <cmath>
-#include <mutex>
 #include <vector>
 
 #include "detail/cuda_try.cuh"
@@ -22,11 +23,21 @@ namespace detail {
 namespace {
 
 constexpr int kSide = 2 * kMaxStencilRadius + 1;
-// The stencil: every thread of a warp reads the same coefficient in the same iteration, the
-// access constant memory broadcasts in one transaction.
-__constant__ float c_grid[kSide * kSide];    // 2-D coefficients, row-major (or taps(dy) * taps(dx))
-__constant__ float c_taps[kSide];            // the separable path's 1-D taps
-__constant__ float c_table[kDistanceTable];  // distance weights (unorganized smoothing)
+// The coefficients travel with each launch as a __grid_constant__ kernel parameter (at most 900
+// bytes, under the 4 KB every CUDA version accepts): every thread of a warp reads the same
+// coefficient in the same iteration, an access the constant cache broadcasts in one transaction,
+// as it would from __constant__ memory. Unlike a __constant__ symbol (one per device for the
+// whole process), a parameter belongs to its launch, so concurrent calls on different streams
+// cannot overwrite each other's coefficients and need no lock.
+struct GridWeights {
+  float w[kSide * kSide];  // 2-D coefficients, row-major (or taps(dy) * taps(dx))
+};
+struct Taps {
+  float w[kSide];  // the separable path's 1-D taps
+};
+struct DistanceWeights {
+  float w[kDistanceTable];  // distance weights (unorganized smoothing)
+};
 
 constexpr int kTileX = 32, kTileY = 8;  // a warp per tile row: its 32 lanes read 32 consecutive
                                         // words of a shared row, so no bank conflicts, whatever
@@ -89,7 +100,8 @@ __device__ __forceinline__ void load_tile(float* tile, int pitch, int hx, int hy
 }
 
 // The 2-D stencil: every neighbor tested against the point's own value (depth jumps).
-__global__ void __launch_bounds__(kTileX* kTileY) stencil_2d_kernel(OrganizedArgs a) {
+__global__ void __launch_bounds__(kTileX* kTileY)
+    stencil_2d_kernel(OrganizedArgs a, const __grid_constant__ GridWeights grid) {
   extern __shared__ float tile[];
   const int R = a.radius, pitch = kTileX + 2 * R, side = 2 * R + 1;
   load_tile(tile, pitch, R, R, a);
@@ -102,7 +114,7 @@ __global__ void __launch_bounds__(kTileX* kTileY) stencil_2d_kernel(OrganizedArg
       const float* row = tile + (threadIdx.y + dy) * pitch + threadIdx.x;
       for (int dx = 0; dx < side; ++dx) {
         const float v = row[dx];
-        const float w = c_grid[dy * side + dx];
+        const float w = grid.w[dy * side + dx];
         const bool use = isfinite(v) && (a.depth_jump <= 0 || fabsf(v - v0) <= a.depth_jump);
         if (use) {
           sum = __fadd_rn(sum, __fmul_rn(w, v));
@@ -117,7 +129,8 @@ __global__ void __launch_bounds__(kTileX* kTileY) stencil_2d_kernel(OrganizedArg
 // Separable path, first pass: per point, the row sums of weight * value and of weights over
 // the valid neighbors (no depth-jump test: that needs the center of the 2-D window).
 __global__ void __launch_bounds__(kTileX* kTileY)
-    stencil_rows_kernel(OrganizedArgs a, float2* __restrict__ partial) {
+    stencil_rows_kernel(OrganizedArgs a, const __grid_constant__ Taps taps,
+                        float2* __restrict__ partial) {
   extern __shared__ float tile[];
   const int R = a.radius, pitch = kTileX + 2 * R;
   load_tile(tile, pitch, R, 0, a);
@@ -128,8 +141,8 @@ __global__ void __launch_bounds__(kTileX* kTileY)
   for (int dx = 0; dx <= 2 * R; ++dx) {
     const float v = row[dx];
     if (isfinite(v)) {
-      sum = __fadd_rn(sum, __fmul_rn(c_taps[dx], v));
-      wsum = __fadd_rn(wsum, c_taps[dx]);
+      sum = __fadd_rn(sum, __fmul_rn(taps.w[dx], v));
+      wsum = __fadd_rn(wsum, taps.w[dx]);
     }
   }
   partial[std::int64_t(y) * a.width + x] = make_float2(sum, wsum);
@@ -137,7 +150,8 @@ __global__ void __launch_bounds__(kTileX* kTileY)
 
 // Second pass: the column sums of the row sums; then the point moves.
 __global__ void __launch_bounds__(kTileX* kTileY)
-    stencil_columns_kernel(OrganizedArgs a, const float2* __restrict__ partial) {
+    stencil_columns_kernel(OrganizedArgs a, const __grid_constant__ Taps taps,
+                           const float2* __restrict__ partial) {
   __shared__ float2 tile[(kTileY + 2 * kMaxStencilRadius) * kTileX];
   const int R = a.radius;
   const int x0 = blockIdx.x * kTileX, y0 = blockIdx.y * kTileY - R;
@@ -153,8 +167,8 @@ __global__ void __launch_bounds__(kTileX* kTileY)
   float sum = 0.f, wsum = 0.f;
   for (int dy = 0; dy <= 2 * R; ++dy) {
     const float2 s = tile[(threadIdx.y + dy) * kTileX + threadIdx.x];
-    sum = __fadd_rn(sum, __fmul_rn(c_taps[dy], s.x));
-    wsum = __fadd_rn(wsum, __fmul_rn(c_taps[dy], s.y));
+    sum = __fadd_rn(sum, __fmul_rn(taps.w[dy], s.x));
+    wsum = __fadd_rn(wsum, __fmul_rn(taps.w[dy], s.y));
   }
   const std::int64_t i = std::int64_t(y) * a.width + x;
   const float v0 = value_of(a.xyz + i * a.stride, a);
@@ -165,6 +179,7 @@ __global__ void __launch_bounds__(kTileX* kTileY)
 __global__ void edge_weights_kernel(const std::int32_t* __restrict__ idx,
                                     const float* __restrict__ sqdist, int n, int k,
                                     bool by_distance, const float* __restrict__ rank_weights,
+                                    const __grid_constant__ DistanceWeights table,
                                     float* __restrict__ w) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -184,7 +199,7 @@ __global__ void edge_weights_kernel(const std::int32_t* __restrict__ idx,
         wj = rank_weights ? rank_weights[j] : 1.f;
       } else {
         const float x = h > 0 ? __fdiv_rn(__fsqrt_rn(sqdist[row + j]), h) : 0.f;
-        wj = c_table[min(static_cast<int>(__fmul_rn(x, 16.f)), kDistanceTable - 1)];
+        wj = table.w[min(static_cast<int>(__fmul_rn(x, 16.f)), kDistanceTable - 1)];
       }
     }
     w[row + j] = wj;
@@ -236,12 +251,6 @@ __global__ void pack_kernel(const float* __restrict__ xyz, std::int64_t stride, 
   for (int c = 0; c < 3; ++c) out[3 * std::size_t(i) + c] = xyz[i * stride + c];
 }
 
-// __constant__ memory is one per device for the whole process: concurrent calls with different
-// coefficients would overwrite each other's, so smoothing calls take turns.
-std::mutex g_constant_mutex;
-
-int blocks_for(std::int64_t n) { return static_cast<int>((n + 255) / 256); }
-
 }  // namespace
 }  // namespace detail
 
@@ -261,25 +270,20 @@ std::vector<float> gpu_smooth_organized(PointsView pts, int width, int height,
   const Stencil& st = params.stencil;
   const int R = st.radius, side = 2 * R + 1;
   const bool separable = st.separable && params.depth_jump <= 0;
-  std::vector<float> grid(side * side);
+  detail::GridWeights grid{};
+  detail::Taps taps{};
   for (int dy = 0; dy < side; ++dy)
     for (int dx = 0; dx < side; ++dx)
-      grid[dy * side + dx] =
+      grid.w[dy * side + dx] =
           st.separable ? st.weights[dy] * st.weights[dx] : st.weights[dy * side + dx];
+  if (st.separable) std::copy(st.weights.begin(), st.weights.begin() + side, taps.w);
 
-  std::lock_guard<std::mutex> lock(detail::g_constant_mutex);
   DeviceMemoryResource& mr = detail::async_resource();
   detail::device_buffer<float> raw, out(pts.count * 3, stream, mr);
   detail::device_buffer<float2> partial(separable ? pts.count : 0, stream, mr);
   detail::cuda_event start, uploaded, smoothed, downloaded;
   start.record(stream);
   detail::upload_points(pts, raw, stream, mr);
-  if (separable)
-    PCNN_CUDA_TRY(cudaMemcpyToSymbolAsync(detail::c_taps, st.weights.data(), side * sizeof(float),
-                                          0, cudaMemcpyHostToDevice, stream));
-  else
-    PCNN_CUDA_TRY(cudaMemcpyToSymbolAsync(detail::c_grid, grid.data(), grid.size() * sizeof(float),
-                                          0, cudaMemcpyHostToDevice, stream));
   uploaded.record(stream);
   detail::OrganizedArgs a{raw.data(),
                           pts.stride,
@@ -292,17 +296,16 @@ std::vector<float> gpu_smooth_organized(PointsView pts, int width, int height,
                           params.max_move,
                           out.data()};
   const dim3 block(detail::kTileX, detail::kTileY);
-  const dim3 blocks((width + detail::kTileX - 1) / detail::kTileX,
-                    (height + detail::kTileY - 1) / detail::kTileY);
+  const dim3 blocks(cuda::ceil_div(width, detail::kTileX), cuda::ceil_div(height, detail::kTileY));
   if (separable) {
     const std::size_t shared = sizeof(float) * detail::kTileY * (detail::kTileX + 2 * R);
-    detail::stencil_rows_kernel<<<blocks, block, shared, stream>>>(a, partial.data());
+    detail::stencil_rows_kernel<<<blocks, block, shared, stream>>>(a, taps, partial.data());
     PCNN_CHECK_LAUNCH();
-    detail::stencil_columns_kernel<<<blocks, block, 0, stream>>>(a, partial.data());
+    detail::stencil_columns_kernel<<<blocks, block, 0, stream>>>(a, taps, partial.data());
     PCNN_CHECK_LAUNCH();
   } else {
     const std::size_t shared = sizeof(float) * (detail::kTileY + 2 * R) * (detail::kTileX + 2 * R);
-    detail::stencil_2d_kernel<<<blocks, block, shared, stream>>>(a);
+    detail::stencil_2d_kernel<<<blocks, block, shared, stream>>>(a, grid);
     PCNN_CHECK_LAUNCH();
   }
   smoothed.record(stream);
@@ -328,7 +331,6 @@ std::vector<float> gpu_smooth_unorganized(PointsView pts, const UnorganizedSmoot
   PCNN_EXPECTS(!pts.is_double(), "smoothing: the points must be float32");
   PCNN_EXPECTS(pts.count >= 0 && pts.count <= INT_MAX, "smoothing: invalid point count");
   const int n = static_cast<int>(pts.count), k = params.k;
-  std::lock_guard<std::mutex> lock(detail::g_constant_mutex);
   // One pool for the index and the smoothing's own buffers.
   int device = 0;  // the caller's current device, where its stream lives
   PCNN_CUDA_TRY(cudaGetDevice(&device));
@@ -345,9 +347,9 @@ std::vector<float> gpu_smooth_unorganized(PointsView pts, const UnorganizedSmoot
   if (rank.size() > 0)
     PCNN_CUDA_TRY(cudaMemcpyAsync(rank.data(), params.rank_weights.data(), rank.bytes(),
                                   cudaMemcpyHostToDevice, stream));
-  const auto table = distance_weight_table();
-  PCNN_CUDA_TRY(cudaMemcpyToSymbolAsync(detail::c_table, table.data(), sizeof(table), 0,
-                                        cudaMemcpyHostToDevice, stream));
+  detail::DistanceWeights table{};
+  const auto weights = distance_weight_table();
+  std::copy(weights.begin(), weights.end(), table.w);
   uploaded.record(stream);
   // The neighbors, once, kept on the device.
   IndexOptions on_gpu;
@@ -360,19 +362,19 @@ std::vector<float> gpu_smooth_unorganized(PointsView pts, const UnorganizedSmoot
   searched.record(stream);
   std::vector<float> result(std::size_t(n) * 3);
   if (n > 0) {
-    detail::pack_kernel<<<detail::blocks_for(n), 256, 0, stream>>>(raw.data(), pts.stride, n,
-                                                                   first.data());
+    detail::pack_kernel<<<cuda::ceil_div(n, 256), 256, 0, stream>>>(raw.data(), pts.stride, n,
+                                                                    first.data());
     PCNN_CHECK_LAUNCH();
-    detail::edge_weights_kernel<<<detail::blocks_for(n), 256, 0, stream>>>(
+    detail::edge_weights_kernel<<<cuda::ceil_div(n, 256), 256, 0, stream>>>(
         idx.data(), sq.data(), n, k, params.weights == UnorganizedSmoothParams::Weights::distance,
-        rank.size() > 0 ? rank.data() : nullptr, w.data());
+        rank.size() > 0 ? rank.data() : nullptr, table, w.data());
     PCNN_CHECK_LAUNCH();
     PCNN_CUDA_TRY(
         cudaMemcpyAsync(a.data(), first.data(), a.bytes(), cudaMemcpyDeviceToDevice, stream));
     for (int it = 0; it < params.iterations; ++it) {
       for (const float f : {params.lambda, params.mu}) {
         if (f == 0.f) continue;
-        detail::laplacian_step_kernel<<<detail::blocks_for(n), 256, 0, stream>>>(
+        detail::laplacian_step_kernel<<<cuda::ceil_div(n, 256), 256, 0, stream>>>(
             a.data(), first.data(), idx.data(), w.data(), n, k, f, params.max_move, b.data());
         PCNN_CHECK_LAUNCH();
         std::swap(a, b);

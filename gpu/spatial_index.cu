@@ -1,5 +1,6 @@
 // Building the spatial index: bounds, Morton keys, radix sort, cell and node boxes.
 #include <cub/device/device_radix_sort.cuh>
+#include <cuda/cmath>
 
 #include <climits>
 
@@ -12,10 +13,6 @@ namespace pcnn::detail {
 namespace {
 
 constexpr int kThreads = 256;
-
-int blocks_for(std::int64_t n, int per_block = kThreads) {
-  return static_cast<int>((n + per_block - 1) / per_block);
-}
 
 // Bounding box and count of the finite points: per-thread, then warp shuffles, then one atomic
 // per warp on order-preserving int encodings (6 + 1 atomics per warp, not per point).
@@ -160,7 +157,7 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
   init_bounds_kernel<<<1, 1, 0, stream>>>(stats.data());
   PCNN_CHECK_LAUNCH();
   if (n_total > 0) {
-    const int blocks = std::min(blocks_for(n_total), 1024);
+    const int blocks = std::min(cuda::ceil_div(n_total, kThreads), 1024);
     bounds_kernel<<<blocks, kThreads, 0, stream>>>(xyz, stride, n_total, stats.data());
     PCNN_CHECK_LAUNCH();
   }
@@ -170,14 +167,14 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
   index.keys.resize(n_total, stream, mr);
   if (n_total > 0) {
     device_buffer<int> ids(n_total, stream, mr);
-    keys_kernel<<<blocks_for(n_total), kThreads, 0, stream>>>(
+    keys_kernel<<<cuda::ceil_div(n_total, kThreads), kThreads, 0, stream>>>(
         xyz, stride, n_total, index.bounds.data(), index.keys.data(), ids.data());
     PCNN_CHECK_LAUNCH();
     sort_pairs(index.keys, ids, n_total, stream, mr);
     index.points.resize(n_total, stream,
                         mr);  // after the sort, whose double buffers are gone by now
-    gather_kernel<<<blocks_for(n_total), kThreads, 0, stream>>>(xyz, stride, n_total, ids.data(),
-                                                                index.points.data());
+    gather_kernel<<<cuda::ceil_div(n_total, kThreads), kThreads, 0, stream>>>(
+        xyz, stride, n_total, ids.data(), index.points.data());
     PCNN_CHECK_LAUNCH();
   }
   int count = 0;
@@ -203,10 +200,10 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
     float4* hi = index.box_hi.data() + index.level_offset[l];
     const int c = index.level_count[l];
     if (l == 0) {
-      cell_boxes_kernel<<<blocks_for(std::int64_t(c) * 32), kThreads, 0, stream>>>(
+      cell_boxes_kernel<<<cuda::ceil_div(c, kThreads / 32), kThreads, 0, stream>>>(
           index.points.data(), count, c, lo, hi);
     } else {
-      node_boxes_kernel<<<blocks_for(std::int64_t(c) * 32), kThreads, 0, stream>>>(
+      node_boxes_kernel<<<cuda::ceil_div(c, kThreads / 32), kThreads, 0, stream>>>(
           index.box_lo.data() + index.level_offset[l - 1],
           index.box_hi.data() + index.level_offset[l - 1], index.level_count[l - 1], c, lo, hi);
     }
@@ -221,12 +218,12 @@ device_buffer<float4> sort_queries(const SpatialIndex& index, const float* xyz, 
   if (nq == 0) return sorted;
   device_buffer<std::uint64_t> keys(nq, stream, mr);
   device_buffer<int> ids(nq, stream, mr);
-  keys_kernel<<<blocks_for(nq), kThreads, 0, stream>>>(xyz, stride, nq, index.bounds.data(),
-                                                       keys.data(), ids.data());
+  keys_kernel<<<cuda::ceil_div(nq, kThreads), kThreads, 0, stream>>>(
+      xyz, stride, nq, index.bounds.data(), keys.data(), ids.data());
   PCNN_CHECK_LAUNCH();
   sort_pairs(keys, ids, nq, stream, mr);
-  gather_kernel<<<blocks_for(nq), kThreads, 0, stream>>>(xyz, stride, nq, ids.data(),
-                                                         sorted.data());
+  gather_kernel<<<cuda::ceil_div(nq, kThreads), kThreads, 0, stream>>>(xyz, stride, nq, ids.data(),
+                                                                       sorted.data());
   PCNN_CHECK_LAUNCH();
   return sorted;
 }

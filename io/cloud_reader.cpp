@@ -1,4 +1,6 @@
-// Loading .pcd / .ply clouds through pcl::PCLPointCloud2, converting x/y/z by their stored type.
+// Loading .pcd / .ply clouds: x, y and z gathered by the input gate as it checks the data (the
+// layouts it reads itself), or through pcl::PCLPointCloud2 (the rest, and every field when kept);
+// then re-centered the same way on both paths.
 #include <fcntl.h>
 #include <pcl/PCLPointCloud2.h>
 #include <pcl/exceptions.h>
@@ -16,6 +18,10 @@
 #include <limits>
 #include <vector>
 
+#include "../core/fresh_pages.hpp"
+#include "cloud_reader.hpp"
+#include "coordinate_gather.hpp"
+#include "header_check.hpp"
 #include "input_gate.hpp"
 #include "pcnn/io.hpp"
 #include "pcnn/recenter.hpp"
@@ -142,67 +148,48 @@ void read_with_pcl(const std::string& path, const std::string& name, const std::
   if (rc < 0) fail(path, "PCL could not parse it as " + ext + " (see PCL's message above)");
 }
 
-// Reads one coordinate of the given PCL type as double.
-double read_as_double(const std::uint8_t* p, std::uint8_t type) {
-  auto get = [p](auto v) {
-    std::memcpy(&v, p, sizeof(v));
-    return static_cast<double>(v);
-  };
+// The gate's scalar type of a PCL field type; false for types pcnn does not read.
+bool scalar_of(std::uint8_t type, io_detail::Scalar& s) {
+  using io_detail::Scalar;
   switch (type) {
     case pcl::PCLPointField::INT8:
-      return get(std::int8_t{});
+      s = Scalar::i8;
+      return true;
     case pcl::PCLPointField::UINT8:
-      return get(std::uint8_t{});
+      s = Scalar::u8;
+      return true;
     case pcl::PCLPointField::INT16:
-      return get(std::int16_t{});
+      s = Scalar::i16;
+      return true;
     case pcl::PCLPointField::UINT16:
-      return get(std::uint16_t{});
+      s = Scalar::u16;
+      return true;
     case pcl::PCLPointField::INT32:
-      return get(std::int32_t{});
+      s = Scalar::i32;
+      return true;
     case pcl::PCLPointField::UINT32:
-      return get(std::uint32_t{});
+      s = Scalar::u32;
+      return true;
     case pcl::PCLPointField::INT64:
-      return get(std::int64_t{});
+      s = Scalar::i64;
+      return true;
     case pcl::PCLPointField::UINT64:
-      return get(std::uint64_t{});
+      s = Scalar::u64;
+      return true;
     case pcl::PCLPointField::FLOAT32:
-      return get(float{});
+      s = Scalar::f32;
+      return true;
     case pcl::PCLPointField::FLOAT64:
-      return get(double{});
+      s = Scalar::f64;
+      return true;
     default:
-      return std::numeric_limits<double>::quiet_NaN();
-  }
-}
-
-const char* type_name(std::uint8_t type) {
-  switch (type) {
-    case pcl::PCLPointField::INT8:
-      return "int8";
-    case pcl::PCLPointField::UINT8:
-      return "uint8";
-    case pcl::PCLPointField::INT16:
-      return "int16";
-    case pcl::PCLPointField::UINT16:
-      return "uint16";
-    case pcl::PCLPointField::INT32:
-      return "int32";
-    case pcl::PCLPointField::UINT32:
-      return "uint32";
-    case pcl::PCLPointField::INT64:
-      return "int64";
-    case pcl::PCLPointField::UINT64:
-      return "uint64";
-    case pcl::PCLPointField::FLOAT32:
-      return "float32";
-    case pcl::PCLPointField::FLOAT64:
-      return "float64";
-    default:
-      return nullptr;
+      return false;
   }
 }
 
 const pcl::PCLPointField& coordinate_field(const std::string& path,
-                                           const pcl::PCLPointCloud2& cloud, const char* name) {
+                                           const pcl::PCLPointCloud2& cloud, const char* name,
+                                           io_detail::Scalar& type) {
   const pcl::PCLPointField* found = nullptr;
   for (const auto& f : cloud.fields) {
     if (f.name != name) continue;
@@ -210,7 +197,7 @@ const pcl::PCLPointField& coordinate_field(const std::string& path,
     found = &f;
   }
   if (!found) fail(path, std::string("no '") + name + "' field (x, y and z are required)");
-  if (!type_name(found->datatype))
+  if (!scalar_of(found->datatype, type))
     fail(path, std::string("field '") + name + "' has an unsupported type (" +
                    std::to_string(found->datatype) + ")");
   if (found->count != 1)
@@ -222,30 +209,14 @@ const pcl::PCLPointField& coordinate_field(const std::string& path,
   return *found;
 }
 
-}  // namespace
-
-Cloud load_cloud(const std::string& path_given, const std::array<double, 3>* origin,
-                 bool keep_fields, CloudFormat format) {
-  const bool from_stdin = path_given == "-";
-  const std::string path = from_stdin ? std::string("<stdin>") : path_given;
-  std::string ext = format == CloudFormat::pcd   ? ".pcd"
-                    : format == CloudFormat::ply ? ".ply"
-                                                 : lower_extension(path);
-  if (from_stdin && format == CloudFormat::by_extension)
-    fail(path, "standard input has no extension: name its format (--format pcd or ply)");
-  if (ext != ".pcd" && ext != ".ply")
-    fail(path, "unknown extension '" + ext + "' (expected .pcd or .ply, or name the format)");
-  const OpenFile file = from_stdin ? OpenFile(path, OpenFile::Stdin{}) : OpenFile(path);
-  const io_detail::InputShape shape =
-      io_detail::check_input(path, file.fd(), ext == ".ply", file.size());
-  if (shape.points == 0) {  // PCL refuses clouds of no points; the file was checked
-    Cloud empty;
-    empty.path = path;
-    empty.height = 1;
-    empty.coordinate_type = "none";
-    return empty;
-  }
-  pcl::PCLPointCloud2 pc;
+// Reads the file with PCL (the layouts pcnn does not read itself, and every field for
+// keep_fields) and gathers x, y and z from what PCL read.
+std::shared_ptr<StoredFields> read_through_pcl(const std::string& path, const OpenFile& file,
+                                               const std::string& ext,
+                                               const io_detail::InputShape& shape,
+                                               io_detail::Coordinates& xyz) {
+  auto stored = std::make_shared<StoredFields>();
+  pcl::PCLPointCloud2& pc = stored->cloud;
   read_with_pcl(path, file.name_for_pcl(), ext, pc);
   file.check_unchanged();
 
@@ -257,52 +228,139 @@ Cloud load_cloud(const std::string& path_given, const std::array<double, 3>* ori
                    std::to_string(shape.height));
   if (pc.data.size() < n * pc.point_step)
     fail(path, "the point data is shorter than width x height x point size");
-  const pcl::PCLPointField* f[3] = {&coordinate_field(path, pc, "x"),
-                                    &coordinate_field(path, pc, "y"),
-                                    &coordinate_field(path, pc, "z")};
+  io_detail::XyzLayout layout;
+  for (int a = 0; a < 3; ++a)
+    layout.offset[a] =
+        coordinate_field(path, pc, std::string(1, "xyz"[a]).c_str(), layout.type[a]).offset;
+  io_detail::CoordinateSink sink(xyz, layout, n);
+  sink.add_records(pc.data.data(), n, pc.point_step);
+  sink.finish();
+  for (const auto& field : pc.fields) xyz.field_names.push_back(field.name);
+  return stored;
+}
 
-  Cloud c;
-  c.path = path;
-  c.width = pc.width;
-  c.height = pc.height;
-  c.coordinate_type = type_name(f[0]->datatype);
-  for (const auto& field : pc.fields) c.field_names.push_back(field.name);
-  for (int a = 1; a < 3; ++a)
-    if (f[a]->datatype != f[0]->datatype) c.coordinate_type = "mixed";
-
-  std::vector<double> xyz(n * 3);
-  for (std::uint64_t i = 0; i < n; ++i) {
-    const std::uint8_t* rec = pc.data.data() + i * pc.point_step;
-    double* p = &xyz[i * 3];
-    for (int a = 0; a < 3; ++a) p[a] = read_as_double(rec + f[a]->offset, f[a]->datatype);
-    if (std::isfinite(p[0]) && std::isfinite(p[1]) && std::isfinite(p[2])) ++c.finite;
-  }
-  // An origin that keeps the stored coordinates exactly (float files always have one: 0).
+// An origin for `raw` (3 values a point, as stored): `origin` when given, else one that keeps
+// the stored coordinates exact.
+template <class T>
+void choose_origin(Cloud& c, const std::vector<T>& raw, const std::array<double, 3>* origin) {
+  const auto n = static_cast<std::int64_t>(raw.size() / 3);
   if (origin) {
     c.origin = *origin;
-    c.exact = recenters_exactly(xyz.data(), static_cast<std::int64_t>(n), c.origin);
+    c.exact = recenters_exactly(raw.data(), n, c.origin);
   } else {
-    c.origin = exact_origin(xyz.data(), static_cast<std::int64_t>(n), c.exact);
+    c.origin = exact_origin(raw.data(), n, c.exact);
   }
+}
+
+// The coordinates as stored, non-finite points as NaN (searches use them when not exact).
+template <class T>
+std::vector<double> stored_coordinates(std::vector<T>& raw) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  auto finite = [&raw](std::size_t i) {
+    return std::isfinite(raw[i]) && std::isfinite(raw[i + 1]) && std::isfinite(raw[i + 2]);
+  };
+  if constexpr (std::is_same_v<T, double>) {  // in place
+    for (std::size_t i = 0; i < raw.size(); i += 3)
+      if (!finite(i)) raw[i] = raw[i + 1] = raw[i + 2] = nan;
+    return std::move(raw);
+  } else {
+    std::vector<double> out;
+    out.reserve(raw.size());
+    detail::prepare_fresh_pages(out.data(), raw.size() * sizeof(double));
+    for (std::size_t i = 0; i < raw.size(); i += 3)
+      for (int a = 0; a < 3; ++a) out.push_back(finite(i) ? double(raw[i + a]) : nan);
+    return out;
+  }
+}
+
+// Re-centers gathered float32 coordinates into c, in their own buffer.
+void place(const std::string& path, Cloud& c, std::vector<float>& raw,
+           const std::array<double, 3>* origin) {
+  choose_origin(c, raw, origin);
+  if (!c.exact) c.stored = stored_coordinates(raw);
+  const auto n = static_cast<std::int64_t>(raw.size() / 3);
+  // With every point finite, an exact origin of +0.0 moves nothing: float(double(p) - 0.0) is p,
+  // bit for bit (-0.0 - 0.0 is -0.0), and exact means within range. Common for float files.
+  const bool moves = !c.exact || c.finite != n ||
+                     std::any_of(c.origin.begin(), c.origin.end(),
+                                 [](double o) { return o != 0.0 || std::signbit(o); });
+  if (moves) {
+    try {
+      recenter_in_place(raw.data(), n, c.origin);
+    } catch (const error& e) {
+      fail(path, e.what());
+    }
+  }
+  c.xyz = std::move(raw);
+}
+
+// Re-centers gathered coordinates of other types (as double) into c.
+void place(const std::string& path, Cloud& c, std::vector<double>& raw,
+           const std::array<double, 3>* origin) {
+  choose_origin(c, raw, origin);
   try {
-    c.xyz = recenter(xyz.data(), static_cast<std::int64_t>(n), c.origin);
+    c.xyz = recenter(raw.data(), static_cast<std::int64_t>(raw.size() / 3), c.origin);
   } catch (const error& e) {
     fail(path, e.what());
   }
-  if (!c.exact) {  // searches use the coordinates as stored; non-finite points as NaN, as xyz
-    for (std::uint64_t i = 0; i < n; ++i) {
-      double* p = &xyz[i * 3];
-      if (!(std::isfinite(p[0]) && std::isfinite(p[1]) && std::isfinite(p[2])))
-        p[0] = p[1] = p[2] = std::numeric_limits<double>::quiet_NaN();
-    }
-    c.stored = std::move(xyz);
+  if (!c.exact) c.stored = stored_coordinates(raw);
+}
+
+}  // namespace
+
+namespace io_detail {
+
+Cloud load_cloud(const std::string& path_given, const std::array<double, 3>* origin,
+                 bool keep_fields, CloudFormat format, CloudReader reader) {
+  const bool from_stdin = path_given == "-";
+  const std::string path = from_stdin ? std::string("<stdin>") : path_given;
+  std::string ext = format == CloudFormat::pcd   ? ".pcd"
+                    : format == CloudFormat::ply ? ".ply"
+                                                 : lower_extension(path);
+  if (from_stdin && format == CloudFormat::by_extension)
+    fail(path, "standard input has no extension: name its format (--format pcd or ply)");
+  if (ext != ".pcd" && ext != ".ply")
+    fail(path, "unknown extension '" + ext + "' (expected .pcd or .ply, or name the format)");
+  const OpenFile file = from_stdin ? OpenFile(path, OpenFile::Stdin{}) : OpenFile(path);
+  // pcnn reads x, y and z itself (in the gate's one pass over the data) where it can; PCL reads
+  // the other layouts, and every field when they are kept.
+  Coordinates xyz;
+  const bool own = !keep_fields && reader == CloudReader::fastest;
+  const InputShape shape =
+      check_input(path, file.fd(), ext == ".ply", file.size(), own ? &xyz : nullptr);
+  Cloud c;
+  c.path = path;
+  if (shape.points == 0) {  // PCL refuses clouds of no points; the file was checked
+    c.height = 1;
+    c.coordinate_type = "none";
+    return c;
   }
-  if (keep_fields) {
-    auto stored = std::make_shared<StoredFields>();
-    stored->cloud = std::move(pc);
-    c.fields = std::move(stored);
-  }
+  std::shared_ptr<StoredFields> fields;
+  if (xyz.gathered)
+    file.check_unchanged();
+  else
+    fields = read_through_pcl(path, file, ext, shape, xyz);
+  // The gate's shape (PCL's was checked against it), below 2^32 by the header checks.
+  c.width = static_cast<std::uint32_t>(shape.width);
+  c.height = static_cast<std::uint32_t>(shape.height);
+  c.coordinate_type = scalar_name(xyz.type[0]);
+  for (int a = 1; a < 3; ++a)
+    if (xyz.type[a] != xyz.type[0]) c.coordinate_type = "mixed";
+  c.field_names = std::move(xyz.field_names);
+  c.finite = xyz.finite;
+  if (xyz.is_single())
+    place(path, c, xyz.single, origin);
+  else
+    place(path, c, xyz.wide, origin);
+  if (keep_fields) c.fields = std::move(fields);
   return c;
+}
+
+}  // namespace io_detail
+
+Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin, bool keep_fields,
+                 CloudFormat format) {
+  return io_detail::load_cloud(path, origin, keep_fields, format, io_detail::CloudReader::fastest);
 }
 
 namespace {

@@ -601,7 +601,8 @@ PlyHeader read_ply_header(const std::string& path, int fd) {
     reject(path, line_at(vertex->line),
            "element vertex " + std::to_string(vertex->count) +
                ": at most 2^31-1 points are supported");
-  const auto fields = ply_vertex_fields(path, *vertex);
+  h.vertex_fields = ply_vertex_fields(path, *vertex);
+  const auto& fields = h.vertex_fields;
   for (const char* axis : {"x", "y", "z"}) {
     if (std::find(fields.begin(), fields.end(), axis) == fields.end())
       reject(path, line_at(vertex->line),

@@ -73,6 +73,7 @@ struct PlyHeader {
   std::uint64_t header_lines = 0;
   Eol eol = Eol::lf;
   bool float_coordinates = true;  ///< x, y and z are float32 or float64 (range_grid's NaN fill)
+  std::vector<std::string> vertex_fields;  ///< the fields PCL makes of the vertex properties
 };
 
 /// The largest point count pcnn reads (results are indexed with int32).

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <string_view>
 #include <vector>
 
 #include "byte_source.hpp"
+#include "coordinate_gather.hpp"
 #include "header_check.hpp"
 #include "number_grammar.hpp"
 
@@ -128,6 +130,11 @@ class DataLines {
   bool ended_ = false;
 };
 
+// The value a checked literal stores in its type, as a double (float32: rounded to float).
+double stored_value(const Number& v, Scalar type) {
+  return type == Scalar::f32 ? double(static_cast<float>(v.f)) : v.f;  // integers: exact in .f
+}
+
 std::size_t max_line_for(std::uint64_t values) {
   return static_cast<std::size_t>(
       std::min<std::uint64_t>(values * (kMaxNumberLength + 16) + 256, std::uint64_t(1) << 30));
@@ -135,7 +142,10 @@ std::size_t max_line_for(std::uint64_t values) {
 
 // ---- PCD ----
 
-void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::uint64_t body) {
+// `xyz` (when given) receives each row's x, y and z (at `layout`), from the values the check
+// parses; its buffer is sized only once the file's size has bounded the rows.
+void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::uint64_t body,
+                     Coordinates* xyz, const XyzLayout& layout) {
   std::uint64_t columns = 0;
   for (const auto& f : h.fields) columns += f.count;
   // A row is at least one character per value and a separator after each (the last row may
@@ -145,13 +155,17 @@ void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::u
            "POINTS is " + std::to_string(h.points) + " but the " + std::to_string(body) +
                " bytes of ascii data hold at most " + std::to_string((body + 1) / (2 * columns)) +
                " rows of " + std::to_string(columns) + " values");
+  std::unique_ptr<CoordinateSink> sink;
+  if (xyz) sink = std::make_unique<CoordinateSink>(*xyz, layout, h.points);
   std::vector<Scalar> types;  // per column (at most half the file's size, by the check above)
   std::vector<const std::string*> names;
+  std::vector<int> axis;  // per column: 0, 1, 2 for x, y, z (count 1), else -1
   if (h.points > 0)
     for (const auto& f : h.fields)
       for (std::uint32_t c = 0; c < f.count; ++c) {
         types.push_back(f.type);
         names.push_back(&f.name);
+        axis.push_back(f.name == "x" ? 0 : f.name == "y" ? 1 : f.name == "z" ? 2 : -1);
       }
   DataLines lines(path, fd, h.data_start, h.header_lines + 1, h.eol, max_line_for(columns));
   std::vector<std::string_view> values;
@@ -166,17 +180,25 @@ void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::u
       reject(path, line_at(lines.number()),
              "point " + std::to_string(row) + " has " + std::to_string(values.size()) +
                  " values, expected " + std::to_string(columns));
+    double values3[3] = {0, 0, 0};
     for (std::size_t i = 0; i < values.size(); ++i) {
-      const std::string why = check_number(values[i], types[i]);
+      Number v;
+      const std::string why = check_number(values[i], types[i], sink ? &v : nullptr);
       if (!why.empty())
         reject(path, line_at(lines.number()),
                "field '" + *names[i] + "': " + quote(values[i]) + " is " + why);
+      if (sink && axis[i] >= 0) values3[axis[i]] = stored_value(v, types[i]);
     }
+    if (sink) sink->add(values3);
   }
   if (!lines.at_end())
     reject(path, line_at(lines.number() + 1),
            "data after the last of the " + std::to_string(h.points) +
                " POINTS rows (PCL would ignore it)");
+  if (sink) {
+    sink->finish();
+    xyz->gathered = true;
+  }
 }
 
 // PCL's .pcd writers for PCLPointCloud2 pad the file with zeros to (or by) a page: fewer than
@@ -227,12 +249,30 @@ void check_pcd_compressed(const std::string& path, int fd, const PcdHeader& h, s
     reject(path, at_byte(pos > 0 ? pos - 1 : pos), "the compressed data is corrupt: " + why);
 }
 
-InputShape check_pcd(const std::string& path, int fd, std::uint64_t file_size) {
+// Where x, y and z are in a .pcd point record (each has count 1: the header checked it).
+XyzLayout pcd_layout(const PcdHeader& h) {
+  XyzLayout l;
+  std::uint64_t offset = 0;
+  for (const auto& f : h.fields) {
+    for (int a = 0; a < 3; ++a)
+      if (f.name == std::string(1, "xyz"[a])) {
+        l.type[a] = f.type;
+        l.offset[a] = offset;
+      }
+    offset += std::uint64_t(f.count) * scalar_size(f.type);
+  }
+  return l;
+}
+
+InputShape check_pcd(const std::string& path, int fd, std::uint64_t file_size, Coordinates* xyz) {
   const PcdHeader h = read_pcd_header(path, fd);
   const std::uint64_t body = file_size - std::min(file_size, h.data_start);
+  // pcnn reads ascii and binary data itself; compressed data is left to PCL.
+  const bool gather = xyz && h.points > 0 && h.data != PcdHeader::Data::binary_compressed;
+  const XyzLayout layout = pcd_layout(h);
   switch (h.data) {
     case PcdHeader::Data::ascii:
-      check_pcd_ascii(path, fd, h, body);
+      check_pcd_ascii(path, fd, h, body, gather ? xyz : nullptr, layout);
       break;
     case PcdHeader::Data::binary: {
       const std::uint64_t need = h.points * h.point_size;
@@ -243,6 +283,7 @@ InputShape check_pcd(const std::string& path, int fd, std::uint64_t file_size) {
                    " (truncated file?)");
       if (body > need) check_pcd_padding(path, fd, h.data_start + need, body - need);
       if (h.points > 0) check_pcd_binary_start(path, fd, h.data_start);
+      if (gather) gather_binary(path, fd, h.data_start, h.points, h.point_size, layout, *xyz);
       break;
     }
     case PcdHeader::Data::binary_compressed:
@@ -250,6 +291,8 @@ InputShape check_pcd(const std::string& path, int fd, std::uint64_t file_size) {
       check_pcd_binary_start(path, fd, h.data_start);
       break;
   }
+  if (gather)
+    for (const auto& f : h.fields) xyz->field_names.push_back(f.name);
   return {h.points, h.width, h.height};
 }
 
@@ -292,7 +335,10 @@ void check_cell(const std::string& path, const std::string& where, const PlyHead
 
 Scalar list_count_type(Scalar t) { return t == Scalar::i32 ? Scalar::u32 : t; }  // as PCL reads
 
-void check_ply_ascii(const std::string& path, int fd, const PlyHeader& h, PlyFacts& facts) {
+// `sink` (when given) receives each vertex's x, y and z (`axis`: 0, 1, 2 for the vertex
+// properties x, y, z, else -1), from the values the check parses.
+void check_ply_ascii(const std::string& path, int fd, const PlyHeader& h, PlyFacts& facts,
+                     CoordinateSink* sink, const std::vector<int>& axis) {
   const std::uint64_t body_start = h.data_start;
   // Lists make lines as long as their counts; allow what the longest list count could need.
   DataLines lines(path, fd, body_start, h.header_lines + 1, h.eol, std::size_t(1) << 26);
@@ -300,23 +346,25 @@ void check_ply_ascii(const std::string& path, int fd, const PlyHeader& h, PlyFac
   std::string_view text;
   for (const auto& e : h.elements) {
     const bool camera = e.name == "camera", grid = e.name == "range_grid";
+    const bool gather = sink && &e == &h.elements[h.vertex];
+    double xyz[3] = {0, 0, 0};
     for (std::uint64_t item = 0; item < e.count; ++item) {
       if (!lines.next(text))
         reject(path, "",
                "element " + e.name + " has " + std::to_string(item) +
                    " rows, the header promises " + std::to_string(e.count) + " (truncated file?)");
-      const std::string where = line_at(lines.number());
+      const auto where = [&] { return line_at(lines.number()); };
       split_values(path, lines.number(), text, values);
       std::size_t t = 0;
       auto take = [&](Scalar type, const std::string& what) {
         if (t >= values.size())
-          reject(path, where,
+          reject(path, where(),
                  "element " + e.name + " item " + std::to_string(item) + " has too few values (" +
                      what + " missing)");
         Number v;
         const std::string why = check_number(values[t], type, &v);
         if (!why.empty())
-          reject(path, where,
+          reject(path, where(),
                  "element " + e.name + " " + what + ": " + quote(values[t]) + " is " + why);
         ++t;
         return v;
@@ -329,17 +377,21 @@ void check_ply_ascii(const std::string& path, int fd, const PlyHeader& h, PlyFac
             const Number v = take(p.type, p.name);
             if (k == 0) first = v.i;
           }
-          if (grid) check_cell(path, where, h, item, static_cast<std::uint64_t>(n.i), first, facts);
+          if (grid)
+            check_cell(path, where(), h, item, static_cast<std::uint64_t>(n.i), first, facts);
         } else {
           const Number v = take(p.type, p.name);
+          if (gather && axis[&p - e.properties.data()] >= 0)
+            xyz[axis[&p - e.properties.data()]] = stored_value(v, p.type);
           if (camera && p.type == Scalar::i32 && p.name == "viewportx") facts.viewport_x = v.i;
           if (camera && p.type == Scalar::i32 && p.name == "viewporty") facts.viewport_y = v.i;
         }
       }
       if (t != values.size())
-        reject(path, where,
+        reject(path, where(),
                "element " + e.name + " item " + std::to_string(item) + " has " +
                    std::to_string(values.size() - t) + " values too many");
+      if (gather) sink->add(xyz);
     }
   }
   if (!lines.at_end())
@@ -425,9 +477,29 @@ void check_ply_binary(const std::string& path, int fd, const PlyHeader& h, std::
                " bytes after the last element (PCL would ignore them)");
 }
 
-InputShape check_ply(const std::string& path, int fd, std::uint64_t file_size) {
+InputShape check_ply(const std::string& path, int fd, std::uint64_t file_size, Coordinates* xyz) {
   const PlyHeader h = read_ply_header(path, fd);
   const PlyElement& vertex = h.elements[h.vertex];
+  // pcnn reads the vertices itself when they come first, in ascii or little-endian binary, and
+  // are the cloud's points in file order: no range_grid (PCL rebuilds the cloud from it) and no
+  // obj_info grid. The other elements are checked as always.
+  const bool range_grid = std::any_of(h.elements.begin(), h.elements.end(),
+                                      [](const PlyElement& e) { return e.name == "range_grid"; });
+  const bool gather = xyz && vertex.count > 0 && h.vertex == 0 && !h.grid && !range_grid &&
+                      h.format != PlyHeader::Format::binary_big_endian;
+  XyzLayout layout;
+  std::vector<int> axis(vertex.properties.size(), -1);
+  std::uint64_t offset = 0;
+  for (std::size_t i = 0; i < vertex.properties.size(); ++i) {
+    const PlyProperty& p = vertex.properties[i];
+    for (int a = 0; a < 3; ++a)
+      if (p.name == std::string(1, "xyz"[a])) {
+        axis[i] = a;
+        layout.type[a] = p.type;
+        layout.offset[a] = offset;
+      }
+    offset += scalar_size(p.type);  // the vertex has no list (the header checked it)
+  }
   // Each vertex takes at least a byte per property (binary) or a character and a separator
   // (ascii): refuse counts the file cannot hold before reading further.
   const std::uint64_t body = file_size - std::min(file_size, h.data_start);
@@ -444,16 +516,23 @@ InputShape check_ply(const std::string& path, int fd, std::uint64_t file_size) {
     if (e.name == "camera" && e.count == 1)
       for (const auto& p : e.properties)
         if (p.name == "viewportx" && p.type == Scalar::i32 && !p.list) camera_viewport = true;
-  if (h.format == PlyHeader::Format::ascii)
-    check_ply_ascii(path, fd, h, facts);
-  else
+  if (h.format == PlyHeader::Format::ascii) {
+    std::unique_ptr<CoordinateSink> sink;
+    if (gather) sink = std::make_unique<CoordinateSink>(*xyz, layout, vertex.count);
+    check_ply_ascii(path, fd, h, facts, sink.get(), axis);
+    if (sink) {
+      sink->finish();
+      xyz->gathered = true;
+    }
+  } else {
     check_ply_binary(path, fd, h, file_size, facts);
+    if (gather)
+      gather_binary(path, fd, h.data_start, vertex.count, vertex.fixed_size(), layout, *xyz);
+  }
+  if (gather) xyz->field_names = h.vertex_fields;
 
   InputShape s;
-  const bool has_grid_element =
-      std::any_of(h.elements.begin(), h.elements.end(),
-                  [](const PlyElement& e) { return e.name == "range_grid"; });
-  if (has_grid_element) {
+  if (range_grid) {
     s = {h.num_cols * h.num_rows, h.num_cols, h.num_rows};
     if (facts.empty_cells > 0 && !h.float_coordinates)
       reject(path, "",
@@ -484,8 +563,9 @@ bool check_lzf(const unsigned char* in, std::uint64_t in_len, std::uint64_t expe
   return walk_lzf([&]() -> unsigned { return i < in_len ? in[i++] : 0; }, in_len, expected, why);
 }
 
-InputShape check_input(const std::string& path, int fd, bool ply, std::uint64_t file_size) {
-  return ply ? check_ply(path, fd, file_size) : check_pcd(path, fd, file_size);
+InputShape check_input(const std::string& path, int fd, bool ply, std::uint64_t file_size,
+                       Coordinates* xyz) {
+  return ply ? check_ply(path, fd, file_size, xyz) : check_pcd(path, fd, file_size, xyz);
 }
 
 }  // namespace pcnn::io_detail

@@ -3,6 +3,7 @@
 #include <locale.h>
 #include <stdlib.h>
 
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -50,6 +51,34 @@ Range integer_range(Scalar t) {
     default:  // u64
       return {0, exact};
   }
+}
+
+// The value of a literal that passed the float grammar, by std::from_chars (correctly rounded,
+// as strtod), when that settles it: false sends the literal to the reference conversion below
+// (strtod_l and strtof_l), which gives the reasons. from_chars answers "out of range" for what
+// overflows or underflows to zero (strtod: inf or 0); those go to the reference.
+// For float32 the gate asks that the literal round to the same float directly and through
+// double. That can differ only when the double d is itself a midpoint between two adjacent
+// floats (or the overflow threshold): a midpoint m is a double, so were m strictly between the
+// literal x and d (or m == x), m would be nearer to x than d, the double nearest x. Any d that is
+// no midpoint gives float(d) == the direct rounding; midpoints, and |d| >= FLT_MAX, go to the
+// reference.
+bool fast_value(std::string_view t, Scalar type, double& out) {
+  const char* first = t.data() + (t[0] == '+' ? 1 : 0);
+  const char* last = t.data() + t.size();
+  double d = 0;
+  const auto r = std::from_chars(first, last, d, std::chars_format::general);
+  if (r.ec != std::errc() || r.ptr != last || !std::isfinite(d)) return false;
+  if (type == Scalar::f32) {
+    if (!(std::fabs(d) < double(std::numeric_limits<float>::max()))) return false;
+    const float f = static_cast<float>(d);
+    if (double(f) != d) {
+      const float g = std::nextafter(f, d > double(f) ? INFINITY : -INFINITY);
+      if (d == 0.5 * double(f) + 0.5 * double(g)) return false;
+    }
+  }
+  out = d;
+  return true;
 }
 
 }  // namespace
@@ -118,10 +147,15 @@ std::string check_number(std::string_view t, Scalar type, Number* value) {
   }
   if (j != body.size()) return "not a number";
 
+  double d = 0;
+  if (fast_value(t, type, d)) {
+    if (value) value->f = d;
+    return {};
+  }
   char buf[kMaxNumberLength + 1];
   std::memcpy(buf, t.data(), t.size());
   buf[t.size()] = '\0';
-  const double d = strtod_l(buf, nullptr, c_locale());
+  d = strtod_l(buf, nullptr, c_locale());
   if (std::isinf(d)) return std::string("too large for ") + scalar_name(type);
   if (type == Scalar::f32) {
     const float through_double = static_cast<float>(d);

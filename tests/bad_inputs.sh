@@ -4,7 +4,8 @@
 # outputs: full disks, FIFOs, symlinks, devices, inputs and outputs that are the same file,
 # concurrent runs. Grouped by the classes of the input gate (io/input_gate.hpp) and of the one
 # writer path (pcnn::OutputSet).
-# Usage: bad_inputs.sh PCNN
+# Usage: bad_inputs.sh PCNN   (with PCNN_KEEP_INPUTS=DIR: the cases' .pcd/.ply files are copied
+# to DIR at the end)
 set -u
 pcnn=$(realpath "$1")
 tmp=$(mktemp -d)
@@ -364,6 +365,14 @@ if [ "$asan" -eq 0 ]; then
   check out_of_host_memory_exit test $? -eq 4
   check out_of_host_memory_says_bytes grep -q "out of host memory: 2400000000 bytes needed" stderr.txt
   check out_of_host_memory_no_temporary no_temporaries
+fi
+
+# The cases' cloud files, for the loader's differential test (tests/test_load_paths.cpp): both of
+# its readers must give the same cloud or the same error on each.
+if [ -n "${PCNN_KEEP_INPUTS:-}" ]; then
+  rm -rf "$PCNN_KEEP_INPUTS" && mkdir -p "$PCNN_KEEP_INPUTS"
+  find . -maxdepth 1 -type f \( -name '*.pcd' -o -name '*.ply' \) -size -64M -readable \
+    -exec cp {} "$PCNN_KEEP_INPUTS"/ \;
 fi
 
 echo "bad inputs: $passes passed, $fails failed"

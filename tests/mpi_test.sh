@@ -138,6 +138,7 @@ run 2 5 "cannot write" -- knn "$sample" --device cpu -o "$tmp/nodir/i.npy"
 run 2 2 "for one process" -- knn "$sample" --device cpu --devices 0,1
 run 2 2 "only 'pcnn knn' and 'pcnn radius' run distributed" -- stats "$sample" --device cpu
 run 2 2 "for one process" -- radius "$sample" -r 0.1 --device cpu --tiles 2
+run 2 2 "--layout, --tiles and --max-device-memory are for one process" -- knn "$sample" --device cpu --layout spatial
 # With --json an error is one JSON object on stdout, printed by the rank that failed first.
 run 2 3 "cannot read cloud" -- knn "$tmp/missing.pcd" --device cpu --json
 [ "$(grep -c '"error"' "$tmp/out")" -eq 1 ] || { echo "FAIL: not exactly one JSON error"; fails=$((fails + 1)); }

@@ -2,8 +2,12 @@
 // wrong results), synthetic clouds and re-centering.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <random>
+#include <string>
 
 #include "pcnn/error.hpp"
 #include "pcnn/radius.hpp"
@@ -188,6 +192,69 @@ TEST(ExactOrigin, DoublesNoFloatOffsetHoldsAreReportedRounded) {
   EXPECT_FALSE(exact);
   EXPECT_FALSE(recenters_exactly(xyz.data(), 100, origin));
   EXPECT_TRUE(recenters_exactly(xyz.data() + 1, 0, origin));  // no points: trivially exact
+}
+
+// The float overloads (the loader's, for float32 files) give what the double ones give for the
+// same points converted to double: the origin's bits, exactness, every offset's bits, the error.
+TEST(ExactOrigin, FloatOverloadsEqualTheDoubleOnesBitForBit) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = INFINITY;
+  struct Case {
+    const char* name;
+    double base, spread;
+    int nan_every;
+  };
+  // Around 0 (the origin 0, decided from the box), near 0.6 (the float and integer centers fail
+  // on the small values, 0 wins), georeferenced (the float center wins), beyond 1e18 apart (no
+  // origin: not exact, and re-centering fails), with NaN and infinite rows, a single point.
+  const Case cases[] = {{"around zero", 0, 100, 0},
+                        {"around -0.2 (origin -0.0)", -0.2, 50, 0},
+                        {"up to 9e17 around 0.3", 0.3, 9e17, 0},
+                        {"near 0.6", 0.6, 1, 0},
+                        {"near 0.6 with NaN rows", 0.6, 1, 7},
+                        {"georeferenced", 5e5, 40, 0},
+                        {"georeferenced with NaN rows", 5e5, 40, 5},
+                        {"far apart", 0, 4e19, 0},
+                        {"huge offset", 3e18, 1, 0},
+                        {"tiny", 1e-30, 1e-32, 3}};
+  for (const Case& c : cases)
+    for (const std::int64_t n : {std::int64_t(1), std::int64_t(5000)}) {
+      SCOPED_TRACE(std::string(c.name) + ", " + std::to_string(n) + " points");
+      std::mt19937_64 rng(n);
+      std::uniform_real_distribution<double> u(-1, 1);
+      std::vector<float> f;
+      for (std::int64_t i = 0; i < n; ++i)
+        for (int a = 0; a < 3; ++a) {
+          float v = static_cast<float>(c.base + c.spread * u(rng));
+          if (c.nan_every && i % c.nan_every == 1 && a == i % 3) v = i % 2 ? nan : -inf;
+          if (i == 2 && a == 1) v = -0.0f;
+          f.push_back(v);
+        }
+      const std::vector<double> d(f.begin(), f.end());
+      bool exact_f = false, exact_d = true;
+      const auto of = exact_origin(f.data(), n, exact_f);
+      const auto od = exact_origin(d.data(), n, exact_d);
+      EXPECT_EQ(exact_f, exact_d);
+      EXPECT_EQ(std::memcmp(of.data(), od.data(), sizeof of), 0);
+      for (const auto& o : {od, std::array<double, 3>{0.25, -1e5, 0.0}})
+        EXPECT_EQ(recenters_exactly(f.data(), n, o), recenters_exactly(d.data(), n, o));
+      std::vector<float> in_place = f, copy;
+      std::string error_f, error_d;
+      try {
+        recenter_in_place(in_place.data(), n, od);
+      } catch (const error& e) {
+        error_f = e.what();
+      }
+      try {
+        copy = recenter(d.data(), n, od);
+      } catch (const error& e) {
+        error_d = e.what();
+      }
+      EXPECT_EQ(error_f, error_d);
+      if (error_d.empty()) {
+        ASSERT_EQ(copy.size(), in_place.size());
+        EXPECT_EQ(std::memcmp(copy.data(), in_place.data(), copy.size() * sizeof(float)), 0);
+      }
+    }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/part.hpp"
 #include "gpu_test.hpp"
 #include "pcnn/distributed.hpp"
 #include "pcnn/error.hpp"
@@ -96,6 +97,30 @@ void expect_identical(const KnnResult& a, const KnnResult& b, const char* what) 
 
 class PartitionedKnn : public ::testing::TestWithParam<Case> {};
 
+// Spatial parts; on CUDA, untiled, also replicas of the whole cloud sharing out the rows.
+std::vector<Layout> layouts(Backend backend, bool tiles) {
+  if (backend == Backend::cuda && !tiles) return {Layout::spatial, Layout::replicated};
+  return {Layout::spatial};
+}
+
+// `parts` tiles, or `parts` devices (CUDA: all device 0, each with its own pool or replica; the
+// lead's machine has two).
+PartitionedOptions parted_options(const IndexOptions& io, int parts, bool tiles, Layout layout) {
+  PartitionedOptions po;
+  po.index = io;
+  po.layout = layout;
+  po.sample = 257;  // a small sample: cuts fall between duplicates and on lattice planes
+  if (tiles)
+    po.tiles = parts;
+  else
+    po.devices = std::vector<int>(static_cast<std::size_t>(parts), 0);
+  return po;
+}
+
+const char* name(Layout layout) {
+  return layout == Layout::replicated ? "replicas vs one index" : "parts vs one index";
+}
+
 void run_case(const Case& c, Backend backend) {
   const std::vector<float> xyz = make_cloud(c.cloud, c.n, 17 + c.n);
   const PointsView refs = host_points(xyz.data(), static_cast<std::int64_t>(xyz.size() / 3));
@@ -115,17 +140,13 @@ void run_case(const Case& c, Backend backend) {
   Index single(refs, io);
   const KnnResult want = c.queries ? single.knn(qv, params) : single.self_knn(params);
 
-  PartitionedOptions po;
-  po.index = io;
-  po.sample = 257;  // a small sample: cuts fall between duplicates and on lattice planes
-  if (c.tiles)
-    po.tiles = c.parts;
-  else
-    po.devices = std::vector<int>(static_cast<std::size_t>(c.parts), 0);
-  // CUDA: the parts may share device 0 (each with its own pool): the lead's machine has two.
-  PartitionedIndex parted(refs, po);
-  const KnnResult got = c.queries ? parted.knn(qv, params) : parted.self_knn(params);
-  expect_identical(got, want, "partitioned vs one index");
+  for (const Layout layout : layouts(backend, c.tiles)) {
+    PartitionedIndex parted(refs, parted_options(io, c.parts, c.tiles, layout));
+    EXPECT_EQ(parted.replicated(), layout == Layout::replicated);
+    EXPECT_EQ(parted.parts(), c.parts);
+    const KnnResult got = c.queries ? parted.knn(qv, params) : parted.self_knn(params);
+    expect_identical(got, want, name(layout));
+  }
   // And the single index is the exact reference (so the comparison above means exactness).
   const KnnResult exact = reference_knn(refs, c.queries ? &qv : nullptr, params);
   expect_identical(want, exact, "one index vs exact reference");
@@ -293,16 +314,12 @@ void run_radius_case(const Case& c, Backend backend) {
     const float d = r.sqdist[static_cast<std::size_t>((r.rows / 2 + 1) % r.rows) * c.k + c.k - 1];
     if (std::isfinite(d)) radius = std::sqrt(double(d));
   }
-  PartitionedOptions po;
-  po.index = io;
-  po.sample = 257;
-  if (c.tiles)
-    po.tiles = c.parts;
-  else
-    po.devices = std::vector<int>(static_cast<std::size_t>(c.parts), 0);
-  PartitionedIndex parted(refs, po);
-  expect_radius_and_hybrid(parted, single, refs, c.queries ? &qv : nullptr, radius, c.k,
-                           c.exclude_self && !c.queries);
+  for (const Layout layout : layouts(backend, c.tiles)) {
+    SCOPED_TRACE(name(layout));
+    PartitionedIndex parted(refs, parted_options(io, c.parts, c.tiles, layout));
+    expect_radius_and_hybrid(parted, single, refs, c.queries ? &qv : nullptr, radius, c.k,
+                             c.exclude_self && !c.queries);
+  }
 }
 
 TEST_P(PartitionedRadius, IdenticalToOneIndexCpu) { run_radius_case(GetParam(), Backend::cpu); }
@@ -417,20 +434,16 @@ void run_case64(const Case64& c, Backend backend) {
   IndexOptions io;
   io.backend = backend;
   Index single(refs, io);
-  PartitionedOptions po;
-  po.index = io;
-  po.sample = 257;
-  if (c.tiles)
-    po.tiles = c.parts;
-  else
-    po.devices = std::vector<int>(static_cast<std::size_t>(c.parts), 0);
-  PartitionedIndex parted(refs, po);
   const KnnParams kp{c.k, c.exclude_self};
   const KnnResult want = q ? single.knn(*q, kp) : single.self_knn(kp);
-  expect_identical(q ? parted.knn(*q, kp) : parted.self_knn(kp), want,
-                   "kNN: partitioned vs one index");
   expect_identical(want, reference_knn(refs, q, kp), "kNN: one index vs exact reference");
-  expect_radius_and_hybrid(parted, single, refs, q, c.radius, c.k, c.exclude_self);
+  for (const Layout layout : layouts(backend, c.tiles)) {
+    SCOPED_TRACE(name(layout));
+    PartitionedIndex parted(refs, parted_options(io, c.parts, c.tiles, layout));
+    expect_identical(q ? parted.knn(*q, kp) : parted.self_knn(kp), want,
+                     "kNN: partitioned vs one index");
+    expect_radius_and_hybrid(parted, single, refs, q, c.radius, c.k, c.exclude_self);
+  }
 }
 
 // The float64 clouds are ones float rounding would change (shown first: these tests can fail).
@@ -448,11 +461,8 @@ TEST(PartitionedFloat64Clouds, RoundingThemToFloatChangesTheAnswers) {
 TEST_P(PartitionedFloat64, IdenticalToOneIndexCpu) { run_case64(GetParam(), Backend::cpu); }
 
 TEST_P(PartitionedFloat64, IdenticalToOneIndexCuda) {
-  const Case64 c = GetParam();
-  if (c.cloud == Cloud64::vanishing || c.cloud == Cloud64::overflow)
-    GTEST_SKIP() << "magnitudes beyond float's range: CPU backend cases";
   PCNN_REQUIRE_DEVICE();
-  run_case64(c, Backend::cuda);
+  run_case64(GetParam(), Backend::cuda);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -483,6 +493,85 @@ TEST(Partitioning, Float64ViewsAreReadAsStored) {
   const Box box = bounding_box(v, ids[1]);
   EXPECT_EQ(box.lo[0], xyz[3 * ids[1].front()]);
   EXPECT_EQ(box.hi[0], xyz[3 * ids[1].back()]);
+}
+
+// Replicas of the whole cloud: the CPU backend has no devices to replicate over; on CUDA they
+// read float64 coordinates as one index does, rows split unevenly.
+TEST(Replicated, RefusedOnTheCpuBackendAndParsed) {
+  const auto xyz = make_synthetic_cloud(SyntheticKind::uniform, 100, 8);
+  PartitionedOptions po;
+  po.index.backend = Backend::cpu;
+  po.devices = {0, 1};
+  po.layout = Layout::replicated;
+  EXPECT_THROW(PartitionedIndex(host_points(xyz.data(), 100), po), invalid_argument_error);
+  po.layout = Layout::automatic;
+  EXPECT_FALSE(PartitionedIndex(host_points(xyz.data(), 100), po).replicated());
+  EXPECT_EQ(parse_layout("replicated"), Layout::replicated);
+  EXPECT_EQ(parse_layout("spatial"), Layout::spatial);
+  EXPECT_EQ(parse_layout("auto"), Layout::automatic);
+  EXPECT_THROW((void)parse_layout("mirror"), invalid_argument_error);
+}
+
+TEST(Replicated, Float64RowsEqualOneIndexCuda) {
+  PCNN_REQUIRE_DEVICE();
+  // UTM-like doubles: 0.1 mm steps on 5e5 / 5e6 that float rounding would merge.
+  std::vector<double> xyz64;
+  const auto base = make_synthetic_cloud(SyntheticKind::clustered, 2001, 4);
+  for (std::size_t i = 0; i < base.size(); i += 3)
+    xyz64.insert(xyz64.end(), {512345.0 + base[i] * 1e-3, 5412345.0 + base[i + 1] * 1e-3,
+                               230.0 + base[i + 2] * 1e-3});
+  const PointsView refs = host_points(xyz64.data(), 2001);
+  const std::vector<double> q64(xyz64.begin(), xyz64.begin() + 3 * 777);
+  const PointsView qv = host_points(q64.data(), 777);
+  IndexOptions io;
+  io.backend = Backend::cuda;
+  Index single(refs, io);
+  PartitionedOptions po;
+  po.index = io;
+  po.devices = {0, 0, 0};
+  PartitionedIndex replicas(refs, po);  // automatic: replicated on CUDA
+  ASSERT_TRUE(replicas.replicated());
+  for (const KnnParams params : {KnnParams{9, true}, KnnParams{1, false}})
+    expect_identical(replicas.self_knn(params), single.self_knn(params), "self, replicas");
+  expect_identical(replicas.knn(qv, KnnParams{6}), single.knn(qv, KnnParams{6}), "queries");
+  expect_identical(single.self_knn(KnnParams{9, true}),
+                   reference_knn(refs, nullptr, KnnParams{9, true}), "one index vs reference");
+}
+
+}  // namespace
+}  // namespace pcnn
+
+namespace pcnn {
+namespace {
+
+// What the replicated layout does, without it: shares of a self-search's rows (exact ties
+// everywhere on a lattice, k = 27 excluding self), first one index after the other, then eight
+// indexes of one device at once from eight threads.
+TEST(Replicated, SelfRowsOfALatticeEqualTheWholeSearchCuda) {
+  PCNN_REQUIRE_DEVICE();
+  const std::vector<float> xyz = test::lattice(16);
+  const std::int64_t n = static_cast<std::int64_t>(xyz.size() / 3);
+  const PointsView refs = host_points(xyz.data(), n);
+  IndexOptions io;
+  io.backend = Backend::cuda;
+  const KnnParams params{27, true};
+  Index single(refs, io);
+  const KnnResult want = single.self_knn(params);
+  KnnResult got = want;
+  for (const bool threads : {false, true}) {
+    std::fill(got.indices.begin(), got.indices.end(), -2);
+    std::vector<Index> indexes;
+    for (int d = 0; d < 8; ++d)
+      indexes.emplace_back(refs, io);  // built in turn (see build_replicas)
+    const dist::PortableLock l1(got.indices.data(), got.indices.size() * 4);
+    const dist::PortableLock l2(got.sqdist.data(), got.sqdist.size() * 4);
+    dist::for_each(8, threads, [&](int d) {
+      const std::int64_t a = n * d / 8, b = n * (d + 1) / 8;
+      indexes[d].self_knn_rows(a, params, {got.indices.data() + a * 27, b - a, 27},
+                               {got.sqdist.data() + a * 27, b - a, 27});
+    });
+    expect_identical(got, want, threads ? "shares from eight threads" : "shares in turn");
+  }
 }
 
 }  // namespace

@@ -190,7 +190,9 @@ TEST_P(RoundTrip, CoordinatesSurviveInTheirStoredPrecision) {
   const bool ascii = c.format == Format::pcd_ascii || c.format == Format::ply_ascii;
   for (int i = 0; i < 300 && !ascii; ++i)
     for (int a = 0; a < 3; ++a)
-      if (i != 150) ASSERT_EQ(cloud.stored[3 * i + a], pts[i][a]) << "point " << i;
+      if (i != 150) {
+        ASSERT_EQ(cloud.stored[3 * i + a], pts[i][a]) << "point " << i;
+      }
 }
 
 TEST(Load, SearchViewsAreExactForTheCoordinatesAsStored) {
@@ -562,6 +564,58 @@ TEST(NumberGrammar, Float32MustRoundTheSameDirectlyAndThroughDouble) {
   const std::string why = io_detail::check_number(t, Scalar::f32);
   EXPECT_NE(why.find("rounds to different float32 values"), std::string::npos) << why;
   EXPECT_EQ(io_detail::check_number(t, Scalar::f64), "");  // no such question for float64
+}
+
+// The grammar converts with std::from_chars and tells float32 double roundings apart by testing
+// whether the double is a float midpoint; the reference is strtod and strtof on every literal:
+// accepted exactly when both are finite in the type and agree, with strtod's value.
+TEST(NumberGrammar, ValuesEqualStrtodAndStrtofOnRandomLiterals) {
+  std::mt19937_64 rng(11);
+  char buf[96];
+  int midpoints = 0, refused = 0;
+  for (int it = 0; it < 200000; ++it) {
+    const int kind = it % 4;
+    if (kind == 0) {  // a random float printed with 1-12 digits
+      float f;
+      const std::uint32_t b = static_cast<std::uint32_t>(rng());
+      std::memcpy(&f, &b, 4);
+      if (!std::isfinite(f)) continue;
+      std::snprintf(buf, sizeof buf, "%.*g", int(rng() % 12) + 1, double(f));
+    } else if (kind == 1) {  // a random double with 1-20 digits
+      double d;
+      const std::uint64_t b = rng();
+      std::memcpy(&d, &b, 8);
+      if (!std::isfinite(d)) continue;
+      std::snprintf(buf, sizeof buf, "%.*g", int(rng() % 20) + 1, d);
+    } else if (kind == 2) {  // exactly a midpoint between two floats, or near one
+      float f;
+      const std::uint32_t b = static_cast<std::uint32_t>(rng() % 0x7f7fffffu);
+      std::memcpy(&f, &b, 4);
+      const double m = 0.5 * double(f) + 0.5 * double(std::nextafter(f, INFINITY));
+      std::snprintf(buf, sizeof buf, "%.*g", int(rng() % 25) + 9, m);
+    } else {  // underflow and overflow edges
+      std::snprintf(buf, sizeof buf, "%d.%de%d", int(rng() % 10), int(rng() % 1000),
+                    int(rng() % 700) - 350);
+    }
+    const double d = std::strtod(buf, nullptr);
+    const float f = std::strtof(buf, nullptr);
+    for (const Scalar type : {Scalar::f32, Scalar::f64}) {
+      io_detail::Number v;
+      const std::string why = io_detail::check_number(buf, type, &v);
+      const bool finite =
+          type == Scalar::f32 ? std::isfinite(float(d)) && std::isfinite(f) : std::isfinite(d);
+      const float through = static_cast<float>(d);
+      const bool agree = type == Scalar::f64 || std::memcmp(&f, &through, 4) == 0;
+      ASSERT_EQ(why.empty(), finite && agree) << buf << ": " << why;
+      if (why.empty()) {
+        ASSERT_EQ(std::memcmp(&v.f, &d, 8), 0) << buf;
+      }
+      if (type == Scalar::f32 && finite && !agree) ++refused;
+    }
+    if (kind == 2) ++midpoints;
+  }
+  EXPECT_GT(midpoints, 40000);
+  EXPECT_GT(refused, 100);  // the double-rounding refusals were exercised
 }
 
 TEST(Lzf, DecodesExactlyOrSaysWhy) {

@@ -1,10 +1,13 @@
 // Smoothing: stencil validation, the CPU references' behavior (edges survive, noise drops,
 // Taubin keeps the volume), and the GPU against the references. GPU tests skip without a device.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu_test.hpp"
@@ -221,6 +224,52 @@ TEST(GpuSmooth, OrganizedMatchesTheReference) {
     }
   }
   EXPECT_THROW(gpu_smooth_organized(s.view(), kW + 1, kH, cases[0]), error);
+}
+
+// The coefficients travel with each launch: two threads smoothing with different stencils on
+// two streams at once each get their own stencil's result, to the bit (the 2-D path), every time.
+// Coefficients in one process-wide place without a lock would mix them.
+TEST(GpuSmooth, ConcurrentCallsOnTwoStreamsKeepTheirOwnCoefficients) {
+  PCNN_REQUIRE_DEVICE();
+  const Scene s = scene();
+  std::array<OrganizedSmoothParams, 2> cases;
+  cases[0].stencil = parse_stencil("grid:0,1,0,1,4,1,0,1,0");
+  cases[0].value = SmoothValue::z;
+  cases[1].stencil = box_stencil(3);
+  cases[1].depth_jump = 0.05f;
+  std::array<std::vector<float>, 2> ref;
+  for (int c = 0; c < 2; ++c) ref[c] = reference_smooth_organized(s.view(), kW, kH, cases[c]);
+  std::size_t differ = 0;  // the two stencils must tell apart, or the test could not fail
+  for (std::size_t i = 0; i < ref[0].size(); ++i)
+    differ += !std::isnan(ref[0][i]) && ref[0][i] != ref[1][i];
+  ASSERT_GT(differ, 0u);
+  constexpr int kRounds = 20;
+  std::array<int, 2> mismatches{0, 0};
+  auto run = [&](int c) {
+    cudaStream_t stream = nullptr;
+    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+      mismatches[c] = -1;
+      return;
+    }
+    for (int round = 0; round < kRounds; ++round) {
+      try {
+        SmoothTimings t;
+        const std::vector<float> gpu = gpu_smooth_organized(s.view(), kW, kH, cases[c], &t, stream);
+        bool same = !t.separable && gpu.size() == ref[c].size();
+        for (std::size_t i = 0; same && i < gpu.size(); ++i)
+          same = std::isnan(ref[c][i]) ? std::isnan(gpu[i]) : gpu[i] == ref[c][i];
+        if (!same) ++mismatches[c];
+      } catch (const error&) {  // counted, not thrown out of the thread
+        ++mismatches[c];
+      }
+    }
+    cudaStreamDestroy(stream);
+  };
+  std::thread t0(run, 0), t1(run, 1);
+  t0.join();
+  t1.join();
+  EXPECT_EQ(mismatches[0], 0) << "the Laplacian grid, of " << kRounds << " rounds";
+  EXPECT_EQ(mismatches[1], 0) << "the box with depth jumps, of " << kRounds << " rounds";
 }
 
 TEST(GpuSmooth, UnorganizedMatchesTheReference) {

@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cuda/cmath>
+
 #include <cstdint>
 
 namespace pcnn::detail {
@@ -59,7 +61,7 @@ __global__ void __launch_bounds__(kReduceThreads)
 
 /// Blocks for n items: enough to fill the device, at most kReduceMaxBlocks, fixed for a given n.
 inline int reduce_blocks(std::int64_t n) {
-  const std::int64_t b = (n + kReduceThreads * 4 - 1) / (kReduceThreads * 4);
+  const std::int64_t b = cuda::ceil_div(n, kReduceThreads * 4);
   return static_cast<int>(b < 1 ? 1 : (b > kReduceMaxBlocks ? kReduceMaxBlocks : b));
 }
 

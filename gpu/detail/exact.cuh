@@ -41,15 +41,24 @@ __device__ __forceinline__ double exact_sqdist(double3 a, double3 b) {
   return __dadd_rn(__dadd_rn(__dmul_rn(dx, dx), __dmul_rn(dy, dy)), __dmul_rn(dz, dz));
 }
 
-/// How far float filter distances can be from exact ones (see the top of this file).
+/// How far float filter distances can be from exact ones (see the top of refine.cuh).
+///
+/// The exact squared distance D is the reference's double expression: within 2^-50 of the real
+/// value relative, plus, where the products underflow, at most 3·2^-1075 absolute (subnormal
+/// differences and sums are exact); the term 2^-1072 covers that. The scale 2^s is applied to
+/// the root with ldexp, never squared: s reaches ±1100 for coordinates near the ends of double's
+/// range, where 2^(2s) would overflow or underflow. D = +inf (a product overflowed) gives an
+/// infinite reach: every point is a candidate, and the double ranking orders them as the
+/// reference does.
 struct FilterError {
-  double scale2 = 1;        // (filter units per caller unit)²
-  double perturbation = 0;  // δ: how far a filter coordinate can be from (x - o)·s
+  int scale_exp = 0;        // s: filter units per caller unit are 2^s
+  double perturbation = 0;  // δ: how far a filter coordinate can be from (x - o)·2^s
   /// The largest float filter distance of any point at exact squared distance <= `d2`.
   __host__ __device__ __forceinline__ float reach(double d2) const {
-    const double rho = sqrt(d2 * scale2) * (1 + 0x1p-50) + 3.4641016151377546 * perturbation;
+    const double rho =
+        ldexp(sqrt(d2 + 0x1p-1072) * (1 + 0x1p-50), scale_exp) + 3.4641016151377546 * perturbation;
     const double r2 = rho * rho * (1 + 6 * 0x1p-24 + 0x1p-40) + 0x1p-126;
-    if (r2 >= double(FLT_MAX)) return INFINITY;
+    if (!(r2 < double(FLT_MAX))) return INFINITY;
 #ifdef __CUDA_ARCH__
     return __double2float_ru(r2);
 #else
@@ -60,10 +69,14 @@ struct FilterError {
   /// The smallest float filter distance of any point at exact squared distance > `d2`: below
   /// it a point is inside for certain.
   __host__ __device__ __forceinline__ float certain_inside(double d2) const {
-    const double rho = sqrt(d2 * scale2) * (1 - 0x1p-50) - 3.4641016151377546 * perturbation;
+    const double real = d2 - 0x1p-1072;
+    if (!(real > 0)) return 0.f;
+    const double rho =
+        ldexp(sqrt(real) * (1 - 0x1p-50), scale_exp) - 3.4641016151377546 * perturbation;
     if (rho <= 0) return 0.f;
     const double r2 = rho * rho * (1 - 6 * 0x1p-24 - 0x1p-40) - 0x1p-126;
     if (r2 <= 0) return 0.f;
+    if (r2 > double(FLT_MAX)) return FLT_MAX;
 #ifdef __CUDA_ARCH__
     return __double2float_rd(r2);
 #else

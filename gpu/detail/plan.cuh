@@ -1,6 +1,8 @@
 // Planning a search within the device memory available: how many result rows fit at once.
 #pragma once
 
+#include <cuda/cmath>
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -25,8 +27,7 @@ inline std::int64_t plan_rows_per_pass(std::int64_t rows, std::int64_t row_bytes
     throw_out_of_memory(what, working + std::min<std::int64_t>(rows, kTreeQueryBlock) * row_bytes,
                         available);
   if (forced > 0)
-    per_pass =
-        std::min(per_pass, (forced + kTreeQueryBlock - 1) / kTreeQueryBlock * kTreeQueryBlock);
+    per_pass = std::min<std::int64_t>(per_pass, cuda::round_up(forced, kTreeQueryBlock));
   return per_pass >= rows ? 0 : per_pass;
 }
 

@@ -6,12 +6,11 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 namespace pcnn::detail {
 
-/// Storage of a list in the thread's own arrays: registers when every index is a compile-time
-/// constant (unrolled loops), (L1-cached) local memory otherwise.
+/// Storage of a list in the thread's own arrays: (L1-cached) local memory, since insertion
+/// indexes it at run time (the outlier search's lists: a warp holds one).
 template <int CAP>
 struct ThreadSlots {
   float d_[CAP];
@@ -35,21 +34,15 @@ struct SharedSlots {
   __device__ __forceinline__ int id(int i) const { return id_[i * stride]; }
 };
 
-/// The k best (smallest) squared distances seen so far, ascending by (distance, id), in a list
-/// of compile-time capacity CAP >= k (positions k..CAP-1 are scratch).
+/// The k best (smallest) (squared distance, id) pairs seen so far, ascending, in a list of
+/// compile-time capacity CAP >= k (positions k..CAP-1 are scratch). Candidates arrive in spatial
+/// order, so pairs are compared (distance, then id): ties go to the smaller id.
 ///
-/// kInOrder: candidates arrive in increasing id order (brute force). Then a strict `<` on the
-/// distance alone keeps an earlier (smaller) id ahead of a later one at the same distance. The
-/// tree search visits candidates in spatial order, so it compares (distance, id) pairs.
-///
-/// Brute force keeps small lists in registers, fully unrolled. Other lists use a loop that stops
-/// at the insertion point (a fully unrolled (distance, id) insertion takes most of the register
-/// file and cuts occupancy). Insertions are rare; `worst` mirrors entry k-1 in a register for the
-/// hot test.
-template <int CAP, bool kInOrder, class Slots = ThreadSlots<CAP>>
+/// Insertion is a loop that stops at the insertion point (a fully unrolled (distance, id)
+/// insertion takes most of the register file and cuts occupancy). Insertions are rare; `worst`
+/// mirrors entry k-1 in a register for the hot test.
+template <int CAP, class Slots = ThreadSlots<CAP>>
 struct TopK {
-  static constexpr bool kUnrolled =
-      kInOrder && CAP <= 32 && std::is_same<Slots, ThreadSlots<CAP>>::value;
   Slots s;
   float worst;   // d[k - 1]
   int worst_id;  // id[k - 1]
@@ -70,7 +63,6 @@ struct TopK {
 
   // (da, ia) comes before (db, ib).
   static __device__ __forceinline__ bool before(float da, int ia, float db, int ib) {
-    if (kInOrder) return da < db;
     return da < db || (da == db && ia < ib);
   }
 
@@ -81,59 +73,29 @@ struct TopK {
 
   /// Inserts a candidate for which improves() holds.
   __device__ __forceinline__ void insert(float dist, int nid) {
-    if constexpr (kUnrolled) {
-#pragma unroll
-      for (int i = CAP - 1; i > 0; --i) {
-        if (before(dist, nid, s.d(i - 1), s.id(i - 1))) {
-          s.d(i) = s.d(i - 1);
-          s.id(i) = s.id(i - 1);
-        } else if (before(dist, nid, s.d(i), s.id(i))) {
-          s.d(i) = dist;
-          s.id(i) = nid;
-        }
-      }
-      if (before(dist, nid, s.d(0), s.id(0))) {
-        s.d(0) = dist;
-        s.id(0) = nid;
-      }
-#pragma unroll
-      for (int i = 0; i < CAP; ++i) {
-        if (i == k - 1) {
-          worst = s.d(i);
-          worst_id = s.id(i);
-        }
-      }
-    } else {
-      int i = k - 1;
+    int i = k - 1;
 #pragma unroll 1
-      while (i > 0) {
-        const float pd = s.d(i - 1);
-        const int pid = s.id(i - 1);
-        if (!before(dist, nid, pd, pid)) break;
-        s.d(i) = pd;
-        s.id(i) = pid;
-        --i;
-      }
-      s.d(i) = dist;
-      s.id(i) = nid;
-      worst = s.d(k - 1);
-      worst_id = s.id(k - 1);
+    while (i > 0) {
+      const float pd = s.d(i - 1);
+      const int pid = s.id(i - 1);
+      if (!before(dist, nid, pd, pid)) break;
+      s.d(i) = pd;
+      s.id(i) = pid;
+      --i;
     }
-  }
-
-  __device__ __forceinline__ void offer(float dist, int nid) {
-    if (improves(dist, nid)) insert(dist, nid);
+    s.d(i) = dist;
+    s.id(i) = nid;
+    worst = s.d(k - 1);
+    worst_id = s.id(k - 1);
   }
 
   /// Writes the k entries as (index, squared distance), -1 / +inf where the list is short.
-  /// `map` turns a list id into the index the caller wants (or is null for the id itself).
-  __device__ __forceinline__ void write(std::int32_t* out_idx, float* out_dist,
-                                        const int* __restrict__ map) const {
+  __device__ __forceinline__ void write(std::int32_t* out_idx, float* out_dist) const {
 #pragma unroll
     for (int i = 0; i < CAP; ++i) {
       if (i < k) {
         const bool ok = s.id(i) != INT_MAX;
-        out_idx[i] = ok ? (map ? map[s.id(i)] : s.id(i)) : -1;
+        out_idx[i] = ok ? s.id(i) : -1;
         out_dist[i] = ok ? s.d(i) : INFINITY;
       }
     }

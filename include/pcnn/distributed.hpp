@@ -1,6 +1,7 @@
 // pcnn — one cloud split into spatial parts, each with its own index: several GPUs of one process,
 // a reference cloud larger than one device (parts searched one after the other as tiles), and the
-// building blocks the MPI layer (pcnn/mpi.hpp) uses across ranks.
+// building blocks the MPI layer (pcnn/mpi.hpp) uses across ranks. Or, on several GPUs, replicas
+// of the whole cloud, each searching a contiguous share of the rows (Layout::replicated).
 //
 //   pcnn::PartitionedOptions o;
 //   o.devices = {0, 1};                                  // one part per GPU, searched at once
@@ -83,6 +84,14 @@ class Partitioning {
 /// The bounding box of the finite points among `ids` of `points`.
 Box bounding_box(PointsView points, const std::vector<std::int32_t>& ids);
 
+/// How several devices share one cloud.
+enum class Layout {
+  automatic,   ///< replicated on CUDA devices when untiled and uncapped, else spatial
+  spatial,     ///< spatial parts, one per device: clouds larger than one device
+  replicated,  ///< every device indexes the whole cloud and searches a contiguous share of the
+               ///< rows: no boundary traffic, no merge (the cloud must fit every device)
+};
+
 struct PartitionedOptions {
   /// What each part's index runs on (backend, staging, memory, threads; `device` is replaced by
   /// the part's device).
@@ -98,6 +107,8 @@ struct PartitionedOptions {
   /// the tiles on it. Ignored when `index.memory` is given (then one device only).
   std::int64_t max_device_memory = 0;
   std::int64_t sample = 0;  ///< partitioning sample (0: 65,536)
+  /// Spatial parts or replicas (see Layout); tiles are always spatial.
+  Layout layout = Layout::automatic;
 };
 
 /// What one part did in the last search.
@@ -113,22 +124,24 @@ struct PartStats {
 /// Where the time of the last search went (wall clock, milliseconds).
 struct PartitionedTimings {
   double partition_ms = 0;  ///< Morton codes, sample, assignment (at construction)
-  double build_ms = 0;      ///< the parts' indexes (the slowest part; tiles: the sum)
+  double build_ms = 0;      ///< the indexes (CPU parts: the slowest; CUDA, tiles: the sum)
   double home_ms = 0;       ///< every query in its home part
   double boundary_ms = 0;   ///< forwarded queries searched in other parts, and the merge
   double total_ms = 0;      ///< build + search
   std::int64_t queries_forwarded = 0;
+  bool replicated = false;  ///< the layout in use: replicas (true) or spatial parts
   std::vector<PartStats> parts;
 };
 
-/// A cloud split into spatial parts, each with its own pcnn::Index; kNN, radius and hybrid
-/// results byte-identical to one pcnn::Index over the whole cloud. Host points in, host results
-/// out. Move-only.
+/// A cloud split into spatial parts, each with its own pcnn::Index, or replicated on every device
+/// (see Layout); kNN, radius and hybrid results byte-identical to one pcnn::Index over the whole
+/// cloud. Host points in, host results out. Move-only.
 class PartitionedIndex {
  public:
   /// Partitions `points` (host memory, float32 or float64; copied in their type) and, unless
-  /// tiled, builds every part's index.
-  /// @throws as pcnn::Index, and pcnn::invalid_argument_error for a device view or bad options.
+  /// tiled, builds every part's index (CUDA: one after the other), or builds every replica.
+  /// @throws as pcnn::Index, and pcnn::invalid_argument_error for a device view or bad options
+  /// (the replicated layout asked for on the CPU backend or with tiles).
   PartitionedIndex(PointsView points, PartitionedOptions options);
   ~PartitionedIndex();
   PartitionedIndex(PartitionedIndex&&) noexcept;
@@ -137,7 +150,8 @@ class PartitionedIndex {
   PartitionedIndex& operator=(const PartitionedIndex&) = delete;
 
   std::int64_t size() const;
-  int parts() const;
+  int parts() const;        ///< spatial parts, or replicas
+  bool replicated() const;  ///< the layout chosen: replicas of the whole cloud
   const Partitioning& partitioning() const;
 
   /// kNN of every indexed point (params.exclude_self allowed), rows × k into host memory.
@@ -161,7 +175,8 @@ class PartitionedIndex {
   /// Radius: every point within params.radius, CSR (int64 offsets), each row as
   /// pcnn::Index::radius orders it. The counts alone first (nothing is stored): writes the rows
   /// + 1 offsets and returns the total, so that a caller can refuse results too large to hold
-  /// before any is found.
+  /// before any is found. Replicas count a self-search's rows on the first device (an index
+  /// counts its own points' rows all at once) and share out the rest.
   std::int64_t self_radius_count(const RadiusParams& params, ArrayView<std::int64_t> offsets);
   std::int64_t radius_count(PointsView queries, const RadiusParams& params,
                             ArrayView<std::int64_t> offsets);
@@ -175,6 +190,9 @@ class PartitionedIndex {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+/// Parses a layout: "auto", "spatial" or "replicated". @throws pcnn::invalid_argument_error
+Layout parse_layout(const std::string& name);
 
 /// Parses a device list: "all" (every CUDA device; with the CPU backend, "all" is one part),
 /// or comma-separated ordinals "0,1". @throws pcnn::invalid_argument_error

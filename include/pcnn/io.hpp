@@ -57,7 +57,10 @@ struct Cloud {
 ///         unreadable, unknown extension, outside the whitelist, no x/y/z, coordinates too large
 ///         for float distances).
 /// `keep_fields` keeps every field of every point (Cloud::fields) for save_cloud_subset; without
-/// it only the coordinates stay in memory.
+/// it only the coordinates stay in memory, and for ascii and binary .pcd and ascii and
+/// little-endian binary .ply (vertices first, no range grid) the gate itself gathers x, y and z
+/// in its one pass over the file (each ascii value parsed once) instead of PCL — the same Cloud,
+/// byte for byte.
 /// `format` reads the file as .pcd or .ply whatever its name; `path` "-" is standard input, read
 /// to its end first (it needs a format; messages and Cloud::path name it `<stdin>`).
 Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin = nullptr,

@@ -91,7 +91,8 @@ struct SmoothTimings {
 };
 
 /// Smooths an organized cloud on the GPU; returns the new xyz (3 floats per point, NaN where the
-/// input was invalid). The coefficients live in __constant__ memory; calls are serialized.
+/// input was invalid). Calls on different streams (or threads) run concurrently: the coefficients
+/// travel with each kernel launch.
 /// The separable path runs when the stencil is separable and depth_jump is 0.
 std::vector<float> gpu_smooth_organized(PointsView pts, int width, int height,
                                         const OrganizedSmoothParams& params,

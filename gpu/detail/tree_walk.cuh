@@ -1,0 +1,276 @@
+// The one warp traversal of the spatial index, shared by every tree search (kNN, radius count and
+// fill, hybrid, and the exact refinement's gather).
+//
+// A warp serves 32 consecutive queries in curve order (lane = query; spatial neighbors, so they
+// want mostly the same cells). CellWalk walks the box hierarchy from the top for the whole warp:
+// a node is opened when any lane's sphere (its current limit) may reach the node's box, and its
+// children are pushed when they may reach the box around the warp's queries grown by the
+// opening reach. It yields cells one at a time; a cell is staged once in shared memory and every
+// lane scans it for its own query (broadcast reads). Pruning is conservative (kPruneSlack covers
+// float rounding), so what a scan can find does not depend on the order of the cells.
+//
+// What a hit means is the result policy's business: a policy has `limit()`, the lane's current
+// float threshold (it may only shrink), and `hit(p, d)`, called for each staged point p with
+// d = point_dist2(q, p) <= limit(). The policies are NearestList (knn_tree.cuh), WithinRadius and
+// NearestHeap (radius_tree.cuh) and ExactSink (refine.cuh).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "distance.cuh"
+#include "finite.cuh"
+#include "spatial_index.cuh"
+#include "topk.cuh"
+#include "warp_reduce.cuh"
+
+namespace pcnn::detail {
+
+inline constexpr int kTreeWarps = 4;    // warps per block
+inline constexpr int kTreeStack = 256;  // >= kFanout + (kFanout - 1) * (kMaxLevels - 1)
+// Pruning margin: a node is skipped only when its lower bound exceeds the limit by more than
+// float rounding could account for.
+inline constexpr float kPruneSlack = 1.0f + 1e-5f;
+
+__device__ __forceinline__ int encode_node(int level, int index) { return (level << 26) | index; }
+__device__ __forceinline__ int node_level(int e) { return e >> 26; }
+__device__ __forceinline__ int node_index(int e) { return e & ((1 << 26) - 1); }
+
+__device__ __forceinline__ float sq(float v) { return v * v; }
+
+/// Squared gap between two boxes (0 when they overlap).
+__device__ __forceinline__ float box_gap2(float4 alo, float4 ahi, float4 blo, float4 bhi) {
+  return sq(fmaxf(fmaxf(alo.x - bhi.x, blo.x - ahi.x), 0.f)) +
+         sq(fmaxf(fmaxf(alo.y - bhi.y, blo.y - ahi.y), 0.f)) +
+         sq(fmaxf(fmaxf(alo.z - bhi.z, blo.z - ahi.z), 0.f));
+}
+
+__device__ __forceinline__ bool may_reach(float bound2, float limit) {
+  return bound2 <= limit * kPruneSlack;
+}
+
+/// The lists of a block of tree-search threads in dynamic shared memory (CAP distances, then CAP
+/// ids, per thread): CAP x 8 bytes per thread, 128 KiB per block at CAP = 128. Local memory
+/// would need no opt-in, but with many warps each holding a long list it is evicted to L2, and a
+/// 64-entry insertion then waits on L2 for every shifted entry: measured 12x slower than shared
+/// memory at k = 64.
+template <int CAP>
+constexpr int tree_list_bytes() {
+  return CAP * kTreeWarps * 32 * 8;
+}
+template <int CAP>
+__device__ __forceinline__ SharedSlots thread_list() {
+  extern __shared__ float lists[];
+  return {lists + threadIdx.x, reinterpret_cast<int*>(lists + CAP * blockDim.x) + threadIdx.x,
+          static_cast<int>(blockDim.x)};
+}
+
+/// The warp's place: its queries are the slots [first, first + 32) of [slot_begin, slot_end).
+struct WarpQueries {
+  int slot;
+  float4 q;
+  int qid;
+  bool in_range, active;
+  template <class Args>
+  __device__ WarpQueries(const TreeView& t, const Args& a) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    slot = a.slot_begin + (blockIdx.x * kTreeWarps + warp) * 32 + lane;
+    in_range = slot < a.slot_end;
+    q = in_range ? a.queries[slot] : make_float4(NAN, NAN, NAN, 0.f);
+    qid = __float_as_int(q.w);
+    active = in_range && finite3(q.x, q.y, q.z) && t.levels > 0;
+  }
+};
+
+/// Whether the warp that this thread belongs to has queries in [slot_begin, slot_end): kernels
+/// return whole warps only, so the warp-synchronous code below always runs on full warps.
+template <class Args>
+__device__ __forceinline__ bool warp_has_queries(const Args& a) {
+  return a.slot_begin + (blockIdx.x * kTreeWarps + threadIdx.x / 32) * 32 < a.slot_end;
+}
+
+/// The 32 points of a cell, one per lane. Past the last point: NaN, id INT_MAX, which no limit
+/// admits (+infinity would pass an infinite limit: a radius of +inf, or a gather whose reach
+/// overflowed, and read coordinates past the end by its id).
+__device__ __forceinline__ float4 load_cell(const TreeView& t, int cell) {
+  const int i = cell * kCell + (threadIdx.x & 31);
+  return cell >= 0 && i < t.n ? t.points[i] : make_float4(NAN, NAN, NAN, __int_as_float(INT_MAX));
+}
+
+/// Puts the warp's loaded cell in its stage, once every lane is done with the previous one.
+__device__ __forceinline__ void stage_cell(float4* stage, float4 p) {
+  __syncwarp();
+  stage[threadIdx.x & 31] = p;
+  __syncwarp();
+}
+
+/// Scans the staged cell for one query. The hot loop only computes distances and marks the
+/// points within the limit in a bit mask (no branches, so lanes never wait on each other there);
+/// the marked points are then offered one by one. Hits are rare per lane, but some lane of 32
+/// hits often: a per-point branch would make the whole warp wait on each of them.
+template <class Policy>
+__device__ __forceinline__ void scan_cell(const float4* stage, float4 q, Policy& policy) {
+  const float limit = policy.limit();
+  unsigned hits = 0;
+#pragma unroll
+  for (int j = 0; j < kCell; ++j) hits |= (point_dist2(q, stage[j]) <= limit ? 1u : 0u) << j;
+  while (hits) {
+    const int j = __ffs(hits) - 1;
+    hits &= hits - 1;
+    policy.hit(stage[j], point_dist2(q, stage[j]));
+  }
+}
+
+/// The walk of the box hierarchy for one warp: yields the cells that some lane's query may need,
+/// one at a time. Warp-synchronous: every lane makes every call, with its own `q`, `active` and
+/// `limit` (the lane's current threshold, which may only shrink between calls).
+///
+/// kNearest (the k-nearest search, whose lists start wide and shrink as they fill): the reach
+/// for opening children is taken from the lanes' current limits at each opening; the cells of a
+/// node are yielded nearest the warp's queries first and the children of a node are popped in
+/// curve order, so that the lists settle early; the cells [skip_first, skip_last] (scanned
+/// before the walk) are never yielded. Otherwise the reach is fixed at start() and cells come in
+/// the order of the hierarchy.
+template <bool kNearest>
+class CellWalk {
+ public:
+  __device__ __forceinline__ CellWalk(const TreeView& t, int* stack, int skip_first = 0,
+                                      int skip_last = -1)
+      : t_(t), stack_(stack), skip_first_(skip_first), skip_last_(skip_last) {}
+
+  /// The box around the warp's active queries, then the root's children. At least one lane must
+  /// be active. `reach`: the squared opening reach, slack included (unused when kNearest).
+  __device__ __forceinline__ void start(float4 q, bool active, float limit, float reach = 0.f) {
+    box_lo_ = make_float4(warp_min(active ? q.x : INFINITY), warp_min(active ? q.y : INFINITY),
+                          warp_min(active ? q.z : INFINITY), 0.f);
+    box_hi_ = make_float4(warp_max(active ? q.x : -INFINITY), warp_max(active ? q.y : -INFINITY),
+                          warp_max(active ? q.z : -INFINITY), 0.f);
+    reach_ = reach;
+    open_children(active, limit, t_.levels - 1, 0, t_.level_count[t_.levels - 1]);
+  }
+
+  /// The next cell to scan, or -1 when the walk is over. `near`: whether this lane's query may
+  /// reach the cell (false lanes can find nothing in it).
+  __device__ __forceinline__ int next(float4 q, bool active, float limit, bool& near) {
+    for (;;) {
+      while (pending_) {
+        const int j = take_pending();
+        const float4 lo = shuffle_box(cell_lo_, j), hi = shuffle_box(cell_hi_, j);
+        near = active && may_reach(box_dist2(q, lo, hi), limit);
+        if (__any_sync(kFullMask, near)) return pending_first_ + j;
+      }
+      if (sp_ == 0) return -1;
+      const int e = stack_[--sp_];
+      __syncwarp();  // every lane has read the entry before any lane pushes over it
+      const int level = node_level(e), index = node_index(e);
+      const int at = t_.level_offset[level] + index;
+      const bool want = active && may_reach(box_dist2(q, t_.box_lo[at], t_.box_hi[at]), limit);
+      if (!__any_sync(kFullMask, want)) continue;
+      const int first_child = index * kFanout;
+      open_children(active, limit, level - 1, first_child,
+                    min(kFanout, t_.level_count[level - 1] - first_child));
+    }
+  }
+  __device__ __forceinline__ int next(float4 q, bool active, float limit) {
+    bool near;
+    return next(q, active, limit, near);
+  }
+
+ private:
+  static __device__ __forceinline__ float4 shuffle_box(float4 v, int lane) {
+    return make_float4(__shfl_sync(kFullMask, v.x, lane), __shfl_sync(kFullMask, v.y, lane),
+                       __shfl_sync(kFullMask, v.z, lane), 0.f);
+  }
+
+  // The lane (of the pending cells) to yield next, removed from `pending_`.
+  __device__ __forceinline__ int take_pending() {
+    const int lane = threadIdx.x & 31;
+    int j;
+    if constexpr (kNearest) {
+      const bool mine = pending_ >> lane & 1;
+      const float nearest = warp_min(mine ? cell_near_ : INFINITY);
+      j = __ffs(__ballot_sync(kFullMask, mine && cell_near_ == nearest)) - 1;
+    } else {
+      j = __ffs(pending_) - 1;
+    }
+    pending_ &= ~(1u << j);
+    return j;
+  }
+
+  // Children [first_child, first_child + count) of a node at level `level` + 1: those whose box
+  // may be reached from the warp's queries. Cells become `pending_` bits (lane = child); nodes
+  // go on the stack.
+  __device__ __forceinline__ void open_children(bool active, float limit, int level,
+                                                int first_child, int count) {
+    const int lane = threadIdx.x & 31;
+    const float reach = kNearest ? warp_max(active ? limit : 0.f) * kPruneSlack : reach_;
+    const int c = first_child + lane;
+    bool pass = false;
+    float4 lo = make_float4(0.f, 0.f, 0.f, 0.f), hi = lo;
+    if (lane < count) {
+      const int at = t_.level_offset[level] + c;
+      lo = t_.box_lo[at];
+      hi = t_.box_hi[at];
+      pass = box_gap2(lo, hi, box_lo_, box_hi_) <= reach &&
+             !(kNearest && level == 0 && c >= skip_first_ && c <= skip_last_);
+    }
+    const unsigned mask = __ballot_sync(kFullMask, pass);
+    if (level == 0) {
+      pending_ = mask;
+      pending_first_ = first_child;
+      cell_lo_ = lo;
+      cell_hi_ = hi;
+      if constexpr (kNearest) {
+        const float4 center =
+            make_float4(0.5f * (box_lo_.x + box_hi_.x), 0.5f * (box_lo_.y + box_hi_.y),
+                        0.5f * (box_lo_.z + box_hi_.z), 0.f);
+        cell_near_ = pass ? box_dist2(center, lo, hi) : INFINITY;
+      }
+      return;
+    }
+    const int pushed = __popc(mask), below = __popc(mask & ((1u << lane) - 1));
+    // kNearest: reversed, so that the lowest child (nearest along the curve) is popped first.
+    if (pass) stack_[kNearest ? sp_ + pushed - 1 - below : sp_ + below] = encode_node(level, c);
+    __syncwarp();
+    sp_ += pushed;
+  }
+
+  const TreeView& t_;
+  int* stack_;
+  int sp_ = 0;
+  int skip_first_, skip_last_;
+  float reach_ = 0.f;
+  float4 box_lo_, box_hi_;  // around the warp's active queries
+  unsigned pending_ = 0;    // cells of the current level-1 node still to yield, as lane bits
+  int pending_first_ = 0;
+  float4 cell_lo_ = make_float4(0.f, 0.f, 0.f, 0.f), cell_hi_ = cell_lo_;  // this lane's cell
+  float cell_near_ = INFINITY;  // kNearest: this lane's cell's distance to the queries' center
+};
+
+/// The walk with a fixed opening `reach` (squared, slack included) for the warp's 32 queries,
+/// each lane scanning the cells its own query may reach. Returns the lane's distance
+/// evaluations.
+template <class Policy>
+__device__ __forceinline__ unsigned long long radius_walk(const TreeView& t, float4 q, bool active,
+                                                          float reach, float4* stage, int* stack,
+                                                          Policy& policy) {
+  if (!__any_sync(kFullMask, active)) return 0;
+  CellWalk<false> walk(t, stack);
+  walk.start(q, active, policy.limit(), reach);
+  unsigned long long evals = 0;
+  for (;;) {
+    bool near;
+    const int cell = walk.next(q, active, policy.limit(), near);
+    if (cell < 0) break;
+    stage_cell(stage, load_cell(t, cell));
+    if (near) {
+      evals += kCell;
+      scan_cell(stage, q, policy);
+    }
+  }
+  return evals;
+}
+
+}  // namespace pcnn::detail
