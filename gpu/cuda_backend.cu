@@ -799,10 +799,9 @@ class CudaBackend final : public Index::Backend_ {
     const int k = params.k;
     const std::int64_t rows = d_queries ? d_queries->count : index_.n_total;
     const std::size_t cells = static_cast<std::size_t>(rows) * k;
-    // Per row: its k results, k + 1 candidates of the float search, a flag slot and reach, an
-    // outlier slot.
+    // Per row: its k results, a flagged group and reach, an outlier slot.
     const std::int64_t per_pass = detail::plan_rows_per_pass(
-        rows, std::int64_t(2 * k + 3) * 8, d_queries ? query_working_bytes(*d_queries) : (16 << 20),
+        rows, std::int64_t(k + 2) * 8, d_queries ? query_working_bytes(*d_queries) : (16 << 20),
         params.max_rows_per_pass,
         "a search of " + std::to_string(rows) + " queries with k = " + std::to_string(k),
         ws_.available());

@@ -19,11 +19,19 @@ namespace {
 
 static_assert(kTreeQueryBlock == kTreeWarps * 32, "a pass must cover whole blocks");
 
-// One launch over the slots [a.slot_begin, a.slot_end), then the outliers it found (no host
-// round trip: the outlier kernel reads their count on the device). A hybrid search (a radius
-// bound) takes the fixed-radius walk instead, which has no outliers.
+int sm_count() {
+  int device = 0, sms = 0;
+  PCNN_CUDA_TRY(cudaGetDevice(&device));
+  PCNN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+// One launch over the slots [a.slot_begin, a.slot_end), then the outliers it found, then the
+// gather of the rows either flagged (no host round trip: those kernels read their counts on the
+// device). A hybrid search (a radius bound) takes the fixed-radius walk instead, which has no
+// outliers.
 template <int CAP>
-void launch(const TreeView& tree, TreeKnnArgs a, cudaStream_t stream) {
+void launch(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
   constexpr int threads = kTreeWarps * 32;
   const int blocks = cuda::ceil_div(a.slot_end - a.slot_begin, threads);
   constexpr int list_bytes = tree_list_bytes<CAP>();
@@ -34,20 +42,21 @@ void launch(const TreeView& tree, TreeKnnArgs a, cudaStream_t stream) {
     PCNN_CUDA_TRY(cudaFuncSetAttribute(hybrid_tree_kernel<CAP>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, list_bytes));
   }
+  const int sms = sm_count();
   if (hybrid) {
     hybrid_tree_kernel<CAP><<<blocks, threads, list_bytes, stream>>>(tree, a);
     PCNN_CHECK_LAUNCH();
-    return;
+  } else {
+    PCNN_CUDA_TRY(cudaMemsetAsync(a.outlier_count, 0, sizeof(int), stream));
+    knn_tree_kernel<CAP><<<blocks, threads, list_bytes, stream>>>(tree, a);
+    PCNN_CHECK_LAUNCH();
+    // Outliers are rare (a fraction of a percent): a few waves of warps cover them.
+    const int outlier_blocks = std::max(1, std::min(blocks * kTreeWarps, 4 * sms));
+    knn_tree_outlier_kernel<CAP><<<outlier_blocks, threads, 0, stream>>>(tree, a);
+    PCNN_CHECK_LAUNCH();
   }
-  PCNN_CUDA_TRY(cudaMemsetAsync(a.outlier_count, 0, sizeof(int), stream));
-  knn_tree_kernel<CAP><<<blocks, threads, list_bytes, stream>>>(tree, a);
-  PCNN_CHECK_LAUNCH();
-  // Outliers are rare (a fraction of a percent): a few waves of warps cover them.
-  int device = 0, sms = 0;
-  PCNN_CUDA_TRY(cudaGetDevice(&device));
-  PCNN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int outlier_blocks = std::max(1, std::min(blocks * kTreeWarps, 4 * sms));
-  knn_tree_outlier_kernel<CAP><<<outlier_blocks, threads, 0, stream>>>(tree, a);
+  // Flagged rows are rare too, except on lattices and duplicates.
+  gather_kernel<CAP><<<std::max(1, std::min(blocks, 2 * sms)), threads, 0, stream>>>(tree, a);
   PCNN_CHECK_LAUNCH();
 }
 
@@ -67,76 +76,26 @@ void with_capacity(int k, F&& f) {
   f(integral_constant<int, 128>{});
 }
 
-void launch_for_k(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
-  with_capacity(a.k, [&](auto cap) { launch<decltype(cap)::value>(tree, a, stream); });
-}
-
-template <int CAP>
-void launch_refine(const TreeView& tree, const RefineArgs& r, cudaStream_t stream) {
-  const int slots = r.slot_end - r.slot_begin;
-  refine_kernel<CAP><<<cuda::ceil_div(slots, 128), 128, 0, stream>>>(r);
-  PCNN_CHECK_LAUNCH();
-  int device = 0, sms = 0;
-  PCNN_CUDA_TRY(cudaGetDevice(&device));
-  PCNN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int blocks = std::max(1, std::min(cuda::ceil_div(slots, kTreeWarps * 32), 2 * sms));
-  refine_gather_kernel<CAP><<<blocks, kTreeWarps * 32, 0, stream>>>(tree, r);
-  PCNN_CHECK_LAUNCH();
-}
-
-// The candidates the float search keeps: k + 1, unless lists of that capacity would not fit the
-// device's shared memory (consumer GPUs, at k = 32 or 64, where k's lists still fit): then k,
-// and the refinement settles every full row by the gather (exact, slower).
-int candidate_width(int k) {
-  if (k + 1 > kMaxK) return k;
-  int cap = 1;
-  while (cap < k + 1) cap *= 2;
-  int device = 0, optin = 0;
-  PCNN_CUDA_TRY(cudaGetDevice(&device));
-  PCNN_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  constexpr int kStatic = kTreeWarps * (kCell * 16 + kTreeStack * 4);  // staged cell, stack
-  return cap * kTreeWarps * 32 * 8 + kStatic <= optin ? k + 1 : k;
-}
-
-// The float search of a launch's slots with k + 1 candidates into scratch, then the exact
-// refinement of every row into the caller's rows (see detail/refine.cuh).
-void launch_exact(const TreeView& tree, const TreeKnnArgs& a, const ExactSearch& ex,
-                  cudaStream_t stream, DeviceMemoryResource& mr) {
+// The search of a launch's slots, each row settled exactly in the kernels' epilogue, then the
+// gather of the rows they flagged (see detail/refine.cuh), with no host round trip: the gather
+// reads the count of flagged groups on the device.
+void launch_exact(const TreeView& tree, TreeKnnArgs a, const ExactSearch& ex, cudaStream_t stream,
+                  DeviceMemoryResource& mr) {
   const int slots = a.slot_end - a.slot_begin;
   if (slots <= 0) return;
-  const int width = candidate_width(a.k);
-  device_buffer<std::int32_t> cand_idx(static_cast<std::size_t>(slots) * width, stream, mr);
-  device_buffer<float> cand_dist(cand_idx.size(), stream, mr);
-  device_buffer<int> flagged_slots(slots, stream, mr), flagged_count(1, stream, mr);
-  device_buffer<float> flagged_reach(slots, stream, mr);
-  TreeKnnArgs s = a;
-  s.k = width;
-  s.out_idx = cand_idx.data();
-  s.out_dist = cand_dist.data();
-  s.out_slot_base = a.slot_begin;
-  launch_for_k(tree, s, stream);
-  PCNN_CUDA_TRY(cudaMemsetAsync(flagged_count.data(), 0, sizeof(int), stream));
-  RefineArgs r;
-  r.queries = a.queries;
-  r.slot_begin = a.slot_begin;
-  r.slot_end = a.slot_end;
-  r.out_slot_base = a.out_slot_base;
-  r.k = a.k;
-  r.self_offset = a.exclude_self ? a.query_offset : -1;
-  r.bound = a.bound;
-  r.cand_idx = cand_idx.data();
-  r.cand_dist = cand_dist.data();
-  r.width = width;
-  r.refs = ex.refs;
-  r.queries_exact = ex.queries;
-  r.err = ex.err;
-  r.out_idx = a.out_idx;
-  r.out_dist = a.out_dist;
-  r.flagged_slots = flagged_slots.data();
-  r.flagged_reach = flagged_reach.data();
-  r.flagged_count = flagged_count.data();
-  r.refined = a.evaluations ? a.evaluations + 1 : nullptr;
-  with_capacity(a.k, [&](auto cap) { launch_refine<decltype(cap)::value>(tree, r, stream); });
+  device_buffer<int2> groups(slots, stream, mr);  // a group holds at least one row
+  device_buffer<int> group_count(1, stream, mr);
+  device_buffer<float> reach(slots, stream, mr);
+  PCNN_CUDA_TRY(cudaMemsetAsync(group_count.data(), 0, sizeof(int), stream));
+  a.exact.refs = ex.refs;
+  a.exact.queries = ex.queries;
+  a.exact.err = ex.err;
+  a.exact.term = ex.err.widen_term();
+  a.exact.groups = groups.data();
+  a.exact.group_count = group_count.data();
+  a.exact.reach = reach.data();
+  a.exact.refined = a.evaluations ? a.evaluations + 1 : nullptr;
+  with_capacity(a.k, [&](auto cap) { launch<decltype(cap)::value>(tree, a, stream); });
 }
 
 // Chunked output: the passes, each downloaded and its rows put in place on the host.

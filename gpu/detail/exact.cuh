@@ -84,6 +84,31 @@ struct FilterError {
     return double(f) <= r2 ? f : std::nextafter(f, 0.f);
 #endif
   }
+
+  /// The float search keeps its k best by float distance and offers the scan every point within
+  /// widen(w) of its k-th float distance w; the refinement then needs every point within
+  /// reach(D), D the largest exact distance of the k (refine.cuh). widen(w) >= reach(D) for
+  /// every D the reference can compute for a point of float distance <= w:
+  ///   the filter length a of such a point is <= sqrt((w + 2^-126) / (1 - 6u));
+  ///   2^s sqrt(D_real) <= a + 2√3δ, D <= D_real (1 + 2^-50) + 3·2^-1075, so
+  ///   2^s sqrt(D + 2^-1072) (1 + 2^-50) <= (a + 2√3δ)(1 + 2^-49) + 2^(s - 535);
+  ///   reach(D) <= ((a + 2√3δ)(1 + 2^-49) + 2^(s - 535) + 2√3δ)² (1 + 6u + 2^-40) + 2^-126.
+  /// widen() evaluates that rounding every step upward, with widen_term() = (4√3δ +
+  /// 2^(s - 535)) (1 + 2^-40) rounded up (+inf when it overflows float: no pruning then).
+  float widen_term() const {
+    const double c =
+        (4 * 1.7320508075688774 * perturbation + std::ldexp(1.0, scale_exp - 535)) * (1 + 0x1p-40);
+    if (!(c < double(FLT_MAX))) return INFINITY;
+    const float f = static_cast<float>(c);
+    return double(f) >= c ? f : std::nextafter(f, INFINITY);
+  }
+#ifdef __CUDACC__
+  static __device__ __forceinline__ float widen(float w, float term) {
+    const float a = __fsqrt_ru(__fmul_ru(__fadd_ru(w, 0x1p-126f), 1.f + 0x1p-20f));
+    const float rho = __fadd_ru(__fmul_ru(a, 1.f + 0x1p-20f), term);
+    return __fadd_ru(__fmul_ru(__fmul_ru(rho, rho), 1.f + 0x1p-19f), 0x1p-125f);
+  }
+#endif
 };
 
 /// What the refinement of a kNN or hybrid search needs besides the index.

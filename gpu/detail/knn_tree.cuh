@@ -20,6 +20,7 @@
 #include "distance.cuh"
 #include "morton.cuh"
 #include "radius_bound.cuh"
+#include "refine.cuh"
 #include "spatial_index.cuh"
 #include "topk.cuh"
 #include "tree_walk.cuh"
@@ -40,6 +41,7 @@ struct TreeKnnArgs {
   int out_slot_base = -1;  // < 0: row = original query index; else row = slot - out_slot_base
   int query_offset = 0;    // exclude_self: query i is reference i + query_offset
   RadiusBound bound;       // hybrid search: only points within the radius
+  SettleArgs exact;        // the rows are settled exactly (refine.cuh)
   std::int32_t* out_idx = nullptr;
   float* out_dist = nullptr;
   int* outlier_slots = nullptr;
@@ -52,23 +54,24 @@ struct TreeKnnArgs {
 };
 
 /// The k-list result policy: the k best (distance, index) pairs seen so far, in the thread's
-/// slice of the block's shared memory (tree_walk.cuh, thread_list), within the hybrid bound.
+/// slice of the block's shared memory (tree_walk.cuh, thread_list), and what the exact
+/// refinement needs (TopK's spill).
 template <int CAP>
 struct NearestList {
   float4 q;
-  int self;  // the query's own index when it is excluded, else -1
-  const RadiusBound& bound;
+  int self;    // the query's own index when it is excluded, else -1
+  float term;  // FilterError::widen_term()
   TopK<CAP, SharedSlots> best;
 
-  __device__ NearestList(float4 q_, int self_, const RadiusBound& bound_, int k)
-      : q(q_), self(self_), bound(bound_) {
+  __device__ NearestList(float4 q_, int self_, float term_, int k)
+      : q(q_), self(self_), term(term_) {
     best.s = thread_list<CAP>();
-    best.init(k, bound.upper);
+    best.init(k);
   }
-  __device__ __forceinline__ float limit() const { return best.worst; }
+  __device__ __forceinline__ float limit() const { return best.limit; }
   __device__ __forceinline__ void hit(float4 p, float d) {
     const int id = __float_as_int(p.w);
-    if (best.improves(d, id) && id != self && bound.contains(q, p, d)) best.insert(d, id);
+    if (id != self) best.offer(d, id, term);
   }
 };
 
@@ -142,7 +145,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_blocks_per_sm<CAP>())
   const float4 q = slot < a.slot_end ? a.queries[slot] : make_float4(NAN, NAN, NAN, 0.f);
   const int qid = __float_as_int(q.w);
   bool active = slot < a.slot_end && finite3(q.x, q.y, q.z) && t.levels > 0;
-  NearestList<CAP> list(q, a.exclude_self ? qid + a.query_offset : -1, a.bound, a.k);
+  NearestList<CAP> list(q, a.exclude_self ? qid + a.query_offset : -1, a.exact.term, a.k);
   unsigned long long evals = 0;  // lane-point distance computations
   bool outlier = false;
   const unsigned valid = __ballot_sync(kFullMask, active);
@@ -195,10 +198,16 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_blocks_per_sm<CAP>())
       p = p_next;
     }
   }
+  // The epilogue: each row settled exactly, or flagged for the gather.
+  bool flagged = false;
+  float reach = 0.f;
   if (slot < a.slot_end && !outlier) {
     const std::size_t row = a.row(slot, qid);
-    list.best.write(a.out_idx + row, a.out_dist + row);
+    flagged = !settle_row<CAP>(list.best.s, list.best.count(), a.k, list.best.spill,
+                               a.exact.queries.at(qid), a.exact, a.out_idx + row, a.out_dist + row,
+                               reach);
   }
+  flag_rows(a.exact, a.slot_begin, first_slot, flagged, reach);
   if (lane == 0 && evals) atomicAdd(a.evaluations, evals);
 }
 
@@ -240,20 +249,20 @@ __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, i
   const int qid = __float_as_int(q.w);
   const int self = a.exclude_self ? qid + a.query_offset : -1;
   TopK<CAP> best;
-  best.init(a.k, a.bound.upper);
+  best.init(a.k);
   unsigned long long evals = 0;
-  int sp = push_nearest_last(t, q, best.worst, t.levels - 1, 0, t.level_count[t.levels - 1],
+  int sp = push_nearest_last(t, q, best.limit, t.levels - 1, 0, t.level_count[t.levels - 1],
                              stack_node, stack_d, 0);
   while (sp > 0) {
     --sp;
     const int e = stack_node[sp];
     const float bound = stack_d[sp];
     __syncwarp();
-    if (!may_reach(bound, best.worst)) continue;
+    if (!may_reach(bound, best.limit)) continue;
     const int level = node_level(e), index = node_index(e);
     if (level > 0) {
       const int first = index * kFanout;
-      sp = push_nearest_last(t, q, best.worst, level - 1, first,
+      sp = push_nearest_last(t, q, best.limit, level - 1, first,
                              min(kFanout, t.level_count[level - 1] - first), stack_node, stack_d,
                              sp);
       continue;
@@ -262,21 +271,25 @@ __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, i
     const float d = point_dist2(q, p);
     const int id = __float_as_int(p.w);
     evals += min(kCell, t.n - index * kCell);
-    unsigned better =
-        __ballot_sync(kFullMask, best.improves(d, id) && id != self && a.bound.contains(q, p, d));
-    while (better) {
-      const int src = __ffs(better) - 1;
-      better &= better - 1;
+    // Every point within the limit is offered, in lane order (the same list in every lane).
+    unsigned offered = __ballot_sync(kFullMask, d <= best.limit && id != self);
+    while (offered) {
+      const int src = __ffs(offered) - 1;
+      offered &= offered - 1;
       const float cd = __shfl_sync(kFullMask, d, src);
       const int cid = __shfl_sync(kFullMask, id, src);
-      if (best.improves(cd, cid)) best.insert(cd, cid);
+      if (cd <= best.limit) best.offer(cd, cid, a.exact.term);
     }
   }
+  bool flagged = false;
+  float reach = 0.f;
   if (lane == 0) {
     const std::size_t row = a.row(slot, qid);
-    best.write(a.out_idx + row, a.out_dist + row);
+    flagged = !settle_row<CAP>(best.s, best.count(), a.k, best.spill, a.exact.queries.at(qid),
+                               a.exact, a.out_idx + row, a.out_dist + row, reach);
     atomicAdd(a.evaluations, evals);
   }
+  flag_rows(a.exact, a.slot_begin, slot, flagged, reach);
 }
 
 /// The outliers the main kernel listed, a warp each, over a fixed grid: the count is read on the
@@ -290,6 +303,35 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
   const int count = *a.outlier_count;
   for (int i = blockIdx.x * kTreeWarps + warp; i < count; i += gridDim.x * kTreeWarps)
     search_outlier<CAP>(t, a, i, node_all[warp], dist_all[warp]);  // whole warps only
+}
+
+/// The rows flagged by the search kernels, a warp per group (the lanes of one search warp, so
+/// that they are spatial neighbors), over a fixed grid (the count is read on the device). Lanes
+/// of a warp walk together: the walk's reach is the warp's largest.
+template <int CAP>
+__global__ void __launch_bounds__(kTreeWarps * 32) gather_kernel(TreeView t, TreeKnnArgs a) {
+  __shared__ float4 stage_all[kTreeWarps][kCell];
+  __shared__ int stack_all[kTreeWarps][kTreeStack];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int groups = *a.exact.group_count;
+  for (int g = blockIdx.x * kTreeWarps + warp; g < groups; g += gridDim.x * kTreeWarps) {
+    const int2 group = a.exact.groups[g];
+    const bool on = (static_cast<unsigned>(group.y) >> lane) & 1;
+    const int slot = group.x + (on ? lane : 0);
+    const float4 q = a.queries[slot];
+    const int qid = __float_as_int(q.w);
+    ExactSink<CAP> sink{
+        q,       a.exact.queries.at(qid), a.exclude_self ? qid + a.query_offset : -1,
+        a.bound, &a.exact.refs,           on ? a.exact.reach[slot - a.slot_begin] : 0.f,
+        {}};
+    sink.list.k = a.k;
+    const float reach = warp_max(sink.reach);
+    radius_walk(t, q, on, reach * kPruneSlack, stage_all[warp], stack_all[warp], sink);
+    if (on) {
+      const std::size_t row = a.row(slot, qid);
+      sink.list.write(a.out_idx + row, a.out_dist + row);
+    }
+  }
 }
 
 }  // namespace pcnn::detail

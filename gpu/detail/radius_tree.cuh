@@ -78,20 +78,24 @@ __global__ void __launch_bounds__(kTreeWarps * 32) radius_tree_kernel(TreeView t
 /// The hybrid result policy: the k nearest among the points within r, by (float distance,
 /// index) as in the kNN search. The list (shared memory) is filled in arrival order, with no
 /// sorting, until it holds k; then it is made a max-heap, a better point replaces the worst (the
-/// root) in O(log k), and the lane's threshold drops to the worst distance. Sorted once at the end.
+/// root) in O(log k), and the lane's threshold drops to widen(the worst distance). Sorted once
+/// at the end, then settled exactly (refine.cuh; `spill` as TopK's).
 template <int CAP>
 struct NearestHeap {
   float4 q;
   int self;
-  RadiusBound bound;
+  const RadiusBound& bound;
+  float term;  // FilterError::widen_term()
   SharedSlots s;
   int k;
   int count = 0;
+  float spill = NAN;
+  float threshold = bound.upper;
 
   static __device__ bool after(float da, int ia, float db, int ib) {
     return da > db || (da == db && ia > ib);
   }
-  __device__ float limit() const { return count < k ? bound.upper : s.d(0); }
+  __device__ float limit() const { return threshold; }
   // Restores the heap below position i (children 2i+1, 2i+2) for an entry (d, id) placed there.
   __device__ void sift_down(int i, float d, int id) {
     for (;;) {
@@ -108,20 +112,26 @@ struct NearestHeap {
   }
   __device__ void hit(float4 p, float d) {
     const int id = __float_as_int(p.w);
-    if (id == self) return;
-    if (count == k && !after(s.d(0), s.id(0), d, id)) return;
-    if (!bound.contains(q, p, d)) return;
+    if (id == self || !bound.contains(q, p, d)) return;
     if (count < k) {
       s.d(count) = d;
       s.id(count) = id;
-      if (++count == k)
+      if (++count == k) {
         for (int i = k / 2 - 1; i >= 0; --i) sift_down(i, s.d(i), s.id(i));
+        threshold = fminf(bound.upper, FilterError::widen(s.d(0), term));
+      }
       return;
     }
+    if (!after(s.d(0), s.id(0), d, id)) {
+      spill = fminf(spill, d);
+      return;
+    }
+    spill = fminf(spill, s.d(0));  // the worst leaves
     sift_down(0, d, id);
+    threshold = fminf(bound.upper, FilterError::widen(s.d(0), term));
   }
-  /// Sorts the list by (distance, index) and writes the k entries, -1 / +inf padded.
-  __device__ void write(std::int32_t* out_idx, float* out_dist) {
+  /// Sorts the list by (distance, index).
+  __device__ void sort() {
     for (int i = 1; i < count; ++i) {
       const float d = s.d(i);
       const int id = s.id(i);
@@ -133,10 +143,6 @@ struct NearestHeap {
       s.d(j) = d;
       s.id(j) = id;
     }
-    for (int i = 0; i < k; ++i) {
-      out_idx[i] = i < count ? s.id(i) : -1;
-      out_dist[i] = i < count ? s.d(i) : INFINITY;
-    }
   }
 };
 
@@ -147,14 +153,20 @@ __global__ void __launch_bounds__(kTreeWarps * 32) hybrid_tree_kernel(TreeView t
   if (!warp_has_queries(a)) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const WarpQueries w(t, a);
-  NearestHeap<CAP> sink{w.q, a.exclude_self ? w.qid + a.query_offset : -1, a.bound,
-                        thread_list<CAP>(), a.k};
+  NearestHeap<CAP> sink{
+      w.q, a.exclude_self ? w.qid + a.query_offset : -1, a.bound, a.exact.term, thread_list<CAP>(),
+      a.k};
   unsigned long long evals = radius_walk(t, w.q, w.active, a.bound.upper * kPruneSlack,
                                          stage_all[warp], stack_all[warp], sink);
+  bool flagged = false;
+  float reach = 0.f;
   if (w.in_range) {
     const std::size_t row = a.row(w.slot, w.qid);
-    sink.write(a.out_idx + row, a.out_dist + row);
+    sink.sort();
+    flagged = !settle_row<CAP>(sink.s, sink.count, a.k, sink.spill, a.exact.queries.at(w.qid),
+                               a.exact, a.out_idx + row, a.out_dist + row, reach);
   }
+  flag_rows(a.exact, a.slot_begin, w.slot - lane, flagged, reach);
   evals = warp_all_reduce(evals, SumOp{});
   if (lane == 0 && evals) atomicAdd(a.evaluations, evals);
 }

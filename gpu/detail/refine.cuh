@@ -2,19 +2,22 @@
 //
 // The tree search runs in float on filter coordinates: the caller's coordinates, shifted by an
 // origin and scaled by a power of two, rounded to float (exactly the caller's floats when they
-// are floats of a sensible magnitude). It is exact for the float distances it computes, and it
-// looks for k + 1 neighbors. The refinement then settles each row in double precision from the
-// coordinates as the caller stored them:
+// are floats of a sensible magnitude). It is exact for the float distances it computes. Its list
+// (TopK, or the hybrid's heap) keeps the k best by float distance and `spill`, the smallest float
+// distance of any point it was offered and did not keep; the scan offers every point within
+// FilterError::widen of the list's k-th float distance. The search kernel's epilogue then settles
+// each row in double precision from the coordinates as the caller stored them (settle_row):
 //
-//   D  = the largest exact squared distance among the first k candidates. The true k nearest
-//        all lie at exact distance <= D (the k candidates are k points within D).
+//   D  = the largest exact squared distance among the k kept. The true k nearest all lie at
+//        exact distance <= D (the k kept are k points within D).
 //   R² = FilterError::reach(D): no point at exact distance <= D has a float filter distance
 //        above R² (the bound below covers the filter's rounding and the float arithmetic).
-//   If the (k + 1)-th candidate's float distance exceeds R², or there is none, no point outside
-//   the first k can be among the k nearest: sorting those k by (exact distance, index) gives
-//   the row. Otherwise the row is flagged, and a fixed-radius walk with radius R gathers every
-//   candidate and keeps the k smallest by (exact distance, index): exact ties and near ties
-//   between the k-th and the next are rare in measured data but everywhere on lattices.
+//   Every point at float distance <= R² was offered: R² <= widen(k-th float distance), and the
+//   list's limit only shrinks. So if spill > R² (or nothing spilled), no point outside the k
+//   can be among the k nearest: sorting those k by (exact distance, index) gives the row.
+//   Otherwise the row is flagged, and a fixed-radius walk with radius R (the gather) collects
+//   every candidate and keeps the k smallest by (exact distance, index): exact ties and near
+//   ties between the k-th and the next are rare in measured data but everywhere on lattices.
 //
 // The bound: with filter coordinates x̃ = (x - o)·s + e, |e| <= δ per coordinate, the filter
 // difference of two points is within 2√3·δ of s times the exact one (in length), and the float
@@ -30,43 +33,24 @@
 #include <climits>
 #include <cstdint>
 
-#include "distance.cuh"
 #include "exact.cuh"
-#include "finite.cuh"
-#include "knn_tree.cuh"
 #include "radius_bound.cuh"
-#include "radius_tree.cuh"
-#include "spatial_index.cuh"
 #include "warp_reduce.cuh"
 
 namespace pcnn::detail {
 
-/// What the refinement of one launch reads and writes.
-struct RefineArgs {
-  const float4* queries = nullptr;  // the search's sorted queries (w = original index)
-  int slot_begin = 0, slot_end = 0;
-  int out_slot_base = -1;  // as TreeKnnArgs: < 0, row = original query index
-  int k = 1;               // columns of the result; the candidates have k + 1
-  int self_offset = -1;    // >= 0: exclude_self, query i is indexed point i + self_offset
-  RadiusBound bound;       // hybrid: membership (decided exactly)
-  // From the float search: `width` candidates (k + 1, or k when k + 1 is over the list limit)
-  // for each slot of the launch, row slot - slot_begin.
-  const std::int32_t* cand_idx = nullptr;
-  const float* cand_dist = nullptr;
-  int width = 2;
-  ExactCoords refs;           // the indexed points
-  ExactCoords queries_exact;  // the queries, indexed by original query index
+/// What settling the rows of a launch needs besides the list (every tree kNN and hybrid launch).
+struct SettleArgs {
+  ExactCoords refs;     // the indexed points
+  ExactCoords queries;  // the queries, by original query index
   FilterError err;
-  std::int32_t* out_idx = nullptr;  // rows × k
-  float* out_dist = nullptr;
-  int* flagged_slots = nullptr;  // rows that need the gather, and their reach
-  float* flagged_reach = nullptr;
-  int* flagged_count = nullptr;
-  unsigned long long* refined = nullptr;  // counts the flagged rows of every launch (optional)
-
-  __device__ __forceinline__ std::size_t row(int slot, int qid) const {
-    return static_cast<std::size_t>(out_slot_base < 0 ? qid : slot - out_slot_base);
-  }
+  float term = INFINITY;  // err.widen_term()
+  // Flagged rows, for the gather: a group per warp that flagged any, (first slot, lane mask),
+  // and each flagged row's reach at [slot - slot_begin of the launch].
+  int2* groups = nullptr;
+  int* group_count = nullptr;
+  float* reach = nullptr;
+  unsigned long long* refined = nullptr;  // counts the flagged rows (optional)
 };
 
 /// Up to CAP entries sorted by (exact distance, index), in the thread's own arrays.
@@ -96,65 +80,58 @@ struct ExactList {
   }
 };
 
-/// One thread per query: the float search's k + 1 candidates decide the row, or flag it. The
-/// exact distances of the first k are computed together (their reads in flight at once, kept in
-/// registers for the small capacities), then written in the float search's order: almost always
-/// that is already their order by (exact distance, index). A row where it is not is ranked again
-/// in a list (rare: near-ties within the float's rounding).
-template <int CAP>
-__global__ void __launch_bounds__(128) refine_kernel(RefineArgs a) {
-  const int slot = a.slot_begin + blockIdx.x * blockDim.x + threadIdx.x;
-  if (slot >= a.slot_end) return;
-  const int qid = __float_as_int(a.queries[slot].w);
-  const std::size_t row = a.row(slot, qid);
-  const int k = a.k;
-  const std::size_t cand_row = static_cast<std::size_t>(slot - a.slot_begin) * a.width;
-  const std::int32_t* ci = a.cand_idx + cand_row;
-  const float* cd = a.cand_dist + cand_row;
-  const double3 q = a.queries_exact.at(qid);
-  int id[CAP];
-  double d[CAP];
-#pragma unroll
-  for (int j = 0; j < CAP; ++j) id[j] = j < k ? ci[j] : -1;  // found candidates come first
-#pragma unroll
-  for (int j = 0; j < CAP; ++j) d[j] = id[j] >= 0 ? exact_sqdist(q, a.refs.at(id[j])) : INFINITY;
-  int count = 0;
-  double worst = 0;
+/// Settles one row from the float search's list `s` (entries 0..count-1 kept, ascending by
+/// (float distance, index); `spill` as TopK's) in double precision, for query `q` (the caller's
+/// coordinates). Writes the row and returns true; or returns false, with `reach` set, when the
+/// row must be gathered. The exact distances replace the list's float ones. They are almost
+/// always already in (exact distance, index) order; a row where they are not is ranked again
+/// (rare: near-ties within the float's rounding).
+template <int CAP, class Slots>
+__device__ __forceinline__ bool settle_row(Slots& s, int count, int k, float spill, double3 q,
+                                           const SettleArgs& x, std::int32_t* out_idx,
+                                           float* out_dist, float& reach) {
+  double worst = 0, previous = -1;
+  int previous_id = -1;
   bool in_order = true;
-#pragma unroll
-  for (int j = 0; j < CAP; ++j) {
-    if (id[j] < 0) continue;
-    ++count;
-    worst = fmax(worst, d[j]);
-    if (j > 0) in_order = in_order && (d[j - 1] < d[j] || (d[j - 1] == d[j] && id[j - 1] < id[j]));
+#pragma unroll 4
+  for (int j = 0; j < count; ++j) {
+    const int id = s.id(j);
+    const double d = exact_sqdist(q, x.refs.at(id));
+    in_order = in_order && (previous < d || (previous == d && previous_id < id));
+    previous = d;
+    previous_id = id;
+    worst = fmax(worst, d);
+    s.d(j) = __double2float_rn(d);
   }
-  if (count == k) {  // full: is the (k + 1)-th candidate far enough to leave out for certain?
-    const float reach = a.err.reach(worst);
-    if (a.width == k || (ci[k] >= 0 && !(cd[k] > reach))) {
-      const int at = atomicAdd(a.flagged_count, 1);
-      a.flagged_slots[at] = slot;
-      a.flagged_reach[at] = reach;
-      if (a.refined) atomicAdd(a.refined, 1ull);
-      return;  // the gather writes the row
-    }
+  if (!isnan(spill)) {  // a point outside the k was offered: is it far enough for certain?
+    reach = x.err.reach(worst);
+    if (!(spill > reach)) return false;
   }
-  std::int32_t* oi = a.out_idx + row * k;
-  float* od = a.out_dist + row * k;
   if (in_order) {
-#pragma unroll
-    for (int j = 0; j < CAP; ++j)
-      if (j < k) {
-        oi[j] = id[j];
-        od[j] = id[j] >= 0 ? __double2float_rn(d[j]) : INFINITY;
-      }
-    return;
+    for (int j = 0; j < k; ++j) {
+      out_idx[j] = j < count ? s.id(j) : -1;
+      out_dist[j] = j < count ? s.d(j) : INFINITY;
+    }
+    return true;
   }
   ExactList<CAP> list;
   list.k = k;
-#pragma unroll
-  for (int j = 0; j < CAP; ++j)
-    if (id[j] >= 0) list.offer(d[j], id[j]);
-  list.write(oi, od);
+  for (int j = 0; j < count; ++j) list.offer(exact_sqdist(q, x.refs.at(s.id(j))), s.id(j));
+  list.write(out_idx, out_dist);
+  return true;
+}
+
+/// Records the rows a warp flagged (every lane calls; lane i's slot is first_slot + i, and
+/// `slot_begin` is the launch's first slot): one group for the gather.
+__device__ __forceinline__ void flag_rows(const SettleArgs& x, int slot_begin, int first_slot,
+                                          bool flagged, float reach) {
+  const unsigned mask = __ballot_sync(kFullMask, flagged);
+  const int lane = threadIdx.x & 31;
+  if (flagged) x.reach[first_slot + lane - slot_begin] = reach;
+  if (mask && lane == 0) {
+    x.groups[atomicAdd(x.group_count, 1)] = make_int2(first_slot, static_cast<int>(mask));
+    if (x.refined) atomicAdd(x.refined, static_cast<unsigned long long>(__popc(mask)));
+  }
 }
 
 /// The gather of a flagged row: every point within its reach (and, for hybrid, within r),
@@ -175,38 +152,5 @@ struct ExactSink {
     list.offer(exact_sqdist(qe, refs->at(id)), id);
   }
 };
-
-/// Flagged rows, a lane each, over a fixed grid (their count is read on the device). Lanes of a
-/// warp walk together, so the walk's reach is the warp's largest.
-template <int CAP>
-__global__ void __launch_bounds__(kTreeWarps * 32) refine_gather_kernel(TreeView t, RefineArgs a) {
-  __shared__ float4 stage_all[kTreeWarps][kCell];
-  __shared__ int stack_all[kTreeWarps][kTreeStack];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  const int count = *a.flagged_count;
-  for (int base = (blockIdx.x * kTreeWarps + warp) * 32; base < count;
-       base += gridDim.x * kTreeWarps * 32) {
-    const int i = base + lane;
-    const bool on = i < count;
-    const int slot = on ? a.flagged_slots[i] : a.slot_begin;
-    const float4 q = a.queries[slot];
-    const int qid = __float_as_int(q.w);
-    ExactSink<CAP> sink{q,
-                        a.queries_exact.at(qid),
-                        a.self_offset >= 0 ? qid + a.self_offset : -1,
-                        a.bound,
-                        &a.refs,
-                        on ? a.flagged_reach[i] : 0.f,
-                        {}};
-    sink.list.k = a.k;
-    const float reach = warp_max(on ? sink.reach : 0.f);
-    radius_walk(t, q, on && t.levels > 0, reach * kPruneSlack, stage_all[warp], stack_all[warp],
-                sink);
-    if (on) {
-      const std::size_t row = a.row(slot, qid);
-      sink.list.write(a.out_idx + row * a.k, a.out_dist + row * a.k);
-    }
-  }
-}
 
 }  // namespace pcnn::detail

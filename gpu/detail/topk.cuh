@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "exact.cuh"
+
 namespace pcnn::detail {
 
 /// Storage of a list in the thread's own arrays: (L1-cached) local memory, since insertion
@@ -38,6 +40,11 @@ struct SharedSlots {
 /// compile-time capacity CAP >= k (positions k..CAP-1 are scratch). Candidates arrive in spatial
 /// order, so pairs are compared (distance, then id): ties go to the smaller id.
 ///
+/// For the exact refinement (refine.cuh) the list also keeps `spill`, the smallest float distance
+/// of a point offered but not kept (rejected, or pushed out of the k), and asks the scan for
+/// every point within `limit` = FilterError::widen(worst), a little beyond the k-th: whether
+/// spill lies within the refinement's reach then tells whether the k can be settled alone.
+///
 /// Insertion is a loop that stops at the insertion point (a fully unrolled (distance, id)
 /// insertion takes most of the register file and cuts occupancy). Insertions are rare; `worst`
 /// mirrors entry k-1 in a register for the hot test.
@@ -47,18 +54,21 @@ struct TopK {
   float worst;   // d[k - 1]
   int worst_id;  // id[k - 1]
   int k;
+  float limit;  // widen(worst): the scan offers every point within it
+  float spill;  // the smallest float distance offered and not kept; NaN: none
 
-  /// An empty list. With `bound` < infinity it only takes candidates at squared distance <=
-  /// bound (the empty entries sit at `bound`, so `worst` never rises above it).
-  __device__ __forceinline__ void init(int k_, float bound = INFINITY) {
+  /// An empty list.
+  __device__ __forceinline__ void init(int k_) {
     k = k_;
 #pragma unroll
     for (int i = 0; i < CAP; ++i) {
-      s.d(i) = bound;
+      s.d(i) = INFINITY;
       s.id(i) = INT_MAX;
     }
-    worst = bound;
+    worst = INFINITY;
     worst_id = INT_MAX;
+    limit = INFINITY;
+    spill = NAN;
   }
 
   // (da, ia) comes before (db, ib).
@@ -69,6 +79,24 @@ struct TopK {
   /// True when a candidate at `dist` with id `nid` belongs in the list.
   __device__ __forceinline__ bool improves(float dist, int nid) const {
     return before(dist, nid, worst, worst_id);
+  }
+
+  /// Offers a point within `limit` (`term`: FilterError::widen_term()).
+  __device__ __forceinline__ void offer(float dist, int nid, float term) {
+    if (!improves(dist, nid)) {
+      spill = fminf(spill, dist);
+      return;
+    }
+    if (worst_id != INT_MAX) spill = fminf(spill, worst);  // the k-th leaves
+    insert(dist, nid);
+    limit = FilterError::widen(worst, term);
+  }
+
+  /// The number of entries held (k once full).
+  __device__ __forceinline__ int count() const {
+    int n = 0;
+    while (n < k && s.id(n) != INT_MAX) ++n;
+    return n;
   }
 
   /// Inserts a candidate for which improves() holds.
@@ -87,18 +115,6 @@ struct TopK {
     s.id(i) = nid;
     worst = s.d(k - 1);
     worst_id = s.id(k - 1);
-  }
-
-  /// Writes the k entries as (index, squared distance), -1 / +inf where the list is short.
-  __device__ __forceinline__ void write(std::int32_t* out_idx, float* out_dist) const {
-#pragma unroll
-    for (int i = 0; i < CAP; ++i) {
-      if (i < k) {
-        const bool ok = s.id(i) != INT_MAX;
-        out_idx[i] = ok ? s.id(i) : -1;
-        out_dist[i] = ok ? s.d(i) : INFINITY;
-      }
-    }
   }
 };
 

@@ -86,7 +86,7 @@ struct SearchTimings {
   std::int64_t upload_bytes = 0, download_bytes = 0;
   std::int64_t distance_evaluations = 0;  ///< query-point distances computed (CUDA)
   /// CUDA kNN and hybrid: rows the exact refinement could not settle from the float search's
-  /// candidates and gathered again (near-ties at the k-th neighbor; see gpu/detail/refine.cuh)
+  /// k and gathered again (near-ties at the k-th neighbor; see gpu/detail/refine.cuh)
   std::int64_t refined_rows = 0;
   int passes = 1;  ///< passes or chunks the rows were produced in
 };
