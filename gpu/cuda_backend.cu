@@ -438,11 +438,12 @@ class CudaBackend final : public Index::Backend_ {
         // indexed points as queries, as self_knn_rows does).
         const int k = p.k > 0 ? p.k : p.max_nn;
         const double radius = p.k > 0 ? INFINITY : p.radius;
-        std::int64_t per = detail::plan_rows_per_pass(
-            n, std::int64_t(2 * k + 3) * 8 + (to_device ? 0 : 16), (16 << 20) + 60 * n, 0,
-            "normals of " + std::to_string(n) + " points with " + std::to_string(k) +
-                " neighbors each",
-            ws_.available());
+        std::int64_t per =
+            detail::plan_rows_per_pass(n, std::int64_t(2 * k + 3) * 8 + (to_device ? 0 : 16),
+                                       detail::working_reserve(ws_.available()) + 60 * n, 0,
+                                       "normals of " + std::to_string(n) + " points with " +
+                                           std::to_string(k) + " neighbors each",
+                                       ws_.available());
         if (per == 0) per = n;
         detail::device_buffer<std::int32_t> idx(static_cast<std::size_t>(per) * k, stream, ws_);
         detail::device_buffer<float> d2(idx.size(), stream, ws_);
@@ -540,10 +541,10 @@ class CudaBackend final : public Index::Backend_ {
 
   // Device bytes a search of separate `queries` needs besides its results: uploaded, keyed and
   // sorted queries, an outlier slot each, and slack for CUB's scratch and counters.
-  static std::int64_t query_working_bytes(const PointsView& q) {
+  std::int64_t query_working_bytes(const PointsView& q) const {
     const std::int64_t upload =
         q.memory == Memory::device ? 0 : 4 * static_cast<std::int64_t>(detail::span_words(q));
-    return (16 << 20) + upload + 60 * q.count;
+    return detail::working_reserve(ws_.available()) + upload + 60 * q.count;
   }
 
   // Where kernels read `pts`: device memory as given, or staged from host memory by the mode.
@@ -801,7 +802,8 @@ class CudaBackend final : public Index::Backend_ {
     const std::size_t cells = static_cast<std::size_t>(rows) * k;
     // Per row: its k results, a flagged group and reach, an outlier slot.
     const std::int64_t per_pass = detail::plan_rows_per_pass(
-        rows, std::int64_t(k + 2) * 8, d_queries ? query_working_bytes(*d_queries) : (16 << 20),
+        rows, std::int64_t(k + 2) * 8,
+        d_queries ? query_working_bytes(*d_queries) : detail::working_reserve(ws_.available()),
         params.max_rows_per_pass,
         "a search of " + std::to_string(rows) + " queries with k = " + std::to_string(k),
         ws_.available());

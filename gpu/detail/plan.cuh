@@ -12,6 +12,13 @@
 
 namespace pcnn::detail {
 
+/// What a plan holds back for device memory it does not count (temporaries of sorts and scans,
+/// the pool's granularity): 16 MB, or a quarter of a smaller budget (a cap such as
+/// --max-device-memory 1M, whose tiles are tiny: their allocations are too).
+inline std::int64_t working_reserve(std::int64_t available) {
+  return std::min<std::int64_t>(16 << 20, std::max<std::int64_t>(available, 0) / 4);
+}
+
 /// Rows per pass for `rows` output rows of `row_bytes` each, after `working` bytes of other
 /// device memory, out of `available`: 0 when everything fits at once (and no pass size is
 /// forced), else a multiple of kTreeQueryBlock. `forced` > 0 caps the pass size (rounded up to

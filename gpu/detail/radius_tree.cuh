@@ -89,7 +89,7 @@ struct NearestHeap {
   SharedSlots s;
   int k;
   int count = 0;
-  float spill = NAN;
+  Spill spill;
   float threshold = bound.upper;
 
   static __device__ bool after(float da, int ia, float db, int ib) {
@@ -123,10 +123,10 @@ struct NearestHeap {
       return;
     }
     if (!after(s.d(0), s.id(0), d, id)) {
-      spill = fminf(spill, d);
+      spill.add(d, id);
       return;
     }
-    spill = fminf(spill, s.d(0));  // the worst leaves
+    spill.add(s.d(0), s.id(0));  // the worst leaves
     sift_down(0, d, id);
     threshold = fminf(bound.upper, FilterError::widen(s.d(0), term));
   }

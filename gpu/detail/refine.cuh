@@ -14,10 +14,12 @@
 //        above R² (the bound below covers the filter's rounding and the float arithmetic).
 //   Every point at float distance <= R² was offered: R² <= widen(k-th float distance), and the
 //   list's limit only shrinks. So if spill > R² (or nothing spilled), no point outside the k
-//   can be among the k nearest: sorting those k by (exact distance, index) gives the row.
-//   Otherwise the row is flagged, and a fixed-radius walk with radius R (the gather) collects
-//   every candidate and keeps the k smallest by (exact distance, index): exact ties and near
-//   ties between the k-th and the next are rare in measured data but everywhere on lattices.
+//   can be among the k nearest: sorting those k by (exact distance, index) gives the row. If
+//   only the nearest spilled point lies within R² (the second spilled distance > R²), the row is
+//   the k smallest of the k and that point. Otherwise the row is flagged, and a fixed-radius
+//   walk with radius R (the gather) collects every candidate and keeps the k smallest by (exact
+//   distance, index): several points tied within rounding of the k-th are rare in measured data
+//   but everywhere on lattices.
 //
 // The bound: with filter coordinates x̃ = (x - o)·s + e, |e| <= δ per coordinate, the filter
 // difference of two points is within 2√3·δ of s times the exact one (in length), and the float
@@ -35,6 +37,7 @@
 
 #include "exact.cuh"
 #include "radius_bound.cuh"
+#include "topk.cuh"
 #include "warp_reduce.cuh"
 
 namespace pcnn::detail {
@@ -84,11 +87,11 @@ struct ExactList {
 /// (float distance, index); `spill` as TopK's) in double precision, for query `q` (the caller's
 /// coordinates). Writes the row and returns true; or returns false, with `reach` set, when the
 /// row must be gathered. The exact distances replace the list's float ones. They are almost
-/// always already in (exact distance, index) order; a row where they are not is ranked again
-/// (rare: near-ties within the float's rounding).
+/// always already in (exact distance, index) order; a row where they are not, or where the
+/// nearest spilled point joins, is ranked again (rare: near-ties within the float's rounding).
 template <int CAP, class Slots>
-__device__ __forceinline__ bool settle_row(Slots& s, int count, int k, float spill, double3 q,
-                                           const SettleArgs& x, std::int32_t* out_idx,
+__device__ __forceinline__ bool settle_row(Slots& s, int count, int k, const Spill& spill,
+                                           double3 q, const SettleArgs& x, std::int32_t* out_idx,
                                            float* out_dist, float& reach) {
   double worst = 0, previous = -1;
   int previous_id = -1;
@@ -103,11 +106,13 @@ __device__ __forceinline__ bool settle_row(Slots& s, int count, int k, float spi
     worst = fmax(worst, d);
     s.d(j) = __double2float_rn(d);
   }
-  if (!isnan(spill)) {  // a point outside the k was offered: is it far enough for certain?
+  bool extra = false;     // the nearest spilled point may be among the k nearest
+  if (!isnan(spill.d)) {  // a point outside the k was offered: is it far enough for certain?
     reach = x.err.reach(worst);
-    if (!(spill > reach)) return false;
+    extra = !(spill.d > reach);
+    if (extra && !isnan(spill.d2) && !(spill.d2 > reach)) return false;
   }
-  if (in_order) {
+  if (in_order && !extra) {
     for (int j = 0; j < k; ++j) {
       out_idx[j] = j < count ? s.id(j) : -1;
       out_dist[j] = j < count ? s.d(j) : INFINITY;
@@ -117,6 +122,7 @@ __device__ __forceinline__ bool settle_row(Slots& s, int count, int k, float spi
   ExactList<CAP> list;
   list.k = k;
   for (int j = 0; j < count; ++j) list.offer(exact_sqdist(q, x.refs.at(s.id(j))), s.id(j));
+  if (extra) list.offer(exact_sqdist(q, x.refs.at(spill.id)), spill.id);
   list.write(out_idx, out_dist);
   return true;
 }

@@ -36,14 +36,30 @@ struct SharedSlots {
   __device__ __forceinline__ int id(int i) const { return id_[i * stride]; }
 };
 
+/// The nearest points a search was offered and did not keep (rejected, or pushed out of its k):
+/// the float distance and index of the nearest, and the float distance of the second. NaN: none.
+struct Spill {
+  float d = NAN, d2 = NAN;
+  int id = -1;
+  __device__ __forceinline__ void add(float dist, int nid) {
+    if (!(dist >= d)) {  // nearer, or the first
+      d2 = d;
+      d = dist;
+      id = nid;
+    } else {
+      d2 = fminf(d2, dist);
+    }
+  }
+};
+
 /// The k best (smallest) (squared distance, id) pairs seen so far, ascending, in a list of
 /// compile-time capacity CAP >= k (positions k..CAP-1 are scratch). Candidates arrive in spatial
 /// order, so pairs are compared (distance, then id): ties go to the smaller id.
 ///
-/// For the exact refinement (refine.cuh) the list also keeps `spill`, the smallest float distance
-/// of a point offered but not kept (rejected, or pushed out of the k), and asks the scan for
-/// every point within `limit` = FilterError::widen(worst), a little beyond the k-th: whether
-/// spill lies within the refinement's reach then tells whether the k can be settled alone.
+/// For the exact refinement (refine.cuh) the list also keeps its Spill, and asks the scan for
+/// every point within `limit` = FilterError::widen(worst), a little beyond the k-th: where the
+/// spill lies against the refinement's reach then tells whether the k (or the k and the nearest
+/// spilled point) can be settled alone.
 ///
 /// Insertion is a loop that stops at the insertion point (a fully unrolled (distance, id)
 /// insertion takes most of the register file and cuts occupancy). Insertions are rare; `worst`
@@ -55,7 +71,7 @@ struct TopK {
   int worst_id;  // id[k - 1]
   int k;
   float limit;  // widen(worst): the scan offers every point within it
-  float spill;  // the smallest float distance offered and not kept; NaN: none
+  Spill spill;
 
   /// An empty list.
   __device__ __forceinline__ void init(int k_) {
@@ -68,7 +84,7 @@ struct TopK {
     worst = INFINITY;
     worst_id = INT_MAX;
     limit = INFINITY;
-    spill = NAN;
+    spill = Spill{};
   }
 
   // (da, ia) comes before (db, ib).
@@ -84,10 +100,10 @@ struct TopK {
   /// Offers a point within `limit` (`term`: FilterError::widen_term()).
   __device__ __forceinline__ void offer(float dist, int nid, float term) {
     if (!improves(dist, nid)) {
-      spill = fminf(spill, dist);
+      spill.add(dist, nid);
       return;
     }
-    if (worst_id != INT_MAX) spill = fminf(spill, worst);  // the k-th leaves
+    if (worst_id != INT_MAX) spill.add(worst, worst_id);  // the k-th leaves
     insert(dist, nid);
     limit = FilterError::widen(worst, term);
   }
