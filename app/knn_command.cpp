@@ -409,31 +409,35 @@ int compare_and_write(const KnnCommand& cmd, OutputSet& outputs, const Inputs& i
   return finish(cmd, report, exit_code);
 }
 
-// Whether the search views hold float64 coordinates (clouds float offsets cannot keep exactly).
-bool holds_float64(const Inputs& in) {
-  return in.ref_view.is_double() || (in.qv() && in.qv()->is_double());
-}
-
-// Spatial parts (--devices, --tiles, mpirun) partition and search float32 coordinates; clouds
-// that only float64 keeps exactly are refused rather than searched rounded.
-void refuse_float64(const Inputs& in, const char* what) {
-  if (!holds_float64(in)) return;
-  std::string files = in.refs.path;
-  if (in.queries) files += " with " + in.queries->path;
-  throw invalid_argument_error(std::string(what) + " search float32 coordinates, and " + files +
-                               " has coordinates that float32 offsets cannot keep exactly (one "
-                               "index searches them in float64): run without " +
-                               what);
-}
-
-// Rows the parts or the ranks hold whole in host memory (they are not streamed): refused at once
-// when host memory cannot hold them. (plan_dense has checked the disk and --compare-cpu.)
-void check_held(const KnnCommand& cmd, std::int64_t rows, const char* what) {
-  const std::int64_t bytes = rows * cmd.k * 8, host = host_memory_available();
+// Dense rows (rows × k) the parts or the ranks hold whole in host memory (they are not
+// streamed): refused at once when host memory cannot hold them. (plan_dense has checked the disk
+// and --compare-cpu.)
+void check_held(std::int64_t rows, int k, const char* results, const char* what) {
+  const std::int64_t bytes = rows * k * 8, host = host_memory_available();
   if (bytes > host)
-    fail_host_memory(
-        "the kNN results (" + std::to_string(rows) + " x " + std::to_string(cmd.k) + ")", bytes,
-        host, std::string(what) + " hold the rows in host memory; one index streams them");
+    fail_host_memory(std::string("the ") + results + " (" + std::to_string(rows) + " x " +
+                         std::to_string(k) + ")",
+                     bytes, host,
+                     std::string(what) + " hold the rows in host memory; one index streams them");
+}
+
+// Radius results the parts or the ranks hold whole, from their counts: the outputs checked
+// against the disk, and the results refused at once when host memory cannot hold them while
+// they are merged (exact double distances, about 32 bytes a pair); one index streams them.
+void check_held_radius(const RadiusCommand& cmd, OutputSet& outputs, const RadiusResult& counted,
+                       const char* what) {
+  const std::int64_t total = counted.offsets.back();
+  const std::string results = "the radius results (" + std::to_string(total) + " pairs)";
+  if (!cmd.out.empty())
+    outputs.check_space(radius_output_sizes(outputs, cmd.out, counted.offsets.data(), counted.rows),
+                        results);
+  const std::int64_t bytes = total * 32 + counted.rows * 8, host = host_memory_available();
+  if (cmd.compare_cpu && bytes + total * 8 > host)
+    fail_host_memory(results + " and the CPU baseline's", bytes + total * 8, host,
+                     "--compare-cpu holds both");
+  if (bytes > host)
+    fail_host_memory(results, bytes, host,
+                     std::string(what) + " hold the pairs in host memory; one index streams them");
 }
 
 // A part's (or a rank's) row of the summary: its own rows in JSON, one line in the table.
@@ -460,24 +464,26 @@ std::pair<std::string, Report> part_item(const std::string& name, int number, in
   return {name + " " + std::to_string(number), std::move(r)};
 }
 
-// One process, several spatial parts: one per device searched at once (--devices), or `tiles`
-// searched one after the other through one device (--tiles, or references larger than the
-// device memory allowed). The rows are byte-identical to one index's; they are held, not
-// streamed.
-int run_knn_parts(const KnnCommand& cmd, OutputSet& outputs, const Inputs& in, Report& report,
-                  int tiles) {
-  const KnnParams params{cmd.k, cmd.exclude_self};
-  const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
-  check_held(cmd, rows, tiles > 0 ? "tiles" : "--devices");
+// --devices and --layout, before loading: the list's syntax, and a layout only with a list.
+void check_devices_syntax(const SearchOptions& opt) {
+  if (!opt.devices.empty()) parse_devices(opt.devices, Backend::cpu);
+  if (opt.layout != "auto" && opt.devices.empty())
+    throw error("--layout applies to --devices (how several devices share the cloud)");
+}
+
+// The parts of a search in one process: one per device searched at once (--devices: spatial
+// parts, or replicas of the whole cloud, see --layout), or `tiles` spatial parts searched one
+// after the other through one device (--tiles, or references larger than the device memory
+// allowed). The devices are started and named in the summary.
+PartitionedOptions parts_options(const SearchOptions& opt, int tiles, Report& report, Report& s) {
   PartitionedOptions po;
-  po.index.backend = resolve_backend(cmd, tiles > 0 && cmd.devices.empty());
-  po.index.staging = parse_staging(cmd.staging);
-  po.index.chunk_rows = cmd.chunk_rows;
-  if (!cmd.devices.empty()) po.devices = parse_devices(cmd.devices, po.index.backend);
+  po.index.backend = resolve_backend(opt, tiles > 0 && opt.devices.empty());
+  po.index.staging = parse_staging(opt.staging);
+  po.index.chunk_rows = opt.chunk_rows;
+  if (!opt.devices.empty()) po.devices = parse_devices(opt.devices, po.index.backend);
   po.tiles = tiles;
-  po.max_device_memory = cmd.max_device_memory;
-  po.layout = tiles > 0 ? Layout::spatial : parse_layout(cmd.layout);
-  Report s;
+  po.max_device_memory = opt.max_device_memory;
+  po.layout = tiles > 0 ? Layout::spatial : parse_layout(opt.layout);
   if (po.index.backend == Backend::cuda) {
     double startup = 0;
     std::string names;
@@ -492,29 +498,29 @@ int run_knn_parts(const KnnCommand& cmd, OutputSet& outputs, const Inputs& in, R
     add_device(report, &*first);
     s.add("devices", names);
     s.add("context start-up", startup, "ms");
-    if (cmd.max_device_memory > 0)
-      s.add("device memory limit", static_cast<double>(cmd.max_device_memory), "bytes");
+    if (opt.max_device_memory > 0)
+      s.add("device memory limit", static_cast<double>(opt.max_device_memory), "bytes");
   } else {
     add_device(report, nullptr);
   }
-  std::optional<PartitionedIndex> index;
-  KnnResult result;
-  {
-    Progress p("searching", -1, "", Progress::wanted(cmd.mode.quiet));
-    index.emplace(in.ref_view, po);
-    result = in.qv() ? index->knn(*in.qv(), params) : index->self_knn(params);
-  }
-  const PartitionedTimings& t = index->last_timings();
-  s.add(tiles > 0 ? "tiles" : "parts", index->parts());
-  if (tiles == 0) s.add("layout", index->replicated() ? "replicated" : "spatial");
+  return po;
+}
+
+// The parts' rows of the search section (the last search's timings, plus `extra_ms` of an
+// earlier count).
+void parts_section(Report& s, const PartitionedIndex& index, int tiles, Backend backend,
+                   double extra_ms = 0) {
+  const PartitionedTimings& t = index.last_timings();
+  s.add(tiles > 0 ? "tiles" : "parts", index.parts());
+  if (tiles == 0) s.add("layout", index.replicated() ? "replicated" : "spatial");
   s.add("partition", t.partition_ms, "ms");
   s.add("build index", t.build_ms, "ms");
   s.add("home search", t.home_ms, "ms");
   s.add("boundary search and merge", t.boundary_ms, "ms");
   s.add("queries forwarded", static_cast<double>(t.queries_forwarded));
-  s.add("total", t.total_ms, "ms");
+  s.add("total", t.total_ms + extra_ms, "ms");
   s.add_note("", tiles > 0 ? "wall clock; total: build and search of every tile, partition apart"
-                 : index->replicated()
+                 : index.replicated()
                      ? "wall clock; total: build and search, every device at once on its share of "
                        "the rows (home search: the search)"
                      : "wall clock; total: build and search, parts at once, partition apart");
@@ -523,11 +529,31 @@ int run_knn_parts(const KnnCommand& cmd, OutputSet& outputs, const Inputs& in, R
   const char* name = tiles > 0 ? "tile" : "part";
   for (std::size_t p = 0; p < t.parts.size(); ++p)
     items.push_back(part_item(name, static_cast<int>(p),
-                              po.index.backend == Backend::cuda ? t.parts[p].device : -1,
-                              t.parts[p], lines[p]));
+                              backend == Backend::cuda ? t.parts[p].device : -1, t.parts[p],
+                              lines[p]));
   s.add_list(tiles > 0 ? "per tile" : "per part", std::move(items), lines);
+}
+
+// kNN in spatial parts (see parts_options). The rows are byte-identical to one index's; they
+// are held, not streamed.
+int run_knn_parts(const KnnCommand& cmd, OutputSet& outputs, const Inputs& in, Report& report,
+                  int tiles) {
+  const KnnParams params{cmd.k, cmd.exclude_self};
+  const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
+  check_held(rows, cmd.k, "kNN results", tiles > 0 ? "tiles" : "--devices");
+  Report s;
+  const PartitionedOptions po = parts_options(cmd, tiles, report, s);
+  std::optional<PartitionedIndex> index;
+  KnnResult result;
+  {
+    Progress p("searching", -1, "", Progress::wanted(cmd.mode.quiet));
+    index.emplace(in.ref_view, po);
+    result = in.qv() ? index->knn(*in.qv(), params) : index->self_knn(params);
+  }
+  parts_section(s, *index, tiles, po.index.backend);
+  const double total = index->last_timings().total_ms;
   report.add_section("search", std::move(s));
-  return compare_and_write(cmd, outputs, in, report, result, t.total_ms, false);
+  return compare_and_write(cmd, outputs, in, report, result, total, false);
 }
 
 }  // namespace
@@ -535,9 +561,7 @@ int run_knn_parts(const KnnCommand& cmd, OutputSet& outputs, const Inputs& in, R
 int run_knn(const KnnCommand& cmd) {
   const KnnParams params{cmd.k, cmd.exclude_self};
   validate_before_loading(cmd, cmd.k);
-  if (!cmd.devices.empty()) parse_devices(cmd.devices, Backend::cpu);  // its syntax, before loading
-  if (cmd.layout != "auto" && cmd.devices.empty())
-    throw error("--layout applies to --devices (how several devices share the cloud)");
+  check_devices_syntax(cmd);
   OutputSet outputs = plan_outputs(cmd, OutputKind::array);
   const Inputs in = load_inputs(cmd);
   validate_knn_args(in.pcl_ref_view(), in.pcl_qv(),
@@ -547,10 +571,8 @@ int run_knn(const KnnCommand& cmd) {
   const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
   const bool streamed = plan_dense(cmd, outputs, rows, cmd.k, "", "kNN results");
 
-  if (!cmd.devices.empty() || cmd.tiles > 0) {
-    refuse_float64(in, "--devices and --tiles");
+  if (!cmd.devices.empty() || cmd.tiles > 0)
     return run_knn_parts(cmd, outputs, in, report, cmd.tiles);
-  }
   Report s;
   std::optional<Index> built;
   const Report started = report;  // the tiles below start from here again
@@ -558,10 +580,8 @@ int run_knn(const KnnCommand& cmd) {
     built.emplace(build_index(cmd, in.ref_view, report, s));
   } catch (const out_of_memory_error&) {
     // References larger than the device memory allowed: tiles of the index streamed through the
-    // device, twice as many until one fits (float32 coordinates only: see run_knn_parts).
-    if (cmd.max_device_memory <= 0 || resolve_backend(cmd, true) != Backend::cuda ||
-        holds_float64(in))
-      throw;
+    // device, twice as many until one fits.
+    if (cmd.max_device_memory <= 0 || resolve_backend(cmd, true) != Backend::cuda) throw;
     for (int tiles = 2;; tiles *= 2) {
       try {
         report = started;
@@ -715,51 +735,16 @@ RadiusRun run_radius_search(const RadiusCommand& cmd, const Inputs& in, OutputSe
 
 }  // namespace
 
-int run_radius(const RadiusCommand& cmd) {
-  const bool hybrid = cmd.max_nn > 0;
-  validate_radius(cmd.radius);
-  validate_before_loading(cmd, hybrid ? cmd.max_nn : 1);
-  OutputSet outputs =
-      plan_outputs(cmd, hybrid ? OutputKind::array : OutputKind::radius, cmd.counts);
-  const Inputs in = load_inputs(cmd);
-  validate_knn_args(in.pcl_ref_view(), in.pcl_qv(), {hybrid ? cmd.max_nn : 1, cmd.exclude_self});
-  Report report = start_report("radius", cmd, in);
-  report.add_bool("hybrid", hybrid);
-  report.add("radius", cmd.radius);
-  if (hybrid) report.add("max nn", cmd.max_nn);
-  const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
-  const bool hybrid_streamed =
-      hybrid && plan_dense(cmd, outputs, rows, cmd.max_nn, cmd.counts, "hybrid results");
+namespace {
 
-  Report s;
-  Index index = build_index(cmd, in.ref_view, report, s);
-  const SearchTimings build = index.last_timings();
-  RadiusRun radius;
-  HybridResult capped;
-  SearchTimings t;
+// The end of every radius run: the CPU comparison (--compare-cpu), the outputs (unless they were
+// streamed already), the summary. `total` is pcnn's build + search wall clock.
+int compare_and_write_radius(const RadiusCommand& cmd, OutputSet& outputs, const Inputs& in,
+                             Report& report, const RadiusRun& radius, const HybridResult& capped,
+                             bool hybrid_streamed, double total) {
+  const bool hybrid = cmd.max_nn > 0;
   const HybridParams hp{cmd.radius, cmd.max_nn, cmd.exclude_self};
   const RadiusParams rp{cmd.radius, cmd.exclude_self};
-  if (hybrid_streamed) {
-    t = stream_dense(
-        cmd, outputs, index, rows, cmd.max_nn, cmd.counts,
-        [&](std::int64_t a, std::int64_t n, MatrixView<std::int32_t> iv, MatrixView<float> dv) {
-          if (in.qv())
-            index.hybrid(query_rows(in.query_view, a, n), hp, iv, dv);
-          else
-            index.self_hybrid_rows(a, hp, iv, dv);
-        },
-        s);
-  } else if (hybrid) {
-    Progress p("searching", -1, "", Progress::wanted(cmd.mode.quiet));
-    capped = in.qv() ? index.hybrid(*in.qv(), hp) : index.self_hybrid(hp);
-    t = index.last_timings();
-  } else {
-    radius = run_radius_search(cmd, in, outputs, index, s);
-    t = radius.t;
-    s.add("count", radius.count_ms, "ms");
-  }
-  const double total = finish_search_section(s, build, t);
-  report.add_section("search", std::move(s));
   int exit_code = kExitOk;
   if (cmd.compare_cpu) {
     CpuKnnTimings ct;
@@ -800,6 +785,102 @@ int run_radius(const RadiusCommand& cmd) {
   }
   outputs.commit();
   return finish(cmd, report, exit_code);
+}
+
+// Radius or hybrid in spatial parts (see parts_options): the radius rows counted first, then
+// held (refused at once when host memory cannot hold them); rows byte-identical to one index's.
+int run_radius_parts(const RadiusCommand& cmd, OutputSet& outputs, const Inputs& in,
+                     Report& report) {
+  const bool hybrid = cmd.max_nn > 0;
+  const char* what = cmd.tiles > 0 ? "tiles" : "--devices";
+  const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
+  if (hybrid) check_held(rows, cmd.max_nn, "hybrid results", what);
+  Report s;
+  const PartitionedOptions po = parts_options(cmd, cmd.tiles, report, s);
+  std::optional<PartitionedIndex> index;
+  RadiusRun radius;
+  HybridResult capped;
+  double count_ms = 0;
+  {
+    Progress p("searching", -1, "", Progress::wanted(cmd.mode.quiet));
+    index.emplace(in.ref_view, po);
+    if (hybrid) {
+      const HybridParams hp{cmd.radius, cmd.max_nn, cmd.exclude_self};
+      capped = in.qv() ? index->hybrid(*in.qv(), hp) : index->self_hybrid(hp);
+    } else {
+      const RadiusParams rp{cmd.radius, cmd.exclude_self};
+      RadiusResult& r = radius.result;
+      r.rows = rows;
+      r.offsets.assign(static_cast<std::size_t>(rows) + 1, 0);
+      const ArrayView<std::int64_t> off{r.offsets.data(), rows + 1};
+      if (in.qv())
+        index->radius_count(*in.qv(), rp, off);
+      else
+        index->self_radius_count(rp, off);
+      // The count's own time: indexes built at construction (parts, replicas) are in the
+      // search's total once; tiles build again in every search.
+      const PartitionedTimings& ct = index->last_timings();
+      count_ms = ct.total_ms - (cmd.tiles > 0 ? 0.0 : ct.build_ms);
+      check_held_radius(cmd, outputs, r, what);
+      r = in.qv() ? index->radius(*in.qv(), rp) : index->self_radius(rp);
+    }
+  }
+  if (!hybrid) s.add("count", count_ms, "ms");
+  parts_section(s, *index, cmd.tiles, po.index.backend, count_ms);
+  const double total = index->last_timings().total_ms + count_ms;
+  report.add_section("search", std::move(s));
+  return compare_and_write_radius(cmd, outputs, in, report, radius, capped, false, total);
+}
+
+}  // namespace
+
+int run_radius(const RadiusCommand& cmd) {
+  const bool hybrid = cmd.max_nn > 0;
+  validate_radius(cmd.radius);
+  validate_before_loading(cmd, hybrid ? cmd.max_nn : 1);
+  check_devices_syntax(cmd);
+  OutputSet outputs =
+      plan_outputs(cmd, hybrid ? OutputKind::array : OutputKind::radius, cmd.counts);
+  const Inputs in = load_inputs(cmd);
+  validate_knn_args(in.pcl_ref_view(), in.pcl_qv(), {hybrid ? cmd.max_nn : 1, cmd.exclude_self});
+  Report report = start_report("radius", cmd, in);
+  report.add_bool("hybrid", hybrid);
+  report.add("radius", cmd.radius);
+  if (hybrid) report.add("max nn", cmd.max_nn);
+  const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
+  const bool hybrid_streamed =
+      hybrid && plan_dense(cmd, outputs, rows, cmd.max_nn, cmd.counts, "hybrid results");
+  if (!cmd.devices.empty() || cmd.tiles > 0) return run_radius_parts(cmd, outputs, in, report);
+
+  Report s;
+  Index index = build_index(cmd, in.ref_view, report, s);
+  const SearchTimings build = index.last_timings();
+  RadiusRun radius;
+  HybridResult capped;
+  SearchTimings t;
+  const HybridParams hp{cmd.radius, cmd.max_nn, cmd.exclude_self};
+  if (hybrid_streamed) {
+    t = stream_dense(
+        cmd, outputs, index, rows, cmd.max_nn, cmd.counts,
+        [&](std::int64_t a, std::int64_t n, MatrixView<std::int32_t> iv, MatrixView<float> dv) {
+          if (in.qv())
+            index.hybrid(query_rows(in.query_view, a, n), hp, iv, dv);
+          else
+            index.self_hybrid_rows(a, hp, iv, dv);
+        },
+        s);
+  } else if (hybrid) {
+    Progress p("searching", -1, "", Progress::wanted(cmd.mode.quiet));
+    capped = in.qv() ? index.hybrid(*in.qv(), hp) : index.self_hybrid(hp);
+    t = index.last_timings();
+  } else {
+    radius = run_radius_search(cmd, in, outputs, index, s);
+    t = radius.t;
+    s.add("count", radius.count_ms, "ms");
+  }
+  const double total = finish_search_section(s, build, t);
+  report.add_section("search", std::move(s));
+  return compare_and_write_radius(cmd, outputs, in, report, radius, capped, hybrid_streamed, total);
 }
 
 }  // namespace pcnn::app
@@ -863,92 +944,286 @@ struct MpiSession {
   MpiSession& operator=(const MpiSession&) = delete;
 };
 
-int run_knn_mpi(const KnnCommand& cmd) {
+namespace {
+
+// The ranks' section of the summary (rank 0), from every rank's stats; returns the slowest
+// rank's build + search, the run's total.
+double ranks_section(Report& report, Backend backend, const std::vector<mpi::RankStats>& stats,
+                     int size, bool shared) {
+  report.add("ranks", size);
+  if (backend == Backend::cuda && !stats.empty()) {
+    const DeviceInfo dev = query_device(stats[0].device);  // rank 0's
+    add_device(report, &dev);
+  } else {
+    add_device(report, nullptr);
+  }
+  Report s;
+  s.add("ranks", size);
+  double slowest = 0, forwarded = 0;
+  for (const mpi::RankStats& r : stats) {
+    slowest = std::max(slowest, r.build_ms + r.total_ms);
+    forwarded += static_cast<double>(r.queries_forwarded);
+  }
+  s.add("queries forwarded", forwarded);
+  s.add("results", shared ? "every rank wrote its block of rows at its offset"
+                          : "gathered and written by rank 0");
+  s.add("total", slowest, "ms");
+  s.add_note("", "wall clock; total: the slowest rank's build and search with its exchanges");
+  std::vector<std::pair<std::string, Report>> items;
+  std::vector<std::string> lines(stats.size());
+  for (std::size_t i = 0; i < stats.size(); ++i) {
+    const mpi::RankStats& r = stats[i];
+    const PartStats ps{r.device,           r.points,   r.home_queries, r.queries_forwarded,
+                       r.queries_received, r.build_ms, r.search_ms};
+    items.push_back(part_item("rank", r.rank, r.device, ps, lines[i]));
+    items.back().second.add("exchange", r.exchange_ms, "ms");
+    items.back().second.add("time", r.build_ms + r.total_ms, "ms");
+    char buf[80];
+    std::snprintf(buf, sizeof buf, ", exchange %.3f ms, time %.3f ms", r.exchange_ms,
+                  r.build_ms + r.total_ms);
+    lines[i] += buf;
+  }
+  s.add_list("per rank", std::move(items), lines);
+  report.add_section("search", std::move(s));
+  return slowest;
+}
+
+// A dense output every rank writes its rows of: the path ("" when not asked for), its columns
+// (-1: one value a row, the hybrid counts) and type.
+struct SharedOutput {
+  std::string path;
+  int cols;
+  ArrayType type;
+};
+
+// Whether every dense output asked for can be written by every rank at once (regular .npy).
+bool can_share(OutputSet& outputs, const std::vector<SharedOutput>& list) {
+  bool any = false;
+  for (const SharedOutput& o : list) {
+    if (o.path.empty()) continue;
+    if (!can_share_array(outputs, o.path)) return false;
+    any = true;
+  }
+  return any;
+}
+
+void bcast_string(std::string& s) {
+  int n = static_cast<int>(s.size());
+  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  s.resize(static_cast<std::size_t>(n));
+  MPI_Bcast(s.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
+}
+
+// Every rank writes its block of the rows into the outputs' temporaries, which rank 0 created
+// with their full size; rank 0 finishes them once every rank has (the step's all-gather is the
+// barrier), and its commit then puts them all in place. A failure on any rank fails every rank,
+// and rank 0's output set removes the temporaries. Returns the exit code of the first failure,
+// or 0.
+int write_shared(int& failed, bool json, mpi::DistributedIndex& index, const mpi::RankRows& mine,
+                 std::int64_t rows, std::optional<OutputSet>& outputs,
+                 const std::vector<SharedOutput>& list) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::vector<std::string> temporaries(list.size());
+  if (mpi_step(failed, json, [&] {
+        if (rank != 0) return;
+        for (std::size_t i = 0; i < list.size(); ++i)
+          if (!list[i].path.empty())
+            temporaries[i] =
+                begin_shared_array(*outputs, list[i].path, rows, list[i].cols, list[i].type);
+      }))
+    return failed;
+  for (std::string& t : temporaries) bcast_string(t);
+  if (mpi_step(failed, json, [&] {
+        const mpi::RankBlock block = index.redistribute(mine, rows);
+        const KnnResult& r = block.result;
+        const std::vector<std::int32_t> counts =
+            list.size() > 2 ? row_counts(r) : std::vector<std::int32_t>();
+        const void* data[3] = {r.indices.data(), r.sqdist.data(), counts.data()};
+        for (std::size_t i = 0; i < list.size(); ++i) {
+          if (list[i].path.empty()) continue;
+          SharedArrayWriter w(temporaries[i], list[i].path, rows, list[i].cols, list[i].type);
+          w.write_rows(block.first, r.rows, data[i]);
+          w.finish();
+        }
+      }))
+    return failed;
+  return mpi_step(failed, json, [&] {
+    if (rank != 0) return;
+    for (const SharedOutput& o : list)
+      if (!o.path.empty()) finish_shared_array(*outputs, o.path);
+  });
+}
+
+// Radius results as their three .npy files, written by every rank as write_shared writes dense
+// rows: the rows redistributed into one block per rank, each block's pairs at the sum of the
+// pairs before it (an exclusive scan), its offsets made global; the last rank writes the final
+// offset. `counted` (rank 0): the counted offsets, whose total sizes the files.
+int write_shared_radius(int& failed, bool json, mpi::DistributedIndex& index,
+                        const mpi::RankRadius& mine, std::int64_t rows, const RadiusResult& counted,
+                        std::optional<OutputSet>& outputs, const std::string& out) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<std::string> temporaries(3);
+  std::int64_t total = rank == 0 ? counted.offsets.back() : 0;
+  if (mpi_step(failed, json, [&] {
+        if (rank != 0) return;
+        const std::vector<std::string> files = outputs->files(out);
+        temporaries[0] = begin_shared_array(*outputs, files[0], rows + 1, -1, ArrayType::int64);
+        temporaries[1] = begin_shared_array(*outputs, files[1], total, -1, ArrayType::int32);
+        temporaries[2] = begin_shared_array(*outputs, files[2], total, -1, ArrayType::float32);
+      }))
+    return failed;
+  for (std::string& t : temporaries) bcast_string(t);
+  MPI_Bcast(&total, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  if (mpi_step(failed, json, [&] {
+        mpi::RankRadiusBlock block = index.redistribute(mine, rows);
+        RadiusResult& r = block.result;
+        std::int64_t pairs = r.offsets.back(), base = 0;
+        MPI_Exscan(&pairs, &base, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+        if (rank == 0) base = 0;  // MPI_Exscan leaves rank 0's undefined
+        PCNN_EXPECTS(base + pairs <= total, "the ranks found more radius pairs than they counted");
+        for (std::int64_t& o : r.offsets) o += base;
+        SharedArrayWriter off(temporaries[0], out, rows + 1, -1, ArrayType::int64),
+            idx(temporaries[1], out, total, -1, ArrayType::int32),
+            d2(temporaries[2], out, total, -1, ArrayType::float32);
+        off.write_rows(block.first, r.rows + (rank == size - 1 ? 1 : 0), r.offsets.data());
+        idx.write_rows(base, pairs, r.indices.data());
+        d2.write_rows(base, pairs, r.sqdist.data());
+        for (SharedArrayWriter* w : {&off, &idx, &d2}) w->finish();
+      }))
+    return failed;
+  return mpi_step(failed, json, [&] {
+    if (rank != 0) return;
+    for (const std::string& f : outputs->files(out)) finish_shared_array(*outputs, f);
+  });
+}
+
+// `pcnn knn` (knn given) or `pcnn radius` (radius given) under mpirun: every rank reads the
+// inputs and owns one spatial part; rank 0 gathers the rows, writes and reports.
+int run_mpi(const SearchOptions& opt, const KnnCommand* knn, const RadiusCommand* radius) {
   const MpiSession session;
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const KnnParams params{cmd.k, cmd.exclude_self};
+  const bool hybrid = radius && radius->max_nn > 0;
+  const int k = knn ? knn->k : (hybrid ? radius->max_nn : 1);  // dense rows: k or max_nn
+  const bool dense = knn || hybrid;
   int failed = 0;
   std::optional<OutputSet> outputs;  // rank 0 alone writes
   Inputs in;
   std::optional<Report> report;
+  std::int64_t rows = 0;
+  // Dense rows written by every rank at their offsets (regular .npy files, no --compare-cpu),
+  // else gathered on rank 0 which writes them.
+  int shared = 0;
+  std::vector<SharedOutput> shared_outputs;
+  if (dense) {
+    shared_outputs.push_back({opt.out, k, ArrayType::int32});
+    shared_outputs.push_back({opt.distances, k, ArrayType::float32});
+    if (radius) shared_outputs.push_back({radius->counts, -1, ArrayType::int32});
+  }
   // 1. Options, outputs (rank 0), inputs (every rank reads them whole).
-  if (mpi_step(failed, cmd.mode.json, [&] {
-        PCNN_EXPECTS(cmd.devices.empty() && cmd.tiles == 0 && cmd.max_device_memory == 0,
-                     "--devices, --tiles and --max-device-memory are for one process; under "
-                     "mpirun each rank owns one part on one device");
-        validate_before_loading(cmd, cmd.k);
-        if (rank == 0) outputs.emplace(plan_outputs(cmd, OutputKind::array));
-        in = load_inputs(cmd);
-        validate_knn_args(in.pcl_ref_view(), in.pcl_qv(), params);
-        refuse_float64(in, "ranks of mpirun");
+  if (mpi_step(failed, opt.mode.json, [&] {
+        PCNN_EXPECTS(opt.devices.empty() && opt.layout == "auto" && opt.tiles == 0 &&
+                         opt.max_device_memory == 0,
+                     "--devices, --layout, --tiles and --max-device-memory are for one process; "
+                     "under mpirun each rank owns one spatial part on one device");
+        if (radius) validate_radius(radius->radius);
+        validate_before_loading(opt, k);
+        if (rank == 0)
+          outputs.emplace(plan_outputs(opt, dense ? OutputKind::array : OutputKind::radius,
+                                       radius ? radius->counts : ""));
+        in = load_inputs(opt);
+        validate_knn_args(in.pcl_ref_view(), in.pcl_qv(), {k, opt.exclude_self});
+        rows = in.qv() ? in.qv()->count : in.ref_view.count;
         if (rank == 0) {
-          const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
-          plan_dense(cmd, *outputs, rows, cmd.k, "", "kNN results");  // the disk, --compare-cpu
-          check_held(cmd, rows, "the ranks");
-          report.emplace(start_report("knn", cmd, in));
-          report->add("k", cmd.k);
+          const char* results = knn ? "kNN results" : "hybrid results";
+          if (dense) {
+            plan_dense(opt, *outputs, rows, k, radius ? radius->counts : "", results);
+            shared = !opt.compare_cpu && can_share(*outputs, shared_outputs);
+            if (!shared) check_held(rows, k, results, "rank 0 gathers the rows and");
+          } else if (!opt.compare_cpu && !opt.out.empty()) {
+            shared = 1;  // radius results as the three .npy files
+            for (const std::string& f : outputs->files(opt.out))
+              shared = shared && can_share_array(*outputs, f);
+          }
+          report.emplace(start_report(knn ? "knn" : "radius", opt, in));
+          if (knn) {
+            report->add("k", k);
+          } else {
+            report->add_bool("hybrid", hybrid);
+            report->add("radius", radius->radius);
+            if (hybrid) report->add("max nn", k);
+          }
         }
       }))
     return failed;
-  // 2. The distributed index and search; rank 0 gathers every row.
+  MPI_Bcast(&shared, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  // 2. The distributed index and search; rank 0 gathers every row (or every rank writes its own).
   IndexOptions o;
+  mpi::RankRows mine;
   std::optional<mpi::DistributedIndex> index;
   KnnResult result;
+  HybridResult capped;
+  RadiusRun rr;
   std::vector<mpi::RankStats> stats;
-  if (mpi_step(failed, cmd.mode.json, [&] {
-        o.backend = resolve_backend(cmd, rank != 0);
-        o.staging = parse_staging(cmd.staging);
-        o.chunk_rows = cmd.chunk_rows;
+  if (mpi_step(failed, opt.mode.json, [&] {
+        o.backend = resolve_backend(opt, rank != 0);
+        o.staging = parse_staging(opt.staging);
+        o.chunk_rows = opt.chunk_rows;
       }))
     return failed;
-  if (mpi_step(failed, cmd.mode.json, [&] {
+  if (mpi_step(failed, opt.mode.json, [&] {
         index.emplace(MPI_COMM_WORLD, in.ref_view, o);
-        const mpi::RankRows mine = in.qv() ? index->knn(*in.qv(), params) : index->self_knn(params);
-        const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
-        result = index->gather(mine, rows, 0);
-        stats = index->all_stats();
+        if (knn) {
+          const KnnParams params{k, opt.exclude_self};
+          mine = in.qv() ? index->knn(*in.qv(), params) : index->self_knn(params);
+          if (!shared) result = index->gather(mine, rows, 0);
+        } else if (hybrid) {
+          const HybridParams hp{radius->radius, k, opt.exclude_self};
+          mine = in.qv() ? index->hybrid(*in.qv(), hp) : index->self_hybrid(hp);
+          if (!shared) capped.knn = index->gather(mine, rows, 0);
+          if (!shared && rank == 0) capped.counts = row_counts(capped.knn);
+        } else {
+          const RadiusParams rp{radius->radius, opt.exclude_self};
+          rr.result = index->gather(
+              in.qv() ? index->radius_count(*in.qv(), rp) : index->self_radius_count(rp), rows, 0);
+        }
       }))
+    return failed;
+  if (radius && !hybrid) {
+    // The counts on rank 0 decide, before any pair is found, whether the results can be held.
+    if (mpi_step(failed, opt.mode.json, [&] {
+          if (rank == 0) check_held_radius(*radius, *outputs, rr.result, "the ranks");
+        }))
+      return failed;
+    mpi::RankRadius pairs;
+    if (mpi_step(failed, opt.mode.json, [&] {
+          const RadiusParams rp{radius->radius, opt.exclude_self};
+          pairs = in.qv() ? index->radius(*in.qv(), rp) : index->self_radius(rp);
+          if (!shared) rr.result = index->gather(pairs, rows, 0);
+        }))
+      return failed;
+    // Shared: rank 0 keeps the counted offsets for the summary; the pairs go to the files.
+    rr.streamed = shared;
+    if (shared && write_shared_radius(failed, opt.mode.json, *index, pairs, rows, rr.result,
+                                      outputs, opt.out))
+      return failed;
+  }
+  if (mpi_step(failed, opt.mode.json, [&] { stats = index->all_stats(); })) return failed;
+  if (shared && dense &&
+      write_shared(failed, opt.mode.json, *index, mine, rows, outputs, shared_outputs))
     return failed;
   // 3. Rank 0: the summary, the comparison, the outputs.
   int code = kExitOk;
-  if (mpi_step(failed, cmd.mode.json, [&] {
+  if (mpi_step(failed, opt.mode.json, [&] {
         if (rank != 0) return;
-        report->add("ranks", size);
-        if (o.backend == Backend::cuda && !stats.empty()) {
-          const DeviceInfo dev = query_device(stats[0].device);  // rank 0's
-          add_device(*report, &dev);
-        } else {
-          add_device(*report, nullptr);
-        }
-        Report s;
-        s.add("ranks", size);
-        double slowest = 0, forwarded = 0;
-        for (const mpi::RankStats& r : stats) {
-          slowest = std::max(slowest, r.build_ms + r.total_ms);
-          forwarded += static_cast<double>(r.queries_forwarded);
-        }
-        s.add("queries forwarded", forwarded);
-        s.add("total", slowest, "ms");
-        s.add_note("", "wall clock; total: the slowest rank's build and search with its exchanges");
-        std::vector<std::pair<std::string, Report>> items;
-        std::vector<std::string> lines(stats.size());
-        for (std::size_t i = 0; i < stats.size(); ++i) {
-          const mpi::RankStats& r = stats[i];
-          const PartStats ps{r.device,           r.points,   r.home_queries, r.queries_forwarded,
-                             r.queries_received, r.build_ms, r.search_ms};
-          items.push_back(part_item("rank", r.rank, r.device, ps, lines[i]));
-          items.back().second.add("exchange", r.exchange_ms, "ms");
-          items.back().second.add("time", r.build_ms + r.total_ms, "ms");
-          char buf[80];
-          std::snprintf(buf, sizeof buf, ", exchange %.3f ms, time %.3f ms", r.exchange_ms,
-                        r.build_ms + r.total_ms);
-          lines[i] += buf;
-        }
-        s.add_list("per rank", std::move(items), lines);
-        report->add_section("search", std::move(s));
-        code = compare_and_write(cmd, *outputs, in, *report, result, slowest, false);
+        const double total = ranks_section(*report, o.backend, stats, size, shared);
+        code = knn ? compare_and_write(*knn, *outputs, in, *report, result, total, shared)
+                   : compare_and_write_radius(*radius, *outputs, in, *report, rr, capped,
+                                              shared && hybrid, total);
       }))
     return failed;
   // Every rank returns rank 0's verdict (6 when --compare-cpu found a difference).
@@ -956,13 +1231,22 @@ int run_knn_mpi(const KnnCommand& cmd) {
   return code;
 }
 
+}  // namespace
+
+int run_knn_mpi(const KnnCommand& cmd) { return run_mpi(cmd, &cmd, nullptr); }
+int run_radius_mpi(const RadiusCommand& cmd) { return run_mpi(cmd, nullptr, &cmd); }
+
 }  // namespace pcnn::app
 #else
 namespace pcnn::app {
-int run_knn_mpi(const KnnCommand&) {
+namespace {
+[[noreturn]] void no_mpi() {
   throw error(
       "this pcnn was built without MPI: under mpirun every rank would search the whole cloud "
       "and write the same outputs (rebuild with libopenmpi-dev installed)");
 }
+}  // namespace
+int run_knn_mpi(const KnnCommand&) { no_mpi(); }
+int run_radius_mpi(const RadiusCommand&) { no_mpi(); }
 }  // namespace pcnn::app
 #endif

@@ -25,15 +25,15 @@ struct SearchOptions {
   std::int64_t max_device_memory = 0;  // bytes; 0: no cap
   bool compare_cpu = false;
   bool csv_streams = false;  // --stream-format csv: arrays to '-' or a pipe as CSV
-  std::string format;  // pcd | ply: how to read the inputs ("-" is standard input); "": by name
-  OutputMode mode;     // --json, --quiet
+  std::string format;   // pcd | ply: how to read the inputs ("-" is standard input); "": by name
+  OutputMode mode;      // --json, --quiet
+  std::string devices;  // "all" or "0,1": several devices (or CPU parts) searched at once
+  std::string layout = "auto";  // --devices: spatial parts or replicas of the whole cloud
+  int tiles = 0;                // > 0: the references in this many parts, one after the other
 };
 
 struct KnnCommand : SearchOptions {
   int k = 8;
-  std::string devices;          // "all" or "0,1": one spatial part per device, searched at once
-  std::string layout = "auto";  // --devices: spatial parts or replicas of the whole cloud
-  int tiles = 0;                // > 0: the references in this many parts, one after the other
 };
 
 struct RadiusCommand : SearchOptions {
@@ -93,6 +93,8 @@ int run_knn(const KnnCommand& cmd);
 /// (and, with --json, the one JSON error object on stdout).
 int run_knn_mpi(const KnnCommand& cmd);
 int run_radius(const RadiusCommand& cmd);
+/// `pcnn radius` under mpirun, as run_knn_mpi.
+int run_radius_mpi(const RadiusCommand& cmd);
 
 /// An error as pcnn reports it: the message, the exit code, the file it names ("" when none),
 /// and "error" or "internal error".

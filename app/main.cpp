@@ -95,6 +95,18 @@ void add_search_options(CLI::App* cmd, SearchOptions& o, std::string& memory) {
   add_input_format(cmd, o.format);
   add_stream_format(cmd, o.csv_streams);
   add_output_mode(cmd, o.mode);
+  cmd->add_option("--devices", o.devices,
+                  "all or 0,1: several GPUs searched at once (see --layout; with --device cpu: "
+                  "one spatial part per entry); the same rows as one device");
+  cmd->add_option("--layout", o.layout,
+                  "with --devices: spatial (one spatial part per GPU: clouds larger than one "
+                  "GPU), replicated (every GPU indexes the whole cloud and searches its share "
+                  "of the rows) or auto (replicated on GPUs unless --max-device-memory)")
+      ->check(CLI::IsMember({"auto", "spatial", "replicated"}));
+  cmd->add_option("--tiles", o.tiles,
+                  "the references in this many spatial parts searched one after the other "
+                  "through the device (kNN: automatic when they exceed --max-device-memory)")
+      ->check(CLI::Range(1, 4096));
 }
 
 struct GenerateCommand {
@@ -236,20 +248,6 @@ int main(int argc, char** argv) {
   knn_cmd->add_option("-o,--out", knn.out, "neighbor indices: .npy (int32, n x k) or .csv");
   knn_cmd->add_option("--distances", knn.distances,
                       "squared distances: .npy (float32, n x k) or .csv");
-  knn_cmd->add_option("--devices", knn.devices,
-                      "all or 0,1: the references in one spatial part per GPU, searched at once "
-                      "(with --device cpu: one part per entry); the same rows as one device");
-  knn_cmd
-      ->add_option("--layout", knn.layout,
-                   "with --devices: spatial (one spatial part per GPU: clouds larger than one "
-                   "GPU), replicated (every GPU indexes the whole cloud and searches its share "
-                   "of the rows) or auto (replicated on GPUs unless --max-device-memory)")
-      ->check(CLI::IsMember({"auto", "spatial", "replicated"}));
-  knn_cmd
-      ->add_option("--tiles", knn.tiles,
-                   "the references in this many spatial parts searched one after the other "
-                   "through the device (automatic when they exceed --max-device-memory)")
-      ->check(CLI::Range(1, 4096));
 
   RadiusCommand radius;
   std::string radius_memory;
@@ -388,8 +386,10 @@ int main(int argc, char** argv) {
 
   try {
     const int world = mpi_world_size();
-    if (world > 1 && !knn_cmd->parsed())
-      throw pcnn::error("under mpirun only 'pcnn knn' runs distributed; run this command once");
+    if (world > 1 && !knn_cmd->parsed() && !radius_cmd->parsed())
+      throw pcnn::error(
+          "under mpirun only 'pcnn knn' and 'pcnn radius' run distributed; run this command "
+          "once");
     if (knn_cmd->parsed()) {
       if (!knn_memory.empty()) knn.max_device_memory = parse_bytes(knn_memory);
       if (world > 1) return run_knn_mpi(knn);
@@ -404,6 +404,7 @@ int main(int argc, char** argv) {
         throw pcnn::error(
             "--distances and --counts go with --max-nn (radius results are "
             "written as OUT.offsets/indices/sqdist)");
+      if (world > 1) return run_radius_mpi(radius);
       return run_radius(radius);
     }
     if (smooth_cmd->parsed()) {

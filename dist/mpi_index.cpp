@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <exception>
 #include <string>
 
@@ -77,6 +78,20 @@ std::vector<int> displacements(const std::vector<int>& counts) {
   return d;
 }
 
+// The counts and displacements of one all-to-all exchange, in rows.
+struct Exchange {
+  std::vector<int> send, recv, sdisp, rdisp;
+  int sent() const { return sdisp.back() + send.back(); }
+  int received() const { return rdisp.back() + recv.back(); }
+};
+
+// The MPI type of `n` coordinates of the type `packed` holds.
+MPI_Datatype scalar_of(bool is_double) { return is_double ? MPI_DOUBLE : MPI_FLOAT; }
+
+void* data_of(dist::Packed& p) {
+  return p.is_double ? static_cast<void*>(p.d.data()) : static_cast<void*>(p.f.data());
+}
+
 }  // namespace
 
 struct DistributedIndex::Impl {
@@ -90,7 +105,25 @@ struct DistributedIndex::Impl {
   RankStats stats;
   double build_ms = 0;
 
-  RankRows search(const PointsView* queries, const KnnParams& params);
+  // This rank's home queries: their global rows and coordinates (a self-search: its points).
+  struct Batch {
+    std::vector<std::int64_t> rows;
+    dist::Packed qxyz;
+    const PointsView* queries = nullptr;
+    dist::Coords c;
+    const dist::Coords* q() {
+      if (!queries) return nullptr;
+      c = qxyz.coords();
+      return &c;
+    }
+  };
+  void start_stats();
+  Batch home_batch(const PointsView* queries, bool exclude_self);
+  // Sends the rows `to[p]` of `qs` to rank p, receives the queries of the others.
+  dist::Packed exchange_queries(const std::vector<std::vector<std::int32_t>>& to,
+                                const dist::Coords& qs, bool is_double, Exchange& x);
+  RankRows dense(const PointsView* queries, const dist::DenseSearch& search);
+  RankRadius radius(const PointsView* queries, const RadiusParams& params, bool count_only);
 };
 
 DistributedIndex::DistributedIndex(MPI_Comm comm, PointsView points, IndexOptions options,
@@ -102,9 +135,8 @@ DistributedIndex::DistributedIndex(MPI_Comm comm, PointsView points, IndexOption
   MPI_Comm_size(m.comm, &m.size);
   collectively(m.comm, [&] {
     PCNN_EXPECTS(points.memory == Memory::host, "a distributed index takes points in host memory");
-    dist::require_float32(points, "references");
     PCNN_EXPECTS(points.count >= 0 && points.count <= INT32_MAX &&
-                     (points.count == 0 || points.data) && points.stride >= 3,
+                     (points.count == 0 || points.address()) && points.stride >= 3,
                  "references: invalid view");
     m.n = points.count;
     if (options.backend == Backend::automatic)
@@ -151,94 +183,122 @@ int DistributedIndex::ranks() const { return impl_->size; }
 std::int64_t DistributedIndex::size() const { return impl_->n; }
 const RankStats& DistributedIndex::last_stats() const { return impl_->stats; }
 
-RankRows DistributedIndex::Impl::search(const PointsView* queries, const KnnParams& params) {
-  const auto t_start = clock_type::now();
-  const int k = params.k;
-  RankRows out;
-  std::vector<float> qxyz;
-  dist::HomeRows home;
+void DistributedIndex::Impl::start_stats() {
   stats = RankStats();
   stats.rank = rank;
   stats.device = options.backend == Backend::cuda ? options.device : -1;
   stats.points = part.size();
   stats.build_ms = build_ms;
+}
+
+DistributedIndex::Impl::Batch DistributedIndex::Impl::home_batch(const PointsView* queries,
+                                                                 bool exclude_self) {
+  PCNN_EXPECTS(!(exclude_self && queries),
+               "exclude_self applies to a self-search only (no separate query set)");
+  Batch b;
+  b.queries = queries;
+  if (queries) {
+    PCNN_EXPECTS(queries->memory == Memory::host && queries->count >= 0 &&
+                     queries->count <= INT32_MAX && (queries->count == 0 || queries->address()) &&
+                     queries->stride >= 3,
+                 "queries: invalid view (host memory, stride >= 3)");
+    b.qxyz = dist::Packed(queries->is_double());
+    for (std::int64_t r = 0; r < queries->count; ++r) {
+      double q[3];
+      dist::read_point(*queries, r, q);
+      if (partitioning.home_of(q) != rank) continue;
+      b.rows.push_back(r);
+      b.qxyz.push(*queries, r);
+    }
+  } else {
+    b.rows.assign(part.ids.begin(), part.ids.end());
+  }
+  return b;
+}
+
+dist::Packed DistributedIndex::Impl::exchange_queries(
+    const std::vector<std::vector<std::int32_t>>& to, const dist::Coords& qs, bool is_double,
+    Exchange& x) {
+  const auto t = clock_type::now();
+  x.send.assign(static_cast<std::size_t>(size), 0);
+  x.recv.assign(static_cast<std::size_t>(size), 0);
+  dist::Packed out(is_double);
+  for (int p = 0; p < size; ++p) {
+    x.send[p] = static_cast<int>(to[p].size());
+    for (std::int32_t j : to[p]) out.push(qs, j);
+  }
+  check(MPI_Alltoall(x.send.data(), 1, MPI_INT, x.recv.data(), 1, MPI_INT, comm), "MPI_Alltoall");
+  dist::Packed in(is_double);
+  collectively(comm, [&] {
+    x.sdisp = displacements(x.send);
+    x.rdisp = displacements(x.recv);
+    if (is_double)
+      in.d.resize(3 * static_cast<std::size_t>(x.received()));
+    else
+      in.f.resize(3 * static_cast<std::size_t>(x.received()));
+  });
+  const RowType point(3, scalar_of(is_double));
+  check(MPI_Alltoallv(data_of(out), x.send.data(), x.sdisp.data(), point.get(), data_of(in),
+                      x.recv.data(), x.rdisp.data(), point.get(), comm),
+        "MPI_Alltoallv (queries)");
+  stats.exchange_ms += ms_since(t);
+  stats.queries_received = in.size();
+  return in;
+}
+
+RankRows DistributedIndex::Impl::dense(const PointsView* queries, const dist::DenseSearch& search) {
+  const auto t_start = clock_type::now();
+  const int k = search.k;
+  RankRows out;
+  Batch b;
+  dist::HomeRows home;
+  start_stats();
   // 1. This rank's home queries.
   collectively(comm, [&] {
-    PCNN_EXPECTS(k >= 1 && k <= kMaxK,
-                 "k must be between 1 and " + std::to_string(kMaxK) + ", got " + std::to_string(k));
-    PCNN_EXPECTS(!(params.exclude_self && queries),
-                 "exclude_self applies to a self-search only (no separate query set)");
-    if (queries) {
-      dist::require_float32(*queries, "queries");
-      PCNN_EXPECTS(queries->memory == Memory::host && queries->count >= 0 &&
-                       queries->count <= INT32_MAX && (queries->count == 0 || queries->data) &&
-                       queries->stride >= 3,
-                   "queries: invalid view (host memory, stride >= 3)");
-      for (std::int64_t r = 0; r < queries->count; ++r) {
-        const float* q = queries->data + r * queries->stride;
-        if (partitioning.home_of(q) != rank) continue;
-        out.rows.push_back(r);
-        qxyz.insert(qxyz.end(), q, q + 3);
-      }
-    } else {
-      out.rows.assign(part.ids.begin(), part.ids.end());
-    }
-    dist::search_home(part, rank, bounds, queries ? qxyz.data() : nullptr,
-                      static_cast<std::int64_t>(out.rows.size()), params, options,
-                      dist::hardware_threads(), options.backend == Backend::cuda && !options.memory,
-                      home);
+    PCNN_EXPECTS(k >= 1 && k <= kMaxK, std::string(search.hybrid ? "max_nn" : "k") +
+                                           " must be between 1 and " + std::to_string(kMaxK) +
+                                           ", got " + std::to_string(k));
+    PCNN_EXPECTS(!search.hybrid || (std::isfinite(search.radius) && search.radius >= 0),
+                 "radius must be finite and >= 0");
+    b = home_batch(queries, search.exclude_self);
+    dist::search_home(part, rank, bounds, b.q(), static_cast<std::int64_t>(b.rows.size()), search,
+                      options, dist::hardware_threads(),
+                      options.backend == Backend::cuda && !options.memory, home);
   });
-  const float* qs = queries ? qxyz.data() : part.xyz.data();
+  out.rows = std::move(b.rows);
+  const dist::Coords qs = queries ? b.qxyz.coords() : part.coords();
+  const bool is_double = queries ? queries->is_double() : part.xyz.is_double;
   stats.home_queries = home.rows;
   stats.queries_forwarded = static_cast<std::int64_t>(home.forwarded.size());
   stats.search_ms = home.search_ms;
 
   // 2. Forwarded queries out, answers back: row types keep every count a number of rows.
-  auto t = clock_type::now();
-  std::vector<int> send(static_cast<std::size_t>(size)), recv(static_cast<std::size_t>(size));
-  std::vector<float> out_xyz;
-  for (int p = 0; p < size; ++p) {
-    send[p] = static_cast<int>(home.to[p].size());
-    for (std::int32_t j : home.to[p]) out_xyz.insert(out_xyz.end(), qs + 3 * j, qs + 3 * j + 3);
-  }
-  check(MPI_Alltoall(send.data(), 1, MPI_INT, recv.data(), 1, MPI_INT, comm), "MPI_Alltoall");
-  std::vector<int> sdisp, rdisp;
-  std::vector<float> in_xyz;
-  collectively(comm, [&] {
-    sdisp = displacements(send);
-    rdisp = displacements(recv);
-    in_xyz.resize(3 * static_cast<std::size_t>(rdisp.back() + recv.back()));
-  });
-  const RowType point(3, MPI_FLOAT), drow(k, MPI_DOUBLE), irow(k, MPI_INT32_T);
-  check(MPI_Alltoallv(out_xyz.data(), send.data(), sdisp.data(), point.get(), in_xyz.data(),
-                      recv.data(), rdisp.data(), point.get(), comm),
-        "MPI_Alltoallv (queries)");
-  stats.exchange_ms += ms_since(t);
-  const std::int64_t received = static_cast<std::int64_t>(in_xyz.size() / 3);
-  stats.queries_received = received;
+  Exchange x;
+  const dist::Packed in = exchange_queries(home.to, qs, is_double, x);
   dist::Answer ans;
   std::vector<double> back_d;
   std::vector<std::int32_t> back_i;
   collectively(comm, [&] {
     double unused_build = 0;
-    dist::answer(part, in_xyz.data(), received, k, options, ans, unused_build, stats.search_ms);
-    back_d.resize(static_cast<std::size_t>(sdisp.back() + send.back()) * k);
+    dist::answer(part, in.coords(), in.size(), search, options, ans, unused_build, stats.search_ms);
+    back_d.resize(static_cast<std::size_t>(x.sent()) * k);
     back_i.resize(back_d.size());
   });
-  t = clock_type::now();
-  check(MPI_Alltoallv(ans.d.data(), recv.data(), rdisp.data(), drow.get(), back_d.data(),
-                      send.data(), sdisp.data(), drow.get(), comm),
+  const auto t = clock_type::now();
+  const RowType drow(k, MPI_DOUBLE), irow(k, MPI_INT32_T);
+  check(MPI_Alltoallv(ans.d.data(), x.recv.data(), x.rdisp.data(), drow.get(), back_d.data(),
+                      x.send.data(), x.sdisp.data(), drow.get(), comm),
         "MPI_Alltoallv (distances)");
-  check(MPI_Alltoallv(ans.idx.data(), recv.data(), rdisp.data(), irow.get(), back_i.data(),
-                      send.data(), sdisp.data(), irow.get(), comm),
+  check(MPI_Alltoallv(ans.idx.data(), x.recv.data(), x.rdisp.data(), irow.get(), back_i.data(),
+                      x.send.data(), x.sdisp.data(), irow.get(), comm),
         "MPI_Alltoallv (indices)");
   stats.exchange_ms += ms_since(t);
 
   // 3. The merge on exact distances.
   for (int p = 0; p < size; ++p)
-    if (send[p] > 0)
-      dist::add_answers(home, p, &back_d[static_cast<std::size_t>(sdisp[p]) * k],
-                        &back_i[static_cast<std::size_t>(sdisp[p]) * k], k);
+    if (x.send[p] > 0)
+      dist::add_answers(home, p, &back_d[static_cast<std::size_t>(x.sdisp[p]) * k],
+                        &back_i[static_cast<std::size_t>(x.sdisp[p]) * k], k);
   dist::finish_merge(home, k);
   out.result.rows = home.rows;
   out.result.k = k;
@@ -248,12 +308,124 @@ RankRows DistributedIndex::Impl::search(const PointsView* queries, const KnnPara
   return out;
 }
 
+RankRadius DistributedIndex::Impl::radius(const PointsView* queries, const RadiusParams& params,
+                                          bool count_only) {
+  const auto t_start = clock_type::now();
+  RankRadius out;
+  Batch b;
+  dist::RadiusHome home;
+  start_stats();
+  const int threads = dist::hardware_threads();
+  // 1. This rank's home queries, and where else their balls reach.
+  collectively(comm, [&] {
+    PCNN_EXPECTS(std::isfinite(params.radius) && params.radius >= 0,
+                 "radius must be finite and >= 0, got " + std::to_string(params.radius));
+    b = home_batch(queries, params.exclude_self);
+    dist::radius_home(part, rank, bounds, b.q(), static_cast<std::int64_t>(b.rows.size()), params,
+                      count_only, options, threads, home);
+  });
+  out.rows = std::move(b.rows);
+  const dist::Coords qs = queries ? b.qxyz.coords() : part.coords();
+  const bool is_double = queries ? queries->is_double() : part.xyz.is_double;
+  stats.home_queries = home.rows;
+  stats.queries_forwarded = static_cast<std::int64_t>(home.forwarded.size());
+  stats.search_ms = home.search_ms;
+
+  // 2. Forwarded queries out; their rows back: the row sizes, then the entries.
+  Exchange x;
+  const dist::Packed in = exchange_queries(home.to, qs, is_double, x);
+  dist::RadiusRows ans;
+  std::vector<std::int64_t> sizes_out, sizes_back;
+  std::vector<int> entries_out(static_cast<std::size_t>(size)), entries_back(entries_out.size());
+  collectively(comm, [&] {
+    double unused_build = 0;
+    const dist::Coords c = in.coords();
+    dist::radius_in_part(part, &c, in.size(), params, count_only, options, threads, ans,
+                         unused_build, stats.search_ms);
+    sizes_out.resize(static_cast<std::size_t>(in.size()));
+    for (std::int64_t r = 0; r < in.size(); ++r) sizes_out[r] = ans.offsets[r + 1] - ans.offsets[r];
+    for (int p = 0; p < size; ++p) {
+      const std::int64_t e = ans.offsets[x.rdisp[p] + x.recv[p]] - ans.offsets[x.rdisp[p]];
+      PCNN_EXPECTS(e <= INT_MAX, "MPI exchange: more than 2^31-1 radius pairs to one rank");
+      entries_out[p] = count_only ? 0 : static_cast<int>(e);
+    }
+    sizes_back.resize(static_cast<std::size_t>(x.sent()));
+  });
+  auto t = clock_type::now();
+  check(MPI_Alltoallv(sizes_out.data(), x.recv.data(), x.rdisp.data(), MPI_INT64_T,
+                      sizes_back.data(), x.send.data(), x.sdisp.data(), MPI_INT64_T, comm),
+        "MPI_Alltoallv (row sizes)");
+  check(MPI_Alltoall(entries_out.data(), 1, MPI_INT, entries_back.data(), 1, MPI_INT, comm),
+        "MPI_Alltoall (entries)");
+  stats.exchange_ms += ms_since(t);
+  // The answers of every rank, in one CSR of the rows this rank sent, in rank order.
+  dist::RadiusRows back;
+  std::vector<int> edisp_out, edisp_back;
+  collectively(comm, [&] {
+    back.offsets.assign(sizes_back.size() + 1, 0);
+    for (std::size_t r = 0; r < sizes_back.size(); ++r)
+      back.offsets[r + 1] = back.offsets[r] + sizes_back[r];
+    edisp_out = displacements(entries_out);
+    edisp_back = displacements(entries_back);
+    if (!count_only) {
+      back.d.resize(static_cast<std::size_t>(back.offsets.back()));
+      back.idx.resize(back.d.size());
+    }
+  });
+  if (!count_only) {
+    t = clock_type::now();
+    check(MPI_Alltoallv(ans.d.data(), entries_out.data(), edisp_out.data(), MPI_DOUBLE,
+                        back.d.data(), entries_back.data(), edisp_back.data(), MPI_DOUBLE, comm),
+          "MPI_Alltoallv (radius distances)");
+    check(MPI_Alltoallv(ans.idx.data(), entries_out.data(), edisp_out.data(), MPI_INT32_T,
+                        back.idx.data(), entries_back.data(), edisp_back.data(), MPI_INT32_T, comm),
+          "MPI_Alltoallv (radius indices)");
+    stats.exchange_ms += ms_since(t);
+  }
+
+  // 3. The merge on exact distances.
+  const std::vector<const dist::RadiusRows*> answers(static_cast<std::size_t>(size), &back);
+  std::vector<std::int64_t> first(x.sdisp.begin(), x.sdisp.end());
+  dist::merge_radius(home, answers, first, count_only);
+  RadiusResult& r = out.result;
+  r.rows = home.rows;
+  r.offsets = std::move(home.merged.offsets);
+  r.indices = std::move(home.merged.idx);
+  r.sqdist.assign(home.merged.d.begin(), home.merged.d.end());  // the exact doubles, rounded
+  stats.total_ms = ms_since(t_start);
+  return out;
+}
+
 RankRows DistributedIndex::self_knn(const KnnParams& params) {
-  return impl_->search(nullptr, params);
+  return impl_->dense(nullptr, dist::DenseSearch::of(params));
 }
 
 RankRows DistributedIndex::knn(PointsView queries, const KnnParams& params) {
-  return impl_->search(&queries, params);
+  return impl_->dense(&queries, dist::DenseSearch::of(params));
+}
+
+RankRows DistributedIndex::self_hybrid(const HybridParams& params) {
+  return impl_->dense(nullptr, dist::DenseSearch::of(params));
+}
+
+RankRows DistributedIndex::hybrid(PointsView queries, const HybridParams& params) {
+  return impl_->dense(&queries, dist::DenseSearch::of(params));
+}
+
+RankRadius DistributedIndex::self_radius(const RadiusParams& params) {
+  return impl_->radius(nullptr, params, false);
+}
+
+RankRadius DistributedIndex::radius(PointsView queries, const RadiusParams& params) {
+  return impl_->radius(&queries, params, false);
+}
+
+RankRadius DistributedIndex::self_radius_count(const RadiusParams& params) {
+  return impl_->radius(nullptr, params, true);
+}
+
+RankRadius DistributedIndex::radius_count(PointsView queries, const RadiusParams& params) {
+  return impl_->radius(&queries, params, true);
 }
 
 KnnResult DistributedIndex::gather(const RankRows& mine, std::int64_t rows, int root) {
@@ -295,6 +467,199 @@ KnnResult DistributedIndex::gather(const RankRows& mine, std::int64_t rows, int 
     const std::size_t r = static_cast<std::size_t>(all_rows[i]);
     std::copy(&packed.indices[i * k], &packed.indices[i * k] + k, &out.indices[r * k]);
     std::copy(&packed.sqdist[i * k], &packed.sqdist[i * k] + k, &out.sqdist[r * k]);
+  }
+  return out;
+}
+
+RankBlock DistributedIndex::redistribute(const RankRows& mine, std::int64_t rows) {
+  Impl& m = *impl_;
+  const int k = mine.result.k;
+  const auto begin = [&](int p) { return rows * p / m.size; };
+  std::vector<int> send(static_cast<std::size_t>(m.size), 0), recv(send.size());
+  RankBlock out;
+  out.first = begin(m.rank);
+  collectively(m.comm, [&] {
+    PCNN_EXPECTS(k >= 1 && k <= kMaxK, "redistribute: rows of a search expected");
+    int p = 0;
+    for (const std::int64_t r : mine.rows) {  // ascending: the owners too
+      PCNN_EXPECTS(r >= 0 && r < rows, "redistribute: row " + std::to_string(r) + " outside");
+      while (r >= begin(p + 1)) ++p;
+      ++send[p];
+    }
+  });
+  check(MPI_Alltoall(send.data(), 1, MPI_INT, recv.data(), 1, MPI_INT, m.comm), "MPI_Alltoall");
+  std::vector<int> sdisp, rdisp;
+  std::vector<std::int64_t> in_rows;
+  KnnResult in;
+  collectively(m.comm, [&] {
+    sdisp = displacements(send);
+    rdisp = displacements(recv);
+    const std::int64_t n = std::int64_t(rdisp.back()) + recv.back();
+    PCNN_EXPECTS(n == begin(m.rank + 1) - out.first,
+                 "redistribute: " + std::to_string(n) + " rows for a block of " +
+                     std::to_string(begin(m.rank + 1) - out.first));
+    in_rows.resize(static_cast<std::size_t>(n));
+    in.indices.resize(static_cast<std::size_t>(n) * k);
+    in.sqdist.resize(in.indices.size());
+  });
+  const RowType irow(k, MPI_INT32_T), frow(k, MPI_FLOAT);
+  check(MPI_Alltoallv(mine.rows.data(), send.data(), sdisp.data(), MPI_INT64_T, in_rows.data(),
+                      recv.data(), rdisp.data(), MPI_INT64_T, m.comm),
+        "MPI_Alltoallv (rows)");
+  check(MPI_Alltoallv(mine.result.indices.data(), send.data(), sdisp.data(), irow.get(),
+                      in.indices.data(), recv.data(), rdisp.data(), irow.get(), m.comm),
+        "MPI_Alltoallv (indices)");
+  check(MPI_Alltoallv(mine.result.sqdist.data(), send.data(), sdisp.data(), frow.get(),
+                      in.sqdist.data(), recv.data(), rdisp.data(), frow.get(), m.comm),
+        "MPI_Alltoallv (distances)");
+  KnnResult& r = out.result;
+  r.rows = static_cast<std::int64_t>(in_rows.size());
+  r.k = k;
+  r.indices.resize(in.indices.size());
+  r.sqdist.resize(in.sqdist.size());
+  for (std::size_t i = 0; i < in_rows.size(); ++i) {
+    const std::size_t at = static_cast<std::size_t>(in_rows[i] - out.first) * k;
+    std::copy(&in.indices[i * k], &in.indices[i * k] + k, &r.indices[at]);
+    std::copy(&in.sqdist[i * k], &in.sqdist[i * k] + k, &r.sqdist[at]);
+  }
+  return out;
+}
+
+RankRadiusBlock DistributedIndex::redistribute(const RankRadius& mine, std::int64_t rows) {
+  Impl& m = *impl_;
+  const RadiusResult& r = mine.result;
+  const auto begin = [&](int p) { return rows * p / m.size; };
+  std::vector<int> send(static_cast<std::size_t>(m.size), 0), recv(send.size());
+  std::vector<int> esend(send.size(), 0), erecv(send.size());
+  std::vector<std::int64_t> sizes(mine.rows.size());
+  RankRadiusBlock out;
+  out.first = begin(m.rank);
+  collectively(m.comm, [&] {
+    PCNN_EXPECTS(r.offsets.size() == mine.rows.size() + 1 &&
+                     r.indices.size() == static_cast<std::size_t>(r.offsets.back()),
+                 "redistribute: filled radius rows of a search expected");
+    int p = 0;
+    for (std::size_t i = 0; i < mine.rows.size(); ++i) {  // ascending: the owners too
+      const std::int64_t row = mine.rows[i];
+      PCNN_EXPECTS(row >= 0 && row < rows, "redistribute: row " + std::to_string(row) + " outside");
+      while (row >= begin(p + 1)) ++p;
+      sizes[i] = r.offsets[i + 1] - r.offsets[i];
+      ++send[p];
+      PCNN_EXPECTS(esend[p] + sizes[i] <= INT_MAX,
+                   "redistribute: more than 2^31-1 radius pairs to one rank");
+      esend[p] += static_cast<int>(sizes[i]);
+    }
+  });
+  check(MPI_Alltoall(send.data(), 1, MPI_INT, recv.data(), 1, MPI_INT, m.comm), "MPI_Alltoall");
+  check(MPI_Alltoall(esend.data(), 1, MPI_INT, erecv.data(), 1, MPI_INT, m.comm), "MPI_Alltoall");
+  std::vector<int> sdisp, rdisp, esdisp, erdisp;
+  std::vector<std::int64_t> in_rows, in_sizes;
+  std::vector<std::int32_t> in_idx;
+  std::vector<float> in_d;
+  collectively(m.comm, [&] {
+    sdisp = displacements(send);
+    rdisp = displacements(recv);
+    esdisp = displacements(esend);
+    erdisp = displacements(erecv);
+    const std::int64_t n = std::int64_t(rdisp.back()) + recv.back();
+    PCNN_EXPECTS(n == begin(m.rank + 1) - out.first,
+                 "redistribute: " + std::to_string(n) + " rows for a block of " +
+                     std::to_string(begin(m.rank + 1) - out.first));
+    in_rows.resize(static_cast<std::size_t>(n));
+    in_sizes.resize(in_rows.size());
+    in_idx.resize(static_cast<std::size_t>(erdisp.back()) + erecv.back());
+    in_d.resize(in_idx.size());
+  });
+  check(MPI_Alltoallv(mine.rows.data(), send.data(), sdisp.data(), MPI_INT64_T, in_rows.data(),
+                      recv.data(), rdisp.data(), MPI_INT64_T, m.comm),
+        "MPI_Alltoallv (rows)");
+  check(MPI_Alltoallv(sizes.data(), send.data(), sdisp.data(), MPI_INT64_T, in_sizes.data(),
+                      recv.data(), rdisp.data(), MPI_INT64_T, m.comm),
+        "MPI_Alltoallv (row sizes)");
+  check(MPI_Alltoallv(r.indices.data(), esend.data(), esdisp.data(), MPI_INT32_T, in_idx.data(),
+                      erecv.data(), erdisp.data(), MPI_INT32_T, m.comm),
+        "MPI_Alltoallv (radius indices)");
+  check(MPI_Alltoallv(r.sqdist.data(), esend.data(), esdisp.data(), MPI_FLOAT, in_d.data(),
+                      erecv.data(), erdisp.data(), MPI_FLOAT, m.comm),
+        "MPI_Alltoallv (radius distances)");
+  RadiusResult& b = out.result;
+  b.rows = static_cast<std::int64_t>(in_rows.size());
+  b.offsets.assign(static_cast<std::size_t>(b.rows) + 1, 0);
+  for (std::size_t i = 0; i < in_rows.size(); ++i)
+    b.offsets[in_rows[i] - out.first + 1] = in_sizes[i];
+  for (std::int64_t q = 0; q < b.rows; ++q) b.offsets[q + 1] += b.offsets[q];
+  b.indices.resize(in_idx.size());
+  b.sqdist.resize(in_d.size());
+  std::int64_t at = 0;  // the received pairs follow the received rows
+  for (std::size_t i = 0; i < in_rows.size(); ++i) {
+    const std::int64_t to = b.offsets[in_rows[i] - out.first];
+    std::copy(in_idx.data() + at, in_idx.data() + at + in_sizes[i], b.indices.data() + to);
+    std::copy(in_d.data() + at, in_d.data() + at + in_sizes[i], b.sqdist.data() + to);
+    at += in_sizes[i];
+  }
+  return out;
+}
+
+RadiusResult DistributedIndex::gather(const RankRadius& mine, std::int64_t rows, int root) {
+  Impl& m = *impl_;
+  const RadiusResult& r = mine.result;
+  const bool filled = r.offsets.back() == static_cast<std::int64_t>(r.indices.size());
+  int count = static_cast<int>(mine.rows.size());
+  std::vector<int> counts(static_cast<std::size_t>(m.size)), ecounts(counts.size());
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(count));
+  for (int i = 0; i < count; ++i) sizes[i] = r.offsets[i + 1] - r.offsets[i];
+  int entries = 0;
+  collectively(m.comm, [&] {
+    PCNN_EXPECTS(r.offsets.size() == mine.rows.size() + 1, "gather: rows of a search expected");
+    PCNN_EXPECTS(!filled || r.offsets.back() <= INT_MAX,
+                 "gather: more than 2^31-1 radius pairs on one rank");
+    entries = filled ? static_cast<int>(r.offsets.back()) : 0;
+  });
+  check(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, root, m.comm), "MPI_Gather");
+  check(MPI_Gather(&entries, 1, MPI_INT, ecounts.data(), 1, MPI_INT, root, m.comm), "MPI_Gather");
+  std::vector<int> disp, edisp;
+  std::vector<std::int64_t> all_rows, all_sizes;
+  std::vector<std::int32_t> all_idx;
+  std::vector<float> all_d;
+  collectively(m.comm, [&] {
+    if (m.rank != root) return;
+    disp = displacements(counts);
+    edisp = displacements(ecounts);
+    const std::int64_t total = std::int64_t(disp.back()) + counts.back();
+    PCNN_EXPECTS(total == rows, "gather: the ranks hold " + std::to_string(total) +
+                                    " rows, expected " + std::to_string(rows));
+    all_rows.resize(static_cast<std::size_t>(total));
+    all_sizes.resize(all_rows.size());
+    all_idx.resize(static_cast<std::size_t>(edisp.back()) + ecounts.back());
+    all_d.resize(all_idx.size());
+  });
+  check(MPI_Gatherv(mine.rows.data(), count, MPI_INT64_T, all_rows.data(), counts.data(),
+                    disp.data(), MPI_INT64_T, root, m.comm),
+        "MPI_Gatherv (rows)");
+  check(MPI_Gatherv(sizes.data(), count, MPI_INT64_T, all_sizes.data(), counts.data(), disp.data(),
+                    MPI_INT64_T, root, m.comm),
+        "MPI_Gatherv (row sizes)");
+  check(MPI_Gatherv(r.indices.data(), entries, MPI_INT32_T, all_idx.data(), ecounts.data(),
+                    edisp.data(), MPI_INT32_T, root, m.comm),
+        "MPI_Gatherv (radius indices)");
+  check(MPI_Gatherv(r.sqdist.data(), entries, MPI_FLOAT, all_d.data(), ecounts.data(), edisp.data(),
+                    MPI_FLOAT, root, m.comm),
+        "MPI_Gatherv (radius distances)");
+  RadiusResult out;
+  if (m.rank != root) return out;
+  out.rows = rows;
+  out.offsets.assign(static_cast<std::size_t>(rows) + 1, 0);
+  for (std::size_t i = 0; i < all_rows.size(); ++i) out.offsets[all_rows[i] + 1] = all_sizes[i];
+  for (std::int64_t q = 0; q < rows; ++q) out.offsets[q + 1] += out.offsets[q];
+  if (all_idx.empty() && out.offsets.back() > 0) return out;  // counts alone
+  out.indices.resize(static_cast<std::size_t>(out.offsets.back()));
+  out.sqdist.resize(out.indices.size());
+  std::int64_t at = 0;  // the gathered entries follow the gathered rows
+  for (std::size_t i = 0; i < all_rows.size(); ++i) {
+    const std::int64_t to = out.offsets[all_rows[i]];
+    std::copy(all_idx.data() + at, all_idx.data() + at + all_sizes[i], out.indices.data() + to);
+    std::copy(all_d.data() + at, all_d.data() + at + all_sizes[i], out.sqdist.data() + to);
+    at += all_sizes[i];
   }
   return out;
 }

@@ -15,8 +15,67 @@
 
 #include "pcnn/distributed.hpp"
 #include "pcnn/index.hpp"
+#include "pcnn/radius.hpp"
 
 namespace pcnn::dist {
+
+/// Packed xyz coordinates, 3 per point, of one type: float32 (`f`) or float64 (`d`; then `f` is
+/// null). Parts keep their points, and batches of queries travel, in the type they were given:
+/// spatial parts read every coordinate exactly as stored (as double, exact for a float).
+struct Coords {
+  const float* f = nullptr;
+  const double* d = nullptr;
+
+  void get(std::int64_t j, double p[3]) const {
+    for (int a = 0; a < 3; ++a) p[a] = d ? d[3 * j + a] : static_cast<double>(f[3 * j + a]);
+  }
+  /// The points from point j on.
+  Coords from(std::int64_t j) const { return {f ? f + 3 * j : nullptr, d ? d + 3 * j : nullptr}; }
+  /// A view of the first m points.
+  PointsView view(std::int64_t m) const { return d ? host_points(d, m) : host_points(f, m); }
+};
+
+/// Point i of a host view, as doubles (exact for float32).
+inline void read_point(const PointsView& v, std::int64_t i, double p[3]) {
+  for (int a = 0; a < 3; ++a)
+    p[a] = v.data64 ? v.data64[i * v.stride + a] : static_cast<double>(v.data[i * v.stride + a]);
+}
+
+/// Owned packed coordinates of one type, filled point by point.
+struct Packed {
+  bool is_double = false;
+  std::vector<float> f;
+  std::vector<double> d;
+
+  Packed() = default;
+  explicit Packed(bool as_double) : is_double(as_double) {}
+  std::int64_t size() const {
+    return static_cast<std::int64_t>((is_double ? d.size() : f.size()) / 3);
+  }
+  Coords coords() const {
+    return is_double ? Coords{nullptr, d.data()} : Coords{f.data(), nullptr};
+  }
+  void reserve(std::int64_t n) {
+    if (is_double)
+      d.reserve(static_cast<std::size_t>(3 * n));
+    else
+      f.reserve(static_cast<std::size_t>(3 * n));
+  }
+  /// Appends point i of `v` (of this type).
+  void push(const PointsView& v, std::int64_t i) {
+    if (is_double)
+      d.insert(d.end(), v.data64 + i * v.stride, v.data64 + i * v.stride + 3);
+    else
+      f.insert(f.end(), v.data + i * v.stride, v.data + i * v.stride + 3);
+  }
+  /// Appends point j of `c` (of this type).
+  void push(const Coords& c, std::int64_t j) {
+    if (is_double)
+      d.insert(d.end(), c.d + 3 * j, c.d + 3 * j + 3);
+    else
+      f.insert(f.end(), c.f + 3 * j, c.f + 3 * j + 3);
+  }
+};
 
 /// Where a part's points are: the box of them all and tight boxes of its points in each of the
 /// 64 octants of the second level (a Morton range's box alone can span most of the cloud).
@@ -30,19 +89,43 @@ Bounds bounds_of(const Partitioning& partitioning, PointsView points,
                  const std::vector<std::int32_t>* ids);
 
 /// One spatial part: its points in ascending global order (so that the index's tie-break, the
-/// smaller local index, is the global one), their coordinates packed, their box, their index.
+/// smaller local index, is the global one), their coordinates packed in their own type, their
+/// box, their index.
 struct Part {
   std::vector<std::int32_t> ids;  // global index of each local point, ascending
-  std::vector<float> xyz;         // packed coordinates of those points, exactly as given
+  Packed xyz;                     // packed coordinates of those points, exactly as given
   Bounds bounds;                  // of the finite ones
   std::optional<Index> index;     // while built (an Index made up front would take a device pool)
   bool built = false;
 
   std::int64_t size() const { return static_cast<std::int64_t>(ids.size()); }
+  Coords coords() const { return xyz.coords(); }
   /// Takes the points `ids` of `points`.
   void take(const Partitioning& partitioning, PointsView points, std::vector<std::int32_t> ids);
   void build(const IndexOptions& options);
   void release();  ///< frees the index (tiles: the device memory goes to the next part)
+};
+
+/// A dense search (rows of k): kNN, or hybrid (the k nearest within `radius`).
+struct DenseSearch {
+  int k = 1;
+  bool exclude_self = false;
+  bool hybrid = false;
+  double radius = 0;
+
+  static DenseSearch of(const KnnParams& p) { return {p.k, p.exclude_self, false, 0}; }
+  static DenseSearch of(const HybridParams& p) {
+    return {p.max_nn, p.exclude_self, true, p.radius};
+  }
+  /// The largest squared distance a row may hold: the index's own r² (radius * radius in double,
+  /// as every backend computes it) for hybrid, +infinity for kNN.
+  double limit() const { return hybrid ? radius * radius : INFINITY; }
+  /// Runs the search on `index`: separate queries `q`, or the index's own points (q null).
+  void run(Index& index, const PointsView* q, MatrixView<std::int32_t> iv,
+           MatrixView<float> dv) const;
+  /// Rows [first_row, first_row + iv.rows) of the self-search on `index` (a replica's share).
+  void run_rows(Index& index, std::int64_t first_row, MatrixView<std::int32_t> iv,
+                MatrixView<float> dv) const;
 };
 
 /// A query's k-th distance as the index reported it (a float, the exact double rounded to
@@ -56,7 +139,7 @@ inline double kth_upper_bound(const float* row_sqdist, const std::int32_t* row_i
 /// Whether a part may hold a neighbor of query `q` whose k-th distance is at most `kth`: one of
 /// its boxes is no farther than `kth` (equal may still win on the index). Empty boxes are at
 /// +infinity.
-inline bool may_hold(const Bounds& b, const float* q, double kth) {
+inline bool may_hold(const Bounds& b, const double* q, double kth) {
   if (!(box_sqdist(b.all, q) <= kth)) return false;
   for (const Box& c : b.cells)
     if (box_sqdist(c, q) <= kth) return true;
@@ -70,17 +153,13 @@ struct Candidate {
   bool operator<(const Candidate& o) const { return d < o.d || (d == o.d && index < o.index); }
 };
 
-/// Spatial parts read float32 coordinates (Morton codes, boxes, the exact merge): a float64 view
-/// (PointsView::data64) is refused with pcnn::invalid_argument_error naming `what`.
-void require_float32(const PointsView& points, const char* what);
-
-/// The contract's squared distance of two float points, in double, bit for bit as every backend
+/// The contract's squared distance of two points, in double, bit for bit as every backend
 /// computes it (this file is compiled with -ffp-contract=off).
-double exact_sqdist(const float* a, const float* b);
+double exact_sqdist(const double* a, const double* b);
 
-/// Appends the candidates of one index row (local indices into `part`) for query `q`, with exact
-/// distances recomputed from the part's coordinates and global indices.
-void append_exact(const Part& part, const float* q, const std::int32_t* local_row, int k,
+/// Appends the candidates of one index row (`n` local indices into `part`, -1 ends the row early)
+/// for query `q`, with exact distances recomputed from the part's coordinates and global indices.
+void append_exact(const Part& part, const double* q, const std::int32_t* local_row, std::int64_t n,
                   std::vector<Candidate>& out);
 
 /// Sorts `c` by (exact distance, global index) and writes the first k as a result row: the
@@ -89,6 +168,13 @@ void write_merged(std::vector<Candidate>& c, int k, std::int32_t* idx_row, float
 
 /// Maps local indices to global ones in place (-1 stays).
 void to_global(const Part& part, std::int32_t* idx, std::int64_t n);
+
+/// Which other parts (`bounds`, indexed by part; `home` excluded) may hold a neighbor of each of
+/// `m` queries `qs` within `bound(j)` (a squared distance): `forwarded`, the rows sent at least
+/// once, ascending; `to[t]`, the rows part t must search, ascending. `threads` for the work.
+void route(const std::vector<Bounds>& bounds, int home, const Coords& qs, std::int64_t m,
+           int threads, const std::function<double(std::int64_t)>& bound,
+           std::vector<std::int32_t>& forwarded, std::vector<std::vector<std::int32_t>>& to);
 
 /// The queries whose home is one part and what its index answered: after search_home, `idx` holds
 /// global indices and `d` the float distances of every row; rows no other part can change are
@@ -103,19 +189,19 @@ struct HomeRows {
   double build_ms = 0, search_ms = 0;
 };
 
-/// Searches `m` queries (`q`: packed xyz; null: the part's own points, a self-search) in their
-/// home part `home`, builds its index first when needed, and decides which of the other parts
+/// Searches `m` queries (`q`: packed; null: the part's own points, a self-search) in their home
+/// part `home`, builds its index first when needed, and decides which of the other parts
 /// (`bounds`, indexed by part) must search which rows. `threads` for the host-side work.
-/// `map_on_device` (CUDA parts whose device memory is not capped): the rows go through
+/// `map_on_device` (CUDA parts whose device memory is not capped; kNN only): the rows go through
 /// knn_global_cuda, else through host memory with the indices made global on the host.
-void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const float* q,
-                 std::int64_t m, const KnnParams& params, const IndexOptions& options, int threads,
-                 bool map_on_device, HomeRows& out);
+void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const Coords* q,
+                 std::int64_t m, const DenseSearch& search, const IndexOptions& options,
+                 int threads, bool map_on_device, HomeRows& out);
 
 /// The CUDA part's kNN rows (`q` null: its own points) into host rows `out_idx` / `out_d`
 /// (m × k), indices made global on the device; chunks of 2 × 32 MB of results through page-locked
 /// memory. Allocates outside the index's memory resource (hence not under a memory cap).
-void knn_global_cuda(Part& part, const float* q, std::int64_t m, const KnnParams& params,
+void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParams& params,
                      int threads, std::int32_t* out_idx, float* out_d);
 
 /// Page-locks host memory for every device of the process (cudaHostRegisterPortable) for the
@@ -133,19 +219,57 @@ class PortableLock {
 };
 
 /// A part's answer to forwarded queries: rows × k exact distances and global indices (padded
-/// with +infinity / -1), for `m` packed queries `q`.
+/// with +infinity / -1), for `m` packed queries `q` (never a self-search: exclude_self is off).
 struct Answer {
   std::vector<double> d;
   std::vector<std::int32_t> idx;
 };
-void answer(Part& part, const float* q, std::int64_t m, int k, const IndexOptions& options,
-            Answer& out, double& build_ms, double& search_ms);
+void answer(Part& part, const Coords& q, std::int64_t m, const DenseSearch& search,
+            const IndexOptions& options, Answer& out, double& build_ms, double& search_ms);
 
 /// Adds part `t`'s answers for the rows home.to[t] (row i of the answer at `d + i * k`).
 void add_answers(HomeRows& home, int t, const double* d, const std::int32_t* idx, int k);
 
 /// Writes each forwarded row's merge into home.idx / home.d.
 void finish_merge(HomeRows& home, int k);
+
+/// Radius rows of some queries in one part, or merged: CSR with exact distances and global
+/// indices, each row sorted by (distance, index). Counted only: `offsets` alone.
+struct RadiusRows {
+  std::vector<std::int64_t> offsets{0};  // rows + 1
+  std::vector<double> d;
+  std::vector<std::int32_t> idx;
+  std::int64_t rows() const { return static_cast<std::int64_t>(offsets.size()) - 1; }
+};
+
+/// The radius rows of `m` queries `q` in `part` (q null: its own points, with exclude_self as
+/// given; separate queries never exclude), counted only or filled.
+void radius_in_part(Part& part, const Coords* q, std::int64_t m, const RadiusParams& params,
+                    bool count_only, const IndexOptions& options, int threads, RadiusRows& out,
+                    double& build_ms, double& search_ms);
+
+/// The queries whose home is one part in a radius search: their rows there, the parts each must
+/// also go to (`to`), and, once the answers are in, the merged rows.
+struct RadiusHome {
+  std::int64_t rows = 0;
+  RadiusRows own;                             // in the home part
+  std::vector<std::int32_t> forwarded;        // ascending
+  std::vector<std::vector<std::int32_t>> to;  // per part: the rows it must search
+  RadiusRows merged;
+  double build_ms = 0, search_ms = 0;
+};
+
+/// The home part's radius rows of `m` queries (q null: its own points) and their routing: every
+/// other part one of whose boxes is within r² of the query.
+void radius_home(Part& part, int home, const std::vector<Bounds>& bounds, const Coords* q,
+                 std::int64_t m, const RadiusParams& params, bool count_only,
+                 const IndexOptions& options, int threads, RadiusHome& out);
+
+/// Merges the home rows with the answers: `answers[t]` holds part t's rows for home.to[t]
+/// starting at its row `first[t]` (null where part t searched nothing). Count only: the
+/// offsets alone.
+void merge_radius(RadiusHome& home, const std::vector<const RadiusRows*>& answers,
+                  const std::vector<std::int64_t>& first, bool count_only);
 
 /// Runs body(begin, end) over [0, n) in `threads` contiguous slices, at once.
 void parallel_for(std::int64_t n, int threads,

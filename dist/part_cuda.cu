@@ -81,7 +81,7 @@ class Stream {
 
 }  // namespace
 
-void knn_global_cuda(Part& part, const float* q, std::int64_t m, const KnnParams& params,
+void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParams& params,
                      int threads, std::int32_t* out_idx, float* out_d) {
   if (m <= 0) return;
   const int k = params.k;
@@ -106,7 +106,7 @@ void knn_global_cuda(Part& part, const float* q, std::int64_t m, const KnnParams
     const MatrixView<std::int32_t> iv{d_idx.get(), c, k, Memory::device};
     const MatrixView<float> dv{d_d.get(), c, k, Memory::device};
     if (q)
-      part.index->knn(host_points(q + 3 * a, c), params, iv, dv, s);
+      part.index->knn(q->from(a).view(c), params, iv, dv, s);
     else
       part.index->self_knn_rows(a, params, iv, dv, s);
     const std::int64_t cells = c * k;

@@ -13,7 +13,7 @@
 namespace pcnn {
 namespace {
 
-bool finite3(const float* p) {
+bool finite3(const double* p) {
   return std::isfinite(p[0]) && std::isfinite(p[1]) && std::isfinite(p[2]);
 }
 
@@ -37,6 +37,11 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 double box_sqdist(const Box& box, const float* q) {
+  const double d[3] = {q[0], q[1], q[2]};
+  return box_sqdist(box, d);
+}
+
+double box_sqdist(const Box& box, const double* q) {
   if (box.empty) return INFINITY;
   double g[3];
   for (int a = 0; a < 3; ++a) {
@@ -50,31 +55,37 @@ double box_sqdist(const Box& box, const float* q) {
 Partitioning::Partitioning(PointsView points, int parts, std::int64_t sample) : parts_(parts) {
   PCNN_EXPECTS(parts >= 1, "parts must be at least 1, got " + std::to_string(parts));
   PCNN_EXPECTS(points.memory == Memory::host, "partitioning needs points in host memory");
-  dist::require_float32(points, "partitioning");
-  PCNN_EXPECTS(points.count >= 0 && (points.count == 0 || points.data) && points.stride >= 3,
+  PCNN_EXPECTS(points.count >= 0 && (points.count == 0 || points.address()) && points.stride >= 3,
                "partitioning: invalid points view");
   if (sample <= 0) sample = 65536;
   std::array<double, 3> lo{INFINITY, INFINITY, INFINITY}, hi{-INFINITY, -INFINITY, -INFINITY};
   std::int64_t finite = 0;
   for (std::int64_t i = 0; i < points.count; ++i) {
-    const float* p = points.data + i * points.stride;
+    double p[3];
+    dist::read_point(points, i, p);
     if (!finite3(p)) continue;
     ++finite;
     for (int a = 0; a < 3; ++a) {
-      lo[a] = std::min(lo[a], double(p[a]));
-      hi[a] = std::max(hi[a], double(p[a]));
+      lo[a] = std::min(lo[a], p[a]);
+      hi[a] = std::max(hi[a], p[a]);
     }
   }
   if (finite == 0) lo = hi = {0, 0, 0};
   lo_ = lo;
-  for (int a = 0; a < 3; ++a) scale_[a] = hi[a] > lo[a] ? kCells / (hi[a] - lo[a]) : 0.0;
+  // An extent that overflows double (points near ±1.8e308) gets no resolution: every code 0 on
+  // that axis, the cuts then fall by index (balanced, still exact).
+  for (int a = 0; a < 3; ++a) {
+    const double extent = hi[a] - lo[a];
+    scale_[a] = extent > 0 && std::isfinite(extent) ? kCells / extent : 0.0;
+  }
   if (parts == 1) return;
   // Every step-th finite point, step chosen so that at most `sample` are taken.
   const std::int64_t step = std::max<std::int64_t>(1, (finite + sample - 1) / sample);
   std::vector<std::pair<std::uint64_t, std::int64_t>> keys;
   std::int64_t seen = 0;
   for (std::int64_t i = 0; i < points.count; ++i) {
-    const float* p = points.data + i * points.stride;
+    double p[3];
+    dist::read_point(points, i, p);
     if (!finite3(p)) continue;
     if (seen++ % step == 0) keys.emplace_back(morton_code(p), i);
   }
@@ -91,16 +102,16 @@ Partitioning::Partitioning(PointsView points, int parts, std::int64_t sample) : 
   }
 }
 
-std::uint64_t Partitioning::morton_code(const float* p) const {
+std::uint64_t Partitioning::morton_code(const double* p) const {
   std::uint64_t c[3];
   for (int a = 0; a < 3; ++a) {
-    const double t = std::clamp((double(p[a]) - lo_[a]) * scale_[a], 0.0, kCells);
-    c[a] = static_cast<std::uint64_t>(t);
+    const double t = (p[a] - lo_[a]) * scale_[a];  // NaN only where scale is 0: code 0
+    c[a] = static_cast<std::uint64_t>(t >= 0 ? std::min(t, kCells) : 0.0);
   }
   return spread(c[0]) << 2 | spread(c[1]) << 1 | spread(c[2]);
 }
 
-int Partitioning::part_of(const float* p, std::int64_t index) const {
+int Partitioning::part_of(const double* p, std::int64_t index) const {
   if (parts_ == 1) return 0;
   if (!finite3(p)) return static_cast<int>(index % parts_);
   const std::uint64_t c = morton_code(p);
@@ -112,7 +123,7 @@ int Partitioning::part_of(const float* p, std::int64_t index) const {
   return part;
 }
 
-int Partitioning::home_of(const float* q) const {
+int Partitioning::home_of(const double* q) const {
   if (parts_ == 1 || !finite3(q)) return 0;
   const std::uint64_t c = morton_code(q);
   int part = 0;
@@ -121,14 +132,17 @@ int Partitioning::home_of(const float* q) const {
 }
 
 std::vector<std::vector<std::int32_t>> Partitioning::assign(PointsView points) const {
-  dist::require_float32(points, "partitioning");
+  PCNN_EXPECTS(points.memory == Memory::host, "partitioning needs points in host memory");
   std::vector<std::vector<std::int32_t>> ids(static_cast<std::size_t>(parts_));
   const int threads = std::min<std::int64_t>(dist::hardware_threads(),
                                              std::max<std::int64_t>(1, points.count >> 16));
   std::vector<int> of(static_cast<std::size_t>(points.count));
   dist::parallel_for(points.count, threads, [&](std::int64_t a, std::int64_t b) {
-    for (std::int64_t i = a; i < b; ++i)
-      of[static_cast<std::size_t>(i)] = part_of(points.data + i * points.stride, i);
+    for (std::int64_t i = a; i < b; ++i) {
+      double p[3];
+      dist::read_point(points, i, p);
+      of[static_cast<std::size_t>(i)] = part_of(p, i);
+    }
   });
   std::vector<std::int64_t> count(static_cast<std::size_t>(parts_), 0);
   for (int p : of) ++count[static_cast<std::size_t>(p)];
@@ -141,44 +155,37 @@ std::vector<std::vector<std::int32_t>> Partitioning::assign(PointsView points) c
 
 namespace {
 
-// The box of the finite points point(0) .. point(n - 1).
-template <class Point>
-Box box_of(std::int64_t n, Point point) {
+Box empty_box() {
   Box b;
   b.lo = {INFINITY, INFINITY, INFINITY};
   b.hi = {-INFINITY, -INFINITY, -INFINITY};
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float* p = point(i);
-    if (!finite3(p)) continue;
-    b.empty = false;
-    for (int a = 0; a < 3; ++a) {
-      b.lo[a] = std::min(b.lo[a], double(p[a]));
-      b.hi[a] = std::max(b.hi[a], double(p[a]));
-    }
-  }
-  if (b.empty) b.lo = b.hi = {0, 0, 0};
   return b;
+}
+
+void grow(Box& b, const double* p) {
+  b.empty = false;
+  for (int a = 0; a < 3; ++a) {
+    b.lo[a] = std::min(b.lo[a], p[a]);
+    b.hi[a] = std::max(b.hi[a], p[a]);
+  }
 }
 
 }  // namespace
 
 Box bounding_box(PointsView points, const std::vector<std::int32_t>& ids) {
-  return box_of(static_cast<std::int64_t>(ids.size()), [&](std::int64_t j) {
-    return points.data + std::int64_t(ids[static_cast<std::size_t>(j)]) * points.stride;
-  });
+  Box b = empty_box();
+  for (const std::int32_t i : ids) {
+    double p[3];
+    dist::read_point(points, i, p);
+    if (finite3(p)) grow(b, p);
+  }
+  if (b.empty) b.lo = b.hi = {0, 0, 0};
+  return b;
 }
 
 namespace dist {
 
-void require_float32(const PointsView& points, const char* what) {
-  PCNN_EXPECTS(!points.is_double(),
-               std::string(what) +
-                   ": float64 coordinates (PointsView::data64) are not supported by spatial "
-                   "parts, which partition and search float32 points; search them with one "
-                   "pcnn::Index");
-}
-
-double exact_sqdist(const float* a, const float* b) {
+double exact_sqdist(const double* a, const double* b) {
   return detail::cpu::sqdist(a[0], a[1], a[2], b[0], b[1], b[2]);
 }
 
@@ -186,32 +193,20 @@ Bounds bounds_of(const Partitioning& partitioning, PointsView points,
                  const std::vector<std::int32_t>* ids) {
   const std::int64_t n = ids ? static_cast<std::int64_t>(ids->size()) : points.count;
   Box cell[64];
-  for (Box& c : cell) {
-    c.lo = {INFINITY, INFINITY, INFINITY};
-    c.hi = {-INFINITY, -INFINITY, -INFINITY};
-  }
+  for (Box& c : cell) c = empty_box();
   for (std::int64_t j = 0; j < n; ++j) {
     const std::int64_t i = ids ? std::int64_t((*ids)[static_cast<std::size_t>(j)]) : j;
-    const float* p = points.data + i * points.stride;
-    if (!finite3(p)) continue;
-    Box& c = cell[partitioning.morton_code(p) >> 57];
-    c.empty = false;
-    for (int a = 0; a < 3; ++a) {
-      c.lo[a] = std::min(c.lo[a], double(p[a]));
-      c.hi[a] = std::max(c.hi[a], double(p[a]));
-    }
+    double p[3];
+    read_point(points, i, p);
+    if (finite3(p)) grow(cell[partitioning.morton_code(p) >> 57], p);
   }
   Bounds b;
-  b.all.lo = {INFINITY, INFINITY, INFINITY};
-  b.all.hi = {-INFINITY, -INFINITY, -INFINITY};
+  b.all = empty_box();
   for (const Box& c : cell) {
     if (c.empty) continue;
     b.cells.push_back(c);
-    b.all.empty = false;
-    for (int a = 0; a < 3; ++a) {
-      b.all.lo[a] = std::min(b.all.lo[a], c.lo[a]);
-      b.all.hi[a] = std::max(b.all.hi[a], c.hi[a]);
-    }
+    grow(b.all, c.lo.data());
+    grow(b.all, c.hi.data());
   }
   if (b.all.empty) b.all.lo = b.all.hi = {0, 0, 0};
   return b;
@@ -220,17 +215,15 @@ Bounds bounds_of(const Partitioning& partitioning, PointsView points,
 void Part::take(const Partitioning& partitioning, PointsView points,
                 std::vector<std::int32_t> part_ids) {
   ids = std::move(part_ids);
-  xyz.resize(ids.size() * 3);
-  for (std::size_t j = 0; j < ids.size(); ++j) {
-    const float* p = points.data + std::int64_t(ids[j]) * points.stride;
-    std::copy(p, p + 3, xyz.begin() + static_cast<std::ptrdiff_t>(3 * j));
-  }
-  bounds = bounds_of(partitioning, host_points(xyz.data(), size()), nullptr);
+  xyz = Packed(points.is_double());
+  xyz.reserve(size());
+  for (const std::int32_t i : ids) xyz.push(points, i);
+  bounds = bounds_of(partitioning, coords().view(size()), nullptr);
 }
 
 void Part::build(const IndexOptions& options) {
   if (built) return;
-  index.emplace(host_points(xyz.data(), size()), options);
+  index.emplace(coords().view(size()), options);
   built = true;
 }
 
@@ -239,12 +232,14 @@ void Part::release() {
   built = false;
 }
 
-void append_exact(const Part& part, const float* q, const std::int32_t* local_row, int k,
+void append_exact(const Part& part, const double* q, const std::int32_t* local_row, std::int64_t n,
                   std::vector<Candidate>& out) {
-  for (int j = 0; j < k && local_row[j] >= 0; ++j) {
+  const Coords c = part.coords();
+  for (std::int64_t j = 0; j < n && local_row[j] >= 0; ++j) {
     const std::int64_t l = local_row[j];
-    out.push_back(
-        {exact_sqdist(q, part.xyz.data() + 3 * l), part.ids[static_cast<std::size_t>(l)]});
+    double p[3];
+    c.get(l, p);
+    out.push_back({exact_sqdist(q, p), part.ids[static_cast<std::size_t>(l)]});
   }
 }
 
@@ -264,12 +259,69 @@ void to_global(const Part& part, std::int32_t* idx, std::int64_t n) {
     if (idx[i] >= 0) idx[i] = g[idx[i]];
 }
 
-void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const float* q,
-                 std::int64_t m, const KnnParams& params, const IndexOptions& options, int threads,
-                 bool map_on_device, HomeRows& out) {
-  const int k = params.k;
+void DenseSearch::run(Index& index, const PointsView* q, MatrixView<std::int32_t> iv,
+                      MatrixView<float> dv) const {
+  if (hybrid) {
+    const HybridParams p{radius, k, exclude_self};
+    if (q)
+      index.hybrid(*q, p, iv, dv);
+    else
+      index.self_hybrid(p, iv, dv);
+  } else {
+    const KnnParams p{k, exclude_self};
+    if (q)
+      index.knn(*q, p, iv, dv);
+    else
+      index.self_knn(p, iv, dv);
+  }
+}
+
+void DenseSearch::run_rows(Index& index, std::int64_t first_row, MatrixView<std::int32_t> iv,
+                           MatrixView<float> dv) const {
+  if (hybrid)
+    index.self_hybrid_rows(first_row, HybridParams{radius, k, exclude_self}, iv, dv);
+  else
+    index.self_knn_rows(first_row, KnnParams{k, exclude_self}, iv, dv);
+}
+
+void route(const std::vector<Bounds>& bounds, int home, const Coords& qs, std::int64_t m,
+           int threads, const std::function<double(std::int64_t)>& bound,
+           std::vector<std::int32_t>& forwarded, std::vector<std::vector<std::int32_t>>& to) {
   const int np = static_cast<int>(bounds.size());
-  const float* qs = q ? q : part.xyz.data();
+  // Decided per slice of rows, then joined in order.
+  const int slices = static_cast<int>(std::min<std::int64_t>(threads, 1 + m / 65536));
+  std::vector<std::vector<std::vector<std::int32_t>>> sto(static_cast<std::size_t>(slices));
+  std::vector<std::vector<std::int32_t>> fwd(static_cast<std::size_t>(slices));
+  for_each(slices, true, [&](int s) {
+    auto& mine = sto[s];
+    mine.assign(static_cast<std::size_t>(np), {});
+    for (std::int64_t j = m * s / slices; j < m * (s + 1) / slices; ++j) {
+      double p[3];
+      qs.get(j, p);
+      if (!finite3(p)) continue;
+      const double b = bound(j);
+      bool any = false;
+      for (int o = 0; o < np; ++o)
+        if (o != home && may_hold(bounds[o], p, b)) {
+          mine[o].push_back(static_cast<std::int32_t>(j));
+          any = true;
+        }
+      if (any) fwd[s].push_back(static_cast<std::int32_t>(j));
+    }
+  });
+  forwarded.clear();
+  to.assign(static_cast<std::size_t>(np), {});
+  for (int s = 0; s < slices; ++s) {
+    forwarded.insert(forwarded.end(), fwd[s].begin(), fwd[s].end());
+    for (int o = 0; o < np; ++o) to[o].insert(to[o].end(), sto[s][o].begin(), sto[s][o].end());
+  }
+}
+
+void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const Coords* q,
+                 std::int64_t m, const DenseSearch& search, const IndexOptions& options,
+                 int threads, bool map_on_device, HomeRows& out) {
+  const int k = search.k;
+  const Coords qs = q ? *q : part.coords();
   out.rows = m;
   auto t = std::chrono::steady_clock::now();
   if (!part.built && m > 0) part.build(options);
@@ -279,45 +331,25 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
   out.d.resize(out.idx.size());
   const MatrixView<std::int32_t> iv{out.idx.data(), m, k};
   const MatrixView<float> dv{out.d.data(), m, k};
-  if (m > 0 && map_on_device) {
-    knn_global_cuda(part, q, m, params, threads, out.idx.data(), out.d.data());
+  if (m > 0 && map_on_device && !search.hybrid) {
+    knn_global_cuda(part, q, m, KnnParams{k, search.exclude_self}, threads, out.idx.data(),
+                    out.d.data());
   } else if (m > 0) {
-    if (q)
-      part.index->knn(host_points(q, m), params, iv, dv);
-    else
-      part.index->self_knn(params, iv, dv);
+    const PointsView qv = q ? q->view(m) : PointsView{};
+    search.run(*part.index, q ? &qv : nullptr, iv, dv);
     parallel_for(m * k, threads, [&](std::int64_t a, std::int64_t e) {
       to_global(part, out.idx.data() + a, e - a);
     });
   }
   out.search_ms += ms_since(t);
-  // Which other parts may hold a neighbor: decided per slice of rows, then joined in order.
-  const int slices = static_cast<int>(std::min<std::int64_t>(threads, 1 + m / 65536));
-  std::vector<std::vector<std::vector<std::int32_t>>> to(static_cast<std::size_t>(slices));
-  std::vector<std::vector<std::int32_t>> fwd(static_cast<std::size_t>(slices));
-  for_each(slices, true, [&](int s) {
-    auto& mine = to[s];
-    mine.assign(static_cast<std::size_t>(np), {});
-    for (std::int64_t j = m * s / slices; j < m * (s + 1) / slices; ++j) {
-      const float* p = qs + 3 * j;
-      if (!finite3(p)) continue;
-      const double kth = kth_upper_bound(&out.d[j * k], &out.idx[j * k], k);
-      bool any = false;
-      for (int o = 0; o < np; ++o)
-        if (o != home && may_hold(bounds[o], p, kth)) {
-          mine[o].push_back(static_cast<std::int32_t>(j));
-          any = true;
-        }
-      if (any) fwd[s].push_back(static_cast<std::int32_t>(j));
-    }
-  });
-  out.forwarded.clear();
-  out.to.assign(static_cast<std::size_t>(np), {});
-  for (int s = 0; s < slices; ++s) {
-    out.forwarded.insert(out.forwarded.end(), fwd[s].begin(), fwd[s].end());
-    for (int o = 0; o < np; ++o)
-      out.to[o].insert(out.to[o].end(), to[s][o].begin(), to[s][o].end());
-  }
+  // Which other parts may hold a neighbor: within the row's k-th distance (hybrid: and r²).
+  const double limit = search.limit();
+  route(
+      bounds, home, qs, m, threads,
+      [&](std::int64_t j) {
+        return std::min(kth_upper_bound(&out.d[j * k], &out.idx[j * k], k), limit);
+      },
+      out.forwarded, out.to);
   // The forwarded rows' own candidates, exact: each global index found back in the part's
   // ascending table.
   out.merging.assign(out.forwarded.size(), {});
@@ -331,12 +363,15 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
                 : static_cast<std::int32_t>(std::lower_bound(part.ids.begin(), part.ids.end(), g) -
                                             part.ids.begin());
     }
-    append_exact(part, qs + 3 * j, local, k, out.merging[f]);
+    double p[3];
+    qs.get(j, p);
+    append_exact(part, p, local, k, out.merging[f]);
   }
 }
 
-void answer(Part& part, const float* q, std::int64_t m, int k, const IndexOptions& options,
-            Answer& out, double& build_ms, double& search_ms) {
+void answer(Part& part, const Coords& q, std::int64_t m, const DenseSearch& search,
+            const IndexOptions& options, Answer& out, double& build_ms, double& search_ms) {
+  const int k = search.k;
   out.d.assign(static_cast<std::size_t>(m) * k, INFINITY);
   out.idx.assign(out.d.size(), -1);
   if (m == 0) return;
@@ -346,12 +381,17 @@ void answer(Part& part, const float* q, std::int64_t m, int k, const IndexOption
   t = std::chrono::steady_clock::now();
   std::vector<std::int32_t> local(out.idx.size());
   std::vector<float> d(out.idx.size());
-  part.index->knn(host_points(q, m), KnnParams{k}, {local.data(), m, k}, {d.data(), m, k});
+  DenseSearch forwarded = search;
+  forwarded.exclude_self = false;  // the query is not one of this part's points
+  const PointsView qv = q.view(m);
+  forwarded.run(*part.index, &qv, {local.data(), m, k}, {d.data(), m, k});
   search_ms += ms_since(t);
   std::vector<Candidate> c;
   for (std::int64_t i = 0; i < m; ++i) {
     c.clear();
-    append_exact(part, q + 3 * i, &local[i * k], k, c);
+    double p[3];
+    q.get(i, p);
+    append_exact(part, p, &local[i * k], k, c);
     for (std::size_t j = 0; j < c.size(); ++j) {
       out.d[i * k + j] = c[j].d;
       out.idx[i * k + j] = c[j].index;
@@ -374,6 +414,120 @@ void finish_merge(HomeRows& home, int k) {
   for (std::size_t f = 0; f < home.forwarded.size(); ++f) {
     const std::int64_t j = home.forwarded[f];
     write_merged(home.merging[f], k, &home.idx[j * k], &home.d[j * k]);
+  }
+}
+
+void radius_in_part(Part& part, const Coords* q, std::int64_t m, const RadiusParams& params,
+                    bool count_only, const IndexOptions& options, int threads, RadiusRows& out,
+                    double& build_ms, double& search_ms) {
+  out.offsets.assign(static_cast<std::size_t>(m) + 1, 0);
+  out.d.clear();
+  out.idx.clear();
+  if (m == 0) return;
+  auto t = std::chrono::steady_clock::now();
+  if (!part.built) part.build(options);
+  build_ms += ms_since(t);
+  t = std::chrono::steady_clock::now();
+  const RadiusParams p{params.radius, q ? false : params.exclude_self, params.max_rows_per_pass};
+  const PointsView qv = q ? q->view(m) : PointsView{};
+  const ArrayView<std::int64_t> off{out.offsets.data(), m + 1};
+  const std::int64_t total =
+      q ? part.index->radius_count(qv, p, off) : part.index->self_radius_count(p, off);
+  if (!count_only) {
+    std::vector<float> fd(static_cast<std::size_t>(total));
+    out.idx.resize(fd.size());
+    const ArrayView<const std::int64_t> coff{out.offsets.data(), m + 1};
+    if (q)
+      part.index->radius_fill(qv, p, coff, {out.idx.data(), total}, {fd.data(), total});
+    else
+      part.index->self_radius_fill(p, coff, {out.idx.data(), total}, {fd.data(), total});
+    search_ms += ms_since(t);
+    // Exact distances from the coordinates as stored, and global indices. The index's rows are
+    // sorted by (distance, local index) = (distance, global index): they stay in order.
+    out.d.resize(fd.size());
+    const Coords qs = q ? *q : part.coords();
+    const Coords pc = part.coords();
+    parallel_for(m, threads, [&](std::int64_t a, std::int64_t e) {
+      for (std::int64_t j = a; j < e; ++j) {
+        double x[3];
+        qs.get(j, x);
+        for (std::int64_t c = out.offsets[j]; c < out.offsets[j + 1]; ++c) {
+          double y[3];
+          const std::int32_t l = out.idx[c];
+          pc.get(l, y);
+          out.d[c] = exact_sqdist(x, y);
+          out.idx[c] = part.ids[static_cast<std::size_t>(l)];
+        }
+      }
+    });
+    return;
+  }
+  search_ms += ms_since(t);
+}
+
+void radius_home(Part& part, int home, const std::vector<Bounds>& bounds, const Coords* q,
+                 std::int64_t m, const RadiusParams& params, bool count_only,
+                 const IndexOptions& options, int threads, RadiusHome& out) {
+  out.rows = m;
+  radius_in_part(part, q, m, params, count_only, options, threads, out.own, out.build_ms,
+                 out.search_ms);
+  const double r2 = params.radius * params.radius;  // the index's own r²
+  route(
+      bounds, home, q ? *q : part.coords(), m, threads, [&](std::int64_t) { return r2; },
+      out.forwarded, out.to);
+}
+
+void merge_radius(RadiusHome& home, const std::vector<const RadiusRows*>& answers,
+                  const std::vector<std::int64_t>& first, bool count_only) {
+  const std::int64_t m = home.rows;
+  const int np = static_cast<int>(answers.size());
+  RadiusRows& out = home.merged;
+  // Row j's rows in each answering part: walk every to[t] along the rows.
+  std::vector<std::size_t> at(static_cast<std::size_t>(np), 0);
+  out.offsets.assign(static_cast<std::size_t>(m) + 1, 0);
+  for (std::int64_t j = 0; j < m; ++j) {
+    std::int64_t count = home.own.offsets[j + 1] - home.own.offsets[j];
+    for (int t = 0; t < np; ++t) {
+      const auto& rows = home.to[static_cast<std::size_t>(t)];
+      std::size_t& i = at[static_cast<std::size_t>(t)];
+      if (i < rows.size() && rows[i] == j) {
+        const RadiusRows& a = *answers[t];
+        const std::int64_t r = first[t] + static_cast<std::int64_t>(i);
+        count += a.offsets[r + 1] - a.offsets[r];
+        ++i;
+      }
+    }
+    out.offsets[j + 1] = out.offsets[j] + count;
+  }
+  out.d.clear();
+  out.idx.clear();
+  if (count_only) return;
+  out.d.resize(static_cast<std::size_t>(out.offsets[m]));
+  out.idx.resize(out.d.size());
+  std::fill(at.begin(), at.end(), 0);
+  std::vector<Candidate> c;
+  for (std::int64_t j = 0; j < m; ++j) {
+    c.clear();
+    for (std::int64_t e = home.own.offsets[j]; e < home.own.offsets[j + 1]; ++e)
+      c.push_back({home.own.d[e], home.own.idx[e]});
+    bool merged = false;
+    for (int t = 0; t < np; ++t) {
+      const auto& rows = home.to[static_cast<std::size_t>(t)];
+      std::size_t& i = at[static_cast<std::size_t>(t)];
+      if (i < rows.size() && rows[i] == j) {
+        const RadiusRows& a = *answers[t];
+        const std::int64_t r = first[t] + static_cast<std::int64_t>(i);
+        for (std::int64_t e = a.offsets[r]; e < a.offsets[r + 1]; ++e)
+          c.push_back({a.d[e], a.idx[e]});
+        merged = merged || a.offsets[r + 1] > a.offsets[r];
+        ++i;
+      }
+    }
+    if (merged) std::sort(c.begin(), c.end());
+    for (std::size_t e = 0; e < c.size(); ++e) {
+      out.d[out.offsets[j] + e] = c[e].d;
+      out.idx[out.offsets[j] + e] = c[e].index;
+    }
   }
 }
 

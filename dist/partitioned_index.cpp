@@ -1,9 +1,10 @@
 // PartitionedIndex: spatial parts of one cloud, each with its own index, searched at once (one
-// thread per device) or one after the other (tiles larger than a device), merged exactly.
+// thread per device) or one after the other (tiles larger than a device), merged exactly; or
+// replicas of the whole cloud, one per device, each searching a contiguous share of the rows.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <optional>
+#include <functional>
 #include <sstream>
 #include <string>
 
@@ -36,11 +37,51 @@ struct PartitionedIndex::Impl {
   PartitionedTimings timings;
   std::vector<Index> replicas;  // the replicated layout: one whole index per device
 
-  void search(const PointsView* queries, const KnnParams& params, MatrixView<std::int32_t> out_idx,
-              MatrixView<float> out_d);
+  // The queries of one search by home part: the output rows and packed coordinates (a
+  // self-search's are the parts' own points).
+  struct Batches {
+    const PointsView* queries = nullptr;
+    std::int64_t rows = 0;
+    std::vector<std::vector<std::int64_t>> out_rows;
+    std::vector<dist::Packed> qxyz;
+    std::vector<dist::Bounds> bounds;
+    const dist::Coords* q(int p, dist::Coords& c) const {
+      if (!queries) return nullptr;
+      c = qxyz[static_cast<std::size_t>(p)].coords();
+      return &c;
+    }
+  };
+  // Refuses queries a search cannot take (exclude_self: self-searches only).
+  void check_queries(const PointsView* queries, bool exclude_self) const;
+  Batches start(const PointsView* queries);
+  // The forwarded queries part t must search: the rows `to(p)` of every part p's batch, in part
+  // order; first[p] is where part p's rows start.
+  template <class To>
+  dist::Packed gather_forwarded(const Batches& b, int t, To&& to,
+                                std::vector<std::int64_t>& first) const;
+  void finish_timings(clock_type::time_point t_start);
+
+  void dense(const PointsView* queries, const dist::DenseSearch& search,
+             MatrixView<std::int32_t> out_idx, MatrixView<float> out_d);
+  // count_only: offsets alone (out.offsets), else the whole result.
+  void radius(const PointsView* queries, const RadiusParams& params, bool count_only,
+              RadiusResult& out);
+
+  // The replicated layout: every device's replica of the whole cloud searches a contiguous share
+  // of the rows, all at once.
   void build_replicas(PointsView points);
-  void search_replicas(const PointsView* queries, const KnnParams& params,
-                       MatrixView<std::int32_t> out_idx, MatrixView<float> out_d);
+  std::int64_t share(std::int64_t rows, int d) const {
+    return rows * d / static_cast<std::int64_t>(replicas.size());
+  }
+  void start_replicas(std::int64_t rows);
+  // body(d, a, b): replica d's rows [a, b), every non-empty share at once.
+  void on_replicas(std::int64_t rows,
+                   const std::function<void(int, std::int64_t, std::int64_t)>& body);
+  void finish_replicas(clock_type::time_point t_start);
+  void dense_replicas(const PointsView* queries, const dist::DenseSearch& search,
+                      MatrixView<std::int32_t> out_idx, MatrixView<float> out_d);
+  void radius_replicas(const PointsView* queries, const RadiusParams& params, bool count_only,
+                       RadiusResult& out);
 };
 
 namespace {
@@ -77,51 +118,128 @@ void PartitionedIndex::Impl::build_replicas(PointsView points) {
   timings.replicated = true;
 }
 
-// Each device's replica searches a contiguous share of the rows straight into its rows of the
-// outputs, which are page-locked once for every device; the rows are those of one index.
-void PartitionedIndex::Impl::search_replicas(const PointsView* queries, const KnnParams& params,
-                                             MatrixView<std::int32_t> out_idx,
-                                             MatrixView<float> out_d) {
+namespace {
+
+// The bytes a host view spans (what page-locking it covers).
+std::size_t view_bytes(const PointsView* v) {
+  if (!v || v->count <= 0) return 0;
+  return static_cast<std::size_t>((v->count - 1) * v->stride + 3) *
+         static_cast<std::size_t>(v->scalar_bytes());
+}
+
+}  // namespace
+
+void PartitionedIndex::Impl::start_replicas(std::int64_t rows) {
   const int nd = static_cast<int>(replicas.size());
-  const int k = params.k;
-  const std::int64_t rows = out_idx.rows;
-  const auto t_start = clock_type::now();
   timings = PartitionedTimings();
   timings.replicated = true;
   timings.parts.resize(static_cast<std::size_t>(nd));
-  const std::size_t out_bytes = static_cast<std::size_t>(rows) * k * 4;
-  std::optional<dist::PortableLock> lock_idx, lock_d, lock_q;  // released before the clock stops
-  lock_idx.emplace(out_idx.data, out_bytes);
-  lock_d.emplace(out_d.data, out_bytes);
-  if (queries && queries->count > 0)
-    lock_q.emplace(queries->address(),
-                   static_cast<std::size_t>((queries->count - 1) * queries->stride + 3) *
-                       queries->scalar_bytes());
-  dist::for_each(nd, true, [&](int d) {
-    const std::int64_t a = rows * d / nd, b = rows * (d + 1) / nd;
+  for (int d = 0; d < nd; ++d) {
     PartStats& st = timings.parts[static_cast<std::size_t>(d)];
     st.device = options.devices[static_cast<std::size_t>(d)];
     st.points = replicas[d].size();
-    st.home_queries = b - a;
+    st.home_queries = share(rows, d + 1) - share(rows, d);
     st.build_ms = built_ms[static_cast<std::size_t>(d)];
+  }
+}
+
+// Each device's replica searches a contiguous share of the rows straight into its rows of the
+// outputs, which the caller page-locks once for every device; the rows are those of one index.
+void PartitionedIndex::Impl::on_replicas(
+    std::int64_t rows, const std::function<void(int, std::int64_t, std::int64_t)>& body) {
+  dist::for_each(static_cast<int>(replicas.size()), true, [&](int d) {
+    const std::int64_t a = share(rows, d), b = share(rows, d + 1);
     const auto t = clock_type::now();
-    const MatrixView<std::int32_t> iv{out_idx.data + a * k, b - a, k, out_idx.memory};
-    const MatrixView<float> dv{out_d.data + a * k, b - a, k, out_d.memory};
-    if (b > a) {
-      if (queries)
-        replicas[d].knn(queries->slice(a, b - a), params, iv, dv);
-      else
-        replicas[d].self_knn_rows(a, params, iv, dv);
-    }
-    st.search_ms = ms_since(t);
+    if (b > a) body(d, a, b);
+    timings.parts[static_cast<std::size_t>(d)].search_ms += ms_since(t);
   });
-  lock_q.reset();
-  lock_d.reset();
-  lock_idx.reset();
+}
+
+void PartitionedIndex::Impl::finish_replicas(clock_type::time_point t_start) {
   for (const PartStats& st : timings.parts)
     timings.build_ms += st.build_ms;  // built one after the other
   timings.home_ms = ms_since(t_start);
   timings.total_ms = timings.home_ms + timings.build_ms;
+}
+
+void PartitionedIndex::Impl::dense_replicas(const PointsView* queries,
+                                            const dist::DenseSearch& search,
+                                            MatrixView<std::int32_t> out_idx,
+                                            MatrixView<float> out_d) {
+  const int k = search.k;
+  const std::int64_t rows = out_idx.rows;
+  const auto t_start = clock_type::now();
+  start_replicas(rows);
+  {
+    // Released before the clock stops.
+    const std::size_t out_bytes = static_cast<std::size_t>(rows) * k * 4;
+    const dist::PortableLock lock_idx(out_idx.data, out_bytes), lock_d(out_d.data, out_bytes),
+        lock_q(queries ? queries->address() : nullptr, view_bytes(queries));
+    on_replicas(rows, [&](int d, std::int64_t a, std::int64_t b) {
+      const MatrixView<std::int32_t> iv{out_idx.data + a * k, b - a, k, out_idx.memory};
+      const MatrixView<float> dv{out_d.data + a * k, b - a, k, out_d.memory};
+      if (queries) {
+        const PointsView q = queries->slice(a, b - a);
+        search.run(replicas[d], &q, iv, dv);
+      } else {
+        search.run_rows(replicas[d], a, iv, dv);
+      }
+    });
+  }
+  finish_replicas(t_start);
+}
+
+// Radius on replicas: the counts of each share made global by a running sum (a self-search's
+// all counted by the first replica: an index counts its own rows only all at once), then every
+// share filled into its range of the pairs.
+void PartitionedIndex::Impl::radius_replicas(const PointsView* queries, const RadiusParams& params,
+                                             bool count_only, RadiusResult& out) {
+  const int nd = static_cast<int>(replicas.size());
+  const std::int64_t rows = queries ? queries->count : n;
+  const auto t_start = clock_type::now();
+  start_replicas(rows);
+  out.rows = rows;
+  out.offsets.assign(static_cast<std::size_t>(rows) + 1, 0);
+  out.indices.clear();
+  out.sqdist.clear();
+  {
+    const dist::PortableLock lock_q(queries ? queries->address() : nullptr, view_bytes(queries));
+    if (queries) {
+      std::vector<std::vector<std::int64_t>> counts(static_cast<std::size_t>(nd));
+      on_replicas(rows, [&](int d, std::int64_t a, std::int64_t b) {
+        counts[d].assign(static_cast<std::size_t>(b - a) + 1, 0);
+        replicas[d].radius_count(queries->slice(a, b - a), params, {counts[d].data(), b - a + 1});
+      });
+      for (int d = 0; d < nd; ++d) {
+        const std::int64_t a = share(rows, d);
+        for (std::size_t i = 1; i < counts[d].size(); ++i)
+          out.offsets[a + i] = out.offsets[a] + counts[d][i];
+      }
+    } else if (rows > 0) {
+      const auto t = clock_type::now();
+      replicas[0].self_radius_count(params, {out.offsets.data(), rows + 1});
+      timings.parts[0].search_ms += ms_since(t);
+    }
+    if (!count_only) {
+      const std::int64_t total = out.offsets.back();
+      out.indices.resize(static_cast<std::size_t>(total));
+      out.sqdist.resize(out.indices.size());
+      const std::size_t bytes = static_cast<std::size_t>(total) * 4;
+      const dist::PortableLock lock_idx(out.indices.data(), bytes),
+          lock_d(out.sqdist.data(), bytes);
+      on_replicas(rows, [&](int d, std::int64_t a, std::int64_t b) {
+        const ArrayView<const std::int64_t> off{out.offsets.data() + a, b - a + 1};
+        const std::int64_t at = out.offsets[a], pairs = out.offsets[b] - at;
+        const ArrayView<std::int32_t> iv{out.indices.data() + at, pairs};
+        const ArrayView<float> dv{out.sqdist.data() + at, pairs};
+        if (queries)
+          replicas[d].radius_fill(queries->slice(a, b - a), params, off, iv, dv);
+        else
+          replicas[d].self_radius_fill_rows(a, params, off, iv, dv);
+      });
+    }
+  }
+  finish_replicas(t_start);
 }
 
 PartitionedIndex::PartitionedIndex(PointsView points, PartitionedOptions options)
@@ -131,7 +249,7 @@ PartitionedIndex::PartitionedIndex(PointsView points, PartitionedOptions options
   PCNN_EXPECTS(points.count >= 0 && points.count <= INT32_MAX,
                "references: between 0 and 2^31-1 points");
   PCNN_EXPECTS(points.count == 0 || points.address() != nullptr, "references: null data");
-  PCNN_EXPECTS(points.stride >= 3, "references: stride must be at least 3 floats");
+  PCNN_EXPECTS(points.stride >= 3, "references: stride must be at least 3 coordinates");
   PCNN_EXPECTS(options.tiles >= 0 && options.tiles <= 4096, "tiles must be between 0 and 4096");
   Backend backend = options.index.backend;
   if (backend == Backend::automatic)
@@ -149,7 +267,6 @@ PartitionedIndex::PartitionedIndex(PointsView points, PartitionedOptions options
     m.build_replicas(points);
     return;
   }
-  dist::require_float32(points, "references");
   m.sequential = options.tiles > 0;
   const int nparts = m.sequential ? options.tiles : static_cast<int>(options.devices.size());
   const auto t0 = clock_type::now();
@@ -201,29 +318,19 @@ bool PartitionedIndex::replicated() const { return !impl_->replicas.empty(); }
 const Partitioning& PartitionedIndex::partitioning() const { return impl_->partitioning; }
 const PartitionedTimings& PartitionedIndex::last_timings() const { return impl_->timings; }
 
-void PartitionedIndex::Impl::search(const PointsView* queries, const KnnParams& params,
-                                    MatrixView<std::int32_t> out_idx, MatrixView<float> out_d) {
-  const int np = static_cast<int>(parts.size());
-  const int k = params.k;
-  PCNN_EXPECTS(k >= 1 && k <= kMaxK,
-               "k must be between 1 and " + std::to_string(kMaxK) + ", got " + std::to_string(k));
-  PCNN_EXPECTS(!(params.exclude_self && queries),
+void PartitionedIndex::Impl::check_queries(const PointsView* queries, bool exclude_self) const {
+  PCNN_EXPECTS(!(exclude_self && queries),
                "exclude_self applies to a self-search only (no separate query set)");
-  const std::int64_t rows = queries ? queries->count : n;
   if (queries) {
     PCNN_EXPECTS(queries->memory == Memory::host, "queries must be in host memory");
-    if (replicas.empty()) dist::require_float32(*queries, "queries");
     PCNN_EXPECTS(queries->count >= 0 && queries->count <= INT32_MAX &&
                      (queries->count == 0 || queries->address()) && queries->stride >= 3,
                  "queries: invalid view");
   }
-  PCNN_EXPECTS(out_idx.memory == Memory::host && out_d.memory == Memory::host,
-               "a partitioned index writes host memory");
-  PCNN_EXPECTS(out_idx.rows == rows && out_idx.cols == k && out_d.rows == rows && out_d.cols == k &&
-                   (rows == 0 || (out_idx.data && out_d.data)),
-               "outputs must be " + std::to_string(rows) + " x " + std::to_string(k));
-  if (!replicas.empty()) return search_replicas(queries, params, out_idx, out_d);
-  const auto t_start = clock_type::now();
+}
+
+PartitionedIndex::Impl::Batches PartitionedIndex::Impl::start(const PointsView* queries) {
+  const int np = static_cast<int>(parts.size());
   PartitionedTimings& tm = timings;
   const double partition_ms = tm.partition_ms;
   tm = PartitionedTimings();
@@ -234,33 +341,84 @@ void PartitionedIndex::Impl::search(const PointsView* queries, const KnnParams& 
     tm.parts[p].points = parts[p].size();
     tm.parts[p].build_ms = built_ms[p];
   }
-
-  // The home batches (output rows and coordinates): a self-search's are the parts' own points.
-  std::vector<std::vector<std::int64_t>> out_rows(static_cast<std::size_t>(np));
-  std::vector<std::vector<float>> qxyz(static_cast<std::size_t>(np));
+  Batches b;
+  b.queries = queries;
+  b.rows = queries ? queries->count : n;
+  b.out_rows.resize(static_cast<std::size_t>(np));
   if (queries) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float* q = queries->data + r * queries->stride;
+    b.qxyz.assign(static_cast<std::size_t>(np), dist::Packed(queries->is_double()));
+    for (std::int64_t r = 0; r < queries->count; ++r) {
+      double q[3];
+      dist::read_point(*queries, r, q);
       const int p = partitioning.home_of(q);
-      out_rows[p].push_back(r);
-      qxyz[p].insert(qxyz[p].end(), q, q + 3);
+      b.out_rows[p].push_back(r);
+      b.qxyz[p].push(*queries, r);
     }
   } else {
-    for (int p = 0; p < np; ++p) out_rows[p].assign(parts[p].ids.begin(), parts[p].ids.end());
+    for (int p = 0; p < np; ++p) b.out_rows[p].assign(parts[p].ids.begin(), parts[p].ids.end());
   }
-  auto q_of = [&](int p) { return queries ? qxyz[p].data() : parts[p].xyz.data(); };
-  std::vector<dist::Bounds> bounds;
-  for (const dist::Part& part : parts) bounds.push_back(part.bounds);
+  for (const dist::Part& part : parts) b.bounds.push_back(part.bounds);
+  return b;
+}
+
+template <class To>
+dist::Packed PartitionedIndex::Impl::gather_forwarded(const Batches& b, int t, To&& to,
+                                                      std::vector<std::int64_t>& first) const {
+  const int np = static_cast<int>(parts.size());
+  dist::Packed xyz(b.queries ? b.queries->is_double() : parts[0].xyz.is_double);
+  first.assign(static_cast<std::size_t>(np) + 1, 0);
+  for (int p = 0; p < np; ++p) {
+    first[p] = xyz.size();
+    const dist::Coords c = b.queries ? b.qxyz[p].coords() : parts[p].coords();
+    for (std::int32_t j : to(p)[static_cast<std::size_t>(t)]) xyz.push(c, j);
+  }
+  first[np] = xyz.size();
+  return xyz;
+}
+
+void PartitionedIndex::Impl::finish_timings(clock_type::time_point t_start) {
+  PartitionedTimings& tm = timings;
+  for (const PartStats& s : tm.parts) {
+    tm.queries_forwarded += s.queries_forwarded;
+    tm.build_ms = sequential || options.index.backend == Backend::cuda  // built in turn
+                      ? tm.build_ms + s.build_ms
+                      : std::max(tm.build_ms, s.build_ms);
+  }
+  // Parts built at construction count as part of the build + search total.
+  tm.total_ms = ms_since(t_start) + (sequential ? 0.0 : tm.build_ms);
+}
+
+void PartitionedIndex::Impl::dense(const PointsView* queries, const dist::DenseSearch& search,
+                                   MatrixView<std::int32_t> out_idx, MatrixView<float> out_d) {
+  const int np = static_cast<int>(parts.size());
+  const int k = search.k;
+  const char* what = search.hybrid ? "max_nn" : "k";
+  PCNN_EXPECTS(k >= 1 && k <= kMaxK, std::string(what) + " must be between 1 and " +
+                                         std::to_string(kMaxK) + ", got " + std::to_string(k));
+  PCNN_EXPECTS(!search.hybrid || (std::isfinite(search.radius) && search.radius >= 0),
+               "radius must be finite and >= 0");
+  check_queries(queries, search.exclude_self);
+  const std::int64_t rows = queries ? queries->count : n;
+  PCNN_EXPECTS(out_idx.memory == Memory::host && out_d.memory == Memory::host,
+               "a partitioned index writes host memory");
+  PCNN_EXPECTS(out_idx.rows == rows && out_idx.cols == k && out_d.rows == rows && out_d.cols == k &&
+                   (rows == 0 || (out_idx.data && out_d.data)),
+               "outputs must be " + std::to_string(rows) + " x " + std::to_string(k));
+  if (!replicas.empty()) return dense_replicas(queries, search, out_idx, out_d);
+  const auto t_start = clock_type::now();
+  const Batches b = start(queries);
+  PartitionedTimings& tm = timings;
 
   // 1. Every query in its home part; rows that no other part can change are final.
   const auto t_home = clock_type::now();
   std::vector<dist::HomeRows> home(static_cast<std::size_t>(np));
   dist::for_each(np, !sequential, [&](int p) {
-    const std::int64_t m = static_cast<std::int64_t>(out_rows[p].size());
+    const std::int64_t m = static_cast<std::int64_t>(b.out_rows[p].size());
     const bool on_device = part_options[p].backend == Backend::cuda &&
                            options.max_device_memory == 0 && !options.index.memory;
-    dist::search_home(parts[p], p, bounds, queries ? qxyz[p].data() : nullptr, m, params,
-                      part_options[p], threads_per_part, on_device, home[p]);
+    dist::Coords c;
+    dist::search_home(parts[p], p, b.bounds, b.q(p, c), m, search, part_options[p],
+                      threads_per_part, on_device, home[p]);
     if (sequential) parts[p].release();
     PartStats& st = tm.parts[p];
     st.home_queries = m;
@@ -276,18 +434,12 @@ void PartitionedIndex::Impl::search(const PointsView* queries, const KnnParams& 
   std::vector<dist::Answer> answers(static_cast<std::size_t>(np));
   std::vector<std::vector<std::int64_t>> from(static_cast<std::size_t>(np));
   dist::for_each(np, !sequential, [&](int t) {
-    std::vector<float> xyz;
-    from[t].assign(static_cast<std::size_t>(np) + 1, 0);
-    for (int p = 0; p < np; ++p) {
-      from[t][p] = static_cast<std::int64_t>(xyz.size() / 3);
-      for (std::int32_t j : home[p].to[t])
-        xyz.insert(xyz.end(), q_of(p) + 3 * j, q_of(p) + 3 * j + 3);
-    }
-    const std::int64_t m = static_cast<std::int64_t>(xyz.size() / 3);
-    from[t][np] = m;
+    const dist::Packed xyz = gather_forwarded(
+        b, t, [&](int p) -> const auto& { return home[p].to; }, from[t]);
+    const std::int64_t m = xyz.size();
     PartStats& st = tm.parts[t];
     st.queries_received = m;
-    dist::answer(parts[t], xyz.data(), m, k, part_options[t], answers[t], st.build_ms,
+    dist::answer(parts[t], xyz.coords(), m, search, part_options[t], answers[t], st.build_ms,
                  st.search_ms);
     if (sequential && m > 0) parts[t].release();
   });
@@ -300,7 +452,7 @@ void PartitionedIndex::Impl::search(const PointsView* queries, const KnnParams& 
       if (!h.to[t].empty()) dist::add_answers(h, t, &answers[t].d[at], &answers[t].idx[at], k);
     }
     dist::finish_merge(h, k);
-    const std::vector<std::int64_t>& r = out_rows[p];
+    const std::vector<std::int64_t>& r = b.out_rows[p];
     dist::parallel_for(h.rows, threads_per_part, [&](std::int64_t a, std::int64_t e) {
       for (std::int64_t j = a; j < e; ++j) {
         std::copy(&h.idx[j * k], &h.idx[j * k] + k, out_idx.data + r[j] * k);
@@ -309,46 +461,187 @@ void PartitionedIndex::Impl::search(const PointsView* queries, const KnnParams& 
     });
   });
   tm.boundary_ms = ms_since(t_boundary);
-  for (const PartStats& s : tm.parts) {
-    tm.queries_forwarded += s.queries_forwarded;
-    tm.build_ms = sequential || options.index.backend == Backend::cuda  // built in turn
-                      ? tm.build_ms + s.build_ms
-                      : std::max(tm.build_ms, s.build_ms);
-  }
-  // Parts built at construction count as part of the build + search total.
-  tm.total_ms = ms_since(t_start) + (sequential ? 0.0 : tm.build_ms);
+  finish_timings(t_start);
 }
+
+void PartitionedIndex::Impl::radius(const PointsView* queries, const RadiusParams& params,
+                                    bool count_only, RadiusResult& out) {
+  const int np = static_cast<int>(parts.size());
+  PCNN_EXPECTS(std::isfinite(params.radius) && params.radius >= 0,
+               "radius must be finite and >= 0, got " + std::to_string(params.radius));
+  check_queries(queries, params.exclude_self);
+  if (!replicas.empty()) return radius_replicas(queries, params, count_only, out);
+  const auto t_start = clock_type::now();
+  const Batches b = start(queries);
+  PartitionedTimings& tm = timings;
+
+  // 1. Every query in its home part, and where else its ball reaches.
+  const auto t_home = clock_type::now();
+  std::vector<dist::RadiusHome> home(static_cast<std::size_t>(np));
+  dist::for_each(np, !sequential, [&](int p) {
+    const std::int64_t m = static_cast<std::int64_t>(b.out_rows[p].size());
+    dist::Coords c;
+    dist::radius_home(parts[p], p, b.bounds, b.q(p, c), m, params, count_only, part_options[p],
+                      threads_per_part, home[p]);
+    if (sequential) parts[p].release();
+    PartStats& st = tm.parts[p];
+    st.home_queries = m;
+    st.queries_forwarded = static_cast<std::int64_t>(home[p].forwarded.size());
+    st.build_ms += home[p].build_ms;
+    st.search_ms += home[p].search_ms;
+  });
+  tm.home_ms = ms_since(t_home);
+
+  // 2. The forwarded queries in the parts their balls reach.
+  const auto t_boundary = clock_type::now();
+  std::vector<dist::RadiusRows> answers(static_cast<std::size_t>(np));
+  std::vector<std::vector<std::int64_t>> from(static_cast<std::size_t>(np));
+  dist::for_each(np, !sequential, [&](int t) {
+    const dist::Packed xyz = gather_forwarded(
+        b, t, [&](int p) -> const auto& { return home[p].to; }, from[t]);
+    const std::int64_t m = xyz.size();
+    PartStats& st = tm.parts[t];
+    st.queries_received = m;
+    const dist::Coords c = xyz.coords();
+    dist::radius_in_part(parts[t], &c, m, params, count_only, part_options[t], threads_per_part,
+                         answers[t], st.build_ms, st.search_ms);
+    if (sequential && m > 0) parts[t].release();
+  });
+
+  // 3. The merge, and every row to its place in the CSR result.
+  std::vector<const dist::RadiusRows*> ans;
+  for (const dist::RadiusRows& a : answers) ans.push_back(&a);
+  dist::for_each(np, !sequential, [&](int p) {
+    std::vector<std::int64_t> first(static_cast<std::size_t>(np));
+    for (int t = 0; t < np; ++t) first[t] = from[t][p];
+    dist::merge_radius(home[p], ans, first, count_only);
+    home[p].own = dist::RadiusRows();  // merged: the home rows are no longer needed
+  });
+  out.rows = b.rows;
+  out.offsets.assign(static_cast<std::size_t>(b.rows) + 1, 0);
+  for (int p = 0; p < np; ++p) {
+    const dist::RadiusRows& h = home[p].merged;
+    const std::vector<std::int64_t>& r = b.out_rows[p];
+    for (std::size_t j = 0; j < r.size(); ++j)
+      out.offsets[r[j] + 1] = h.offsets[j + 1] - h.offsets[j];
+  }
+  for (std::int64_t r = 0; r < b.rows; ++r) out.offsets[r + 1] += out.offsets[r];
+  out.indices.clear();
+  out.sqdist.clear();
+  if (!count_only) {
+    out.indices.resize(static_cast<std::size_t>(out.offsets.back()));
+    out.sqdist.resize(out.indices.size());
+    dist::for_each(np, !sequential, [&](int p) {
+      const dist::RadiusRows& h = home[p].merged;
+      const std::vector<std::int64_t>& r = b.out_rows[p];
+      for (std::size_t j = 0; j < r.size(); ++j) {
+        std::int64_t at = out.offsets[r[j]];
+        for (std::int64_t e = h.offsets[j]; e < h.offsets[j + 1]; ++e, ++at) {
+          out.indices[at] = h.idx[e];
+          out.sqdist[at] = static_cast<float>(h.d[e]);
+        }
+      }
+    });
+  }
+  tm.boundary_ms = ms_since(t_boundary);
+  finish_timings(t_start);
+}
+
+namespace {
+
+// An owning dense result of rows × k.
+KnnResult dense_result(std::int64_t rows, int k) {
+  PCNN_EXPECTS(k >= 1 && k <= kMaxK, "k must be between 1 and " + std::to_string(kMaxK));
+  PCNN_EXPECTS(rows >= 0, "queries: negative count");
+  KnnResult r;
+  r.rows = rows;
+  r.k = k;
+  r.indices.resize(static_cast<std::size_t>(rows) * k);
+  r.sqdist.resize(r.indices.size());
+  return r;
+}
+
+MatrixView<std::int32_t> idx_view(KnnResult& r) { return {r.indices.data(), r.rows, r.k}; }
+MatrixView<float> d_view(KnnResult& r) { return {r.sqdist.data(), r.rows, r.k}; }
+
+std::int64_t copy_offsets(const RadiusResult& r, ArrayView<std::int64_t> offsets) {
+  PCNN_EXPECTS(offsets.memory == Memory::host && offsets.size == r.rows + 1 && offsets.data,
+               "offsets must be " + std::to_string(r.rows + 1) + " entries of host memory");
+  std::copy(r.offsets.begin(), r.offsets.end(), offsets.data);
+  return r.offsets.back();
+}
+
+}  // namespace
 
 void PartitionedIndex::self_knn(const KnnParams& params, MatrixView<std::int32_t> indices,
                                 MatrixView<float> sqdist) {
-  impl_->search(nullptr, params, indices, sqdist);
+  impl_->dense(nullptr, dist::DenseSearch::of(params), indices, sqdist);
 }
 
 KnnResult PartitionedIndex::self_knn(const KnnParams& params) {
-  KnnResult r;
-  r.rows = impl_->n;
-  r.k = params.k;
-  PCNN_EXPECTS(params.k >= 1 && params.k <= kMaxK, "k must be between 1 and 128");
-  r.indices.resize(static_cast<std::size_t>(r.rows) * r.k);
-  r.sqdist.resize(r.indices.size());
-  self_knn(params, {r.indices.data(), r.rows, r.k}, {r.sqdist.data(), r.rows, r.k});
+  KnnResult r = dense_result(impl_->n, params.k);
+  self_knn(params, idx_view(r), d_view(r));
   return r;
 }
 
 void PartitionedIndex::knn(PointsView queries, const KnnParams& params,
                            MatrixView<std::int32_t> indices, MatrixView<float> sqdist) {
-  impl_->search(&queries, params, indices, sqdist);
+  impl_->dense(&queries, dist::DenseSearch::of(params), indices, sqdist);
 }
 
 KnnResult PartitionedIndex::knn(PointsView queries, const KnnParams& params) {
-  KnnResult r;
-  r.rows = queries.count;
-  r.k = params.k;
-  PCNN_EXPECTS(params.k >= 1 && params.k <= kMaxK, "k must be between 1 and 128");
-  PCNN_EXPECTS(queries.count >= 0, "queries: negative count");
-  r.indices.resize(static_cast<std::size_t>(r.rows) * r.k);
-  r.sqdist.resize(r.indices.size());
-  knn(queries, params, {r.indices.data(), r.rows, r.k}, {r.sqdist.data(), r.rows, r.k});
+  KnnResult r = dense_result(queries.count, params.k);
+  knn(queries, params, idx_view(r), d_view(r));
+  return r;
+}
+
+void PartitionedIndex::self_hybrid(const HybridParams& params, MatrixView<std::int32_t> indices,
+                                   MatrixView<float> sqdist) {
+  impl_->dense(nullptr, dist::DenseSearch::of(params), indices, sqdist);
+}
+
+HybridResult PartitionedIndex::self_hybrid(const HybridParams& params) {
+  HybridResult r{dense_result(impl_->n, params.max_nn), {}};
+  self_hybrid(params, idx_view(r.knn), d_view(r.knn));
+  r.counts = row_counts(r.knn);
+  return r;
+}
+
+void PartitionedIndex::hybrid(PointsView queries, const HybridParams& params,
+                              MatrixView<std::int32_t> indices, MatrixView<float> sqdist) {
+  impl_->dense(&queries, dist::DenseSearch::of(params), indices, sqdist);
+}
+
+HybridResult PartitionedIndex::hybrid(PointsView queries, const HybridParams& params) {
+  HybridResult r{dense_result(queries.count, params.max_nn), {}};
+  hybrid(queries, params, idx_view(r.knn), d_view(r.knn));
+  r.counts = row_counts(r.knn);
+  return r;
+}
+
+std::int64_t PartitionedIndex::self_radius_count(const RadiusParams& params,
+                                                 ArrayView<std::int64_t> offsets) {
+  RadiusResult r;
+  impl_->radius(nullptr, params, true, r);
+  return copy_offsets(r, offsets);
+}
+
+std::int64_t PartitionedIndex::radius_count(PointsView queries, const RadiusParams& params,
+                                            ArrayView<std::int64_t> offsets) {
+  RadiusResult r;
+  impl_->radius(&queries, params, true, r);
+  return copy_offsets(r, offsets);
+}
+
+RadiusResult PartitionedIndex::self_radius(const RadiusParams& params) {
+  RadiusResult r;
+  impl_->radius(nullptr, params, false, r);
+  return r;
+}
+
+RadiusResult PartitionedIndex::radius(PointsView queries, const RadiusParams& params) {
+  RadiusResult r;
+  impl_->radius(&queries, params, false, r);
   return r;
 }
 

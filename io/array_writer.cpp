@@ -5,6 +5,13 @@
 #include <cstdio>
 #include <limits>
 #include <sstream>
+#include <utility>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "output_file.hpp"
 #include "pcnn/io.hpp"
@@ -65,6 +72,89 @@ void append_value_line(std::string& out, std::int64_t row, const T* values, int 
 }
 
 }  // namespace
+
+bool can_share_array(OutputSet& outputs, const std::string& path) {
+  const Format f = io_detail::output_format(outputs, path);
+  return (f == Format::npy || f == Format::csr_npy) &&
+         !io_detail::staged_temporary(outputs, path).empty();
+}
+
+namespace {
+const char* descr_of(ArrayType t) {
+  return t == ArrayType::int32 ? "<i4" : t == ArrayType::float32 ? "<f4" : "<i8";
+}
+std::int64_t bytes_of(ArrayType t) { return t == ArrayType::int64 ? 8 : 4; }
+}  // namespace
+
+std::string begin_shared_array(OutputSet& outputs, const std::string& path, std::int64_t rows,
+                               int cols, ArrayType type) {
+  if (!can_share_array(outputs, path))
+    throw output_error("cannot write '" + path + "' from several processes (not a .npy file)",
+                       path);
+  if (rows < 0) throw output_error("cannot write '" + path + "': a negative shape", path);
+  const std::string temporary = io_detail::staged_temporary(outputs, path);
+  const std::string header = npy_header(descr_of(type), rows, cols);
+  io_detail::OutputFile& file = io_detail::begin_output(outputs, path);
+  file.write(header);  // at offset 0 when the file is finished; the rows go after it
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) file.fail(std::string("cannot open its temporary: ") + std::strerror(errno));
+  const std::int64_t bytes =
+      static_cast<std::int64_t>(header.size()) + rows * std::max(cols, 1) * bytes_of(type);
+  const int rc = ::ftruncate(fd, static_cast<off_t>(bytes));
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) file.fail(std::string("cannot size its temporary: ") + std::strerror(err));
+  return temporary;
+}
+
+void finish_shared_array(OutputSet& outputs, const std::string& path) {
+  io_detail::begun_output(outputs, path).finish();
+}
+
+SharedArrayWriter::SharedArrayWriter(const std::string& temporary, const std::string& path,
+                                     std::int64_t rows, int cols, ArrayType type)
+    : path_(path),
+      rows_(rows),
+      row_bytes_(bytes_of(type) * std::max(cols, 1)),
+      data_offset_(static_cast<std::int64_t>(npy_header(descr_of(type), rows, cols).size())) {
+  fd_ = ::open(temporary.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd_ < 0)
+    throw output_error("cannot write '" + path + "': cannot open its temporary '" + temporary +
+                           "': " + std::strerror(errno),
+                       path);
+}
+
+SharedArrayWriter::~SharedArrayWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void SharedArrayWriter::write_rows(std::int64_t first, std::int64_t n, const void* data) {
+  if (first < 0 || n < 0 || first + n > rows_)
+    throw output_error("cannot write '" + path_ + "': rows outside the array", path_);
+  const char* p = static_cast<const char*>(data);
+  std::int64_t left = n * row_bytes_, at = data_offset_ + first * row_bytes_;
+  while (left > 0) {
+    const ssize_t w =
+        ::pwrite(fd_, p, static_cast<std::size_t>(std::min<std::int64_t>(left, 1 << 30)),
+                 static_cast<off_t>(at));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0)
+      throw output_error("cannot write '" + path_ + "': " + std::strerror(w < 0 ? errno : ENOSPC),
+                         path_);
+    p += w;
+    at += w;
+    left -= w;
+  }
+}
+
+void SharedArrayWriter::finish() {
+  const int fd = std::exchange(fd_, -1);
+  const bool synced = ::fsync(fd) == 0;
+  const int err = errno;
+  if (::close(fd) != 0 || !synced)
+    throw output_error("cannot write '" + path_ + "': " + std::strerror(synced ? errno : err),
+                       path_);
+}
 
 // An array file being written: the header, then rows appended in order. Without an OutputSet,
 // the writer makes a one-output set of its own and commits it in finish(). `c` < 0: a 1-D array

@@ -50,6 +50,13 @@ Format output_format(const OutputSet& outputs, const std::string& path);
 /// file is written once. The returned file lives as long as `outputs`.
 OutputFile& begin_output(OutputSet& outputs, const std::string& path);
 
+/// The absolute path of the staged temporary of `path` (a file of a declared output, not yet
+/// begun or just begun), "" when the target is not staged (stdout, a FIFO, a device).
+std::string staged_temporary(OutputSet& outputs, const std::string& path);
+
+/// The open file of `path` once begin_output has been called (throws otherwise).
+OutputFile& begun_output(OutputSet& outputs, const std::string& path);
+
 /// Lower-case extension of a path's last component, with the dot ("" if none).
 std::string lower_extension(const std::string& path);
 

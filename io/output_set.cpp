@@ -544,6 +544,19 @@ Format output_format(const OutputSet& outputs, const std::string& path) {
   return declared_file(outputs.impl(), path).format;
 }
 
+std::string staged_temporary(OutputSet& outputs, const std::string& path) {
+  auto& t = declared_file(outputs.impl(), path);
+  if (t.mode != OutputSet::Impl::Mode::staged || t.temp.empty()) return "";
+  const fs::path dir = fs::path(t.final_path).parent_path();
+  return (fs::absolute(dir.empty() ? fs::path(".") : dir) / t.temp).string();
+}
+
+OutputFile& begun_output(OutputSet& outputs, const std::string& path) {
+  auto& t = declared_file(outputs.impl(), path);
+  if (!t.file) fail(t.path, "not begun");
+  return *t.file;
+}
+
 OutputFile& begin_output(OutputSet& outputs, const std::string& path) {
   OutputSet::Impl& im = outputs.impl();
   auto& t = declared_file(im, path);

@@ -3,6 +3,7 @@
 set -u
 pcnn=$1
 data=$2
+src=$(cd "$data/.." && pwd)  # the source tree (docs/schema, tests/json_schema_check.py)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
@@ -183,13 +184,50 @@ expect 0 "queries forwarded" -- knn "$sample" --query "$tmp/c.pcd" -k 5 --device
 grep -q '"per_part": \[{"index": 0, .*}, {"index": 1, ' "$tmp/out" || { echo "FAIL: --devices --json has no per_part list of 2"; fails=$((fails + 1)); }
 expect 2 "--devices: '0,x' is not" -- knn "$sample" --device cpu --devices 0,x
 expect 2 "the replicated layout needs CUDA devices" -- knn "$sample" -k 2 --device cpu --devices 0,1 --layout replicated
+expect 2 "the replicated layout needs CUDA devices" -- radius "$sample" -r 0.3 --device cpu --devices 0,1 --layout replicated
 expect 2 "--layout applies to --devices" -- knn "$sample" -k 2 --layout spatial
-# float64 coordinates no float offset keeps exactly: one (GPU) index searches them, parts refuse
-# them before any search.
-printf 'VERSION 0.7\nFIELDS x y z\nSIZE 8 8 8\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 4\nHEIGHT 1\nPOINTS 4\nDATA ascii\n0.1 0.2 0.3\n1000000.7 0.1 0.9\n3.3 1e7 0.01\n0.5 0.25 1e-9\n' >"$tmp/f64.pcd"
-expect 2 "--devices and --tiles search float32 coordinates, and .*f64.pcd has coordinates" -- knn "$tmp/f64.pcd" -k 2 --device cpu --devices 0,1 -o "$tmp/f64p.npy"
-expect 2 "float32 offsets cannot keep exactly" -- knn "$tmp/f64.pcd" -k 2 --device cpu --tiles 2 -o "$tmp/f64p.npy"
-[ ! -e "$tmp/f64p.npy" ] || { echo "FAIL: output left after a float64 refusal"; fails=$((fails + 1)); }
+expect 2 "--layout applies to --devices" -- radius "$sample" -r 0.3 --layout replicated
+# float64 coordinates no float offset keeps exactly (UTM-scale, 0.1 mm apart): parts and tiles
+# search them as stored, the same bytes as one index: kNN, radius and hybrid.
+{
+  printf 'VERSION 0.7\nFIELDS x y z\nSIZE 8 8 8\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 3000\nHEIGHT 1\nPOINTS 3000\nDATA ascii\n'
+  awk 'BEGIN { srand(7); for (i = 0; i < 3000; i++) { if (i % 30 == 0) { cx = 2500000 + 100 * rand(); cy = 5400000 + 100 * rand(); cz = 1000 + 10 * rand() }
+    printf "%.10f %.10f %.10f\n", cx + 2e-4 * rand(), cy + 2e-4 * rand(), cz + 2e-4 * rand() } }'
+} >"$tmp/f64.pcd"
+expect 0 "indices written to" -- knn "$tmp/f64.pcd" -k 6 --exclude-self --device cpu -o "$tmp/f64one.npy" --distances "$tmp/f64one_d.npy"
+expect 0 "offsets written to" -- radius "$tmp/f64.pcd" -r 1e-4 --device cpu -o "$tmp/f64r_one"
+expect 0 "counts written to" -- radius "$tmp/f64.pcd" -r 2e-4 --max-nn 5 --exclude-self --device cpu -o "$tmp/f64h_one.npy" --distances "$tmp/f64h_one_d.npy" --counts "$tmp/f64h_one_c.npy"
+for parts in "--devices 0,1,2" "--tiles 4"; do
+  expect 0 "(parts|tiles) +[34]" -- knn "$tmp/f64.pcd" -k 6 --exclude-self --device cpu $parts -o "$tmp/f64p.npy" --distances "$tmp/f64p_d.npy"
+  cmp -s "$tmp/f64one.npy" "$tmp/f64p.npy" && cmp -s "$tmp/f64one_d.npy" "$tmp/f64p_d.npy" || { echo "FAIL: float64 kNN $parts differs from one index"; fails=$((fails + 1)); }
+  expect 0 "(parts|tiles) +[34]" -- radius "$tmp/f64.pcd" -r 1e-4 --device cpu $parts -o "$tmp/f64r_p"
+  for f in offsets indices sqdist; do
+    cmp -s "$tmp/f64r_one.$f.npy" "$tmp/f64r_p.$f.npy" || { echo "FAIL: float64 radius $parts: $f differ"; fails=$((fails + 1)); }
+  done
+  expect 0 "(parts|tiles) +[34]" -- radius "$tmp/f64.pcd" -r 2e-4 --max-nn 5 --exclude-self --device cpu $parts -o "$tmp/f64h_p.npy" --distances "$tmp/f64h_p_d.npy" --counts "$tmp/f64h_p_c.npy"
+  for f in "" _d _c; do
+    cmp -s "$tmp/f64h_one$f.npy" "$tmp/f64h_p$f.npy" || { echo "FAIL: float64 hybrid $parts: $f differ"; fails=$((fails + 1)); }
+  done
+done
+# Radius and hybrid in parts on float32 clouds, with a query set: the same bytes as one index.
+expect 0 "pairs written to" -- radius "$sample" -r 0.4 --query "$tmp/c.pcd" --device cpu -o "$tmp/r_one.csv"
+expect 0 "parts +3" -- radius "$sample" -r 0.4 --query "$tmp/c.pcd" --device cpu --devices 0,1,2 -o "$tmp/r_p.csv" --json
+cmp -s "$tmp/r_one.csv" "$tmp/r_p.csv" || { echo "FAIL: radius --devices differs from one index"; fails=$((fails + 1)); }
+if [ -x /usr/bin/python3 ] && [ -f "$src/tests/json_schema_check.py" ]; then
+  /usr/bin/python3 "$src/tests/json_schema_check.py" "$src/docs/schema" radius "$tmp/out" \
+    || { echo "FAIL: radius --devices --json does not match docs/schema/radius.json"; fails=$((fails + 1)); }
+fi
+# Radius results in parts are held: too many pairs for host memory are refused before any is found.
+# (25 million pairs of u5k.pcd under an address-space limit of about 400 MB, as above; one index
+# streams them.)
+if [ "$asan" -eq 0 ]; then
+  (ulimit -v $((400000 + $(nproc) * 8192)) && MALLOC_ARENA_MAX=1 "$pcnn" radius "$tmp/u5k.pcd" -r 1e6 --device cpu --devices 0,1 -o "$tmp/all_parts" >"$tmp/out" 2>"$tmp/err")
+  rc=$?
+  [ $rc -eq 4 ] && grep -q "the radius results (25000000 pairs) need .*--devices hold the pairs in host memory; one index streams them" "$tmp/err" \
+    || { echo "FAIL: radius --devices over host memory -> exit $rc:"; sed 's/^/    /' "$tmp/err"; fails=$((fails + 1)); }
+  [ ! -e "$tmp/all_parts.offsets.npy" ] || { echo "FAIL: output left after a refusal"; fails=$((fails + 1)); }
+fi
+rm -f "$tmp"/all_*.npy
 if "$pcnn" devices >/dev/null 2>&1; then
   # References larger than the device memory allowed: tiles, the same rows as the CPU.
   expect 0 "tiles +[0-9]+" -- knn "$sample" -k 8 --exclude-self --max-device-memory 1M -o "$tmp/gtiles.npy" --distances "$tmp/gtiles_d.npy"
@@ -199,6 +237,27 @@ if "$pcnn" devices >/dev/null 2>&1; then
   expect 0 "layout +spatial" -- knn "$sample" -k 8 --exclude-self --devices all --layout spatial -o "$tmp/gspatial.npy"
   for f in gtiles4 gall gspatial; do
     cmp -s "$tmp/one.npy" "$tmp/$f.npy" || { echo "FAIL: $f differs from one index"; fails=$((fails + 1)); }
+  done
+  # Radius and hybrid on every GPU in both layouts, float32 and float64 clouds, self-searches and a
+  # query set: the same bytes as one CPU index.
+  expect 0 "counts written to" -- radius "$sample" -r 0.4 --max-nn 7 --query "$tmp/c.pcd" --device cpu -o "$tmp/hq_one.npy" --distances "$tmp/hq_one_d.npy" --counts "$tmp/hq_one_c.npy"
+  for layout in replicated spatial; do
+    expect 0 "layout +$layout" -- knn "$tmp/f64.pcd" -k 6 --exclude-self --devices all --layout $layout -o "$tmp/f64g.npy" --distances "$tmp/f64g_d.npy"
+    cmp -s "$tmp/f64one.npy" "$tmp/f64g.npy" && cmp -s "$tmp/f64one_d.npy" "$tmp/f64g_d.npy" || { echo "FAIL: float64 kNN --layout $layout differs from one index"; fails=$((fails + 1)); }
+    expect 0 "layout +$layout" -- radius "$sample" -r 0.4 --query "$tmp/c.pcd" --devices all --layout $layout -o "$tmp/gr.csv"
+    cmp -s "$tmp/r_one.csv" "$tmp/gr.csv" || { echo "FAIL: radius --layout $layout differs from one index"; fails=$((fails + 1)); }
+    expect 0 "layout +$layout" -- radius "$tmp/f64.pcd" -r 1e-4 --devices all --layout $layout -o "$tmp/f64r_g"
+    for f in offsets indices sqdist; do
+      cmp -s "$tmp/f64r_one.$f.npy" "$tmp/f64r_g.$f.npy" || { echo "FAIL: float64 radius --layout $layout: $f differ"; fails=$((fails + 1)); }
+    done
+    expect 0 "layout +$layout" -- radius "$tmp/f64.pcd" -r 2e-4 --max-nn 5 --exclude-self --devices all --layout $layout -o "$tmp/f64h_g.npy" --distances "$tmp/f64h_g_d.npy" --counts "$tmp/f64h_g_c.npy"
+    for f in "" _d _c; do
+      cmp -s "$tmp/f64h_one$f.npy" "$tmp/f64h_g$f.npy" || { echo "FAIL: float64 hybrid --layout $layout: $f differ"; fails=$((fails + 1)); }
+    done
+    expect 0 "layout +$layout" -- radius "$sample" -r 0.4 --max-nn 7 --query "$tmp/c.pcd" --devices all --layout $layout -o "$tmp/hq_g.npy" --distances "$tmp/hq_g_d.npy" --counts "$tmp/hq_g_c.npy"
+    for f in "" _d _c; do
+      cmp -s "$tmp/hq_one$f.npy" "$tmp/hq_g$f.npy" || { echo "FAIL: hybrid queries --layout $layout: $f differ"; fails=$((fails + 1)); }
+    done
   done
   expect 0 "values differing by more than 1e-5 \(relative\) +0" -- smooth "$tmp/depth.pcd" -o "$tmp/g.pcd" --stencil gaussian:2:1 --depth-jump 0.1 --compare-cpu
   expect 0 "values differing by more than 1e-5 \(relative\) +0" -- smooth "$tmp/depth.pcd" -o "$tmp/g.pcd" --stencil gaussian:2:1 --compare-cpu

@@ -62,6 +62,64 @@ for cloud in "$sample" "$tmp/lattice.pcd" "$tmp/twice.pcd"; do
     done
   done
 done
+# Radius (CSR, counted first) and hybrid under mpirun: the same bytes as one process.
+for cloud in "$sample" "$tmp/lattice.pcd" "$tmp/twice.pcd"; do
+  tag=$(basename "$cloud" .pcd)
+  r=0.05
+  [ "$cloud" = "$sample" ] || r=1
+  "$pcnn" radius "$cloud" -r $r --device cpu -o "$tmp/${tag}_r1" 2>/dev/null
+  "$pcnn" radius "$cloud" -r $r --max-nn 9 --exclude-self --device cpu -o "$tmp/$tag.h1.npy" --distances "$tmp/$tag.h1_d.npy" --counts "$tmp/$tag.h1_c.npy" 2>/dev/null
+  for np in 2 3; do
+    run $np 0 "ranks +$np" -- radius "$cloud" -r $r --device cpu -o "$tmp/${tag}_r$np"
+    for f in offsets indices sqdist; do same "$tmp/${tag}_r1.$f.npy" "$tmp/${tag}_r$np.$f.npy" "$tag radius, $np ranks, $f"; done
+    run $np 0 "ranks +$np" -- radius "$cloud" -r $r --max-nn 9 --exclude-self --device cpu -o "$tmp/$tag.h$np.npy" --distances "$tmp/$tag.h${np}_d.npy" --counts "$tmp/$tag.h${np}_c.npy"
+    for f in "" _d _c; do same "$tmp/$tag.h1$f.npy" "$tmp/$tag.h$np$f.npy" "$tag hybrid, $np ranks, $f"; done
+  done
+done
+# float64 coordinates no float offset keeps (UTM-scale, 0.1 mm apart), as stored on every rank.
+{
+  printf 'VERSION 0.7\nFIELDS x y z\nSIZE 8 8 8\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 2000\nHEIGHT 1\nPOINTS 2000\nDATA ascii\n'
+  awk 'BEGIN { srand(5); for (i = 0; i < 2000; i++) { if (i % 25 == 0) { cx = 2500000 + 100 * rand(); cy = 5400000 + 100 * rand(); cz = 1000 + 10 * rand() }
+    printf "%.10f %.10f %.10f\n", cx + 2e-4 * rand(), cy + 2e-4 * rand(), cz + 2e-4 * rand() } }'
+} >"$tmp/f64.pcd"
+"$pcnn" knn "$tmp/f64.pcd" -k 7 --exclude-self --device cpu -o "$tmp/f64.one.npy" --distances "$tmp/f64.one_d.npy" 2>/dev/null
+"$pcnn" radius "$tmp/f64.pcd" -r 1.5e-4 --query "$tmp/f64.pcd" --device cpu -o "$tmp/f64r.one.csv" 2>/dev/null
+"$pcnn" radius "$tmp/f64.pcd" -r 1.5e-4 --device cpu -o "$tmp/f64r_one" 2>/dev/null
+for np in 2 3; do
+  run $np 0 "ranks +$np" -- knn "$tmp/f64.pcd" -k 7 --exclude-self --device cpu -o "$tmp/f64.$np.npy" --distances "$tmp/f64.${np}_d.npy"
+  same "$tmp/f64.one.npy" "$tmp/f64.$np.npy" "float64, $np ranks, indices"
+  same "$tmp/f64.one_d.npy" "$tmp/f64.${np}_d.npy" "float64, $np ranks, distances"
+  run $np 0 "ranks +$np" -- radius "$tmp/f64.pcd" -r 1.5e-4 --device cpu -o "$tmp/f64r_$np"
+  for f in offsets indices sqdist; do same "$tmp/f64r_one.$f.npy" "$tmp/f64r_$np.$f.npy" "float64 radius, $np ranks, $f"; done
+done
+run 2 0 "ranks +2" -- radius "$tmp/f64.pcd" -r 1.5e-4 --query "$tmp/f64.pcd" --device cpu -o "$tmp/f64r.2.csv"
+same "$tmp/f64r.one.csv" "$tmp/f64r.2.csv" "float64 radius with queries (CSV), 2 ranks"
+[ "$(wc -l <"$tmp/f64r.2.csv")" -gt 2000 ] || { echo "FAIL: float64 radius with queries found too few pairs"; fails=$((fails + 1)); }
+run 2 0 "queries forwarded" -- radius "$sample" -r 0.05 --device cpu --json
+grep -q '"ranks": 2' "$tmp/out" && grep -q '"per_rank": \[{"index": 0, ' "$tmp/out" || { echo "FAIL: radius --json lacks ranks / per_rank"; fails=$((fails + 1)); }
+if [ -x /usr/bin/python3 ] && [ -f "$src/tests/json_schema_check.py" ]; then
+  /usr/bin/python3 "$src/tests/json_schema_check.py" "$src/docs/schema" radius "$tmp/out" \
+    || { echo "FAIL: the mpirun radius --json summary does not match docs/schema/radius.json"; fails=$((fails + 1)); }
+fi
+# Regular .npy outputs: every rank writes its block of rows at its offset (rank 0 commits them
+# all); .csv and standard output: rank 0 gathers and writes. The same bytes either way.
+run 3 0 "every rank wrote its block of rows" -- knn "$sample" -k 8 --exclude-self --device cpu -o "$tmp/blk.npy" --distances "$tmp/blk_d.npy"
+same "$tmp/sample_k8excludeself.one.npy" "$tmp/blk.npy" "blocks written by 3 ranks, indices"
+same "$tmp/sample_k8excludeself.one_d.npy" "$tmp/blk_d.npy" "blocks written by 3 ranks, distances"
+run 2 0 "gathered and written by rank 0" -- knn "$sample" -k 8 --exclude-self --device cpu -o "$tmp/blk.csv"
+"$pcnn" knn "$sample" -k 8 --exclude-self --device cpu -o "$tmp/blk1.csv" 2>/dev/null
+same "$tmp/blk1.csv" "$tmp/blk.csv" "CSV gathered by rank 0"
+run 2 0 "every rank wrote its block of rows" -- radius "$sample" -r 0.05 --max-nn 6 --device cpu -o "$tmp/hb.npy" --counts "$tmp/hb_c.npy"
+"$pcnn" radius "$sample" -r 0.05 --max-nn 6 --device cpu -o "$tmp/hb1.npy" --counts "$tmp/hb1_c.npy" 2>/dev/null
+same "$tmp/hb1.npy" "$tmp/hb.npy" "hybrid blocks, indices"
+same "$tmp/hb1_c.npy" "$tmp/hb_c.npy" "hybrid blocks, counts"
+run 3 0 "every rank wrote its block of rows" -- radius "$sample" -r 0.05 --device cpu -o "$tmp/rb"
+for f in offsets indices sqdist; do same "$tmp/sample_r1.$f.npy" "$tmp/rb.$f.npy" "radius blocks written by 3 ranks, $f"; done
+grep -qE "neighbors found +118,774" "$tmp/err" || { echo "FAIL: radius blocks: no neighbor count in the summary"; fails=$((fails + 1)); }
+"$pcnn" radius "$sample" -r 0.05 --device cpu -o "$tmp/rb1.csv" 2>/dev/null
+run 2 0 "gathered and written by rank 0" -- radius "$sample" -r 0.05 --device cpu -o "$tmp/rb.csv"
+same "$tmp/rb1.csv" "$tmp/rb.csv" "radius CSV gathered by rank 0"
+[ -z "$(ls -A "$tmp" | grep pcnn-)" ] || { echo "FAIL: temporaries left behind"; fails=$((fails + 1)); }
 # A separate query set, and the JSON summary: rank 0 alone prints it.
 "$pcnn" knn "$sample" --query "$tmp/q.pcd" -k 5 --device cpu -o "$tmp/q.one.npy" 2>/dev/null
 run 2 0 "queries forwarded" -- knn "$sample" --query "$tmp/q.pcd" -k 5 --device cpu -o "$tmp/q.2.npy" --json
@@ -78,7 +136,9 @@ run 2 3 "cannot read cloud" -- knn "$tmp/missing.pcd" --device cpu -o "$tmp/m.np
 run 2 5 "cannot write" -- knn "$sample" --device cpu -o "$tmp/nodir/i.npy"
 [ ! -e "$tmp/m.npy" ] && [ ! -e "$tmp/nodir" ] || { echo "FAIL: partial output"; fails=$((fails + 1)); }
 run 2 2 "for one process" -- knn "$sample" --device cpu --devices 0,1
-run 2 2 "only 'pcnn knn' runs distributed" -- stats "$sample" --device cpu
+run 2 2 "only 'pcnn knn' and 'pcnn radius' run distributed" -- stats "$sample" --device cpu
+run 2 2 "for one process" -- radius "$sample" -r 0.1 --device cpu --tiles 2
+run 2 2 "--layout, --tiles and --max-device-memory are for one process" -- knn "$sample" --device cpu --layout spatial
 # With --json an error is one JSON object on stdout, printed by the rank that failed first.
 run 2 3 "cannot read cloud" -- knn "$tmp/missing.pcd" --device cpu --json
 [ "$(grep -c '"error"' "$tmp/out")" -eq 1 ] || { echo "FAIL: not exactly one JSON error"; fails=$((fails + 1)); }

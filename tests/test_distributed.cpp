@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <ostream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,30 @@ void expect_identical(const KnnResult& a, const KnnResult& b, const char* what) 
 
 class PartitionedKnn : public ::testing::TestWithParam<Case> {};
 
+// Spatial parts; on CUDA, untiled, also replicas of the whole cloud sharing out the rows.
+std::vector<Layout> layouts(Backend backend, bool tiles) {
+  if (backend == Backend::cuda && !tiles) return {Layout::spatial, Layout::replicated};
+  return {Layout::spatial};
+}
+
+// `parts` tiles, or `parts` devices (CUDA: all device 0, each with its own pool or replica; the
+// lead's machine has two).
+PartitionedOptions parted_options(const IndexOptions& io, int parts, bool tiles, Layout layout) {
+  PartitionedOptions po;
+  po.index = io;
+  po.layout = layout;
+  po.sample = 257;  // a small sample: cuts fall between duplicates and on lattice planes
+  if (tiles)
+    po.tiles = parts;
+  else
+    po.devices = std::vector<int>(static_cast<std::size_t>(parts), 0);
+  return po;
+}
+
+const char* name(Layout layout) {
+  return layout == Layout::replicated ? "replicas vs one index" : "parts vs one index";
+}
+
 void run_case(const Case& c, Backend backend) {
   const std::vector<float> xyz = make_cloud(c.cloud, c.n, 17 + c.n);
   const PointsView refs = host_points(xyz.data(), static_cast<std::int64_t>(xyz.size() / 3));
@@ -115,25 +140,12 @@ void run_case(const Case& c, Backend backend) {
   Index single(refs, io);
   const KnnResult want = c.queries ? single.knn(qv, params) : single.self_knn(params);
 
-  // Spatial parts; on CUDA, untiled, also replicas of the whole cloud sharing out the rows.
-  std::vector<Layout> layouts{Layout::spatial};
-  if (backend == Backend::cuda && !c.tiles) layouts.push_back(Layout::replicated);
-  for (const Layout layout : layouts) {
-    PartitionedOptions po;
-    po.index = io;
-    po.layout = layout;
-    po.sample = 257;  // a small sample: cuts fall between duplicates and on lattice planes
-    if (c.tiles)
-      po.tiles = c.parts;
-    else
-      po.devices = std::vector<int>(static_cast<std::size_t>(c.parts), 0);
-    // CUDA: the parts may share device 0 (each with its own pool): the lead's machine has two.
-    PartitionedIndex parted(refs, po);
+  for (const Layout layout : layouts(backend, c.tiles)) {
+    PartitionedIndex parted(refs, parted_options(io, c.parts, c.tiles, layout));
     EXPECT_EQ(parted.replicated(), layout == Layout::replicated);
     EXPECT_EQ(parted.parts(), c.parts);
     const KnnResult got = c.queries ? parted.knn(qv, params) : parted.self_knn(params);
-    expect_identical(got, want,
-                     layout == Layout::replicated ? "replicas vs one index" : "parts vs one index");
+    expect_identical(got, want, name(layout));
   }
   // And the single index is the exact reference (so the comparison above means exactness).
   const KnnResult exact = reference_knn(refs, c.queries ? &qv : nullptr, params);
@@ -236,31 +248,255 @@ TEST(Partitioning, InvalidArguments) {
   EXPECT_EQ(parse_devices("0,1", Backend::cpu), (std::vector<int>{0, 1}));
 }
 
-// Spatial parts take float32 coordinates: float64 views (references or queries) are refused with
-// a message that says so, never read as floats.
-TEST(Partitioning, RefusesFloat64Views) {
-  const auto xyz = make_synthetic_cloud(SyntheticKind::uniform, 100, 8);
-  const std::vector<double> xyz64(xyz.begin(), xyz.end());
-  const PointsView v64 = host_points(xyz64.data(), 100);
-  PartitionedOptions po;
-  po.index.backend = Backend::cpu;
-  po.devices = {0, 1};
-  try {
-    PartitionedIndex refused(v64, po);
-    ADD_FAILURE() << "a float64 view was accepted";
-  } catch (const invalid_argument_error& e) {
-    EXPECT_NE(std::string(e.what()).find("float64"), std::string::npos) << e.what();
+// ---- radius and hybrid: the same adversarial clouds ----
+
+// Radius rows equal byte for byte: offsets, indices and the float bits of the distances.
+void expect_identical(const RadiusResult& a, const RadiusResult& b, const char* what) {
+  ASSERT_EQ(a.rows, b.rows) << what;
+  ASSERT_EQ(a.offsets, b.offsets) << what << ": row sizes differ";
+  for (std::int64_t q = 0; q < a.rows; ++q) {
+    const std::int64_t o = a.offsets[q], n = a.offsets[q + 1] - o;
+    if (std::memcmp(&a.indices[o], &b.indices[o], n * sizeof(std::int32_t)) != 0 ||
+        std::memcmp(&a.sqdist[o], &b.sqdist[o], n * sizeof(float)) != 0) {
+      std::string row;
+      for (std::int64_t j = o; j < o + n; ++j)
+        row += " (" + std::to_string(a.indices[j]) + " " + std::to_string(a.sqdist[j]) + " | " +
+               std::to_string(b.indices[j]) + " " + std::to_string(b.sqdist[j]) + ")";
+      FAIL() << what << ": row " << q << " differs:" << row;
+    }
   }
-  EXPECT_THROW(Partitioning(v64, 2), invalid_argument_error);
-  PartitionedIndex index(host_points(xyz.data(), 100), po);
-  EXPECT_THROW((void)index.partitioning().assign(v64), invalid_argument_error);
-  EXPECT_THROW((void)index.knn(host_points(xyz64.data(), 10), KnnParams{4}),
-               invalid_argument_error);
-  EXPECT_EQ(index.knn(host_points(xyz.data(), 10), KnnParams{4}).rows, 10);  // float32 still works
+}
+
+void expect_identical(const HybridResult& a, const HybridResult& b, const char* what) {
+  expect_identical(a.knn, b.knn, what);
+  EXPECT_EQ(a.counts, b.counts) << what;
+}
+
+// Radius, its counts, and hybrid of `parted` against `single`, and `single` against the exact
+// references (so that identity means exactness).
+void expect_radius_and_hybrid(PartitionedIndex& parted, Index& single, PointsView refs,
+                              const PointsView* q, double radius, int max_nn, bool exclude_self) {
+  const RadiusParams rp{radius, exclude_self};
+  const RadiusResult want = q ? single.radius(*q, rp) : single.self_radius(rp);
+  const RadiusResult got = q ? parted.radius(*q, rp) : parted.self_radius(rp);
+  expect_identical(got, want, "radius: partitioned vs one index");
+  expect_identical(want, reference_radius(refs, q, rp), "radius: one index vs exact reference");
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>(want.rows) + 1, -1);
+  const ArrayView<std::int64_t> ov{offsets.data(), want.rows + 1};
+  const std::int64_t total = q ? parted.radius_count(*q, rp, ov) : parted.self_radius_count(rp, ov);
+  EXPECT_EQ(total, want.offsets.back());
+  EXPECT_EQ(offsets, want.offsets) << "radius counts";
+  const HybridParams hp{radius, max_nn, exclude_self};
+  const HybridResult hwant = q ? single.hybrid(*q, hp) : single.self_hybrid(hp);
+  const HybridResult hgot = q ? parted.hybrid(*q, hp) : parted.self_hybrid(hp);
+  expect_identical(hgot, hwant, "hybrid: partitioned vs one index");
+  expect_identical(hwant, reference_hybrid(refs, q, hp), "hybrid: one index vs exact reference");
+}
+
+class PartitionedRadius : public ::testing::TestWithParam<Case> {};
+
+void run_radius_case(const Case& c, Backend backend) {
+  const std::vector<float> xyz = make_cloud(c.cloud, c.n, 17 + c.n);
+  const PointsView refs = host_points(xyz.data(), static_cast<std::int64_t>(xyz.size() / 3));
+  std::vector<float> qxyz = make_synthetic_cloud(SyntheticKind::uniform, c.n / 3 + 3, 98);
+  for (float& v : qxyz) v = v * 0.03f + 0.5f;  // around the clouds, some beyond
+  qxyz.insert(qxyz.end(), xyz.begin(), xyz.begin() + std::min<std::size_t>(xyz.size(), 300));
+  qxyz.insert(qxyz.end(), {NAN, 0.f, 0.f});
+  const PointsView qv = host_points(qxyz.data(), static_cast<std::int64_t>(qxyz.size() / 3));
+  IndexOptions io;
+  io.backend = backend;
+  Index single(refs, io);
+  // The radius: the k-th distance of a middle row (not an outlier) (exact lattice distances stay on
+  // the boundary).
+  double radius = 1.0;
+  if (refs.count > 0) {
+    const KnnResult r = single.self_knn(KnnParams{c.k});
+    const float d = r.sqdist[static_cast<std::size_t>((r.rows / 2 + 1) % r.rows) * c.k + c.k - 1];
+    if (std::isfinite(d)) radius = std::sqrt(double(d));
+  }
+  for (const Layout layout : layouts(backend, c.tiles)) {
+    SCOPED_TRACE(name(layout));
+    PartitionedIndex parted(refs, parted_options(io, c.parts, c.tiles, layout));
+    expect_radius_and_hybrid(parted, single, refs, c.queries ? &qv : nullptr, radius, c.k,
+                             c.exclude_self && !c.queries);
+  }
+}
+
+TEST_P(PartitionedRadius, IdenticalToOneIndexCpu) { run_radius_case(GetParam(), Backend::cpu); }
+
+TEST_P(PartitionedRadius, IdenticalToOneIndexCuda) {
+  PCNN_REQUIRE_DEVICE();
+  run_radius_case(GetParam(), Backend::cuda);
+}
+
+INSTANTIATE_TEST_SUITE_P(Adversarial, PartitionedRadius,
+                         ::testing::Values(Case{Cloud::uniform, 3000, 8, 3, false, false, false},
+                                           Case{Cloud::uniform, 3000, 8, 5, true, true, false},
+                                           Case{Cloud::uniform, 2000, 5, 3, false, false, true},
+                                           Case{Cloud::duplicates, 4000, 8, 3, false, true, false},
+                                           Case{Cloud::duplicates, 2000, 12, 4, true, false, true},
+                                           Case{Cloud::lattice, 4096, 6, 2, false, false, false},
+                                           Case{Cloud::lattice, 2744, 19, 5, true, true, false},
+                                           Case{Cloud::lattice, 2744, 7, 4, false, false, true},
+                                           Case{Cloud::identical, 300, 8, 3, false, true, false},
+                                           Case{Cloud::poisoned, 3000, 8, 4, false, false, false},
+                                           Case{Cloud::poisoned, 3000, 8, 3, true, false, true},
+                                           Case{Cloud::outliers, 3000, 4, 6, false, false, false},
+                                           Case{Cloud::tiny, 5, 8, 4, false, false, false},
+                                           Case{Cloud::uniform, 1, 2, 2, false, true, false}));
+
+// ---- float64 coordinates: parts keep and search them as stored ----
+
+enum class Cloud64 {
+  utm,        // clusters 0.1 mm across near (2.5e6, 5.4e6, 1e3): float rounding changes answers
+  lattice,    // a shuffled lattice of spacing 0.25 near (1e7, 2e6, 3e5): exact ties in double
+  poisoned,   // utm with NaN and infinity mixed in
+  vanishing,  // uniform scaled by 1e-200: squares underflow double (ties at 0, by index)
+  overflow,   // uniform scaled by 1e201: squares overflow double (every distance +inf)
+};
+
+const char* name(Cloud64 c) {
+  static const char* names[] = {"utm", "lattice", "poisoned", "vanishing", "overflow"};
+  return names[static_cast<int>(c)];
+}
+
+std::vector<double> make_cloud64(Cloud64 c, int n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<double> xyz;
+  switch (c) {
+    case Cloud64::utm:
+    case Cloud64::poisoned: {
+      const double origin[3] = {2.5e6, 5.4e6, 1.0e3};
+      double center[3] = {};
+      for (int i = 0; i < n; ++i) {
+        if (i % 32 == 0)
+          for (int a = 0; a < 3; ++a) center[a] = origin[a] + 50.0 * u(rng) * (a == 2 ? 0.2 : 1);
+        for (int a = 0; a < 3; ++a) xyz.push_back(center[a] + 2e-4 * u(rng));
+      }
+      if (c == Cloud64::poisoned) test::poison(xyz, 0.05, seed);
+      return xyz;
+    }
+    case Cloud64::lattice: {
+      const int m = static_cast<int>(std::cbrt(double(n)) + 0.5);
+      const double origin[3] = {1e7, 2e6, 3e5};
+      for (int i = 0; i < m; ++i)
+        for (int j = 0; j < m; ++j)
+          for (int l = 0; l < m; ++l)
+            for (int a = 0; a < 3; ++a)
+              xyz.push_back(origin[a] + 0.25 * (a == 0 ? l : a == 1 ? j : i));
+      // Shuffled, so that index order is not spatial order.
+      for (std::size_t i = xyz.size() / 3; i > 1; --i) {
+        const std::size_t k = static_cast<std::size_t>(rng() % i);
+        for (int a = 0; a < 3; ++a) std::swap(xyz[3 * (i - 1) + a], xyz[3 * k + a]);
+      }
+      return xyz;
+    }
+    case Cloud64::vanishing:
+    case Cloud64::overflow: {
+      const double scale = c == Cloud64::vanishing ? 1e-200 : 1e201;
+      for (float v : make_synthetic_cloud(SyntheticKind::uniform, n, seed))
+        xyz.push_back(double(v) * scale);
+      return xyz;
+    }
+  }
+  return xyz;
+}
+
+struct Case64 {
+  Cloud64 cloud;
+  int n, k, parts;
+  bool tiles, exclude_self;
+  int queries;  // 0: self-search; 1: float64 queries; 2: float32 queries (rounded)
+  double radius;
+};
+
+std::ostream& operator<<(std::ostream& os, const Case64& c) {
+  return os << name(c.cloud) << " n=" << c.n << " k=" << c.k << " parts=" << c.parts
+            << (c.tiles ? " tiles" : "") << (c.exclude_self ? " exclude_self" : "")
+            << (c.queries == 1   ? " float64 queries"
+                : c.queries == 2 ? " float32 queries"
+                                 : "")
+            << " r=" << c.radius;
+}
+
+class PartitionedFloat64 : public ::testing::TestWithParam<Case64> {};
+
+void run_case64(const Case64& c, Backend backend) {
+  const std::vector<double> xyz = make_cloud64(c.cloud, c.n, 31 + c.n);
+  const PointsView refs = host_points(xyz.data(), static_cast<std::int64_t>(xyz.size() / 3));
+  std::vector<double> q64 = make_cloud64(c.cloud, c.n / 2 + 1, 77);
+  q64.insert(q64.end(), xyz.begin(), xyz.begin() + std::min<std::size_t>(xyz.size(), 150));
+  const std::vector<float> q32(q64.begin(), q64.end());
+  const std::int64_t nq = static_cast<std::int64_t>(q64.size() / 3);
+  const PointsView qv = c.queries == 1 ? host_points(q64.data(), nq) : host_points(q32.data(), nq);
+  const PointsView* q = c.queries ? &qv : nullptr;
+  IndexOptions io;
+  io.backend = backend;
+  Index single(refs, io);
+  const KnnParams kp{c.k, c.exclude_self};
+  const KnnResult want = q ? single.knn(*q, kp) : single.self_knn(kp);
+  expect_identical(want, reference_knn(refs, q, kp), "kNN: one index vs exact reference");
+  for (const Layout layout : layouts(backend, c.tiles)) {
+    SCOPED_TRACE(name(layout));
+    PartitionedIndex parted(refs, parted_options(io, c.parts, c.tiles, layout));
+    expect_identical(q ? parted.knn(*q, kp) : parted.self_knn(kp), want,
+                     "kNN: partitioned vs one index");
+    expect_radius_and_hybrid(parted, single, refs, q, c.radius, c.k, c.exclude_self);
+  }
+}
+
+// The float64 clouds are ones float rounding would change (shown first: these tests can fail).
+TEST(PartitionedFloat64Clouds, RoundingThemToFloatChangesTheAnswers) {
+  for (Cloud64 c : {Cloud64::utm, Cloud64::lattice}) {
+    const std::vector<double> xyz = make_cloud64(c, 3000, 5);
+    const std::vector<float> rounded(xyz.begin(), xyz.end());
+    const std::int64_t n = static_cast<std::int64_t>(xyz.size() / 3);
+    const KnnResult exact = reference_knn(host_points(xyz.data(), n), nullptr, KnnParams{8});
+    const KnnResult f = reference_knn(host_points(rounded.data(), n), nullptr, KnnParams{8});
+    EXPECT_NE(exact.indices, f.indices) << name(c);
+  }
+}
+
+TEST_P(PartitionedFloat64, IdenticalToOneIndexCpu) { run_case64(GetParam(), Backend::cpu); }
+
+TEST_P(PartitionedFloat64, IdenticalToOneIndexCuda) {
+  PCNN_REQUIRE_DEVICE();
+  run_case64(GetParam(), Backend::cuda);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Adversarial, PartitionedFloat64,
+    ::testing::Values(Case64{Cloud64::utm, 4000, 8, 3, false, false, 0, 1e-4},
+                      Case64{Cloud64::utm, 3000, 16, 4, true, true, 0, 2e-4},
+                      Case64{Cloud64::utm, 3000, 8, 2, false, false, 1, 1e-4},
+                      Case64{Cloud64::utm, 3000, 8, 3, false, false, 2, 0.3},
+                      Case64{Cloud64::lattice, 1728, 19, 3, false, false, 0, 0.25},
+                      Case64{Cloud64::lattice, 2744, 27, 5, true, true, 0, 0.5},
+                      Case64{Cloud64::lattice, 1728, 9, 4, false, false, 1, 0.25},
+                      Case64{Cloud64::poisoned, 3000, 8, 3, false, false, 0, 1e-4},
+                      Case64{Cloud64::poisoned, 3000, 8, 4, true, false, 1, 2e-4},
+                      Case64{Cloud64::vanishing, 600, 8, 3, false, false, 0, 1e-200},
+                      Case64{Cloud64::vanishing, 600, 8, 2, true, false, 1, 1e-200},
+                      Case64{Cloud64::overflow, 500, 8, 3, false, false, 0, 1e201},
+                      Case64{Cloud64::overflow, 500, 8, 2, true, false, 1, 1e201}));
+
+TEST(Partitioning, Float64ViewsAreReadAsStored) {
+  // Two points a float cannot tell apart, in different parts of the same box: their codes and
+  // boxes differ as the doubles do.
+  std::vector<double> xyz;
+  for (int i = 0; i < 1000; ++i) xyz.insert(xyz.end(), {2.5e6 + i * 1e-4, 5.4e6, 1e3});
+  const PointsView v = host_points(xyz.data(), 1000);
+  const Partitioning parts(v, 4);
+  const auto ids = parts.assign(v);
+  for (const auto& part : ids) EXPECT_NEAR(double(part.size()), 250.0, 40.0);
+  const Box box = bounding_box(v, ids[1]);
+  EXPECT_EQ(box.lo[0], xyz[3 * ids[1].front()]);
+  EXPECT_EQ(box.hi[0], xyz[3 * ids[1].back()]);
 }
 
 // Replicas of the whole cloud: the CPU backend has no devices to replicate over; on CUDA they
-// read float64 coordinates as one index does (spatial parts do not yet), rows split unevenly.
+// read float64 coordinates as one index does, rows split unevenly.
 TEST(Replicated, RefusedOnTheCpuBackendAndParsed) {
   const auto xyz = make_synthetic_cloud(SyntheticKind::uniform, 100, 8);
   PartitionedOptions po;

@@ -1172,5 +1172,58 @@ TEST(ArrayStreamWriter, WithAnOutputSetTheCommitPutsTheFilesInPlace) {
   EXPECT_EQ(read_all(tmp / "d.csv"), "row,d0,d1\n0,0.5,1\n1,1.5,2\n2,2.5,3\n");
 }
 
+// Several writers (MPI ranks) each writing a block of rows into one sized temporary: the file is
+// the one write_array writes, in place only after the commit; an uncommitted set leaves nothing.
+TEST(SharedArray, BlocksFromSeveralWritersMakeTheWholeArray) {
+  TempDir tmp;
+  std::vector<float> d(7 * 3);
+  for (std::size_t i = 0; i < d.size(); ++i) d[i] = 0.25f * float(i);
+  std::vector<std::int32_t> c = {3, 1, 4, 1, 5, 9, 2};
+  {
+    OutputSet o;
+    o.add(tmp / "d.npy", OutputKind::array);
+    o.add(tmp / "c.npy", OutputKind::array);
+    const std::string td = begin_shared_array(o, tmp / "d.npy", 7, 3, ArrayType::float32);
+    const std::string tc = begin_shared_array(o, tmp / "c.npy", 7, -1, ArrayType::int32);
+    // Created with its full size: a 64-byte aligned header and 7 x 3 floats.
+    EXPECT_EQ((fs::file_size(td) - 7 * 3 * 4) % 64, 0u);
+    EXPECT_GT(fs::file_size(td), 7u * 3 * 4);
+    EXPECT_EQ((fs::file_size(tc) - 7 * 4) % 64, 0u);
+  }
+  EXPECT_TRUE(fs::is_empty(fs::path(tmp / "")));  // not committed: nothing left
+  OutputSet o;
+  o.add(tmp / "d.npy", OutputKind::array);
+  o.add(tmp / "c.npy", OutputKind::array);
+  const std::string td = begin_shared_array(o, tmp / "d.npy", 7, 3, ArrayType::float32);
+  const std::string tc = begin_shared_array(o, tmp / "c.npy", 7, -1, ArrayType::int32);
+  // Blocks in any order, from separate writers.
+  for (const auto& [first, n] : {std::pair<int, int>{4, 3}, {0, 2}, {2, 2}}) {
+    SharedArrayWriter wd(td, tmp / "d.npy", 7, 3, ArrayType::float32),
+        wc(tc, tmp / "c.npy", 7, -1, ArrayType::int32);
+    wd.write_rows(first, n, d.data() + 3 * first);
+    wc.write_rows(first, n, c.data() + first);
+    wd.finish();
+    wc.finish();
+  }
+  SharedArrayWriter outside(td, tmp / "d.npy", 7, 3, ArrayType::float32);
+  EXPECT_THROW(outside.write_rows(6, 2, d.data()), output_error);
+  finish_shared_array(o, tmp / "d.npy");
+  finish_shared_array(o, tmp / "c.npy");
+  EXPECT_FALSE(fs::exists(tmp / "d.npy"));  // not before the commit
+  o.commit();
+  write_array(tmp / "d1.npy", d.data(), 7, 3);
+  EXPECT_EQ(read_all(tmp / "d.npy"), read_all(tmp / "d1.npy"));
+  OutputSet v;
+  v.add(tmp / "c1.npy", OutputKind::array);
+  write_vector(v, tmp / "c1.npy", c.data(), 7, "count");
+  v.commit();
+  EXPECT_EQ(read_all(tmp / "c.npy"), read_all(tmp / "c1.npy"));
+  // CSV and standard output are written by one process.
+  OutputSet w;
+  w.add(tmp / "x.csv", OutputKind::array);
+  EXPECT_FALSE(can_share_array(w, tmp / "x.csv"));
+  EXPECT_THROW(begin_shared_array(w, tmp / "x.csv", 1, 1, ArrayType::int32), output_error);
+}
+
 }  // namespace
 }  // namespace pcnn

@@ -1,6 +1,7 @@
 // pcnn — one cloud split into spatial parts, each with its own index: several GPUs of one process,
 // a reference cloud larger than one device (parts searched one after the other as tiles), and the
-// building blocks the MPI layer (pcnn/mpi.hpp) uses across ranks.
+// building blocks the MPI layer (pcnn/mpi.hpp) uses across ranks. Or, on several GPUs, replicas
+// of the whole cloud, each searching a contiguous share of the rows (Layout::replicated).
 //
 //   pcnn::PartitionedOptions o;
 //   o.devices = {0, 1};                                  // one part per GPU, searched at once
@@ -15,7 +16,10 @@
 // k-list. The lists are merged on the exact double squared distances recomputed from the
 // coordinates as stored (ties to the smaller global index) — the index's float distances are
 // rounded and never decide an order — and the float reported is that double rounded, as every
-// pcnn search reports it.
+// pcnn search reports it. Radius searches go to every part one of whose boxes lies within r² of
+// the query (the index's own r², radius * radius in double), hybrid searches as kNN with the
+// bound min(k-th distance, r²). Coordinates are read as stored, float32 or float64
+// (PointsView::data64): parts keep their points, and queries travel, in their own type.
 #pragma once
 
 #include <array>
@@ -27,10 +31,12 @@
 #include "pcnn/index.hpp"
 #include "pcnn/knn.hpp"
 #include "pcnn/points.hpp"
+#include "pcnn/radius.hpp"
 
 namespace pcnn {
 
-/// An axis-aligned box of float coordinates (as doubles); `empty` when it holds no finite point.
+/// An axis-aligned box of coordinates as stored (as doubles: exact for float32 points); `empty`
+/// when it holds no finite point.
 struct Box {
   std::array<double, 3> lo{0, 0, 0}, hi{0, 0, 0};
   bool empty = true;
@@ -41,6 +47,7 @@ struct Box {
 /// subtraction, multiplication and addition are monotone, so this never exceeds the distance
 /// pcnn computes for any point of the box (it can only under-estimate). +infinity for an empty
 /// box.
+double box_sqdist(const Box& box, const double* q);
 double box_sqdist(const Box& box, const float* q);
 
 /// Spatial parts of a cloud: Morton codes (21 bits per axis over the bounding box of the finite
@@ -51,20 +58,20 @@ double box_sqdist(const Box& box, const float* q);
 class Partitioning {
  public:
   Partitioning() = default;
-  /// Cuts `points` (host memory, float32: a float64 view throws) into `parts` (>= 1) parts from a
-  /// sample of at most `sample` points (0: 65,536). @throws pcnn::invalid_argument_error
+  /// Cuts `points` (host memory, float32 or float64) into `parts` (>= 1) parts from a sample of
+  /// at most `sample` points (0: 65,536). @throws pcnn::invalid_argument_error
   Partitioning(PointsView points, int parts, std::int64_t sample = 0);
 
   int parts() const { return parts_; }
   /// The part of point `index` with coordinates `p`. Non-finite points go to part
   /// index % parts (they are never neighbors; their rows are empty).
-  int part_of(const float* p, std::int64_t index) const;
+  int part_of(const double* p, std::int64_t index) const;
   /// The home part of a query point (not one of the partitioned points): its Morton code alone.
-  int home_of(const float* q) const;
-  /// The indices of `points` in each part, ascending.
+  int home_of(const double* q) const;
+  /// The indices of `points` (float32 or float64) in each part, ascending.
   std::vector<std::vector<std::int32_t>> assign(PointsView points) const;
   /// The 63-bit Morton code of `p` over the partitioned points' box (clamped to it).
-  std::uint64_t morton_code(const float* p) const;
+  std::uint64_t morton_code(const double* p) const;
 
  private:
   int parts_ = 1;
@@ -117,7 +124,7 @@ struct PartStats {
 /// Where the time of the last search went (wall clock, milliseconds).
 struct PartitionedTimings {
   double partition_ms = 0;  ///< Morton codes, sample, assignment (at construction)
-  double build_ms = 0;      ///< the parts' indexes (the slowest part; tiles: the sum)
+  double build_ms = 0;      ///< the indexes (CPU parts: the slowest; CUDA, tiles: the sum)
   double home_ms = 0;       ///< every query in its home part
   double boundary_ms = 0;   ///< forwarded queries searched in other parts, and the merge
   double total_ms = 0;      ///< build + search
@@ -126,15 +133,15 @@ struct PartitionedTimings {
   std::vector<PartStats> parts;
 };
 
-/// A cloud split into spatial parts, each with its own pcnn::Index; kNN results byte-identical
-/// to one pcnn::Index over the whole cloud. Host points in, host results out. Move-only.
+/// A cloud split into spatial parts, each with its own pcnn::Index, or replicated on every device
+/// (see Layout); kNN, radius and hybrid results byte-identical to one pcnn::Index over the whole
+/// cloud. Host points in, host results out. Move-only.
 class PartitionedIndex {
  public:
-  /// Partitions `points` (host memory, float32; copied) and, unless tiled, builds every part's
-  /// index. Float64 views (PointsView::data64) are not supported: parts partition, merge and
-  /// search float32 coordinates (search float64 with one pcnn::Index).
-  /// @throws as pcnn::Index, and pcnn::invalid_argument_error for a device or float64 view or bad
-  /// options.
+  /// Partitions `points` (host memory, float32 or float64; copied in their type) and, unless
+  /// tiled, builds every part's index (CUDA: one after the other), or builds every replica.
+  /// @throws as pcnn::Index, and pcnn::invalid_argument_error for a device view or bad options
+  /// (the replicated layout asked for on the CPU backend or with tiles).
   PartitionedIndex(PointsView points, PartitionedOptions options);
   ~PartitionedIndex();
   PartitionedIndex(PartitionedIndex&&) noexcept;
@@ -151,11 +158,30 @@ class PartitionedIndex {
   void self_knn(const KnnParams& params, MatrixView<std::int32_t> indices,
                 MatrixView<float> sqdist);
   KnnResult self_knn(const KnnParams& params);
-  /// kNN of separate queries (host memory, float32; a float64 view throws
-  /// pcnn::invalid_argument_error).
+  /// kNN of separate queries (host memory, float32 or float64).
   void knn(PointsView queries, const KnnParams& params, MatrixView<std::int32_t> indices,
            MatrixView<float> sqdist);
   KnnResult knn(PointsView queries, const KnnParams& params);
+
+  /// Hybrid: the max_nn nearest within params.radius, rows × max_nn into host memory, as
+  /// pcnn::Index::hybrid orders them (exclude_self: self-searches only).
+  void self_hybrid(const HybridParams& params, MatrixView<std::int32_t> indices,
+                   MatrixView<float> sqdist);
+  HybridResult self_hybrid(const HybridParams& params);
+  void hybrid(PointsView queries, const HybridParams& params, MatrixView<std::int32_t> indices,
+              MatrixView<float> sqdist);
+  HybridResult hybrid(PointsView queries, const HybridParams& params);
+
+  /// Radius: every point within params.radius, CSR (int64 offsets), each row as
+  /// pcnn::Index::radius orders it. The counts alone first (nothing is stored): writes the rows
+  /// + 1 offsets and returns the total, so that a caller can refuse results too large to hold
+  /// before any is found. Replicas count a self-search's rows on the first device (an index
+  /// counts its own points' rows all at once) and share out the rest.
+  std::int64_t self_radius_count(const RadiusParams& params, ArrayView<std::int64_t> offsets);
+  std::int64_t radius_count(PointsView queries, const RadiusParams& params,
+                            ArrayView<std::int64_t> offsets);
+  RadiusResult self_radius(const RadiusParams& params);
+  RadiusResult radius(PointsView queries, const RadiusParams& params);
 
   const PartitionedTimings& last_timings() const;
 

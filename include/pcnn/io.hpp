@@ -279,4 +279,43 @@ class ArrayStreamWriter {
   bool is_float_;
 };
 
+/// The element type of a shared array.
+enum class ArrayType { int32, float32, int64 };
+
+/// A rows × cols int32, float32 or int64 .npy array written by several processes at once, each its
+/// own block of rows at their offsets (MPI ranks): the process that owns the OutputSet begins it
+/// with begin_shared_array (the header written, the staged temporary given its full size) and hands
+/// the temporary's path to the others; every process writes its rows through a SharedArrayWriter
+/// and finishes it (fsync) before a barrier; the owner then calls finish_shared_array and
+/// commits the set as usual (an error anywhere: the set's destructor removes the temporary, so
+/// the output is complete or absent). `cols` < 0: a 1-D array of `rows` values.
+/// Only staged regular-file .npy targets can be shared (can_share_array; radius results' three
+/// files, as OutputSet::files names them, too): stdout, FIFOs and .csv outputs are written by one
+/// process.
+bool can_share_array(OutputSet& outputs, const std::string& path);
+/// Returns the path of the staged temporary the writers open. @throws pcnn::output_error
+std::string begin_shared_array(OutputSet& outputs, const std::string& path, std::int64_t rows,
+                               int cols, ArrayType type);
+void finish_shared_array(OutputSet& outputs, const std::string& path);
+
+class SharedArrayWriter {
+ public:
+  /// Opens `temporary` (from begin_shared_array) to write rows of the array `path` (for
+  /// messages) of that shape. @throws pcnn::output_error
+  SharedArrayWriter(const std::string& temporary, const std::string& path, std::int64_t rows,
+                    int cols, ArrayType type);
+  ~SharedArrayWriter();
+  SharedArrayWriter(const SharedArrayWriter&) = delete;
+  SharedArrayWriter& operator=(const SharedArrayWriter&) = delete;
+  /// Rows [first, first + n): n × cols values of the array's type. @throws pcnn::output_error
+  void write_rows(std::int64_t first, std::int64_t n, const void* data);
+  /// fsync and close. @throws pcnn::output_error
+  void finish();
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::int64_t rows_, row_bytes_, data_offset_;
+};
+
 }  // namespace pcnn

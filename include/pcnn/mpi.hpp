@@ -1,6 +1,7 @@
 // pcnn — a distributed index over an MPI communicator (component `mpi`, built where MPI is found):
-// one spatial part of the cloud per rank, queries exchanged with MPI_Alltoallv, kNN rows
-// byte-identical to one pcnn::Index over the whole cloud (see pcnn/distributed.hpp for why).
+// one spatial part of the cloud per rank, queries exchanged with MPI_Alltoallv, kNN, radius and
+// hybrid rows byte-identical to one pcnn::Index over the whole cloud (see pcnn/distributed.hpp
+// for why). Float32 or float64 coordinates (PointsView::data64), as stored.
 //
 //   pcnn::mpi::DistributedIndex index(MPI_COMM_WORLD, pcnn::host_points(xyz.data(), n));
 //   pcnn::mpi::RankRows mine = index.self_knn({8});     // this rank's rows
@@ -23,6 +24,7 @@
 #include "pcnn/index.hpp"
 #include "pcnn/knn.hpp"
 #include "pcnn/points.hpp"
+#include "pcnn/radius.hpp"
 
 namespace pcnn::mpi {
 
@@ -40,6 +42,25 @@ class peer_failure : public error {
 struct RankRows {
   std::vector<std::int64_t> rows;
   KnnResult result;  ///< rows.size() × k, global indices
+};
+
+/// A contiguous block of the result rows: rows [first, first + result.rows).
+struct RankBlock {
+  std::int64_t first = 0;
+  KnnResult result;
+};
+
+/// This rank's share of a radius search: the global rows it answered (ascending) and those rows
+/// in CSR form (result.rows == rows.size()); a count alone holds the offsets only.
+struct RankRadius {
+  std::vector<std::int64_t> rows;
+  RadiusResult result;
+};
+
+/// A contiguous block of radius rows: rows [first, first + result.rows), offsets from 0.
+struct RankRadiusBlock {
+  std::int64_t first = 0;
+  RadiusResult result;
 };
 
 /// What one rank did in the last search (wall clock, milliseconds).
@@ -60,8 +81,7 @@ class DistributedIndex {
   /// Collective. Every rank passes the same whole cloud `points` (host memory); each keeps and
   /// indexes its own part (Partitioning over the communicator's size). With the CUDA backend,
   /// `options.device` is replaced by the rank's position among the ranks of its host modulo the
-  /// devices there, unless `keep_device`. Float32 points only: a float64 view (and float64
-  /// queries) throw pcnn::invalid_argument_error on every rank.
+  /// devices there, unless `keep_device`. Float32 or float64 points (kept in their type).
   DistributedIndex(MPI_Comm comm, PointsView points, IndexOptions options = {},
                    bool keep_device = false);
   ~DistributedIndex();
@@ -79,9 +99,26 @@ class DistributedIndex {
   /// Collective: every rank passes the same whole query set; each answers the queries whose
   /// home is its part.
   RankRows knn(PointsView queries, const KnnParams& params);
+  /// Collective: hybrid (the max_nn nearest within params.radius) of this rank's points, or of
+  /// the queries whose home is its part; result.k = max_nn.
+  RankRows self_hybrid(const HybridParams& params);
+  RankRows hybrid(PointsView queries, const HybridParams& params);
+  /// Collective: radius rows (every point within params.radius) of this rank's points, or of
+  /// the queries whose home is its part. The `_count` forms find the row sizes only (offsets).
+  RankRadius self_radius(const RadiusParams& params);
+  RankRadius radius(PointsView queries, const RadiusParams& params);
+  RankRadius self_radius_count(const RadiusParams& params);
+  RankRadius radius_count(PointsView queries, const RadiusParams& params);
   /// Collective: every rank's rows, in order, on `root` (an empty result elsewhere).
   /// `rows` is the total row count (the cloud's, or the query set's).
   KnnResult gather(const RankRows& mine, std::int64_t rows, int root = 0);
+  /// Collective: the rows redistributed so that rank r holds the contiguous block
+  /// [rows * r / ranks, rows * (r + 1) / ranks) of them (for writing each rank's block at its
+  /// offset, no rank holding every row).
+  RankBlock redistribute(const RankRows& mine, std::int64_t rows);
+  RankRadiusBlock redistribute(const RankRadius& mine, std::int64_t rows);
+  /// Collective: every rank's radius rows (or, for counts, their offsets) on `root`.
+  RadiusResult gather(const RankRadius& mine, std::int64_t rows, int root = 0);
   /// Collective: every rank's stats of the last search, on every rank.
   std::vector<RankStats> all_stats() const;
   const RankStats& last_stats() const;
