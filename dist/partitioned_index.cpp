@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -31,8 +32,9 @@ struct PartitionedIndex::Impl {
   std::vector<dist::Part> parts;
   std::vector<IndexOptions> part_options;
   std::vector<std::shared_ptr<DeviceMemoryResource>> memory;  // one per device
-  std::vector<double> built_ms;  // each part's build at construction (parts, not tiles)
-  bool sequential = false;       // tiles
+  std::vector<double> built_ms;   // each part's build at construction (parts, not tiles)
+  bool sequential = false;        // tiles
+  bool replicas_at_once = false;  // replicas built at once (distinct devices)
   int threads_per_part = 1;
   PartitionedTimings timings;
   std::vector<Index> replicas;  // the replicated layout: one whole index per device
@@ -104,9 +106,12 @@ void PartitionedIndex::Impl::build_replicas(PointsView points) {
   const int nd = static_cast<int>(options.devices.size());
   replicas.resize(static_cast<std::size_t>(nd));
   built_ms.assign(static_cast<std::size_t>(nd), 0.0);
-  // One after the other: indexes built at once from several threads on one device hung in the
-  // driver (H100, driver 580); searching at once from several threads does not.
-  dist::for_each(nd, false, [&](int d) {
+  // At once on distinct devices; one after the other when a device is listed twice: indexes
+  // built at once from several threads on one device hung in the driver (H100, driver 580),
+  // while searching at once from several threads does not.
+  const std::set<int> distinct(options.devices.begin(), options.devices.end());
+  replicas_at_once = static_cast<int>(distinct.size()) == nd;
+  dist::for_each(nd, replicas_at_once, [&](int d) {
     IndexOptions o = options.index;
     o.device = options.devices[static_cast<std::size_t>(d)];
     if (!o.memory && options.max_device_memory > 0)
@@ -156,8 +161,9 @@ void PartitionedIndex::Impl::on_replicas(
 }
 
 void PartitionedIndex::Impl::finish_replicas(clock_type::time_point t_start) {
-  for (const PartStats& st : timings.parts)
-    timings.build_ms += st.build_ms;  // built one after the other
+  for (const PartStats& st : timings.parts)  // built at once, or one after the other
+    timings.build_ms =
+        replicas_at_once ? std::max(timings.build_ms, st.build_ms) : timings.build_ms + st.build_ms;
   timings.home_ms = ms_since(t_start);
   timings.total_ms = timings.home_ms + timings.build_ms;
 }

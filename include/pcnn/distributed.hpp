@@ -124,7 +124,8 @@ struct PartStats {
 /// Where the time of the last search went (wall clock, milliseconds).
 struct PartitionedTimings {
   double partition_ms = 0;  ///< Morton codes, sample, assignment (at construction)
-  double build_ms = 0;      ///< the indexes (CPU parts: the slowest; CUDA, tiles: the sum)
+  double build_ms = 0;      ///< the indexes (CPU parts, replicas on distinct devices: the slowest;
+                            ///< CUDA parts, tiles: the sum)
   double home_ms = 0;       ///< every query in its home part
   double boundary_ms = 0;   ///< forwarded queries searched in other parts, and the merge
   double total_ms = 0;      ///< build + search
@@ -139,7 +140,8 @@ struct PartitionedTimings {
 class PartitionedIndex {
  public:
   /// Partitions `points` (host memory, float32 or float64; copied in their type) and, unless
-  /// tiled, builds every part's index (CUDA: one after the other), or builds every replica.
+  /// tiled, builds every part's index (CUDA: one after the other), or builds every replica (at
+  /// once on distinct devices).
   /// @throws as pcnn::Index, and pcnn::invalid_argument_error for a device view or bad options
   /// (the replicated layout asked for on the CPU backend or with tiles).
   PartitionedIndex(PointsView points, PartitionedOptions options);
