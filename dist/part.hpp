@@ -128,6 +128,12 @@ struct DenseSearch {
                 MatrixView<float> dv) const;
 };
 
+/// Queries per search call on `index` under a device memory cap (its memory resource given, as
+/// for tiles): no more than a quarter of what the cap has left holds at 128 bytes a query (the
+/// staged query, its sort keys and the search's scratch per row: about 100 bytes), in blocks of
+/// 128; without a cap, all `m`.
+std::int64_t queries_per_call(const Index& index, std::int64_t m);
+
 /// A query's k-th distance as the index reported it (a float, the exact double rounded to
 /// nearest) bounds the exact k-th distance from above by the next float up: forwarding on that
 /// bound can only forward more, never less. A row with fewer than k neighbors gets +infinity.

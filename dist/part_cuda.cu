@@ -88,13 +88,10 @@ void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParam
   const OnDevice on(part.index->options().device);
   const Stream stream;
   const cudaStream_t s = stream.get();
-  // Rows per chunk: 32 MB of indices (and as much of distances) on the device and page-locked;
-  // under a device memory cap (tiles), also no more queries than a quarter of what the cap has
-  // left holds at 128 bytes each (the staged query, its sort keys and the search's per-row
-  // scratch: about 100 bytes), in whole blocks of 128.
-  std::int64_t chunk = std::min<std::int64_t>(m, std::max<std::int64_t>(1, (1 << 23) / k));
-  if (const auto& memory = part.index->options().memory)
-    chunk = std::min(chunk, std::max<std::int64_t>(128, memory->available() / 4 / 128 / 128 * 128));
+  // Rows per chunk: 32 MB of indices (and as much of distances) on the device and page-locked,
+  // and no more than a device memory cap allows (tiles).
+  const std::int64_t chunk = queries_per_call(
+      *part.index, std::min<std::int64_t>(m, std::max<std::int64_t>(1, (1 << 23) / k)));
   const Buffer<std::int32_t, false> gid(part.size()), d_idx(chunk * k);
   const Buffer<float, false> d_d(chunk * k);
   const Buffer<std::int32_t, true> h_idx(chunk * k);

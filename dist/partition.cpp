@@ -276,6 +276,12 @@ void DenseSearch::run(Index& index, const PointsView* q, MatrixView<std::int32_t
   }
 }
 
+std::int64_t queries_per_call(const Index& index, std::int64_t m) {
+  const auto& memory = index.options().memory;
+  if (!memory) return m;
+  return std::min(m, std::max<std::int64_t>(128, memory->available() / 4 / 128 / 128 * 128));
+}
+
 void DenseSearch::run_rows(Index& index, std::int64_t first_row, MatrixView<std::int32_t> iv,
                            MatrixView<float> dv) const {
   if (hybrid)
@@ -329,14 +335,24 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
   t = std::chrono::steady_clock::now();
   out.idx.resize(static_cast<std::size_t>(m) * k);
   out.d.resize(out.idx.size());
-  const MatrixView<std::int32_t> iv{out.idx.data(), m, k};
-  const MatrixView<float> dv{out.d.data(), m, k};
   if (m > 0 && map_on_device && !search.hybrid) {
     knn_global_cuda(part, q, m, KnnParams{k, search.exclude_self}, threads, out.idx.data(),
                     out.d.data());
   } else if (m > 0) {
-    const PointsView qv = q ? q->view(m) : PointsView{};
-    search.run(*part.index, q ? &qv : nullptr, iv, dv);
+    const std::int64_t per = queries_per_call(*part.index, m);
+    for (std::int64_t a = 0; a < m; a += per) {
+      const std::int64_t c = std::min(per, m - a);
+      const MatrixView<std::int32_t> ic{out.idx.data() + a * k, c, k};
+      const MatrixView<float> dc{out.d.data() + a * k, c, k};
+      if (q) {
+        const PointsView qv = q->from(a).view(c);
+        search.run(*part.index, &qv, ic, dc);
+      } else if (c == m) {
+        search.run(*part.index, nullptr, ic, dc);
+      } else {
+        search.run_rows(*part.index, a, ic, dc);
+      }
+    }
     parallel_for(m * k, threads, [&](std::int64_t a, std::int64_t e) {
       to_global(part, out.idx.data() + a, e - a);
     });
