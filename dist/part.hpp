@@ -126,6 +126,10 @@ struct DenseSearch {
   /// Rows [first_row, first_row + iv.rows) of the self-search on `index` (a replica's share).
   void run_rows(Index& index, std::int64_t first_row, MatrixView<std::int32_t> iv,
                 MatrixView<float> dv) const;
+  /// run() in calls of queries_per_call(index, m) queries each: `m` separate queries `q`, or
+  /// the index's own `m` points (q null); rows × k to host `idx` and `d`.
+  void run_chunked(Index& index, const Coords* q, std::int64_t m, std::int32_t* idx,
+                   float* d) const;
 };
 
 /// Queries per search call on `index` under a device memory cap (its memory resource given, as

@@ -276,6 +276,24 @@ void DenseSearch::run(Index& index, const PointsView* q, MatrixView<std::int32_t
   }
 }
 
+void DenseSearch::run_chunked(Index& index, const Coords* q, std::int64_t m, std::int32_t* idx,
+                              float* d) const {
+  const std::int64_t per = queries_per_call(index, m);
+  for (std::int64_t a = 0; a < m; a += per) {
+    const std::int64_t c = std::min(per, m - a);
+    const MatrixView<std::int32_t> iv{idx + a * k, c, k};
+    const MatrixView<float> dv{d + a * k, c, k};
+    if (q) {
+      const PointsView qv = q->from(a).view(c);
+      run(index, &qv, iv, dv);
+    } else if (c == m) {
+      run(index, nullptr, iv, dv);
+    } else {
+      run_rows(index, a, iv, dv);
+    }
+  }
+}
+
 std::int64_t queries_per_call(const Index& index, std::int64_t m) {
   const auto& memory = index.options().memory;
   if (!memory) return m;
@@ -339,20 +357,7 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
     knn_global_cuda(part, q, m, KnnParams{k, search.exclude_self}, threads, out.idx.data(),
                     out.d.data());
   } else if (m > 0) {
-    const std::int64_t per = queries_per_call(*part.index, m);
-    for (std::int64_t a = 0; a < m; a += per) {
-      const std::int64_t c = std::min(per, m - a);
-      const MatrixView<std::int32_t> ic{out.idx.data() + a * k, c, k};
-      const MatrixView<float> dc{out.d.data() + a * k, c, k};
-      if (q) {
-        const PointsView qv = q->from(a).view(c);
-        search.run(*part.index, &qv, ic, dc);
-      } else if (c == m) {
-        search.run(*part.index, nullptr, ic, dc);
-      } else {
-        search.run_rows(*part.index, a, ic, dc);
-      }
-    }
+    search.run_chunked(*part.index, q, m, out.idx.data(), out.d.data());
     parallel_for(m * k, threads, [&](std::int64_t a, std::int64_t e) {
       to_global(part, out.idx.data() + a, e - a);
     });
@@ -399,8 +404,7 @@ void answer(Part& part, const Coords& q, std::int64_t m, const DenseSearch& sear
   std::vector<float> d(out.idx.size());
   DenseSearch forwarded = search;
   forwarded.exclude_self = false;  // the query is not one of this part's points
-  const PointsView qv = q.view(m);
-  forwarded.run(*part.index, &qv, {local.data(), m, k}, {d.data(), m, k});
+  forwarded.run_chunked(*part.index, &q, m, local.data(), d.data());
   search_ms += ms_since(t);
   std::vector<Candidate> c;
   for (std::int64_t i = 0; i < m; ++i) {

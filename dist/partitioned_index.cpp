@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -102,6 +103,17 @@ bool use_replicas(const PartitionedOptions& o, Backend backend) {
 
 }  // namespace
 
+namespace {
+
+// The bytes a host view spans (what page-locking it covers).
+std::size_t view_bytes(const PointsView* v) {
+  if (!v || v->count <= 0) return 0;
+  return static_cast<std::size_t>((v->count - 1) * v->stride + 3) *
+         static_cast<std::size_t>(v->scalar_bytes());
+}
+
+}  // namespace
+
 void PartitionedIndex::Impl::build_replicas(PointsView points) {
   const int nd = static_cast<int>(options.devices.size());
   replicas.resize(static_cast<std::size_t>(nd));
@@ -111,6 +123,11 @@ void PartitionedIndex::Impl::build_replicas(PointsView points) {
   // while searching at once from several threads does not.
   const std::set<int> distinct(options.devices.begin(), options.devices.end());
   replicas_at_once = static_cast<int>(distinct.size()) == nd;
+  // The points page-locked once for every device: an index uploading from pageable memory
+  // page-locks it for the copy and unlocks it after, which under another device's copy of the
+  // same memory at once is a race (a crash on two H200s at 200M points).
+  std::optional<dist::PortableLock> lock_points;
+  if (replicas_at_once) lock_points.emplace(points.address(), view_bytes(&points));
   dist::for_each(nd, replicas_at_once, [&](int d) {
     IndexOptions o = options.index;
     o.device = options.devices[static_cast<std::size_t>(d)];
@@ -122,17 +139,6 @@ void PartitionedIndex::Impl::build_replicas(PointsView points) {
   });
   timings.replicated = true;
 }
-
-namespace {
-
-// The bytes a host view spans (what page-locking it covers).
-std::size_t view_bytes(const PointsView* v) {
-  if (!v || v->count <= 0) return 0;
-  return static_cast<std::size_t>((v->count - 1) * v->stride + 3) *
-         static_cast<std::size_t>(v->scalar_bytes());
-}
-
-}  // namespace
 
 void PartitionedIndex::Impl::start_replicas(std::int64_t rows) {
   const int nd = static_cast<int>(replicas.size());
