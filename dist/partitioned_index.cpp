@@ -6,7 +6,6 @@
 #include <cmath>
 #include <functional>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <string>
 
@@ -33,9 +32,8 @@ struct PartitionedIndex::Impl {
   std::vector<dist::Part> parts;
   std::vector<IndexOptions> part_options;
   std::vector<std::shared_ptr<DeviceMemoryResource>> memory;  // one per device
-  std::vector<double> built_ms;   // each part's build at construction (parts, not tiles)
-  bool sequential = false;        // tiles
-  bool replicas_at_once = false;  // replicas built at once (distinct devices)
+  std::vector<double> built_ms;  // each part's build at construction (parts, not tiles)
+  bool sequential = false;       // tiles
   int threads_per_part = 1;
   PartitionedTimings timings;
   std::vector<Index> replicas;  // the replicated layout: one whole index per device
@@ -118,24 +116,21 @@ void PartitionedIndex::Impl::build_replicas(PointsView points) {
   const int nd = static_cast<int>(options.devices.size());
   replicas.resize(static_cast<std::size_t>(nd));
   built_ms.assign(static_cast<std::size_t>(nd), 0.0);
-  // At once on distinct devices; one after the other when a device is listed twice: indexes
-  // built at once from several threads on one device hung in the driver (H100, driver 580),
-  // while searching at once from several threads does not.
-  const std::set<int> distinct(options.devices.begin(), options.devices.end());
-  replicas_at_once = static_cast<int>(distinct.size()) == nd;
-  // The points page-locked once for every device: an index uploading from pageable memory
-  // page-locks it for the copy and unlocks it after, which under another device's copy of the
-  // same memory at once is a race (a crash on two H200s at 200M points).
-  std::optional<dist::PortableLock> lock_points;
-  if (replicas_at_once) lock_points.emplace(points.address(), view_bytes(&points));
-  dist::for_each(nd, replicas_at_once, [&](int d) {
+  // One after the other. Indexes built at once from several threads on one device hung in the
+  // driver (H100, driver 580); built at once on two H200s, two of eight replicated runs
+  // crashed (SIGSEGV, SIGFPE; cause not found). Searching at once does neither. The points are
+  // page-locked once for every device (counted in the first build): each index would otherwise
+  // lock and unlock them for its own upload.
+  auto t = clock_type::now();
+  const dist::PortableLock lock_points(points.address(), view_bytes(&points));
+  dist::for_each(nd, false, [&](int d) {
     IndexOptions o = options.index;
     o.device = options.devices[static_cast<std::size_t>(d)];
     if (!o.memory && options.max_device_memory > 0)
       o.memory = make_limited_pool_resource(options.max_device_memory, o.device);
-    const auto t = clock_type::now();
     replicas[d] = Index(points, o);
     built_ms[d] = ms_since(t);
+    t = clock_type::now();
   });
   timings.replicated = true;
 }
@@ -167,9 +162,8 @@ void PartitionedIndex::Impl::on_replicas(
 }
 
 void PartitionedIndex::Impl::finish_replicas(clock_type::time_point t_start) {
-  for (const PartStats& st : timings.parts)  // built at once, or one after the other
-    timings.build_ms =
-        replicas_at_once ? std::max(timings.build_ms, st.build_ms) : timings.build_ms + st.build_ms;
+  for (const PartStats& st : timings.parts)
+    timings.build_ms += st.build_ms;  // built one after the other
   timings.home_ms = ms_since(t_start);
   timings.total_ms = timings.home_ms + timings.build_ms;
 }

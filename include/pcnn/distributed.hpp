@@ -140,8 +140,8 @@ struct PartitionedTimings {
 class PartitionedIndex {
  public:
   /// Partitions `points` (host memory, float32 or float64; copied in their type) and, unless
-  /// tiled, builds every part's index (CUDA: one after the other), or builds every replica (at
-  /// once on distinct devices).
+  /// tiled, builds every part's index (CUDA: one after the other), or builds every replica (one
+  /// after the other, the points page-locked once for all).
   /// @throws as pcnn::Index, and pcnn::invalid_argument_error for a device view or bad options
   /// (the replicated layout asked for on the CPU backend or with tiles).
   PartitionedIndex(PointsView points, PartitionedOptions options);
