@@ -502,21 +502,24 @@ void merge_radius(RadiusHome& home, const std::vector<const RadiusRows*>& answer
   const std::int64_t m = home.rows;
   const int np = static_cast<int>(answers.size());
   RadiusRows& out = home.merged;
-  // Row j's rows in each answering part: walk every to[t] along the rows.
+  // Row j's rows in each answering part: f(answer, its row) for each, walking every to[t] along
+  // the rows (j ascending).
   std::vector<std::size_t> at(static_cast<std::size_t>(np), 0);
-  out.offsets.assign(static_cast<std::size_t>(m) + 1, 0);
-  for (std::int64_t j = 0; j < m; ++j) {
-    std::int64_t count = home.own.offsets[j + 1] - home.own.offsets[j];
+  auto answered = [&](std::int64_t j, auto&& f) {
     for (int t = 0; t < np; ++t) {
       const auto& rows = home.to[static_cast<std::size_t>(t)];
       std::size_t& i = at[static_cast<std::size_t>(t)];
       if (i < rows.size() && rows[i] == j) {
-        const RadiusRows& a = *answers[t];
-        const std::int64_t r = first[t] + static_cast<std::int64_t>(i);
-        count += a.offsets[r + 1] - a.offsets[r];
+        f(*answers[t], first[t] + static_cast<std::int64_t>(i));
         ++i;
       }
     }
+  };
+  out.offsets.assign(static_cast<std::size_t>(m) + 1, 0);
+  for (std::int64_t j = 0; j < m; ++j) {
+    std::int64_t count = home.own.offsets[j + 1] - home.own.offsets[j];
+    answered(
+        j, [&](const RadiusRows& a, std::int64_t r) { count += a.offsets[r + 1] - a.offsets[r]; });
     out.offsets[j + 1] = out.offsets[j] + count;
   }
   out.d.clear();
@@ -531,18 +534,11 @@ void merge_radius(RadiusHome& home, const std::vector<const RadiusRows*>& answer
     for (std::int64_t e = home.own.offsets[j]; e < home.own.offsets[j + 1]; ++e)
       c.push_back({home.own.d[e], home.own.idx[e]});
     bool merged = false;
-    for (int t = 0; t < np; ++t) {
-      const auto& rows = home.to[static_cast<std::size_t>(t)];
-      std::size_t& i = at[static_cast<std::size_t>(t)];
-      if (i < rows.size() && rows[i] == j) {
-        const RadiusRows& a = *answers[t];
-        const std::int64_t r = first[t] + static_cast<std::int64_t>(i);
-        for (std::int64_t e = a.offsets[r]; e < a.offsets[r + 1]; ++e)
-          c.push_back({a.d[e], a.idx[e]});
-        merged = merged || a.offsets[r + 1] > a.offsets[r];
-        ++i;
-      }
-    }
+    answered(j, [&](const RadiusRows& a, std::int64_t r) {
+      for (std::int64_t e = a.offsets[r]; e < a.offsets[r + 1]; ++e)
+        c.push_back({a.d[e], a.idx[e]});
+      merged = merged || a.offsets[r + 1] > a.offsets[r];
+    });
     if (merged) std::sort(c.begin(), c.end());
     for (std::size_t e = 0; e < c.size(); ++e) {
       out.d[out.offsets[j] + e] = c[e].d;
