@@ -56,7 +56,8 @@ void launch(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
     PCNN_CHECK_LAUNCH();
   }
   // Flagged rows are rare too, except on lattices and duplicates.
-  gather_kernel<CAP><<<std::max(1, std::min(blocks, 2 * sms)), threads, 0, stream>>>(tree, a);
+  gather_flagged_kernel<CAP>
+      <<<std::max(1, std::min(blocks, 2 * sms)), threads, 0, stream>>>(tree, a);
   PCNN_CHECK_LAUNCH();
 }
 

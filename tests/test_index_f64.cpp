@@ -391,6 +391,29 @@ TEST_P(Float64Backend, RebuildSwitchesTheCoordinateType) {
   EXPECT_TRUE(same_knn(index.knn(dv, {9}), reference_knn(fv, &dv, {9})));
 }
 
+TEST_P(Float64Backend, SquaresOverflowingDoubleTieAtInfinityByIndex) {
+  // Points near 1e300 on a line: every squared distance from the origin overflows double, so the
+  // reference ranks them all at +inf by index (0, 1, 2, ...), while their float filter distances
+  // differ (point j lies farther the smaller j is). A search that trusts its float order keeps
+  // the far end of the line. k = 32 fills the list from one cell; k = 1 goes through the outlier
+  // search (one query far from 31 others sitting on points).
+  const int n = 100;
+  std::vector<double> d;
+  for (int j = 0; j < n; ++j) d.insert(d.end(), {1e300 * (1 + (n - 1 - j) / 1000.0), 0.0, 0.0});
+  const PointsView dv = host_points(d.data(), n);
+  Index index(dv, opts());
+  const std::vector<double> origin = {0.0, 0.0, 0.0};
+  const PointsView ov = host_points(origin.data(), 1);
+  const KnnResult want32 = reference_knn(dv, &ov, {32});
+  ASSERT_EQ(want32.indices[31], 31);  // the reference's tie rule at +inf
+  EXPECT_TRUE(same_knn(index.knn(ov, {32}), want32));
+  std::vector<double> q;
+  for (int j = 0; j < 31; ++j) q.insert(q.end(), {d[3 * j], 0.0, 0.0});
+  q.insert(q.end(), {0.0, 0.0, 0.0});
+  const PointsView qv = host_points(q.data(), 32);
+  EXPECT_TRUE(same_knn(index.knn(qv, {1}), reference_knn(dv, &qv, {1})));
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Float64Backend, ::testing::Values(Backend::cpu, Backend::cuda),
                          [](const ::testing::TestParamInfo<Backend>& info) {
                            return std::string(to_string(info.param));

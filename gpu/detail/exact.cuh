@@ -56,7 +56,7 @@ struct FilterError {
   /// The largest float filter distance of any point at exact squared distance <= `d2`.
   __host__ __device__ __forceinline__ float reach(double d2) const {
     const double rho =
-        ldexp(sqrt(d2 + 0x1p-1072) * (1 + 0x1p-50), scale_exp) + 3.4641016151377546 * perturbation;
+        ldexp(sqrt(d2 + 0x1p-1072) * (1 + 0x1p-50), scale_exp) + 3.4641016151377549 * perturbation;
     const double r2 = rho * rho * (1 + 6 * 0x1p-24 + 0x1p-40) + 0x1p-126;
     if (!(r2 < double(FLT_MAX))) return INFINITY;
 #ifdef __CUDA_ARCH__
@@ -72,7 +72,7 @@ struct FilterError {
     const double real = d2 - 0x1p-1072;
     if (!(real > 0)) return 0.f;
     const double rho =
-        ldexp(sqrt(real) * (1 - 0x1p-50), scale_exp) - 3.4641016151377546 * perturbation;
+        ldexp(sqrt(real) * (1 - 0x1p-50), scale_exp) - 3.4641016151377549 * perturbation;
     if (rho <= 0) return 0.f;
     const double r2 = rho * rho * (1 - 6 * 0x1p-24 - 0x1p-40) - 0x1p-126;
     if (r2 <= 0) return 0.f;
@@ -88,7 +88,8 @@ struct FilterError {
   /// The float search keeps its k best by float distance and offers the scan every point within
   /// widen(w) of its k-th float distance w; the refinement then needs every point within
   /// reach(D), D the largest exact distance of the k (refine.cuh). widen(w) >= reach(D) for
-  /// every D the reference can compute for a point of float distance <= w:
+  /// every finite D the reference can compute for a point of float distance <= w (a D of +inf
+  /// goes to the gather, see refine.cuh):
   ///   the filter length a of such a point is <= sqrt((w + 2^-126) / (1 - 6u));
   ///   2^s sqrt(D_real) <= a + 2√3δ, D <= D_real (1 + 2^-50) + 3·2^-1075, so
   ///   2^s sqrt(D + 2^-1072) (1 + 2^-50) <= (a + 2√3δ)(1 + 2^-49) + 2^(s - 535);

@@ -309,7 +309,8 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
 /// that they are spatial neighbors), over a fixed grid (the count is read on the device). Lanes
 /// of a warp walk together: the walk's reach is the warp's largest.
 template <int CAP>
-__global__ void __launch_bounds__(kTreeWarps * 32) gather_kernel(TreeView t, TreeKnnArgs a) {
+__global__ void __launch_bounds__(kTreeWarps * 32)
+    gather_flagged_kernel(TreeView t, TreeKnnArgs a) {
   __shared__ float4 stage_all[kTreeWarps][kCell];
   __shared__ int stack_all[kTreeWarps][kTreeStack];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;

@@ -12,7 +12,8 @@
 //        exact distance <= D (the k kept are k points within D).
 //   R² = FilterError::reach(D): no point at exact distance <= D has a float filter distance
 //        above R² (the bound below covers the filter's rounding and the float arithmetic).
-//   Every point at float distance <= R² was offered: R² <= widen(k-th float distance), and the
+//   Every point at float distance <= R² was offered: R² <= widen(k-th float distance) while D
+//   is finite (a D of +inf, a square overflowing double, always goes to the gather), and the
 //   list's limit only shrinks. So if spill > R² (or nothing spilled), no point outside the k
 //   can be among the k nearest: sorting those k by (exact distance, index) gives the row. If
 //   only the nearest spilled point lies within R² (the second spilled distance > R²), the row is
@@ -105,6 +106,10 @@ __device__ __forceinline__ bool settle_row(Slots& s, int count, int k, const Spi
     previous_id = id;
     worst = fmax(worst, d);
     s.d(j) = __double2float_rn(d);
+  }
+  if (count == k && isinf(worst)) {  // a square overflowed double: the proof needs D finite,
+    reach = INFINITY;                // and every point may tie at +inf (ranked by index)
+    return false;
   }
   bool extra = false;     // the nearest spilled point may be among the k nearest
   if (!isnan(spill.d)) {  // a point outside the k was offered: is it far enough for certain?
