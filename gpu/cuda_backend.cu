@@ -668,6 +668,8 @@ class CudaBackend final : public Index::Backend_ {
     scale_exp_ = -std::ilogb(largest);  // the largest becomes about 1
   }
 
+  bool zero_origin() const { return origin_[0] == 0 && origin_[1] == 0 && origin_[2] == 0; }
+
   // What the float search sees of some points: their filter coordinates (see choose_frame),
   // and `perturbation`, a bound on how far any filter coordinate is from (x - origin) * 2^scale
   // (the half-ulp rounding of a float64 offset, or of a float32 value scaled below float's normal
@@ -681,8 +683,7 @@ class CudaBackend final : public Index::Backend_ {
   // `buf`. A finite coordinate that the frame would push out of float's range (queries far
   // beyond the indexed points' magnitude) is refused rather than searched as if not finite.
   Filter filter_of(const PointsView& d, detail::device_buffer<float>& buf, cudaStream_t stream) {
-    const bool zero_origin = origin_[0] == 0 && origin_[1] == 0 && origin_[2] == 0;
-    const bool exact_input = !d.is_double() && zero_origin;
+    const bool exact_input = !d.is_double() && zero_origin();
     if (d.count == 0 || (exact_input && scale_exp_ == 0)) return {d, 0.0};
     buf.resize(static_cast<std::size_t>(d.count) * 3, stream, ws_);
     detail::device_buffer<int> flags(2, stream, ws_);
@@ -753,6 +754,9 @@ class CudaBackend final : public Index::Backend_ {
         sq.given ? detail::ExactCoords{sq.exact.data, sq.exact.data64, sq.exact.stride} : ex.refs;
     ex.err.scale_exp = scale_exp_;
     ex.err.perturbation = std::max(refs_perturbation_, sq.filter.perturbation);
+    // Float coordinates searched as they are (filter_of returned them unchanged).
+    ex.filter_exact = zero_origin() && scale_exp_ == 0 && ex.err.perturbation == 0 &&
+                      !exact_view_.is_double() && !(sq.given && sq.exact.is_double());
     return ex;
   }
 

@@ -92,6 +92,8 @@ void launch_exact(const TreeView& tree, TreeKnnArgs a, const ExactSearch& ex, cu
   a.exact.queries = ex.queries;
   a.exact.err = ex.err;
   a.exact.term = ex.err.widen_term();
+  a.exact.points = tree.points;
+  a.exact.filter_exact = ex.filter_exact;
   a.exact.groups = groups.data();
   a.exact.group_count = group_count.data();
   a.exact.reach = reach.data();

@@ -117,6 +117,7 @@ struct ExactSearch {
   ExactCoords refs;     // the indexed points, original order
   ExactCoords queries;  // the queries by original query index (the indexed points: self-search)
   FilterError err;
+  bool filter_exact = false;  // the filter coordinates are these coordinates themselves
 };
 
 }  // namespace pcnn::detail

@@ -3,8 +3,10 @@
 //
 // knn_tree_kernel: a warp of 32 queries first scans the cells around its queries' place on the
 // curve, which fills every list and gives each query a first radius; then it walks the box
-// hierarchy nearest first (CellWalk<true>), each lane's limit its current k-th distance. Ties are
-// broken by the smaller original index.
+// hierarchy nearest first (CellWalk<true>), each lane's limit its current k-th distance. The lists
+// hold positions in the index's sorted points, not original indices: the epilogue then reads the
+// neighbors' coordinates (and original indices) near the cells just scanned rather than all over
+// the caller's array, and ranks the row by (exact distance, original index) (refine.cuh).
 //
 // A query whose first radius is far larger than its warp-mates' (an isolated outlier among
 // dense points) would drag the whole warp through most of the tree, so it is handed to
@@ -53,7 +55,7 @@ struct TreeKnnArgs {
   }
 };
 
-/// The k-list result policy: the k best (distance, index) pairs seen so far, in the thread's
+/// The k-list result policy: the k best (distance, position) pairs seen so far, in the thread's
 /// slice of the block's shared memory (tree_walk.cuh, thread_list), and what the exact
 /// refinement needs (TopK's spill).
 template <int CAP>
@@ -69,9 +71,8 @@ struct NearestList {
     best.init(k);
   }
   __device__ __forceinline__ float limit() const { return best.limit; }
-  __device__ __forceinline__ void hit(float4 p, float d) {
-    const int id = __float_as_int(p.w);
-    if (id != self) best.offer(d, id, term);
+  __device__ __forceinline__ void hit(float4 p, float d, int pos) {
+    if (__float_as_int(p.w) != self) best.offer(d, pos, term);
   }
 };
 
@@ -135,7 +136,7 @@ constexpr int knn_blocks_per_sm() {
 template <int CAP>
 __global__ void __launch_bounds__(kTreeWarps * 32, knn_blocks_per_sm<CAP>())
     knn_tree_kernel(TreeView t, TreeKnnArgs a) {
-  __shared__ float4 stage_all[kTreeWarps][kCell];
+  __shared__ float4 stage_all[kTreeWarps][kStage];
   __shared__ int stack_all[kTreeWarps][kTreeStack];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int first_slot = a.slot_begin + (blockIdx.x * kTreeWarps + warp) * 32;
@@ -187,7 +188,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_blocks_per_sm<CAP>())
         following = next_cell();
         p_next = load_cell(t, following);
       }
-      stage_cell(stage, p);
+      stage_cell(stage, p, cell);
       evals += kCell * __popc(__ballot_sync(kFullMask, active));
       if (active) scan_cell(stage, q, list);
       if (following == -2) {
@@ -203,9 +204,9 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_blocks_per_sm<CAP>())
   float reach = 0.f;
   if (slot < a.slot_end && !outlier) {
     const std::size_t row = a.row(slot, qid);
-    flagged = !settle_row<CAP>(list.best.s, list.best.count(), a.k, list.best.spill,
-                               a.exact.queries.at(qid), a.exact, a.out_idx + row, a.out_dist + row,
-                               reach);
+    flagged =
+        !settle_row<CAP>(list.best.s, list.best.count(), a.k, list.best.spill,
+                         a.exact.query(q, qid), a.exact, a.out_idx + row, a.out_dist + row, reach);
   }
   flag_rows(a.exact, a.slot_begin, first_slot, flagged, reach);
   if (lane == 0 && evals) atomicAdd(a.evaluations, evals);
@@ -269,23 +270,22 @@ __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, i
     }
     const float4 p = load_cell(t, index);
     const float d = point_dist2(q, p);
-    const int id = __float_as_int(p.w);
     evals += min(kCell, t.n - index * kCell);
-    // Every point within the limit is offered, in lane order (the same list in every lane).
-    unsigned offered = __ballot_sync(kFullMask, d <= best.limit && id != self);
+    // Every point within the limit is offered, in lane order (the same list in every lane), by
+    // its position (lane src holds point index * kCell + src).
+    unsigned offered = __ballot_sync(kFullMask, d <= best.limit && __float_as_int(p.w) != self);
     while (offered) {
       const int src = __ffs(offered) - 1;
       offered &= offered - 1;
       const float cd = __shfl_sync(kFullMask, d, src);
-      const int cid = __shfl_sync(kFullMask, id, src);
-      if (cd <= best.limit) best.offer(cd, cid, a.exact.term);
+      if (cd <= best.limit) best.offer(cd, index * kCell + src, a.exact.term);
     }
   }
   bool flagged = false;
   float reach = 0.f;
   if (lane == 0) {
     const std::size_t row = a.row(slot, qid);
-    flagged = !settle_row<CAP>(best.s, best.count(), a.k, best.spill, a.exact.queries.at(qid),
+    flagged = !settle_row<CAP>(best.s, best.count(), a.k, best.spill, a.exact.query(q, qid),
                                a.exact, a.out_idx + row, a.out_dist + row, reach);
     atomicAdd(a.evaluations, evals);
   }
@@ -311,7 +311,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
 template <int CAP>
 __global__ void __launch_bounds__(kTreeWarps * 32)
     gather_flagged_kernel(TreeView t, TreeKnnArgs a) {
-  __shared__ float4 stage_all[kTreeWarps][kCell];
+  __shared__ float4 stage_all[kTreeWarps][kStage];
   __shared__ int stack_all[kTreeWarps][kTreeStack];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int groups = *a.exact.group_count;

@@ -50,7 +50,7 @@ struct WithinRadius {
   std::uint64_t* out;
   std::int64_t count = 0;
   __device__ float limit() const { return bound.upper; }
-  __device__ void hit(float4 p, float d) {
+  __device__ void hit(float4 p, float d, int) {
     if (__float_as_int(p.w) == self || !bound.contains(q, p, d)) return;
     if (kFill) out[count] = radius_key(bound, q, p);
     ++count;
@@ -59,7 +59,7 @@ struct WithinRadius {
 
 template <bool kFill>
 __global__ void __launch_bounds__(kTreeWarps * 32) radius_tree_kernel(TreeView t, RadiusArgs a) {
-  __shared__ float4 stage_all[kTreeWarps][kCell];
+  __shared__ float4 stage_all[kTreeWarps][kStage];
   __shared__ int stack_all[kTreeWarps][kTreeStack];
   if (!warp_has_queries(a)) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -76,10 +76,10 @@ __global__ void __launch_bounds__(kTreeWarps * 32) radius_tree_kernel(TreeView t
 }
 
 /// The hybrid result policy: the k nearest among the points within r, by (float distance,
-/// index) as in the kNN search. The list (shared memory) is filled in arrival order, with no
-/// sorting, until it holds k; then it is made a max-heap, a better point replaces the worst (the
-/// root) in O(log k), and the lane's threshold drops to widen(the worst distance). Sorted once
-/// at the end, then settled exactly (refine.cuh; `spill` as TopK's).
+/// position in the index) as in the kNN search. The list (shared memory) is filled in arrival
+/// order, with no sorting, until it holds k; then it is made a max-heap, a better point replaces
+/// the worst (the root) in O(log k), and the lane's threshold drops to widen(the worst distance).
+/// Sorted once at the end, then settled exactly (refine.cuh; `spill` as TopK's).
 template <int CAP>
 struct NearestHeap {
   float4 q;
@@ -110,9 +110,8 @@ struct NearestHeap {
     s.d(i) = d;
     s.id(i) = id;
   }
-  __device__ void hit(float4 p, float d) {
-    const int id = __float_as_int(p.w);
-    if (id == self || !bound.contains(q, p, d)) return;
+  __device__ void hit(float4 p, float d, int id) {
+    if (__float_as_int(p.w) == self || !bound.contains(q, p, d)) return;
     if (count < k) {
       s.d(count) = d;
       s.id(count) = id;
@@ -130,7 +129,7 @@ struct NearestHeap {
     sift_down(0, d, id);
     threshold = fminf(bound.upper, FilterError::widen(s.d(0), term));
   }
-  /// Sorts the list by (distance, index).
+  /// Sorts the list by (distance, position).
   __device__ void sort() {
     for (int i = 1; i < count; ++i) {
       const float d = s.d(i);
@@ -148,7 +147,7 @@ struct NearestHeap {
 
 template <int CAP>
 __global__ void __launch_bounds__(kTreeWarps * 32) hybrid_tree_kernel(TreeView t, TreeKnnArgs a) {
-  __shared__ float4 stage_all[kTreeWarps][kCell];
+  __shared__ float4 stage_all[kTreeWarps][kStage];
   __shared__ int stack_all[kTreeWarps][kTreeStack];
   if (!warp_has_queries(a)) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -163,7 +162,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32) hybrid_tree_kernel(TreeView t
   if (w.in_range) {
     const std::size_t row = a.row(w.slot, w.qid);
     sink.sort();
-    flagged = !settle_row<CAP>(sink.s, sink.count, a.k, sink.spill, a.exact.queries.at(w.qid),
+    flagged = !settle_row<CAP>(sink.s, sink.count, a.k, sink.spill, a.exact.query(w.q, w.qid),
                                a.exact, a.out_idx + row, a.out_dist + row, reach);
   }
   flag_rows(a.exact, a.slot_begin, w.slot - lane, flagged, reach);

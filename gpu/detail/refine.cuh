@@ -3,10 +3,12 @@
 // The tree search runs in float on filter coordinates: the caller's coordinates, shifted by an
 // origin and scaled by a power of two, rounded to float (exactly the caller's floats when they
 // are floats of a sensible magnitude). It is exact for the float distances it computes. Its list
-// (TopK, or the hybrid's heap) keeps the k best by float distance and `spill`, the smallest float
-// distance of any point it was offered and did not keep; the scan offers every point within
-// FilterError::widen of the list's k-th float distance. The search kernel's epilogue then settles
-// each row in double precision from the coordinates as the caller stored them (settle_row):
+// (TopK, or the hybrid's heap) keeps the k best by float distance, as positions in the index's
+// sorted points, and `spill`, the smallest float distance of any point it was offered and did not
+// keep; the scan offers every point within FilterError::widen of the list's k-th float distance.
+// Which of two points at the same float distance is kept does not matter to what follows. The
+// search kernel's epilogue then settles each row in double precision from the coordinates as the
+// caller stored them (settle_row):
 //
 //   D  = the largest exact squared distance among the k kept. The true k nearest all lie at
 //        exact distance <= D (the k kept are k points within D).
@@ -48,6 +50,11 @@ struct SettleArgs {
   ExactCoords refs;     // the indexed points
   ExactCoords queries;  // the queries, by original query index
   FilterError err;
+  const float4* points = nullptr;  // the index's sorted points: position -> original index
+  // The filter coordinates are the caller's own (float input, no shift, no scale): exact
+  // distances then come from the sorted points and the query's filter coordinates, which are
+  // local reads, rather than from the caller's arrays in original order.
+  bool filter_exact = false;
   float term = INFINITY;  // err.widen_term()
   // Flagged rows, for the gather: a group per warp that flagged any, (first slot, lane mask),
   // and each flagged row's reach at [slot - slot_begin of the launch].
@@ -55,6 +62,17 @@ struct SettleArgs {
   int* group_count = nullptr;
   float* reach = nullptr;
   unsigned long long* refined = nullptr;  // counts the flagged rows (optional)
+
+  /// The point at position `pos` of the index: its original index and its coordinates as stored.
+  __device__ __forceinline__ double3 ref(int pos, int& id) const {
+    const float4 p = points[pos];
+    id = __float_as_int(p.w);
+    return filter_exact ? make_double3(p.x, p.y, p.z) : refs.at(id);
+  }
+  /// A query's coordinates as stored, from its filter coordinates `q` and original index.
+  __device__ __forceinline__ double3 query(float4 q, int qid) const {
+    return filter_exact ? make_double3(q.x, q.y, q.z) : queries.at(qid);
+  }
 };
 
 /// Up to CAP entries sorted by (exact distance, index), in the thread's own arrays.
@@ -85,11 +103,12 @@ struct ExactList {
 };
 
 /// Settles one row from the float search's list `s` (entries 0..count-1 kept, ascending by
-/// (float distance, index); `spill` as TopK's) in double precision, for query `q` (the caller's
-/// coordinates). Writes the row and returns true; or returns false, with `reach` set, when the
-/// row must be gathered. The exact distances replace the list's float ones. They are almost
-/// always already in (exact distance, index) order; a row where they are not, or where the
-/// nearest spilled point joins, is ranked again (rare: near-ties within the float's rounding).
+/// float distance, as positions in the index; `spill` as TopK's) in double precision, for query
+/// `q` (the caller's coordinates). Writes the row and returns true; or returns false, with
+/// `reach` set, when the row must be gathered. The exact distances and original indices replace
+/// the list's float distances and positions. They are almost always already in (exact distance,
+/// index) order; a row where they are not, or where the nearest spilled point joins, is ranked
+/// again (rare: near-ties within the float's rounding).
 template <int CAP, class Slots>
 __device__ __forceinline__ bool settle_row(Slots& s, int count, int k, const Spill& spill,
                                            double3 q, const SettleArgs& x, std::int32_t* out_idx,
@@ -99,13 +118,14 @@ __device__ __forceinline__ bool settle_row(Slots& s, int count, int k, const Spi
   bool in_order = true;
 #pragma unroll 4
   for (int j = 0; j < count; ++j) {
-    const int id = s.id(j);
-    const double d = exact_sqdist(q, x.refs.at(id));
+    int id;
+    const double d = exact_sqdist(q, x.ref(s.id(j), id));
     in_order = in_order && (previous < d || (previous == d && previous_id < id));
     previous = d;
     previous_id = id;
     worst = fmax(worst, d);
     s.d(j) = __double2float_rn(d);
+    s.id(j) = id;
   }
   if (count == k && isinf(worst)) {  // a square overflowed double: the proof needs D finite,
     reach = INFINITY;                // and every point may tie at +inf (ranked by index)
@@ -124,10 +144,14 @@ __device__ __forceinline__ bool settle_row(Slots& s, int count, int k, const Spi
     }
     return true;
   }
-  ExactList<CAP> list;
+  ExactList<CAP> list;  // rare: from the caller's arrays, by original index
   list.k = k;
   for (int j = 0; j < count; ++j) list.offer(exact_sqdist(q, x.refs.at(s.id(j))), s.id(j));
-  if (extra) list.offer(exact_sqdist(q, x.refs.at(spill.id)), spill.id);
+  if (extra) {
+    int id;
+    const double d = exact_sqdist(q, x.ref(spill.id, id));
+    list.offer(d, id);
+  }
   list.write(out_idx, out_dist);
   return true;
 }
@@ -157,7 +181,7 @@ struct ExactSink {
   float reach;
   ExactList<CAP> list;
   __device__ float limit() const { return reach; }
-  __device__ void hit(float4 p, float d) {
+  __device__ void hit(float4 p, float d, int) {
     const int id = __float_as_int(p.w);
     if (id == self || !bound.contains(q, p, d)) return;
     list.offer(exact_sqdist(qe, refs->at(id)), id);

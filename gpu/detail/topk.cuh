@@ -37,7 +37,8 @@ struct SharedSlots {
 };
 
 /// The nearest points a search was offered and did not keep (rejected, or pushed out of its k):
-/// the float distance and index of the nearest, and the float distance of the second. NaN: none.
+/// the float distance and id of the nearest (the list's id: for the tree searches, a position in
+/// the index), and the float distance of the second. NaN: none.
 struct Spill {
   float d = NAN, d2 = NAN;
   int id = -1;

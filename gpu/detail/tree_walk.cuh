@@ -10,9 +10,10 @@
 // float rounding), so what a scan can find does not depend on the order of the cells.
 //
 // What a hit means is the result policy's business: a policy has `limit()`, the lane's current
-// float threshold (it may only shrink), and `hit(p, d)`, called for each staged point p with
-// d = point_dist2(q, p) <= limit(). The policies are NearestList (knn_tree.cuh), WithinRadius and
-// NearestHeap (radius_tree.cuh) and ExactSink (refine.cuh).
+// float threshold (it may only shrink), and `hit(p, d, pos)`, called for each staged point p with
+// d = point_dist2(q, p) <= limit(); `pos` is p's position in the index's sorted points. The
+// policies are NearestList (knn_tree.cuh), WithinRadius and NearestHeap (radius_tree.cuh) and
+// ExactSink (refine.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -99,10 +100,17 @@ __device__ __forceinline__ float4 load_cell(const TreeView& t, int cell) {
   return cell >= 0 && i < t.n ? t.points[i] : make_float4(NAN, NAN, NAN, __int_as_float(INT_MAX));
 }
 
+/// A warp's stage in shared memory: the kCell points of a cell, then (in the w word of entry
+/// kCell) the position of its first point in the index, which a hit reads only when it happens
+/// (held in a register, it would be live across the whole scan).
+inline constexpr int kStage = kCell + 1;
+
 /// Puts the warp's loaded cell in its stage, once every lane is done with the previous one.
-__device__ __forceinline__ void stage_cell(float4* stage, float4 p) {
+__device__ __forceinline__ void stage_cell(float4* stage, float4 p, int cell) {
   __syncwarp();
-  stage[threadIdx.x & 31] = p;
+  const int lane = threadIdx.x & 31;
+  stage[lane] = p;
+  if (lane == 0) stage[kCell].w = __int_as_float(cell * kCell);
   __syncwarp();
 }
 
@@ -119,7 +127,7 @@ __device__ __forceinline__ void scan_cell(const float4* stage, float4 q, Policy&
   while (hits) {
     const int j = __ffs(hits) - 1;
     hits &= hits - 1;
-    policy.hit(stage[j], point_dist2(q, stage[j]));
+    policy.hit(stage[j], point_dist2(q, stage[j]), __float_as_int(stage[kCell].w) + j);
   }
 }
 
@@ -264,7 +272,7 @@ __device__ __forceinline__ unsigned long long radius_walk(const TreeView& t, flo
     bool near;
     const int cell = walk.next(q, active, policy.limit(), near);
     if (cell < 0) break;
-    stage_cell(stage, load_cell(t, cell));
+    stage_cell(stage, load_cell(t, cell), cell);
     if (near) {
       evals += kCell;
       scan_cell(stage, q, policy);
