@@ -96,15 +96,25 @@ struct FilterError {
   ///   reach(D) <= ((a + 2√3δ)(1 + 2^-49) + 2^(s - 535) + 2√3δ)² (1 + 6u + 2^-40) + 2^-126.
   /// widen() evaluates that rounding every step upward, with widen_term() = (4√3δ +
   /// 2^(s - 535)) (1 + 2^-40) rounded up (+inf when it overflows float: no pruning then).
+  ///
+  /// Where that term T is at most 2^-74 (float coordinates searched as they are: δ = 0, s = 0),
+  /// widen_term() returns 0 and widen() takes a bound without the square root, which is most of
+  /// its cost (it runs at every insertion into a list). With a = the filter length above and
+  /// (x + T)² <= (1 + η) x² + (1 + 1/η) T², η = 2^-20:
+  ///   reach(D) <= (w + 2^-126) (1 + 2^-20)(1 + 2^-49)² (1 + 6u + 2^-40) / (1 - 6u)
+  ///               + (1 + 2^20) T² (1 + 6u + 2^-40) + 2^-126
+  ///            <= (w + 2^-126) (1 + 2^-19) + 2^-124        (1.75·2^-20 < 2^-19; T² < 2^-147).
   float widen_term() const {
     const double c =
         (4 * 1.7320508075688774 * perturbation + std::ldexp(1.0, scale_exp - 535)) * (1 + 0x1p-40);
+    if (c <= 0x1p-74) return 0.f;
     if (!(c < double(FLT_MAX))) return INFINITY;
     const float f = static_cast<float>(c);
     return double(f) >= c ? f : std::nextafter(f, INFINITY);
   }
 #ifdef __CUDACC__
   static __device__ __forceinline__ float widen(float w, float term) {
+    if (term == 0.f) return __fmaf_ru(__fadd_ru(w, 0x1p-126f), 1.f + 0x1p-19f, 0x1p-124f);
     const float a = __fsqrt_ru(__fmul_ru(__fadd_ru(w, 0x1p-126f), 1.f + 0x1p-20f));
     const float rho = __fadd_ru(__fmul_ru(a, 1.f + 0x1p-20f), term);
     return __fadd_ru(__fmul_ru(__fmul_ru(rho, rho), 1.f + 0x1p-19f), 0x1p-125f);
