@@ -51,6 +51,7 @@ struct Options {
   int frames = 50;
   long long frame_points = 100000, map_points = 1000000, scan_points = 100000, pcl_n = 1000000;
   std::string csv;
+  std::string staging = "auto";
 };
 
 // Dense kNN outputs the caller allocates once: host vectors, or cudaMalloc'd device buffers.
@@ -121,10 +122,11 @@ KnnResult pcl_median(PointsView pts, KnnParams params, int repeats, CpuKnnTiming
   return r;
 }
 
-IndexOptions index_options(Backend backend, int threads) {
+IndexOptions index_options(Backend backend, int threads, Staging staging = Staging::automatic) {
   IndexOptions o;
   o.backend = backend;
   o.threads = threads;
+  o.staging = staging;
   return o;
 }
 
@@ -283,6 +285,28 @@ void print_allocations(const IndexMemoryStats& first, const IndexMemoryStats& la
       last.device.current_bytes / 1048576.0, last.device.peak_bytes / 1048576.0);
 }
 
+// The medians of a call's parts over the timed frames (Index::last_timings): the device time of
+// each part (CUDA events) and the call's wall clock, whose difference is the host's share.
+struct CallParts {
+  std::vector<double> upload, order, search, download, total;
+  Staging staging = Staging::automatic;
+  void add(const SearchTimings& t) {
+    upload.push_back(t.upload_ms);
+    order.push_back(t.build_ms);
+    search.push_back(t.search_ms);
+    download.push_back(t.download_ms);
+    total.push_back(t.total_ms);
+    staging = t.staging;
+  }
+  void print(const char* call, const char* order_name) const {
+    std::printf(
+        "    %s (%s staging), medians: upload %.3f, %s %.3f, search %.3f, download %.3f ms "
+        "(device time, events); call wall clock %.3f ms\n",
+        call, to_string(staging), median(upload), order_name, median(order), median(search),
+        median(download), median(total));
+  }
+};
+
 // The distribution of per-frame wall times.
 void print_frames(const std::vector<double>& frame) {
   std::printf("    per frame: median %.3f ms (p90 %.3f, max %.3f) over %zu timed frames\n",
@@ -302,24 +326,28 @@ int run_frame_loop(const Options& o, Backend backend) {
   {  // (a) a new cloud every frame: rebuild, self-kNN
     const long long n = o.frame_points;
     const auto clouds = make_frames(distinct, n, 100, 0.05f);
-    Index index(index_options(backend, o.threads));
+    Index index(index_options(backend, o.threads, parse_staging(o.staging)));
     KnnOutputs out(n, k, Memory::host);
     KnnParams params;
     params.k = k;
     params.exclude_self = true;
     std::vector<double> frame, build, query;
+    CallParts build_parts, query_parts;
     IndexMemoryStats first;
     for (int f = 0; f <= o.frames; ++f) {
       const std::vector<float>& c = clouds[static_cast<std::size_t>(f % distinct)];
       const auto t0 = Clock::now();
       index.build(host_points(c.data(), n));
       const auto t1 = Clock::now();
+      const SearchTimings built = index.last_timings();
       index.self_knn(params, out.indices(), out.sqdist());
       const auto t2 = Clock::now();
       if (f == 0) {
         first = index.memory_stats();
         continue;
       }
+      build_parts.add(built);
+      query_parts.add(index.last_timings());
       frame.push_back(std::chrono::duration<double, std::milli>(t2 - t0).count());
       build.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
       query.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
@@ -331,6 +359,8 @@ int run_frame_loop(const Options& o, Backend backend) {
     print_frames(frame);
     std::printf("    parts: median build %.3f ms, median self_knn %.3f ms\n", median(build),
                 median(query));
+    build_parts.print("build", "index");
+    query_parts.print("self_knn", "order");
     print_allocations(first, index.memory_stats());
   }
 
@@ -338,7 +368,7 @@ int run_frame_loop(const Options& o, Backend backend) {
     const long long n = o.map_points, m = o.scan_points;
     const std::vector<float> map = make_synthetic_cloud(SyntheticKind::lidar, n, 1);
     const auto scans = make_frames(distinct, m, 10, 0.05f);
-    Index index(index_options(backend, o.threads));
+    Index index(index_options(backend, o.threads, parse_staging(o.staging)));
     index.build(host_points(map.data(), n));  // warm-up
     std::vector<double> map_build;
     for (int i = 0; i < o.repeats; ++i) {
@@ -350,6 +380,7 @@ int run_frame_loop(const Options& o, Backend backend) {
     KnnParams params;
     params.k = k;
     std::vector<double> frame;
+    CallParts parts;
     IndexMemoryStats first;
     for (int f = 0; f <= o.frames; ++f) {
       const std::vector<float>& s = scans[static_cast<std::size_t>(f % distinct)];
@@ -361,12 +392,14 @@ int run_frame_loop(const Options& o, Backend backend) {
         continue;
       }
       frame.push_back(ms);
+      parts.add(index.last_timings());
     }
     std::printf(
         "  map of %lld points indexed once (Index::build: median %.3f ms of %d after a "
         "warm-up), then Index::knn of %lld new scan points per frame (k = %d)\n",
         n, median(map_build), o.repeats, m, k);
     print_frames(frame);
+    parts.print("knn", "order");
     print_allocations(first, index.memory_stats());
   }
   return 0;
@@ -470,6 +503,9 @@ int main(int argc, char** argv) {
   app.add_option("--pcl-n", o.pcl_n, "cpu-vs-pcl: points of the uniform cloud")
       ->capture_default_str();
   app.add_option("--csv", o.csv, "also write the rows as CSV (sweep, cpu-vs-pcl)");
+  app.add_option("--staging", o.staging,
+                 "frame-loop, CUDA: auto, pageable, pinned, registered or mapped")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   try {
