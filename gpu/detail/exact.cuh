@@ -54,10 +54,19 @@ struct FilterError {
   int scale_exp = 0;        // s: filter units per caller unit are 2^s
   double perturbation = 0;  // δ: how far a filter coordinate can be from (x - o)·2^s
   /// The largest float filter distance of any point at exact squared distance <= `d2`.
+  /// Without a scale or a perturbation (float coordinates searched as they are), ρ² is
+  /// (d2 + 2^-1072)(1 + 2^-50)², computed as it is rather than through a square root; the
+  /// 2^-40 covers its double roundings, as it covers those of the square root.
   __host__ __device__ __forceinline__ float reach(double d2) const {
-    const double rho =
-        ldexp(sqrt(d2 + 0x1p-1072) * (1 + 0x1p-50), scale_exp) + 3.4641016151377549 * perturbation;
-    const double r2 = rho * rho * (1 + 6 * 0x1p-24 + 0x1p-40) + 0x1p-126;
+    double rho2;
+    if (scale_exp == 0 && perturbation == 0) {
+      rho2 = (d2 + 0x1p-1072) * (1 + 0x1p-49);  // (1 + 2^-50)² less 2^-100
+    } else {
+      const double rho = ldexp(sqrt(d2 + 0x1p-1072) * (1 + 0x1p-50), scale_exp) +
+                         3.4641016151377549 * perturbation;
+      rho2 = rho * rho;
+    }
+    const double r2 = rho2 * (1 + 6 * 0x1p-24 + 0x1p-40) + 0x1p-126;
     if (!(r2 < double(FLT_MAX))) return INFINITY;
 #ifdef __CUDA_ARCH__
     return __double2float_ru(r2);
