@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <optional>
+#include <thread>
 #include <tuple>
 
 #include <algorithm>
@@ -558,7 +559,41 @@ int run_knn_parts(const KnnCommand& cmd, OutputSet& outputs, const Inputs& in, R
 
 }  // namespace
 
-int run_knn(const KnnCommand& cmd) {
+namespace {
+
+// --device auto for a kNN search: the CPU backend when it would be done before the GPU repaid
+// its start-up. A GPU costs a process 300-460 ms before its first search (driver, context,
+// modules, teardown; measured on an H100 host, bench/results/2026-11-23-round6.md), while the CPU
+// backend takes about 0.6 us per indexed point and (1.45 + 0.08 k) us per query row on one
+// thread (the same host, 16 threads, 100k-8M points). Below the crossover `pcnn knn` with the
+// CPU backend finishes first, on any machine whose CPU is no slower per thread. Options that
+// only mean something on a GPU keep it.
+constexpr double kGpuStartupMs = 350;
+
+double cpu_estimate_ms(std::int64_t refs, std::int64_t rows, int k, unsigned threads) {
+  const double thread_us = 0.6 * double(refs) + (1.45 + 0.08 * k) * double(rows);
+  return thread_us / 1000.0 / std::max(1u, threads);
+}
+
+void choose_auto_device(KnnCommand& cmd, std::int64_t refs, std::int64_t rows, Report& report) {
+  if (cmd.device != "auto" || cmd.staging != "auto" || cmd.max_device_memory > 0 ||
+      cmd.compare_cpu || !cmd.devices.empty() || cmd.tiles > 0)
+    return;
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  const double cpu_ms = cpu_estimate_ms(refs, rows, cmd.k, threads);
+  if (cpu_ms >= kGpuStartupMs) return;
+  cmd.device = "cpu";
+  char why[160];
+  std::snprintf(why, sizeof why,
+                "cpu: about %.0f ms on %u threads, less than a GPU's start-up (~%.0f ms)", cpu_ms,
+                threads, kGpuStartupMs);
+  report.add("auto device", std::string(why));
+}
+
+}  // namespace
+
+int run_knn(const KnnCommand& given) {
+  KnnCommand cmd = given;  // --device auto is settled once the clouds' sizes are known
   const KnnParams params{cmd.k, cmd.exclude_self};
   validate_before_loading(cmd, cmd.k);
   check_devices_syntax(cmd);
@@ -569,6 +604,7 @@ int run_knn(const KnnCommand& cmd) {
   Report report = start_report("knn", cmd, in);
   report.add("k", cmd.k);
   const std::int64_t rows = in.qv() ? in.qv()->count : in.ref_view.count;
+  choose_auto_device(cmd, in.ref_view.count, rows, report);
   const bool streamed = plan_dense(cmd, outputs, rows, cmd.k, "", "kNN results");
 
   if (!cmd.devices.empty() || cmd.tiles > 0)

@@ -76,7 +76,8 @@ void add_search_options(CLI::App* cmd, SearchOptions& o, std::string& memory) {
   cmd->add_option("--query", o.query, "separate query cloud (.pcd or .ply)");
   cmd->add_flag("--exclude-self", o.exclude_self, "a point is not its own neighbor");
   cmd->add_option("--device", o.device,
-                  "auto (the GPU when one is usable, else the CPU), cuda or cpu")
+                  "auto (the GPU when one is usable, else the CPU; knn: the CPU too when the "
+                  "search would end before a GPU's start-up), cuda or cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
       ->capture_default_str();
   cmd->add_option("--staging", o.staging,

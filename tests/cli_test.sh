@@ -280,8 +280,12 @@ if "$pcnn" devices >/dev/null 2>&1; then
   expect 0 "same points kept +yes" -- filter ror "$sample" -o "$tmp/g.pcd" --radius 0.3 --min-neighbors 3 --compare-cpu
 else
   expect 4 "no usable CUDA device" -- knn "$sample" --device cuda
-  expect 0 "running on the CPU" -- knn "$sample" -k 2
+  expect 0 "running on the CPU" -- radius "$sample" -r 0.3
 fi
+# --device auto runs a small kNN search on the CPU backend on any machine: a GPU's start-up would
+# cost more than the whole search (50,000 points: about 0.1 s on one thread).
+expect 0 "auto device +cpu: about [0-9]+ ms on [0-9]+ threads" -- knn "$sample" -k 2
+"$pcnn" knn "$sample" -k 2 --json 2>/dev/null | grep -qF '"device": {"backend": "cpu"' || { echo "FAIL: --device auto on a small cloud is not the CPU backend"; fails=$((fails + 1)); }
 
 # Typed JSON and JSON errors (the schemas are checked by tests/json_schema_test.sh).
 "$pcnn" knn "$tmp/missing.pcd" --json >"$tmp/out" 2>/dev/null
