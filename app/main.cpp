@@ -81,8 +81,9 @@ void add_search_options(CLI::App* cmd, SearchOptions& o, std::string& memory) {
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
       ->capture_default_str();
   cmd->add_option("--staging", o.staging,
-                  "GPU transfers: auto (mapped on integrated GPUs, else pinned), pageable, "
-                  "pinned, registered or mapped (zero-copy)")
+                  "GPU transfers: auto (mapped on integrated GPUs; else, per transfer, pinned "
+                  "below 8 MB and registered from 8 MB), pageable, pinned, registered or mapped "
+                  "(zero-copy)")
       ->check(CLI::IsMember({"auto", "pageable", "pinned", "registered", "mapped"}))
       ->capture_default_str();
   cmd->add_option("--max-device-memory", memory,

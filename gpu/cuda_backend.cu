@@ -563,6 +563,7 @@ class CudaBackend final : public Index::Backend_ {
     detail::host_registration reg;
     const bool locked = detail::is_page_locked(from);
     const Staging mode = staging_for(staging_, bytes);
+    t.staging = mode;  // what this transfer resolved to (a search: its results' mode, later)
     if (mapped_ || (mode == Staging::pinned && !locked)) {
       // The last copy out of the buffer is done, and (mapped) the last _async search reading it.
       PCNN_CUDA_TRY(cudaEventSynchronize(staged_.get()));
