@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "core/parallel_copy.hpp"
 #include "detail/cuda_try.cuh"
 #include "detail/device_buffer.cuh"
 #include "detail/normals.cuh"
@@ -849,10 +850,9 @@ class CudaBackend final : public Index::Backend_ {
       curve_order_search(d_queries, query_offset, params, bound, ex, h_idx, h_dist, stream, t);
     }
     t.download_bytes = static_cast<std::int64_t>(cells) * 8;
-    if (h_idx != out_idx) {
-      std::memcpy(out_idx, h_idx, cells * sizeof(std::int32_t));
-      std::memcpy(out_dist, h_dist, cells * sizeof(float));
-    }
+    if (h_idx != out_idx)
+      detail::parallel_copy({{out_idx, h_idx, cells * sizeof(std::int32_t)},
+                             {out_dist, h_dist, cells * sizeof(float)}});
   }
 
   // Every row on the device; passes in curve order; chunks of rows (by original index)

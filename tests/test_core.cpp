@@ -8,7 +8,9 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <vector>
 
+#include "core/parallel_copy.hpp"
 #include "pcnn/error.hpp"
 #include "pcnn/radius.hpp"
 #include "pcnn/recenter.hpp"
@@ -325,6 +327,24 @@ TEST_F(RadiusReference, HybridIsTheNearestWithinTheRadius) {
   shorter.counts[0] = 2;
   EXPECT_TRUE(compare_hybrid(v, nullptr, h, shorter, 1.0, true).all_agree());
   EXPECT_FALSE(compare_hybrid(v, nullptr, h, shorter, 1.5, true).all_agree());
+}
+
+// The copy of results out of page-locked buffers: every byte of every array in place, whatever
+// the sizes and however the threads' shares fall across the arrays' boundaries.
+TEST(ParallelCopy, EveryByteOfEveryArrayLandsInPlace) {
+  std::mt19937 rng(5);
+  for (const std::size_t a_bytes :
+       {std::size_t(0), std::size_t(7), std::size_t(3) << 20, (std::size_t(5) << 20) + 3}) {
+    for (const std::size_t b_bytes :
+         {std::size_t(1), (std::size_t(1) << 20) + 1, std::size_t(9) << 20}) {
+      std::vector<unsigned char> a(a_bytes), b(b_bytes), a_out(a_bytes, 0), b_out(b_bytes, 0);
+      for (auto& v : a) v = static_cast<unsigned char>(rng());
+      for (auto& v : b) v = static_cast<unsigned char>(rng());
+      detail::parallel_copy({{a_out.data(), a.data(), a_bytes}, {b_out.data(), b.data(), b_bytes}});
+      EXPECT_EQ(a_out, a) << a_bytes << " + " << b_bytes;
+      EXPECT_EQ(b_out, b) << a_bytes << " + " << b_bytes;
+    }
+  }
 }
 
 }  // namespace
