@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "../core/cpus.hpp"
 #include "pcnn/device.hpp"
 #include "pcnn/distributed.hpp"
 #include "pcnn/index.hpp"
@@ -579,14 +580,14 @@ void choose_auto_device(KnnCommand& cmd, std::int64_t refs, std::int64_t rows, R
   if (cmd.device != "auto" || cmd.staging != "auto" || cmd.max_device_memory > 0 ||
       cmd.compare_cpu || !cmd.devices.empty() || cmd.tiles > 0)
     return;
-  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned threads = static_cast<unsigned>(detail::usable_cpus());  // as the CPU backend
   const double cpu_ms = cpu_estimate_ms(refs, rows, cmd.k, threads);
   if (cpu_ms >= kGpuStartupMs) return;
   cmd.device = "cpu";
   char why[160];
   std::snprintf(why, sizeof why,
-                "cpu: about %.0f ms on %u threads, less than a GPU's start-up (~%.0f ms)", cpu_ms,
-                threads, kGpuStartupMs);
+                "cpu: about %.0f ms on %u thread%s, less than a GPU's start-up (~%.0f ms)", cpu_ms,
+                threads, threads == 1 ? "" : "s", kGpuStartupMs);
   report.add("auto device", std::string(why));
 }
 

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstring>
 #include <initializer_list>
+#include <new>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -42,6 +43,11 @@ inline void parallel_copy(std::initializer_list<HostCopy> copies) {
   if (parts <= 1) return copy_span(copies, 0, total);
   const std::size_t share = (total + parts - 1) / parts;
   std::vector<std::thread> others;
+  try {
+    others.reserve(parts - 1);  // no reallocation once threads run
+  } catch (const std::bad_alloc&) {
+    return copy_span(copies, 0, total);
+  }
   for (std::size_t p = 1; p < parts; ++p) {
     const std::size_t a = p * share, b = std::min(total, a + share);
     try {

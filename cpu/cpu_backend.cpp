@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "../core/cpus.hpp"
 #include "core/backend.hpp"
 #include "core/normal_math.hpp"
 #include "cpu/cpu_tree.hpp"
@@ -920,8 +921,7 @@ class CpuBackend final : public Index::Backend_ {
  public:
   explicit CpuBackend(const IndexOptions& options) {
     PCNN_EXPECTS(options.threads >= 0, "IndexOptions::threads must be >= 0 (0: every core)");
-    threads_ = options.threads > 0 ? options.threads
-                                   : static_cast<int>(std::thread::hardware_concurrency());
+    threads_ = options.threads > 0 ? options.threads : detail::usable_cpus();
     threads_ = std::max(threads_, 1);
   }
 

@@ -38,6 +38,7 @@ sample=$src/data/sample.pcd
 run generate 0 generate clustered -n 2000 -o "$tmp/c.pcd"
 run generate 0 generate depth --width 64 --height 48 -o "$tmp/depth.pcd"
 if "$pcnn" devices >/dev/null 2>&1; then run devices 0 devices; else run devices 4 devices; fi
+run knn 0 knn "$sample" -k 4 -o "$tmp/i.npy"  # --device auto: on the CPU, saying why (auto_device)
 devices=(cpu)
 "$pcnn" devices >/dev/null 2>&1 && devices+=(cuda)
 for dev in "${devices[@]}"; do

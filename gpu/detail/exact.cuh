@@ -106,10 +106,11 @@ struct FilterError {
   /// widen() evaluates that rounding every step upward, with widen_term() = (4√3δ +
   /// 2^(s - 535)) (1 + 2^-40) rounded up (+inf when it overflows float: no pruning then).
   ///
-  /// Where that term T is at most 2^-74 (float coordinates searched as they are: δ = 0, s = 0),
-  /// widen_term() returns 0 and widen() takes a bound without the square root, which is most of
-  /// its cost (it runs at every insertion into a list). With a = the filter length above and
-  /// (x + T)² <= (1 + η) x² + (1 + 1/η) T², η = 2^-20:
+  /// Where that term T is at most 2^-74 (float coordinates searched as they are, δ = 0 and
+  /// s = 0; also scaled float clouds and the like: the bound below holds for any s and δ whose
+  /// T is that small), widen_term() returns 0 and widen() takes a bound without the square root,
+  /// which is most of its cost (it runs at every insertion into a list). With a = the filter length
+  /// above and (x + T)² <= (1 + η) x² + (1 + 1/η) T², η = 2^-20:
   ///   reach(D) <= (w + 2^-126) (1 + 2^-20)(1 + 2^-49)² (1 + 6u + 2^-40) / (1 - 6u)
   ///               + (1 + 2^20) T² (1 + 6u + 2^-40) + 2^-126
   ///            <= (w + 2^-126) (1 + 2^-19) + 2^-124        (1.75·2^-20 < 2^-19; T² < 2^-147).
