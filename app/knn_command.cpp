@@ -558,10 +558,6 @@ int run_knn_parts(const KnnCommand& cmd, OutputSet& outputs, const Inputs& in, R
   return compare_and_write(cmd, outputs, in, report, result, total, false);
 }
 
-}  // namespace
-
-namespace {
-
 // --device auto for a kNN search: the CPU backend when it would be done before the GPU repaid
 // its start-up. A GPU costs a process 300-460 ms before its first search (driver, context,
 // modules, teardown; measured on an H100 host, bench/results/2026-11-23-round6.md), while the CPU
@@ -573,7 +569,7 @@ constexpr double kGpuStartupMs = 350;
 
 double cpu_estimate_ms(std::int64_t refs, std::int64_t rows, int k, unsigned threads) {
   const double thread_us = 0.6 * double(refs) + (1.45 + 0.08 * k) * double(rows);
-  return thread_us / 1000.0 / std::max(1u, threads);
+  return thread_us / 1000.0 / threads;
 }
 
 void choose_auto_device(KnnCommand& cmd, std::int64_t refs, std::int64_t rows, Report& report) {

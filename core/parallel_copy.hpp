@@ -5,13 +5,14 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstring>
 #include <initializer_list>
-#include <new>
 #include <system_error>
 #include <thread>
-#include <vector>
+
+#include "cpus.hpp"
 
 namespace pcnn::detail {
 
@@ -38,26 +39,22 @@ inline void parallel_copy(std::initializer_list<HostCopy> copies) {
   constexpr std::size_t kPerThread = std::size_t(1) << 20;
   std::size_t total = 0;
   for (const HostCopy& c : copies) total += c.bytes;
-  const std::size_t hw = std::max(1u, std::thread::hardware_concurrency());
-  const std::size_t parts = std::min<std::size_t>({4, hw, total / kPerThread});
+  const std::size_t parts =
+      std::min<std::size_t>({4, static_cast<std::size_t>(usable_cpus()), total / kPerThread});
   if (parts <= 1) return copy_span(copies, 0, total);
   const std::size_t share = (total + parts - 1) / parts;
-  std::vector<std::thread> others;
-  try {
-    others.reserve(parts - 1);  // no reallocation once threads run
-  } catch (const std::bad_alloc&) {
-    return copy_span(copies, 0, total);
-  }
+  std::array<std::thread, 3> others;  // parts 1..3 (no allocation in a frame's path)
   for (std::size_t p = 1; p < parts; ++p) {
     const std::size_t a = p * share, b = std::min(total, a + share);
     try {
-      others.emplace_back([copies, a, b] { copy_span(copies, a, b); });
+      others[p - 1] = std::thread([copies, a, b] { copy_span(copies, a, b); });
     } catch (const std::system_error&) {  // no thread to be had: this one does that part
       copy_span(copies, a, b);
     }
   }
   copy_span(copies, 0, std::min(total, share));
-  for (std::thread& t : others) t.join();
+  for (std::thread& t : others)
+    if (t.joinable()) t.join();
 }
 
 }  // namespace pcnn::detail

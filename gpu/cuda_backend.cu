@@ -231,6 +231,7 @@ class CudaBackend final : public Index::Backend_ {
       detail::device_buffer<float> scaled;
       const Filter f = filter_of(d, scaled, stream);
       refs_perturbation_ = f.perturbation;
+      refs_as_given_ = f.as_given;
       index_ = detail::build_spatial_index(f.view.data, f.view.stride,
                                            static_cast<int>(f.view.count), stream, ws_);
       ev_[2].record(stream);
@@ -671,8 +672,6 @@ class CudaBackend final : public Index::Backend_ {
     scale_exp_ = -std::ilogb(largest);  // the largest becomes about 1
   }
 
-  bool zero_origin() const { return origin_[0] == 0 && origin_[1] == 0 && origin_[2] == 0; }
-
   // What the float search sees of some points: their filter coordinates (see choose_frame),
   // and `perturbation`, a bound on how far any filter coordinate is from (x - origin) * 2^scale
   // (the half-ulp rounding of a float64 offset, or of a float32 value scaled below float's normal
@@ -680,14 +679,16 @@ class CudaBackend final : public Index::Backend_ {
   struct Filter {
     PointsView view;
     double perturbation = 0;
+    bool as_given = false;  // `view` is the points themselves (float, no shift, no scale)
   };
 
   // The filter of device points `d`: `d` itself when it is exact as it is, or a computed copy in
   // `buf`. A finite coordinate that the frame would push out of float's range (queries far
   // beyond the indexed points' magnitude) is refused rather than searched as if not finite.
   Filter filter_of(const PointsView& d, detail::device_buffer<float>& buf, cudaStream_t stream) {
-    const bool exact_input = !d.is_double() && zero_origin();
-    if (d.count == 0 || (exact_input && scale_exp_ == 0)) return {d, 0.0};
+    const bool zero_origin = origin_[0] == 0 && origin_[1] == 0 && origin_[2] == 0;
+    const bool exact_input = !d.is_double() && zero_origin;
+    if (d.count == 0 || (exact_input && scale_exp_ == 0)) return {d, 0.0, true};
     buf.resize(static_cast<std::size_t>(d.count) * 3, stream, ws_);
     detail::device_buffer<int> flags(2, stream, ws_);
     PCNN_CUDA_TRY(cudaMemsetAsync(flags.data(), 0, flags.bytes(), stream));
@@ -757,9 +758,7 @@ class CudaBackend final : public Index::Backend_ {
         sq.given ? detail::ExactCoords{sq.exact.data, sq.exact.data64, sq.exact.stride} : ex.refs;
     ex.err.scale_exp = scale_exp_;
     ex.err.perturbation = std::max(refs_perturbation_, sq.filter.perturbation);
-    // Float coordinates searched as they are (filter_of returned them unchanged).
-    ex.filter_exact = zero_origin() && scale_exp_ == 0 && ex.err.perturbation == 0 &&
-                      !exact_view_.is_double() && !(sq.given && sq.exact.is_double());
+    ex.filter_exact = refs_as_given_ && (!sq.given || sq.filter.as_given);
     return ex;
   }
 
@@ -967,6 +966,7 @@ class CudaBackend final : public Index::Backend_ {
   int scale_exp_ = 0;
   std::array<double, 3> origin_{};
   double refs_perturbation_ = 0;        // how far the indexed points' filter is from exact
+  bool refs_as_given_ = false;          // the indexed points' filter is the points themselves
   detail::device_buffer<float> exact_;  // the indexed points as given (float32 or float64 words)
   PointsView exact_view_;               // where they are (exact_, or mapped page-locked memory)
   detail::pinned_buffer<float> refs_host_, queries_host_;
