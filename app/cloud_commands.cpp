@@ -9,6 +9,7 @@
 #include <optional>
 #include <utility>
 
+#include "device_start.hpp"
 #include "knn_command.hpp"
 #include "pcnn/device.hpp"
 #include "pcnn/filters.hpp"
@@ -26,22 +27,28 @@
 namespace pcnn::app {
 namespace {
 
-// Whether to run on the GPU (its context created), adding the `device` row to the report.
+// Whether to run on the GPU, adding the `device` row to the report. Its start-up (context and
+// modules) begins on a thread, to overlap the load (see load).
 bool want_gpu(const std::string& device, bool quiet, Report& r) {
   const std::optional<DeviceInfo> dev = choose_device(device, quiet);
   add_device(r, dev ? &*dev : nullptr);
-  if (dev) initialize_device(dev->ordinal);
+  if (dev) start_device_early(dev->ordinal);
   return dev.has_value();
 }
 
-// The cloud a command reads, with progress shown on a terminal while it loads.
+// The cloud a command reads, with progress shown on a terminal while it loads; then, for a GPU
+// command (`gpu`), the end of the device's start-up that want_gpu began.
 Cloud load(const std::string& input, const std::string& format, bool keep_fields, bool quiet,
-           double& load_ms) {
+           double& load_ms, bool gpu) {
   check_input_format(input, format);
   const auto t0 = std::chrono::steady_clock::now();
-  Progress p("loading " + input, -1, "", Progress::wanted(quiet));
-  Cloud c = load_cloud(input, nullptr, keep_fields, parse_format(format));
+  Cloud c;
+  {
+    Progress p("loading " + input, -1, "", Progress::wanted(quiet));
+    c = load_cloud(input, nullptr, keep_fields, parse_format(format));
+  }
   load_ms = ms_since(t0);
+  if (gpu) device_startup(0);
   return c;
 }
 
@@ -68,7 +75,8 @@ int run_stats(const StatsCommand& cmd) {
   // --device cuda without a usable GPU fails before loading.
   const bool gpu = want_gpu(cmd.device, cmd.mode.quiet, r);
   double load_ms = 0;
-  const Cloud cloud = load(cmd.input, cmd.format, /*keep_fields=*/false, cmd.mode.quiet, load_ms);
+  const Cloud cloud =
+      load(cmd.input, cmd.format, /*keep_fields=*/false, cmd.mode.quiet, load_ms, gpu);
   CloudStats s = gpu ? gpu_cloud_stats(cloud.view()) : reference_cloud_stats(cloud.view());
   // Back to the file's coordinates: the statistics were taken around the origin.
   for (int a = 0; a < 3; ++a) {
@@ -158,7 +166,8 @@ int run_filter(const FilterCommand& cmd) {
   r.add("method", cmd.method);
   const bool gpu = want_gpu(cmd.device, cmd.mode.quiet, r);
   double load_ms = 0;
-  const Cloud cloud = load(cmd.input, cmd.format, /*keep_fields=*/true, cmd.mode.quiet, load_ms);
+  const Cloud cloud =
+      load(cmd.input, cmd.format, /*keep_fields=*/true, cmd.mode.quiet, load_ms, gpu);
   const bool sor = cmd.method == "sor";
   const SorParams sp{cmd.mean_k, cmd.std_mul};
   const RorParams rp{cmd.radius, cmd.min_neighbors};
@@ -247,7 +256,8 @@ int run_smooth(const SmoothCommand& cmd) {
   r.add("command", "smooth");
   const bool gpu = want_gpu(cmd.device, cmd.mode.quiet, r);
   double load_ms = 0;
-  const Cloud cloud = load(cmd.input, cmd.format, /*keep_fields=*/true, cmd.mode.quiet, load_ms);
+  const Cloud cloud =
+      load(cmd.input, cmd.format, /*keep_fields=*/true, cmd.mode.quiet, load_ms, gpu);
   const bool organized = cloud.height > 1;
   // Which method applies depends on the cloud: the other method's options are refused.
   const auto& wrong = organized ? cmd.unorganized_options : cmd.organized_options;

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <thread>
 #include <tuple>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "../core/cpus.hpp"
+#include "device_start.hpp"
 #include "pcnn/device.hpp"
 #include "pcnn/distributed.hpp"
 #include "pcnn/index.hpp"
@@ -99,6 +101,22 @@ Backend resolve_backend(const SearchOptions& opt, bool quiet) {
   return choose_device(opt.device, quiet || opt.mode.quiet) ? Backend::cuda : Backend::cpu;
 }
 
+// The device's start-up in the search section: its milliseconds (context and modules), and how
+// long the command waited for it after loading its inputs (the rest overlapped the load).
+void add_startup(Report& s, int ordinal) {
+  double waited = 0;
+  s.add("context start-up", device_startup(ordinal, &waited), "ms");
+  s.add("context start-up waited", waited, "ms");
+}
+
+// Begins device 0's start-up before the inputs load (device_start.hpp), unless the search will
+// not run there: --device cpu, several --devices (each started when the parts are made), or
+// `auto_cpu` (--device auto will take the CPU backend).
+void start_gpu_early(const SearchOptions& opt, bool auto_cpu = false) {
+  if (opt.device == "cpu" || !opt.devices.empty() || auto_cpu) return;
+  start_device_early(0);
+}
+
 }  // namespace
 
 // The index every search command runs on: the backend from --device (auto: the GPU when one is
@@ -111,7 +129,7 @@ Index build_index(const SearchOptions& opt, PointsView refs, Report& report, Rep
   add_device(report, gpu ? &*gpu : nullptr);
   if (gpu) {
     const DeviceInfo& dev = *gpu;
-    s.add("context start-up", initialize_device(dev.ordinal), "ms");
+    add_startup(s, dev.ordinal);
     if (opt.max_device_memory > 0) {
       o.memory = make_limited_pool_resource(opt.max_device_memory);
       s.add("device memory limit", static_cast<double>(opt.max_device_memory), "bytes");
@@ -191,11 +209,37 @@ Report knn_agreement_section(const KnnAgreement& ag) {
 
 void report_written(const SearchOptions& opt, Report& report);
 
+// The indices and the distances, each file written (and synced) on a thread of its own: at 10M
+// rows and k = 8 they are 320 MB each. An error of the indices' file is the one reported when
+// both fail, as if written one after the other.
 void write_dense(OutputSet& outputs, const SearchOptions& opt, const KnnResult& r, Report& report) {
-  if (!opt.out.empty()) write_array(outputs, opt.out, r.indices.data(), r.rows, r.k, "n");
+  std::exception_ptr distances_failed;
+  std::thread distances;
   if (!opt.distances.empty())
-    write_array(outputs, opt.distances, r.sqdist.data(), r.rows, r.k, "d");
+    distances = std::thread([&] {
+      try {
+        write_array(outputs, opt.distances, r.sqdist.data(), r.rows, r.k, "d");
+      } catch (...) {
+        distances_failed = std::current_exception();
+      }
+    });
+  try {
+    if (!opt.out.empty()) write_array(outputs, opt.out, r.indices.data(), r.rows, r.k, "n");
+  } catch (...) {
+    if (distances.joinable()) distances.join();
+    throw;
+  }
+  if (distances.joinable()) distances.join();
+  if (distances_failed) std::rethrow_exception(distances_failed);
   report_written(opt, report);
+}
+
+// Commits the outputs; the `write` row: the wall clock from `t0` (the writes begun after the
+// search) to the outputs in place, where the command writes files after its search.
+void commit_outputs(OutputSet& outputs, Report& report, std::chrono::steady_clock::time_point t0,
+                    bool written) {
+  outputs.commit();
+  if (written) report.add("write", ms_since(t0), "ms");
 }
 
 void report_written(const SearchOptions& opt, Report& report) {
@@ -402,12 +446,13 @@ int compare_and_write(const KnnCommand& cmd, OutputSet& outputs, const Inputs& i
     report.add_section("agreement with CPU", std::move(section));
     if (!ag.all_agree()) exit_code = kExitDisagree;
   }
+  const auto t0 = std::chrono::steady_clock::now();
   if (streamed) {
     report_written(cmd, report);
   } else {
     write_dense(outputs, cmd, result, report);
   }
-  outputs.commit();
+  commit_outputs(outputs, report, t0, !streamed && (!cmd.out.empty() || !cmd.distances.empty()));
   return finish(cmd, report, exit_code);
 }
 
@@ -487,7 +532,7 @@ PartitionedOptions parts_options(const SearchOptions& opt, int tiles, Report& re
   po.max_device_memory = opt.max_device_memory;
   po.layout = tiles > 0 ? Layout::spatial : parse_layout(opt.layout);
   if (po.index.backend == Backend::cuda) {
-    double startup = 0;
+    double startup = 0, startup_waited = 0;
     std::string names;
     std::optional<DeviceInfo> first;
     for (int d : po.devices.empty() ? std::vector<int>{0} : po.devices) {
@@ -495,11 +540,14 @@ PartitionedOptions parts_options(const SearchOptions& opt, int tiles, Report& re
       if (!dev.available) throw no_device_error("no usable CUDA device: " + dev.reason);
       if (!first) first = dev;
       names += (names.empty() ? "" : ", ") + std::to_string(d) + ": " + dev.name;
-      startup += initialize_device(d);
+      double waited = 0;
+      startup += device_startup(d, &waited);
+      startup_waited += waited;
     }
     add_device(report, &*first);
     s.add("devices", names);
     s.add("context start-up", startup, "ms");
+    s.add("context start-up waited", startup_waited, "ms");
     if (opt.max_device_memory > 0)
       s.add("device memory limit", static_cast<double>(opt.max_device_memory), "bytes");
   } else {
@@ -572,10 +620,31 @@ double cpu_estimate_ms(std::int64_t refs, std::int64_t rows, int k, unsigned thr
   return thread_us / 1000.0 / threads;
 }
 
+// Whether --device auto may take the CPU backend for this search (the other options keep the GPU).
+bool auto_may_take_cpu(const KnnCommand& cmd) {
+  return cmd.device == "auto" && cmd.staging == "auto" && cmd.max_device_memory <= 0 &&
+         !cmd.compare_cpu && cmd.devices.empty() && cmd.tiles <= 0;
+}
+
+// Whether --device auto certainly takes the CPU backend, before the inputs are loaded: even for
+// as many points as their files could hold (12 bytes a point at least; a size unknown, as that
+// of standard input, could hold any number, and the GPU is not started early then either).
+bool auto_takes_cpu_before_loading(const KnnCommand& cmd) {
+  if (!auto_may_take_cpu(cmd)) return false;
+  std::error_code ec;
+  const auto size = [&](const std::string& path) -> std::int64_t {
+    if (path == "-") return -1;
+    const auto bytes = std::filesystem::file_size(path, ec);
+    return ec ? -1 : static_cast<std::int64_t>(bytes / 12);
+  };
+  const std::int64_t refs = size(cmd.input), rows = cmd.query.empty() ? refs : size(cmd.query);
+  if (refs < 0 || rows < 0) return true;
+  const unsigned threads = static_cast<unsigned>(detail::usable_cpus());
+  return cpu_estimate_ms(refs, rows, cmd.k, threads) < kGpuStartupMs;
+}
+
 void choose_auto_device(KnnCommand& cmd, std::int64_t refs, std::int64_t rows, Report& report) {
-  if (cmd.device != "auto" || cmd.staging != "auto" || cmd.max_device_memory > 0 ||
-      cmd.compare_cpu || !cmd.devices.empty() || cmd.tiles > 0)
-    return;
+  if (!auto_may_take_cpu(cmd)) return;
   const unsigned threads = static_cast<unsigned>(detail::usable_cpus());  // as the CPU backend
   const double cpu_ms = cpu_estimate_ms(refs, rows, cmd.k, threads);
   if (cpu_ms >= kGpuStartupMs) return;
@@ -595,6 +664,7 @@ int run_knn(const KnnCommand& given) {
   validate_before_loading(cmd, cmd.k);
   check_devices_syntax(cmd);
   OutputSet outputs = plan_outputs(cmd, OutputKind::array);
+  start_gpu_early(cmd, auto_takes_cpu_before_loading(cmd));
   const Inputs in = load_inputs(cmd);
   validate_knn_args(in.pcl_ref_view(), in.pcl_qv(),
                     params);  // bad options fail before any device work
@@ -797,6 +867,7 @@ int compare_and_write_radius(const RadiusCommand& cmd, OutputSet& outputs, const
     report.add_section("agreement with CPU", radius_agreement_section(ag));
     if (!ag.all_agree()) exit_code = kExitDisagree;
   }
+  const auto t0 = std::chrono::steady_clock::now();
   if (hybrid_streamed) {
     report_written(cmd, report);
     if (!cmd.counts.empty()) report.add("counts written to", cmd.counts);
@@ -816,7 +887,9 @@ int compare_and_write_radius(const RadiusCommand& cmd, OutputSet& outputs, const
     if (!radius.streamed) write_csr(outputs, cmd, r);
     report_csr(outputs, cmd, report);
   }
-  outputs.commit();
+  const bool streamed = hybrid ? hybrid_streamed : radius.streamed;
+  commit_outputs(outputs, report, t0,
+                 !streamed && (!cmd.out.empty() || !cmd.distances.empty() || !cmd.counts.empty()));
   return finish(cmd, report, exit_code);
 }
 
@@ -874,6 +947,7 @@ int run_radius(const RadiusCommand& cmd) {
   check_devices_syntax(cmd);
   OutputSet outputs =
       plan_outputs(cmd, hybrid ? OutputKind::array : OutputKind::radius, cmd.counts);
+  start_gpu_early(cmd);
   const Inputs in = load_inputs(cmd);
   validate_knn_args(in.pcl_ref_view(), in.pcl_qv(), {hybrid ? cmd.max_nn : 1, cmd.exclude_self});
   Report report = start_report("radius", cmd, in);

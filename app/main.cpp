@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cloud_commands.hpp"
+#include "device_start.hpp"
 #include "knn_command.hpp"
 #include "normals_command.hpp"
 #include "pcnn/device.hpp"
@@ -234,7 +235,9 @@ void pcnn::app::print_error(const ErrorReport& e, const std::string& who) {
   std::fprintf(stderr, "%s: %s: %s\n", who.c_str(), e.prefix, e.message.c_str());
 }
 
-int main(int argc, char** argv) {
+namespace {
+
+int run_command(int argc, char** argv) {
   // A file size limit (RLIMIT_FSIZE) then fails the write with EFBIG, reported as an output
   // error, instead of killing the process with a half-written temporary left behind.
   std::signal(SIGXFSZ, SIG_IGN);
@@ -439,4 +442,17 @@ int main(int argc, char** argv) {
     const ErrorReport e = describe_error(std::current_exception());
     return fail(e.message, e.exit_code, e.file, json, e.prefix);
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // The kernels' modules load with the CUDA context (begun on a thread that overlaps loading the
+  // inputs: device_start.hpp) rather than at each kernel's first launch, which made a command's
+  // one search twice as slow as a warm one (bench/results/2026-11-23-round7.md). A value the
+  // user set is kept.
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  const int rc = run_command(argc, argv);
+  finish_early_start();  // a start-up nobody waited for ends before the runtime is torn down
+  return rc;
 }

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "device_start.hpp"
 #include "pcnn/error.hpp"
 #include "pcnn/index.hpp"
 #include "pcnn/io.hpp"
@@ -93,6 +94,7 @@ int run_normals(const NormalsCommand& cmd) {
   if (cmd.mode.json) outputs.reserve_stdout("--json");
   outputs.add(cmd.out, OutputKind::cloud);
 
+  if (cmd.device != "cpu") start_device_early(0);  // overlapping the load (device_start.hpp)
   const auto t0 = std::chrono::steady_clock::now();
   const Cloud cloud = load_cloud(cmd.input);
   const double load_ms = ms_since(t0);
