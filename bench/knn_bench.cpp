@@ -30,6 +30,7 @@
 #include "bench_util.hpp"
 #include "pcnn/error.hpp"
 #include "pcnn/index.hpp"
+#include "pcnn/memory.hpp"
 #include "pcnn/testing/baseline.hpp"
 #include "pcnn/testing/reference.hpp"
 #include "pcnn/testing/synthetic.hpp"
@@ -52,16 +53,41 @@ struct Options {
   long long frame_points = 100000, map_points = 1000000, scan_points = 100000, pcl_n = 1000000;
   std::string csv;
   std::string staging = "auto";
+  std::string host_memory = "pageable";  // frame-loop: the caller's clouds and results
 };
 
-// Dense kNN outputs the caller allocates once: host vectors, or cudaMalloc'd device buffers.
+// Host memory a caller allocates once: a std::vector, or pcnn::page_locked_vector.
+template <class T>
+class HostArray {
+ public:
+  HostArray() = default;
+  HostArray(std::size_t n, bool page_locked) {
+    if (page_locked)
+      locked_.resize(n);
+    else
+      plain_.resize(n);
+  }
+  T* data() { return locked_.empty() ? plain_.data() : locked_.data(); }
+  const T* data() const { return locked_.empty() ? plain_.data() : locked_.data(); }
+  std::vector<T> copy() const {
+    return locked_.empty() ? plain_ : std::vector<T>(locked_.begin(), locked_.end());
+  }
+
+ private:
+  std::vector<T> plain_;
+  page_locked_vector<T> locked_;
+};
+
+// Dense kNN outputs the caller allocates once: host memory (ordinary, or page-locked), or
+// cudaMalloc'd device buffers.
 class KnnOutputs {
  public:
-  KnnOutputs(std::int64_t rows, int k, Memory where) : rows_(rows), k_(k), where_(where) {
+  KnnOutputs(std::int64_t rows, int k, Memory where, bool page_locked = false)
+      : rows_(rows), k_(k), where_(where) {
     const std::int64_t cells = rows * k;
     if (where == Memory::host) {
-      host_idx_.resize(static_cast<std::size_t>(cells));
-      host_dist_.resize(static_cast<std::size_t>(cells));
+      host_idx_ = HostArray<std::int32_t>(static_cast<std::size_t>(cells), page_locked);
+      host_dist_ = HostArray<float>(static_cast<std::size_t>(cells), page_locked);
     } else {
       dev_idx_ = bench::DeviceArray<std::int32_t>(cells);
       dev_dist_ = bench::DeviceArray<float>(cells);
@@ -79,8 +105,8 @@ class KnnOutputs {
     r.rows = rows_;
     r.k = k_;
     if (where_ == Memory::host) {
-      r.indices = host_idx_;
-      r.sqdist = host_dist_;
+      r.indices = host_idx_.copy();
+      r.sqdist = host_dist_.copy();
     } else {
       r.indices.resize(static_cast<std::size_t>(rows_) * k_);
       r.sqdist.resize(r.indices.size());
@@ -94,8 +120,8 @@ class KnnOutputs {
   std::int64_t rows_;
   int k_;
   Memory where_;
-  std::vector<std::int32_t> host_idx_;
-  std::vector<float> host_dist_;
+  HostArray<std::int32_t> host_idx_;
+  HostArray<float> host_dist_;
   bench::DeviceArray<std::int32_t> dev_idx_;
   bench::DeviceArray<float> dev_dist_;
 };
@@ -265,12 +291,17 @@ int run_sweep(const Options& o, Backend backend) {
 // `count` different LiDAR-like clouds of `n` points (frame f uses clouds[f % count]); made
 // before the loop so that generating them is not timed. `shift` moves cloud i by i * shift
 // along x, as a sensor on a moving robot would see the scene.
-std::vector<std::vector<float>> make_frames(int count, long long n, std::uint64_t seed,
-                                            float shift) {
-  std::vector<std::vector<float>> out;
+// `count` LiDAR-like clouds of n points, each shifted along x from the one before, in the
+// caller's kind of host memory (page-locked: as a sensor driver would fill a buffer allocated
+// once).
+std::vector<HostArray<float>> make_frames(int count, long long n, std::uint64_t seed, float shift,
+                                          bool page_locked) {
+  std::vector<HostArray<float>> out;
   for (int i = 0; i < count; ++i) {
-    out.push_back(make_synthetic_cloud(SyntheticKind::lidar, n, seed + std::uint64_t(i)));
-    for (std::size_t j = 0; j < out.back().size(); j += 3) out.back()[j] += shift * float(i);
+    std::vector<float> c = make_synthetic_cloud(SyntheticKind::lidar, n, seed + std::uint64_t(i));
+    for (std::size_t j = 0; j < c.size(); j += 3) c[j] += shift * float(i);
+    out.emplace_back(c.size(), page_locked);
+    std::copy(c.begin(), c.end(), out.back().data());
   }
   return out;
 }
@@ -317,17 +348,18 @@ void print_frames(const std::vector<double>& frame) {
 int run_frame_loop(const Options& o, Backend backend) {
   const int k = 8;
   const int distinct = std::max(1, std::min(o.frames + 1, 8));
+  const bool locked = o.host_memory == "page-locked";
   std::printf(
-      "# frame loop, %s backend, LiDAR-like clouds, k = %d, results into host memory allocated "
-      "once; frame 0 untimed (first allocations), then wall clock per frame around the public "
-      "calls; %d different clouds, cycled\n",
-      to_string(backend), k, distinct);
+      "# frame loop, %s backend, LiDAR-like clouds, k = %d, clouds and results in %s host "
+      "memory allocated once; frame 0 untimed (first allocations), then wall clock per frame "
+      "around the public calls; %d different clouds, cycled\n",
+      to_string(backend), k, locked ? "page-locked" : "ordinary (pageable)", distinct);
 
   {  // (a) a new cloud every frame: rebuild, self-kNN
     const long long n = o.frame_points;
-    const auto clouds = make_frames(distinct, n, 100, 0.05f);
+    const auto clouds = make_frames(distinct, n, 100, 0.05f, locked);
     Index index(index_options(backend, o.threads, parse_staging(o.staging)));
-    KnnOutputs out(n, k, Memory::host);
+    KnnOutputs out(n, k, Memory::host, locked);
     KnnParams params;
     params.k = k;
     params.exclude_self = true;
@@ -335,7 +367,7 @@ int run_frame_loop(const Options& o, Backend backend) {
     CallParts build_parts, query_parts;
     IndexMemoryStats first;
     for (int f = 0; f <= o.frames; ++f) {
-      const std::vector<float>& c = clouds[static_cast<std::size_t>(f % distinct)];
+      const HostArray<float>& c = clouds[static_cast<std::size_t>(f % distinct)];
       const auto t0 = Clock::now();
       index.build(host_points(c.data(), n));
       const auto t1 = Clock::now();
@@ -367,7 +399,7 @@ int run_frame_loop(const Options& o, Backend backend) {
   {  // (b) a map indexed once, a new scan every frame: kNN of the scan's points in the map
     const long long n = o.map_points, m = o.scan_points;
     const std::vector<float> map = make_synthetic_cloud(SyntheticKind::lidar, n, 1);
-    const auto scans = make_frames(distinct, m, 10, 0.05f);
+    const auto scans = make_frames(distinct, m, 10, 0.05f, locked);
     Index index(index_options(backend, o.threads, parse_staging(o.staging)));
     index.build(host_points(map.data(), n));  // warm-up
     std::vector<double> map_build;
@@ -376,14 +408,14 @@ int run_frame_loop(const Options& o, Backend backend) {
       index.build(host_points(map.data(), n));
       map_build.push_back(ms_since(t0));
     }
-    KnnOutputs out(m, k, Memory::host);
+    KnnOutputs out(m, k, Memory::host, locked);
     KnnParams params;
     params.k = k;
     std::vector<double> frame;
     CallParts parts;
     IndexMemoryStats first;
     for (int f = 0; f <= o.frames; ++f) {
-      const std::vector<float>& s = scans[static_cast<std::size_t>(f % distinct)];
+      const HostArray<float>& s = scans[static_cast<std::size_t>(f % distinct)];
       const auto t0 = Clock::now();
       index.knn(host_points(s.data(), m), params, out.indices(), out.sqdist());
       const double ms = ms_since(t0);
@@ -505,6 +537,11 @@ int main(int argc, char** argv) {
   app.add_option("--csv", o.csv, "also write the rows as CSV (sweep, cpu-vs-pcl)");
   app.add_option("--staging", o.staging,
                  "frame-loop, CUDA: auto, pageable, pinned, registered or mapped")
+      ->capture_default_str();
+  app.add_option("--host-memory", o.host_memory,
+                 "frame-loop: the clouds and results in pageable (std::vector) or page-locked "
+                 "(pcnn::page_locked_vector) host memory")
+      ->check(CLI::IsMember({"pageable", "page-locked"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 

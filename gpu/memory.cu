@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "detail/cuda_try.cuh"
@@ -211,6 +212,35 @@ bool is_page_locked(const void* ptr) {
 }
 
 }  // namespace detail
+
+// ---- page-locked host memory for callers ----
+
+void* allocate_page_locked(std::size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  void* p = nullptr;
+  const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+  if (err == cudaSuccess) return p;
+  cudaGetLastError();
+  if (err == cudaErrorMemoryAllocation)
+    throw out_of_memory_error("out of page-locked host memory: " +
+                                  format_bytes(static_cast<std::int64_t>(bytes)) + " requested",
+                              static_cast<std::int64_t>(bytes), 0);
+  // No usable device (no driver, no device, a driver too old): ordinary memory.
+  p = std::malloc(bytes);
+  if (!p)
+    throw out_of_memory_error(
+        "out of host memory: " + format_bytes(static_cast<std::int64_t>(bytes)) + " requested",
+        static_cast<std::int64_t>(bytes), 0);
+  return p;
+}
+
+void free_page_locked(void* ptr) noexcept {
+  if (!ptr) return;
+  if (detail::is_page_locked(ptr))
+    PCNN_CUDA_TRY_NO_THROW(cudaFreeHost(ptr));
+  else
+    std::free(ptr);
+}
 
 // ---- PoolResource ----
 

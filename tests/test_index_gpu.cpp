@@ -523,6 +523,47 @@ INSTANTIATE_TEST_SUITE_P(Modes, IndexFrameLoop,
                                   name(info.param.outputs);
                          });
 
+// ---- page-locked memory for the caller's buffers ----
+
+TEST(PageLocked, AVectorWorksWithOrWithoutADevice) {
+  pcnn::page_locked_vector<float> v(100000);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
+  v.resize(300000, 1.f);  // reallocates: the old block freed, the new one allocated
+  EXPECT_EQ(v[99999], 99999.f);
+  EXPECT_EQ(v[299999], 1.f);
+  cudaPointerAttributes attr{};
+  const bool device = query_device().available;
+  const cudaError_t err = cudaPointerGetAttributes(&attr, v.data());
+  if (err != cudaSuccess) cudaGetLastError();
+  // Page-locked where a device is usable; ordinary memory where none is.
+  EXPECT_EQ(err == cudaSuccess && attr.type == cudaMemoryTypeHost, device);
+  pcnn::free_page_locked(nullptr);
+}
+
+// A frame loop whose scan and results are in page-locked memory copies them directly: no
+// staging buffer is ever allocated and nothing is registered, in the default staging.
+TEST(PageLocked, AFrameLoopInPageLockedMemoryStagesNothing) {
+  PCNN_REQUIRE_DEVICE();
+  constexpr int kN = 20000, kK = 8;
+  Index index(cuda_options(Staging::automatic));
+  pcnn::page_locked_vector<float> scan(3 * kN);
+  pcnn::page_locked_vector<std::int32_t> idx(kN * kK);
+  pcnn::page_locked_vector<float> dist(kN * kK);
+  for (int frame = 0; frame < 3; ++frame) {
+    const std::vector<float> s = make_synthetic_cloud(SyntheticKind::lidar, kN, 80 + frame);
+    std::copy(s.begin(), s.end(), scan.begin());
+    index.build(host_points(scan.data(), kN));
+    index.self_knn({kK, true}, {idx.data(), kN, kK}, {dist.data(), kN, kK});
+  }
+  const IndexMemoryStats st = index.memory_stats();
+  EXPECT_EQ(st.pinned_allocations, 0);
+  EXPECT_EQ(st.registrations, 0);
+  const std::vector<std::int32_t> got_idx(idx.begin(), idx.end());
+  const std::vector<float> got_dist(dist.begin(), dist.end());
+  const std::vector<float> last(scan.begin(), scan.end());
+  EXPECT_TRUE(same_rows(got_idx, got_dist, reference_knn(view(last), nullptr, {kK, true})));
+}
+
 // ---- device memory caps ----
 
 TEST(IndexMemory, TooLittleForTheBuildThrowsNeededAndAvailable) {

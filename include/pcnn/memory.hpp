@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "pcnn/cuda_stream.hpp"
 
@@ -85,6 +86,41 @@ class LimitedResource : public DeviceMemoryResource {
 /// address space in use). What searches check results in host memory against before filling
 /// them. -1 where none of these can be read.
 std::int64_t available_host_memory();
+
+/// Page-locked host memory, for the buffers a frame loop reuses (a scan's points, a search's
+/// results): the CUDA backend copies straight from and into it, asynchronously, where ordinary
+/// memory goes through a staging copy on the host (see Staging). Page-locking is slow (the pages
+/// are pinned when allocated): allocate once, reuse every frame. Portable: usable by every
+/// device's indexes. Where no CUDA device is usable it is ordinary memory, so that code using it
+/// runs on the CPU backend too.
+/// @throws pcnn::out_of_memory_error when neither can be had.
+void* allocate_page_locked(std::size_t bytes);
+/// Frees memory from allocate_page_locked (null: nothing). Never throws.
+void free_page_locked(void* ptr) noexcept;
+
+/// A standard allocator over allocate_page_locked, e.g. for pcnn::page_locked_vector.
+template <class T>
+struct PageLockedAllocator {
+  using value_type = T;
+  PageLockedAllocator() = default;
+  template <class U>
+  PageLockedAllocator(const PageLockedAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) { return static_cast<T*>(allocate_page_locked(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t) noexcept { free_page_locked(p); }
+  template <class U>
+  bool operator==(const PageLockedAllocator<U>&) const noexcept {
+    return true;
+  }
+  template <class U>
+  bool operator!=(const PageLockedAllocator<U>&) const noexcept {
+    return false;
+  }
+};
+
+/// A vector in page-locked host memory: `pcnn::page_locked_vector<float> xyz(3 * n);` then
+/// host_points(xyz.data(), n); results likewise (MatrixView over .data()).
+template <class T>
+using page_locked_vector = std::vector<T, PageLockedAllocator<T>>;
 
 /// "1.23 GB (1234567890 bytes)": how pcnn's messages write a size.
 std::string format_bytes(std::int64_t bytes);
