@@ -14,8 +14,8 @@ namespace pcnn::app {
 void start_device_early(int ordinal = 0);
 
 /// The start-up of device `ordinal`: the early one, waited for (its error rethrown), or run now.
-/// Returns its milliseconds (context and modules); `waited_ms` (when given): how long this call
-/// waited for it.
+/// Returns its milliseconds (driver, context and modules); `waited_ms` (when given): how long
+/// this call waited for it.
 double device_startup(int ordinal, double* waited_ms = nullptr);
 
 /// Waits for an early start-up that nobody waited for (the command chose the CPU, or failed):

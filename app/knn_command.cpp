@@ -61,7 +61,9 @@ void validate_before_loading(const SearchOptions& opt, int k) {
   const PointsView none{};
   validate_knn_args(none, opt.query.empty() ? nullptr : &none, {k, opt.exclude_self});
   parse_staging(opt.staging);
-  if (parse_backend(opt.device) == Backend::cuda) {
+  // --device cuda on one device: found by the start-up begun before loading (start_gpu_early),
+  // and reported before a load error (load_inputs_or_device_error).
+  if (parse_backend(opt.device) == Backend::cuda && !opt.devices.empty()) {
     const DeviceInfo dev = query_device();
     if (!dev.available) throw no_device_error("no usable CUDA device: " + dev.reason);
   }
@@ -85,6 +87,17 @@ Inputs load_inputs(const SearchOptions& opt) {
   return in;
 }
 
+// load_inputs, where --device cuda without a usable device is the error reported when the
+// inputs fail to load too (as if the device were checked first; the early start-up finds out).
+Inputs load_inputs_or_device_error(const SearchOptions& opt) {
+  try {
+    return load_inputs(opt);
+  } catch (...) {
+    if (opt.device == "cuda" && opt.devices.empty()) device_startup(0);  // throws its error
+    throw;
+  }
+}
+
 Report start_report(const char* command, const SearchOptions& opt, const Inputs& in) {
   Report report;
   report.add("command", command);
@@ -101,12 +114,12 @@ Backend resolve_backend(const SearchOptions& opt, bool quiet) {
   return choose_device(opt.device, quiet || opt.mode.quiet) ? Backend::cuda : Backend::cpu;
 }
 
-// The device's start-up in the search section: its milliseconds (context and modules), and how
-// long the command waited for it after loading its inputs (the rest overlapped the load).
-void add_startup(Report& s, int ordinal) {
-  double waited = 0;
-  s.add("context start-up", device_startup(ordinal, &waited), "ms");
-  s.add("context start-up waited", waited, "ms");
+// The device's start-up in the search section: its milliseconds (driver, context and modules),
+// and how long the command waited for it from `t0` on, after loading its inputs (the rest of it
+// overlapped the load).
+void add_startup(Report& s, int ordinal, std::chrono::steady_clock::time_point t0) {
+  s.add("context start-up", device_startup(ordinal), "ms");
+  s.add("context start-up waited", ms_since(t0), "ms");
 }
 
 // Begins device 0's start-up before the inputs load (device_start.hpp), unless the search will
@@ -124,12 +137,13 @@ void start_gpu_early(const SearchOptions& opt, bool auto_cpu = false) {
 // index's memory resource. Builds over the references; fills the section's first rows.
 Index build_index(const SearchOptions& opt, PointsView refs, Report& report, Report& s) {
   IndexOptions o;
+  const auto t0 = std::chrono::steady_clock::now();  // choose_device waits for the driver too
   const std::optional<DeviceInfo> gpu = choose_device(opt.device, opt.mode.quiet);
   o.backend = gpu ? Backend::cuda : Backend::cpu;
   add_device(report, gpu ? &*gpu : nullptr);
   if (gpu) {
     const DeviceInfo& dev = *gpu;
-    add_startup(s, dev.ordinal);
+    add_startup(s, dev.ordinal, t0);
     if (opt.max_device_memory > 0) {
       o.memory = make_limited_pool_resource(opt.max_device_memory);
       s.add("device memory limit", static_cast<double>(opt.max_device_memory), "bytes");
@@ -665,7 +679,7 @@ int run_knn(const KnnCommand& given) {
   check_devices_syntax(cmd);
   OutputSet outputs = plan_outputs(cmd, OutputKind::array);
   start_gpu_early(cmd, auto_takes_cpu_before_loading(cmd));
-  const Inputs in = load_inputs(cmd);
+  const Inputs in = load_inputs_or_device_error(cmd);
   validate_knn_args(in.pcl_ref_view(), in.pcl_qv(),
                     params);  // bad options fail before any device work
   Report report = start_report("knn", cmd, in);
@@ -948,7 +962,7 @@ int run_radius(const RadiusCommand& cmd) {
   OutputSet outputs =
       plan_outputs(cmd, hybrid ? OutputKind::array : OutputKind::radius, cmd.counts);
   start_gpu_early(cmd);
-  const Inputs in = load_inputs(cmd);
+  const Inputs in = load_inputs_or_device_error(cmd);
   validate_knn_args(in.pcl_ref_view(), in.pcl_qv(), {hybrid ? cmd.max_nn : 1, cmd.exclude_self});
   Report report = start_report("radius", cmd, in);
   report.add_bool("hybrid", hybrid);

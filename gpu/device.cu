@@ -62,9 +62,9 @@ int device_count() {
 }
 
 double initialize_device(int ordinal) {
+  const auto t0 = std::chrono::steady_clock::now();  // the driver's start-up included
   DeviceInfo info = query_device(ordinal);
   if (!info.available) throw no_device_error("no usable CUDA device: " + info.reason);
-  auto t0 = std::chrono::steady_clock::now();
   PCNN_CUDA_TRY(cudaSetDevice(ordinal));
   PCNN_CUDA_TRY(cudaFree(nullptr));  // forces context creation
   auto t1 = std::chrono::steady_clock::now();

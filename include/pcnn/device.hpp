@@ -26,8 +26,9 @@ DeviceInfo query_device(int ordinal = 0);
 /// The number of CUDA devices present (0 without a driver or a device). Never throws.
 int device_count();
 
-/// Creates the CUDA context on device `ordinal` (the one-time start-up cost, kept out of search
-/// timings) and returns the milliseconds it took. Throws pcnn::no_device_error when unusable.
+/// Starts the driver (where no call has yet) and creates the CUDA context on device `ordinal`:
+/// the one-time start-up cost, kept out of search timings. Returns the milliseconds it took.
+/// Throws pcnn::no_device_error when unusable.
 double initialize_device(int ordinal = 0);
 
 }  // namespace pcnn
