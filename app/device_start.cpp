@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -12,7 +13,7 @@ namespace {
 
 struct EarlyStart {
   std::mutex m;
-  std::thread thread;
+  std::thread thread, release;
   int ordinal = -1;
   double ms = 0;
   std::exception_ptr error;
@@ -59,10 +60,22 @@ double device_startup(int ordinal, double* waited_ms) {
   return ms;
 }
 
+void release_device_early(Index&& index, int ordinal) {
+  EarlyStart& e = early();
+  const std::lock_guard<std::mutex> lock(e.m);
+  if (e.thread.joinable()) e.thread.join();  // the start-up is over before the end begins
+  if (e.release.joinable()) e.release.join();
+  e.release = std::thread([ordinal, held = std::make_unique<Index>(std::move(index))]() mutable {
+    held.reset();  // its memory and streams, then the context
+    release_device(ordinal);
+  });
+}
+
 void finish_early_start() noexcept {
   EarlyStart& e = early();
   const std::lock_guard<std::mutex> lock(e.m);
   if (e.thread.joinable()) e.thread.join();
+  if (e.release.joinable()) e.release.join();
 }
 
 }  // namespace pcnn::app

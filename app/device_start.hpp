@@ -6,6 +6,8 @@
 // following it.
 #pragma once
 
+#include "pcnn/index.hpp"
+
 namespace pcnn::app {
 
 /// Begins the start-up of CUDA device `ordinal` on a thread. At most one early start-up per
@@ -18,8 +20,14 @@ void start_device_early(int ordinal = 0);
 /// this call waited for it.
 double device_startup(int ordinal, double* waited_ms = nullptr);
 
-/// Waits for an early start-up that nobody waited for (the command chose the CPU, or failed):
-/// before the process exits, so that the CUDA runtime is not torn down under it.
+/// Ends the device's use as soon as a command is done with it: `index` destroyed and device
+/// `ordinal` released (pcnn::release_device) on a thread, while the command writes its outputs,
+/// rather than at exit. Nothing may use the device afterwards.
+void release_device_early(Index&& index, int ordinal);
+
+/// Waits for an early start-up that nobody waited for (the command chose the CPU, or failed)
+/// and for an early release: before the process exits, so that the CUDA runtime is not torn
+/// down under them.
 void finish_early_start() noexcept;
 
 }  // namespace pcnn::app

@@ -122,6 +122,14 @@ void add_startup(Report& s, int ordinal, std::chrono::steady_clock::time_point t
   s.add("context start-up waited", ms_since(t0), "ms");
 }
 
+// A search on the GPU is over: the device's teardown runs while the outputs are written
+// (device_start.hpp).
+void release_early(Index&& index) {
+  if (index.backend() != Backend::cuda) return;
+  const int ordinal = index.options().device;
+  release_device_early(std::move(index), ordinal);
+}
+
 // Begins device 0's start-up before the inputs load (device_start.hpp), unless the search will
 // not run there: --device cpu, several --devices (each started when the parts are made), or
 // `auto_cpu` (--device auto will take the CPU backend).
@@ -745,6 +753,7 @@ int run_knn(const KnnCommand& given) {
   }
   const double total = finish_search_section(s, build, t);
   report.add_section("search", std::move(s));
+  release_early(std::move(index));
   return compare_and_write(cmd, outputs, in, report, result, total, streamed);
 }
 
@@ -1001,6 +1010,7 @@ int run_radius(const RadiusCommand& cmd) {
   }
   const double total = finish_search_section(s, build, t);
   report.add_section("search", std::move(s));
+  release_early(std::move(index));
   return compare_and_write_radius(cmd, outputs, in, report, radius, capped, hybrid_streamed, total);
 }
 

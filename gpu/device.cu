@@ -71,4 +71,16 @@ double initialize_device(int ordinal) {
   return std::chrono::duration<double, std::milli>(t1 - t0).count();
 }
 
+void release_device(int ordinal) noexcept {
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  if (cudaSetDevice(ordinal) == cudaSuccess) PCNN_CUDA_TRY_NO_THROW(cudaDeviceReset());
+  cudaGetLastError();
+  if (previous != ordinal) static_cast<void>(cudaSetDevice(previous));
+  cudaGetLastError();
+}
+
 }  // namespace pcnn
