@@ -54,6 +54,7 @@ struct Options {
   std::string csv;
   std::string staging = "auto";
   std::string host_memory = "pageable";  // frame-loop: the caller's clouds and results
+  bool include_self = false;             // sweep: a point is its own nearest neighbor
 };
 
 // Host memory a caller allocates once: a std::vector, or pcnn::page_locked_vector.
@@ -177,11 +178,12 @@ int run_sweep(const Options& o, Backend backend) {
     return 2;
   }
   std::printf(
-      "# sweep: self-kNN (exclude_self) through pcnn::Index, %s backend, points and results in "
+      "# sweep: self-kNN (%s) through pcnn::Index, %s backend, points and results in "
       "%s memory\n"
       "# times in ms, median of %d timed runs after 1 untimed warm-up; build/query/total: wall "
       "clock of Index::build and Index::self_knn; up/idx (build) and ord/srch/down (query): "
       "Index::last_timings()%s; pcl: KdTreeFLANN build / query, median of %d after a warm-up\n",
+      o.include_self ? "each point its own nearest: exclude_self false" : "exclude_self",
       to_string(backend), where == Memory::host ? "host" : "device", o.repeats,
       backend == Backend::cuda ? " (device time, CUDA events)" : " (wall clock)", o.pcl_repeats);
   std::printf("%-9s %9s %3s %9s %9s %9s %7s %8s %7s %9s %8s %6s %9s %9s %8s %7s %9s %9s %7s\n",
@@ -208,7 +210,7 @@ int run_sweep(const Options& o, Backend backend) {
         r.k = static_cast<int>(k64);
         KnnParams params;
         params.k = r.k;
-        params.exclude_self = true;
+        params.exclude_self = !o.include_self;
         // A fresh index per case: its memory counters then describe this case alone.
         Index index(index_options(backend, o.threads));
         KnnOutputs out(n, r.k, where);
@@ -253,7 +255,8 @@ int run_sweep(const Options& o, Backend backend) {
           const KnnResult pcl = pcl_median(host_view, params, o.pcl_repeats, ct);
           r.pcl_build_ms = ct.build_ms;
           r.pcl_query_ms = ct.query_ms;
-          r.agree = agree_pct(compare_knn(host_view, nullptr, out.result(), pcl, true));
+          r.agree =
+              agree_pct(compare_knn(host_view, nullptr, out.result(), pcl, params.exclude_self));
         }
         std::printf(
             "%-9s %9lld %3d %9.3f %9.3f %9.3f %7.3f %8.3f %7.3f %9.3f %8.3f %6d %9.1f %9.3g %8.0f "
@@ -538,6 +541,9 @@ int main(int argc, char** argv) {
   app.add_option("--staging", o.staging,
                  "frame-loop, CUDA: auto, pageable, pinned, registered or mapped")
       ->capture_default_str();
+  app.add_flag("--include-self", o.include_self,
+               "sweep: every point is its own nearest neighbor (exclude_self false), as a "
+               "self-query of libraries without that option returns");
   app.add_option("--host-memory", o.host_memory,
                  "frame-loop: the clouds and results in pageable (std::vector) or page-locked "
                  "(pcnn::page_locked_vector) host memory")
