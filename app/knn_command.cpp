@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../core/cpus.hpp"
+#include "../core/fresh_pages.hpp"
 #include "device_start.hpp"
 #include "pcnn/device.hpp"
 #include "pcnn/distributed.hpp"
@@ -701,12 +702,27 @@ int run_knn(const KnnCommand& given) {
   Report s;
   std::optional<Index> built;
   const Report started = report;  // the tiles below start from here again
+  // Rows held whole: their arrays are allocated (pages mapped and zeroed: 640 MB at 10M rows,
+  // k = 8) before the index waits for the device's start-up, which this overlaps.
+  KnnResult result;
+  if (!streamed) {
+    result.rows = rows;
+    result.k = cmd.k;
+    const std::size_t cells = static_cast<std::size_t>(rows) * cmd.k;
+    result.indices.reserve(cells);
+    result.sqdist.reserve(cells);
+    detail::prepare_fresh_pages(result.indices.data(), cells * sizeof(std::int32_t));
+    detail::prepare_fresh_pages(result.sqdist.data(), cells * sizeof(float));
+    result.indices.resize(cells);
+    result.sqdist.resize(cells);
+  }
   try {
     built.emplace(build_index(cmd, in.ref_view, report, s));
   } catch (const out_of_memory_error&) {
     // References larger than the device memory allowed: tiles of the index streamed through the
     // device, twice as many until one fits.
     if (cmd.max_device_memory <= 0 || resolve_backend(cmd, true) != Backend::cuda) throw;
+    result = KnnResult();  // the tiles hold their own rows
     for (int tiles = 2;; tiles *= 2) {
       try {
         report = started;
@@ -720,7 +736,6 @@ int run_knn(const KnnCommand& given) {
   const SearchTimings build = index.last_timings();
   // On a terminal, a large search runs in about a hundred chunks so that progress can be shown.
   const bool show_progress = Progress::wanted(cmd.mode.quiet);
-  KnnResult result;
   SearchTimings t;
   if (streamed) {
     t = stream_dense(
@@ -733,10 +748,6 @@ int run_knn(const KnnCommand& given) {
         },
         s);
   } else if (show_progress && rows >= (std::int64_t(1) << 20)) {
-    result.rows = rows;
-    result.k = cmd.k;
-    result.indices.resize(static_cast<std::size_t>(rows) * cmd.k);
-    result.sqdist.resize(result.indices.size());
     t = in_ranges(index, rows, std::max<std::int64_t>(rows / 100, 1 << 16), true,
                   [&](std::int64_t a, std::int64_t n) {
                     const std::size_t at = static_cast<std::size_t>(a) * cmd.k;
@@ -748,7 +759,12 @@ int run_knn(const KnnCommand& given) {
                       index.self_knn_rows(a, params, iv, dv);
                   });
   } else {
-    result = in.qv() ? index.knn(*in.qv(), params) : index.self_knn(params);
+    const MatrixView<std::int32_t> iv{result.indices.data(), rows, cmd.k};
+    const MatrixView<float> dv{result.sqdist.data(), rows, cmd.k};
+    if (in.qv())
+      index.knn(*in.qv(), params, iv, dv);
+    else
+      index.self_knn(params, iv, dv);
     t = index.last_timings();
   }
   const double total = finish_search_section(s, build, t);
