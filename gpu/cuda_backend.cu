@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "core/backend.hpp"
@@ -814,15 +815,16 @@ class CudaBackend final : public Index::Backend_ {
         "a search of " + std::to_string(rows) + " queries with k = " + std::to_string(k),
         ws_.available());
     // Where the device writes and the host reads: the caller's memory when it is page-locked
-    // (or registered for this call), else the index's page-locked buffers.
-    detail::host_registration reg_idx, reg_dist;
+    // (or registered for this call, piece by piece while the search runs), else the index's
+    // page-locked buffers.
+    std::optional<detail::piecewise_registration> reg;
     const bool locked = detail::is_page_locked(out_idx) && detail::is_page_locked(out_dist);
     bool direct = locked && !mapped_;
     const Staging mode = staging_for(staging_, cells * 8);
     t.staging = mode;
     if (!locked && mode == Staging::registered) {
-      reg_idx = detail::host_registration(out_idx, cells * sizeof(std::int32_t), &ws_.host);
-      reg_dist = detail::host_registration(out_dist, cells * sizeof(float), &ws_.host);
+      static_assert(sizeof(std::int32_t) == sizeof(float));
+      reg.emplace(std::array<void*, 2>{out_idx, out_dist}, cells * sizeof(float), &ws_.host);
       direct = true;
     }
     if (mode == Staging::pageable && !locked) direct = true;
@@ -839,6 +841,7 @@ class CudaBackend final : public Index::Backend_ {
                                                 ws_);
       detail::device_buffer<float> d_dist(d_idx.size(), stream, ws_);
       detail::KnnOutput out{d_idx.data(), d_dist.data(), per_pass, h_idx, h_dist, query_offset};
+      if (reg) reg->wait_all();
       const detail::TreeSearchStats st =
           detail::tree_query(index_, d_queries, params, bound, out, ex, stream, ev_[2], ws_, true);
       t.search_ms = st.search_ms;
@@ -847,7 +850,8 @@ class CudaBackend final : public Index::Backend_ {
       t.distance_evaluations = st.evaluations;
       t.refined_rows = st.refined_rows;
     } else {
-      curve_order_search(d_queries, query_offset, params, bound, ex, h_idx, h_dist, stream, t);
+      curve_order_search(d_queries, query_offset, params, bound, ex, h_idx, h_dist, stream, t,
+                         reg ? &*reg : nullptr);
     }
     t.download_bytes = static_cast<std::int64_t>(cells) * 8;
     if (h_idx != out_idx)
@@ -856,11 +860,13 @@ class CudaBackend final : public Index::Backend_ {
   }
 
   // Every row on the device; passes in curve order; chunks of rows (by original index)
-  // downloaded on the aux stream once their last query is searched. Synchronizes.
+  // downloaded on the aux stream once their last query is searched (and, with `reg`, their host
+  // pages locked). Every pass is queued before any download, so that waiting on `reg` never
+  // holds back the search. Synchronizes.
   void curve_order_search(const PointsView* d_queries, int query_offset, const KnnParams& params,
                           const detail::RadiusBound& bound, const detail::ExactSearch& ex,
-                          std::int32_t* out_idx, float* out_dist, cudaStream_t s0,
-                          SearchTimings& t) {
+                          std::int32_t* out_idx, float* out_dist, cudaStream_t s0, SearchTimings& t,
+                          detail::piecewise_registration* reg) {
     const int k = params.k;
     const std::int64_t rows = d_queries ? d_queries->count : index_.n_total;
     cudaStream_t s1 = aux_;
@@ -910,6 +916,10 @@ class CudaBackend final : public Index::Backend_ {
     auto ev = [&](int i) -> detail::cuda_event& { return *pass_events_[i]; };
     auto download = [&](int j) {  // rows [j * per, ...) to the host, on s1
       const std::int64_t a = j * per, n = std::min(per, rows - a);
+      if (reg) {
+        reg->wait(0, static_cast<std::size_t>(a + n) * k * sizeof(std::int32_t));
+        reg->wait(1, static_cast<std::size_t>(a + n) * k * sizeof(float));
+      }
       ev(2 * passes + 2 * j).record(s1);
       PCNN_CUDA_TRY(cudaMemcpyAsync(out_idx + a * k, d_out_idx + a * k,
                                     n * k * sizeof(std::int32_t), cudaMemcpyDeviceToHost, s1));
@@ -917,23 +927,25 @@ class CudaBackend final : public Index::Backend_ {
                                     cudaMemcpyDeviceToHost, s1));
       ev(2 * passes + 2 * j + 1).record(s1);
     };
-    std::vector<char> sent(chunks, 0);
+    auto pass_end = [&](int p) {
+      return static_cast<int>(std::min<std::int64_t>(finite, (p + 1) * per));
+    };
     for (int p = 0; p < passes; ++p) {
-      const int begin = static_cast<int>(p * per),
-                end = static_cast<int>(std::min<std::int64_t>(finite, (p + 1) * per));
       ev(2 * p).record(s0);
-      detail::tree_search_range(index_, sorted, d_queries == nullptr, begin, end, params, bound,
-                                d_out_idx, d_out_dist, outlier_slots.data(), outlier_count.data(),
-                                evals.data(), query_offset, ex, s0, ws_);
+      detail::tree_search_range(index_, sorted, d_queries == nullptr, static_cast<int>(p * per),
+                                pass_end(p), params, bound, d_out_idx, d_out_dist,
+                                outlier_slots.data(), outlier_count.data(), evals.data(),
+                                query_offset, ex, s0, ws_);
       ev(2 * p + 1).record(s0);
-      if (mapped_) continue;
-      bool waited = false;
-      for (int j = 0; j < chunks; ++j)
-        if (!sent[j] && (last_host_[j] < end || p == passes - 1)) {
-          if (!waited) PCNN_CUDA_TRY(cudaStreamWaitEvent(s1, ev(2 * p + 1).get(), 0));
-          waited = true;
+    }
+    // Chunk j after the first pass that ends past its last query (the last pass at the latest).
+    if (!mapped_ && passes > 0) {
+      int after = -1;  // the pass s1 waits on so far
+      for (int p = 0, j = 0; p < passes; ++p)
+        for (; j < chunks && (last_host_[j] < pass_end(p) || p == passes - 1); ++j) {
+          if (after < p) PCNN_CUDA_TRY(cudaStreamWaitEvent(s1, ev(2 * p + 1).get(), 0));
+          after = p;
           download(j);
-          sent[j] = 1;
         }
     }
     if (!mapped_ && passes == 0) {  // nothing to search: the empty rows only

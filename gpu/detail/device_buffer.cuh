@@ -3,12 +3,16 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -193,6 +197,37 @@ class host_registration {
  private:
   void* ptr_ = nullptr;
   HostCounters* counters_ = nullptr;
+};
+
+/// Two arrays of the caller's (a search's indices and distances) page-locked piece by piece on a
+/// thread of its own, in address order, while the device works: a copy into bytes [0, end) of
+/// array i may be queued once wait(i, end) returns. Pieces are page-disjoint (two registrations
+/// may not share a page) and unregistered when the object goes (after the thread has stopped).
+class piecewise_registration {
+ public:
+  static constexpr std::size_t kPiece = std::size_t(32) << 20;
+  piecewise_registration(std::array<void*, 2> arrays, std::size_t bytes, HostCounters* counters);
+  ~piecewise_registration();
+  piecewise_registration(const piecewise_registration&) = delete;
+  piecewise_registration& operator=(const piecewise_registration&) = delete;
+  /// Waits until bytes [0, end) of array `i` are page-locked; rethrows the thread's error.
+  void wait(int i, std::size_t end);
+  /// Waits for every piece.
+  void wait_all() {
+    wait(0, bytes_);
+    wait(1, bytes_);
+  }
+
+ private:
+  void run(std::array<void*, 2> arrays, HostCounters* counters) noexcept;
+  std::size_t bytes_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::array<std::size_t, 2> done_{0, 0};  // bytes locked from each array's start
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::vector<host_registration> pieces_;
+  std::thread thread_;
 };
 
 /// Whether `ptr` is page-locked host memory (cudaHostAlloc or cudaHostRegister), so that copies
