@@ -202,59 +202,31 @@ host_registration::~host_registration() {
   if (counters_) --counters_->registered_now;
 }
 
-piecewise_registration::piecewise_registration(std::array<void*, 2> arrays, std::size_t bytes,
-                                               HostCounters* counters)
-    : bytes_(bytes) {
-  pieces_.reserve(2 * (bytes / kPiece + 2));
-  thread_ = std::thread([this, arrays, counters] { run(arrays, counters); });
-}
-
-piecewise_registration::~piecewise_registration() {
-  {
-    const std::lock_guard<std::mutex> lock(m_);
-    stop_ = true;
-  }
-  thread_.join();
-  pieces_.clear();  // unregistered
-}
-
-void piecewise_registration::run(std::array<void*, 2> arrays, HostCounters* counters) noexcept {
-  constexpr std::uintptr_t kPage = 4096;
-  try {
-    for (bool more = true; more;) {
-      more = false;
-      for (int i = 0; i < 2; ++i) {
-        const auto base = reinterpret_cast<std::uintptr_t>(arrays[i]);
-        std::size_t from;
-        {
-          const std::lock_guard<std::mutex> lock(m_);
-          if (stop_) return;
-          from = done_[i];
-        }
-        if (from >= bytes_) continue;
-        // The next piece ends on a page boundary kPiece on (or at the array's end): the pages of
-        // consecutive pieces never overlap.
-        const std::uintptr_t first_page = base & ~(kPage - 1);
-        const std::uintptr_t end = std::min<std::uintptr_t>(
-            base + bytes_, first_page + ((base + from - first_page) / kPiece + 1) * kPiece);
-        host_registration piece(reinterpret_cast<void*>(base + from), end - base - from, counters);
-        const std::lock_guard<std::mutex> lock(m_);
-        pieces_.push_back(std::move(piece));
-        done_[i] = end - base;
-        more = more || done_[i] < bytes_;
-        cv_.notify_all();
-      }
+background_registration::background_registration(int device, std::array<void*, 2> arrays,
+                                                 std::size_t bytes, HostCounters* counters) {
+  thread_ = std::thread([this, device, arrays, bytes, counters] {
+    try {
+      PCNN_CUDA_TRY(cudaSetDevice(device));  // registered for the index's device's context
+      host_registration a(arrays[0], bytes, counters), b(arrays[1], bytes, counters);
+      const std::lock_guard<std::mutex> lock(m_);
+      regs_[0] = std::move(a);
+      regs_[1] = std::move(b);
+      done_ = true;
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(m_);
+      error_ = std::current_exception();
     }
-  } catch (...) {
-    const std::lock_guard<std::mutex> lock(m_);
-    error_ = std::current_exception();
     cv_.notify_all();
-  }
+  });
 }
 
-void piecewise_registration::wait(int i, std::size_t end) {
+background_registration::~background_registration() {
+  thread_.join();  // then regs_ unregister
+}
+
+void background_registration::wait() {
   std::unique_lock<std::mutex> lock(m_);
-  cv_.wait(lock, [&] { return error_ || done_[i] >= std::min(end, bytes_); });
+  cv_.wait(lock, [&] { return done_ || error_; });
   if (error_) std::rethrow_exception(error_);
 }
 

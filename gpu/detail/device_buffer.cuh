@@ -199,34 +199,27 @@ class host_registration {
   HostCounters* counters_ = nullptr;
 };
 
-/// Two arrays of the caller's (a search's indices and distances) page-locked piece by piece on a
-/// thread of its own, in address order, while the device works: a copy into bytes [0, end) of
-/// array i may be queued once wait(i, end) returns. Pieces are page-disjoint (two registrations
-/// may not share a page) and unregistered when the object goes (after the thread has stopped).
-class piecewise_registration {
+/// Two arrays of the caller's (a search's indices and distances) page-locked for device `device`
+/// on a thread of its own while the device works; copies into them may be queued once wait()
+/// returns. Each array is one registration: a copy that spanned two pieces of one array failed
+/// with cudaErrorInvalidValue (H100 host). Unregistered when the object goes, after the thread
+/// has stopped.
+class background_registration {
  public:
-  static constexpr std::size_t kPiece = std::size_t(32) << 20;
-  piecewise_registration(std::array<void*, 2> arrays, std::size_t bytes, HostCounters* counters);
-  ~piecewise_registration();
-  piecewise_registration(const piecewise_registration&) = delete;
-  piecewise_registration& operator=(const piecewise_registration&) = delete;
-  /// Waits until bytes [0, end) of array `i` are page-locked; rethrows the thread's error.
-  void wait(int i, std::size_t end);
-  /// Waits for every piece.
-  void wait_all() {
-    wait(0, bytes_);
-    wait(1, bytes_);
-  }
+  background_registration(int device, std::array<void*, 2> arrays, std::size_t bytes,
+                          HostCounters* counters);
+  ~background_registration();
+  background_registration(const background_registration&) = delete;
+  background_registration& operator=(const background_registration&) = delete;
+  /// Waits until both arrays are page-locked; rethrows the thread's error.
+  void wait();
 
  private:
-  void run(std::array<void*, 2> arrays, HostCounters* counters) noexcept;
-  std::size_t bytes_;
   std::mutex m_;
   std::condition_variable cv_;
-  std::array<std::size_t, 2> done_{0, 0};  // bytes locked from each array's start
-  bool stop_ = false;
+  bool done_ = false;
   std::exception_ptr error_;
-  std::vector<host_registration> pieces_;
+  std::array<host_registration, 2> regs_;
   std::thread thread_;
 };
 
