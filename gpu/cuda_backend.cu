@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <optional>
 #include <vector>
 
 #include "core/backend.hpp"
@@ -815,19 +814,19 @@ class CudaBackend final : public Index::Backend_ {
         "a search of " + std::to_string(rows) + " queries with k = " + std::to_string(k),
         ws_.available());
     // Where the device writes and the host reads: the caller's memory when it is page-locked
-    // (or registered for this call, on a thread while the search runs), else the index's
-    // page-locked buffers.
-    std::optional<detail::background_registration> reg;
+    // (or registered for this call), else the index's page-locked buffers.
+    detail::host_registration reg_idx, reg_dist;
     const bool locked = detail::is_page_locked(out_idx) && detail::is_page_locked(out_dist);
     bool direct = locked && !mapped_;
     const Staging mode = staging_for(staging_, cells * 8);
     t.staging = mode;
-    if (!locked && mode == Staging::registered) {
-      static_assert(sizeof(std::int32_t) == sizeof(float));
-      reg.emplace(options_.device, std::array<void*, 2>{out_idx, out_dist}, cells * sizeof(float),
-                  &ws_.host);
-      direct = true;
-    }
+    const bool registered = !locked && mode == Staging::registered;
+    auto lock_outputs = [&] {
+      if (!registered) return;
+      reg_idx = detail::host_registration(out_idx, cells * sizeof(std::int32_t), &ws_.host);
+      reg_dist = detail::host_registration(out_dist, cells * sizeof(float), &ws_.host);
+    };
+    if (registered) direct = true;
     if (mode == Staging::pageable && !locked) direct = true;
     std::int32_t* h_idx = out_idx;
     float* h_dist = out_dist;
@@ -842,7 +841,7 @@ class CudaBackend final : public Index::Backend_ {
                                                 ws_);
       detail::device_buffer<float> d_dist(d_idx.size(), stream, ws_);
       detail::KnnOutput out{d_idx.data(), d_dist.data(), per_pass, h_idx, h_dist, query_offset};
-      if (reg) reg->wait();
+      lock_outputs();
       const detail::TreeSearchStats st =
           detail::tree_query(index_, d_queries, params, bound, out, ex, stream, ev_[2], ws_, true);
       t.search_ms = st.search_ms;
@@ -852,7 +851,7 @@ class CudaBackend final : public Index::Backend_ {
       t.refined_rows = st.refined_rows;
     } else {
       curve_order_search(d_queries, query_offset, params, bound, ex, h_idx, h_dist, stream, t,
-                         reg ? &*reg : nullptr);
+                         lock_outputs);
     }
     t.download_bytes = static_cast<std::int64_t>(cells) * 8;
     if (h_idx != out_idx)
@@ -861,14 +860,16 @@ class CudaBackend final : public Index::Backend_ {
   }
 
   // Every row on the device; passes in curve order; chunks of rows (by original index)
-  // downloaded on the aux stream once their last query is searched (and, with `reg`, the host
-  // outputs page-locked: 17-20 ms for 640 MB, which the search now overlaps). Every pass is
-  // queued before any download, so that waiting on `reg` never holds back the search.
+  // downloaded on the aux stream once their last query is searched. Every pass is queued first;
+  // then `lock_outputs` runs (page-locking the caller's outputs for registered staging: 17-20 ms
+  // for 640 MB on the H100 host, which the queued passes overlap; registering on a thread of its
+  // own while the passes were being queued gained nothing), then the downloads are queued.
   // Synchronizes.
+  template <class LockOutputs>
   void curve_order_search(const PointsView* d_queries, int query_offset, const KnnParams& params,
                           const detail::RadiusBound& bound, const detail::ExactSearch& ex,
                           std::int32_t* out_idx, float* out_dist, cudaStream_t s0, SearchTimings& t,
-                          detail::background_registration* reg) {
+                          LockOutputs&& lock_outputs) {
     const int k = params.k;
     const std::int64_t rows = d_queries ? d_queries->count : index_.n_total;
     cudaStream_t s1 = aux_;
@@ -918,7 +919,6 @@ class CudaBackend final : public Index::Backend_ {
     auto ev = [&](int i) -> detail::cuda_event& { return *pass_events_[i]; };
     auto download = [&](int j) {  // rows [j * per, ...) to the host, on s1
       const std::int64_t a = j * per, n = std::min(per, rows - a);
-      if (reg) reg->wait();
       ev(2 * passes + 2 * j).record(s1);
       PCNN_CUDA_TRY(cudaMemcpyAsync(out_idx + a * k, d_out_idx + a * k,
                                     n * k * sizeof(std::int32_t), cudaMemcpyDeviceToHost, s1));
@@ -937,6 +937,7 @@ class CudaBackend final : public Index::Backend_ {
                                 query_offset, ex, s0, ws_);
       ev(2 * p + 1).record(s0);
     }
+    lock_outputs();
     // Chunk j after the first pass that ends past its last query (the last pass at the latest).
     if (!mapped_ && passes > 0) {
       int after = -1;  // the pass s1 waits on so far

@@ -202,34 +202,6 @@ host_registration::~host_registration() {
   if (counters_) --counters_->registered_now;
 }
 
-background_registration::background_registration(int device, std::array<void*, 2> arrays,
-                                                 std::size_t bytes, HostCounters* counters) {
-  thread_ = std::thread([this, device, arrays, bytes, counters] {
-    try {
-      PCNN_CUDA_TRY(cudaSetDevice(device));  // registered for the index's device's context
-      host_registration a(arrays[0], bytes, counters), b(arrays[1], bytes, counters);
-      const std::lock_guard<std::mutex> lock(m_);
-      regs_[0] = std::move(a);
-      regs_[1] = std::move(b);
-      done_ = true;
-    } catch (...) {
-      const std::lock_guard<std::mutex> lock(m_);
-      error_ = std::current_exception();
-    }
-    cv_.notify_all();
-  });
-}
-
-background_registration::~background_registration() {
-  thread_.join();  // then regs_ unregister
-}
-
-void background_registration::wait() {
-  std::unique_lock<std::mutex> lock(m_);
-  cv_.wait(lock, [&] { return done_ || error_; });
-  if (error_) std::rethrow_exception(error_);
-}
-
 bool is_page_locked(const void* ptr) {
   cudaPointerAttributes attr{};
   if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {

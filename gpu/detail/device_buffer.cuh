@@ -3,16 +3,12 @@
 
 #include <cuda_runtime.h>
 
-#include <array>
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -197,30 +193,6 @@ class host_registration {
  private:
   void* ptr_ = nullptr;
   HostCounters* counters_ = nullptr;
-};
-
-/// Two arrays of the caller's (a search's indices and distances) page-locked for device `device`
-/// on a thread of its own while the device works; copies into them may be queued once wait()
-/// returns. Each array is one registration: a copy that spanned two pieces of one array failed
-/// with cudaErrorInvalidValue (H100 host). Unregistered when the object goes, after the thread
-/// has stopped.
-class background_registration {
- public:
-  background_registration(int device, std::array<void*, 2> arrays, std::size_t bytes,
-                          HostCounters* counters);
-  ~background_registration();
-  background_registration(const background_registration&) = delete;
-  background_registration& operator=(const background_registration&) = delete;
-  /// Waits until both arrays are page-locked; rethrows the thread's error.
-  void wait();
-
- private:
-  std::mutex m_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::exception_ptr error_;
-  std::array<host_registration, 2> regs_;
-  std::thread thread_;
 };
 
 /// Whether `ptr` is page-locked host memory (cudaHostAlloc or cudaHostRegister), so that copies
