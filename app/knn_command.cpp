@@ -1,7 +1,9 @@
 #include "knn_command.hpp"
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <thread>
@@ -649,18 +651,38 @@ bool auto_may_take_cpu(const KnnCommand& cmd) {
          !cmd.compare_cpu && cmd.devices.empty() && cmd.tiles <= 0;
 }
 
-// Whether --device auto certainly takes the CPU backend, before the inputs are loaded: even for
-// as many points as their files could hold (12 bytes a point at least; a size unknown, as that
-// of standard input, could hold any number, and the GPU is not started early then either).
+// How many points a cloud file holds, before it is loaded: the count its header gives (a .pcd's
+// POINTS, a .ply's `element vertex`, within its first 16 KiB), else at most its size over 12
+// bytes (three floats a point); -1 when unknown (standard input, no such file). A guess for
+// starting the GPU early, not a check: the loader checks the file.
+std::int64_t likely_points(const std::string& path) {
+  if (path == "-") return -1;
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(path, ec);
+  if (ec) return -1;
+  std::string head(std::min<std::uintmax_t>(bytes, 16384), '\0');
+  if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
+    head.resize(std::fread(head.data(), 1, head.size(), f));
+    std::fclose(f);
+  }
+  for (const char* key : {"\nPOINTS ", "\nelement vertex "}) {
+    const std::size_t at = head.find(key);
+    if (at == std::string::npos) continue;
+    const char* first = head.data() + at + std::strlen(key);
+    std::int64_t n = 0;
+    const auto [end, err] = std::from_chars(first, head.data() + head.size(), n);
+    if (err == std::errc() && end != first && n >= 0) return n;
+  }
+  return static_cast<std::int64_t>(bytes / 12);
+}
+
+// Whether --device auto certainly takes the CPU backend, judged before the inputs are loaded
+// from the points their files likely hold (likely_points; where that is unknown the GPU is not
+// started early either).
 bool auto_takes_cpu_before_loading(const KnnCommand& cmd) {
   if (!auto_may_take_cpu(cmd)) return false;
-  std::error_code ec;
-  const auto size = [&](const std::string& path) -> std::int64_t {
-    if (path == "-") return -1;
-    const auto bytes = std::filesystem::file_size(path, ec);
-    return ec ? -1 : static_cast<std::int64_t>(bytes / 12);
-  };
-  const std::int64_t refs = size(cmd.input), rows = cmd.query.empty() ? refs : size(cmd.query);
+  const std::int64_t refs = likely_points(cmd.input),
+                     rows = cmd.query.empty() ? refs : likely_points(cmd.query);
   if (refs < 0 || rows < 0) return true;
   const unsigned threads = static_cast<unsigned>(detail::usable_cpus());
   return cpu_estimate_ms(refs, rows, cmd.k, threads) < kGpuStartupMs;
