@@ -1,10 +1,14 @@
 #include "device_start.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
+#include <vector>
 
 #include "pcnn/device.hpp"
 
@@ -26,18 +30,46 @@ EarlyStart& early() {
 
 }  // namespace
 
-void start_device_early(int ordinal) {
+void start_device_early(int ordinal, std::function<void()> prepare) {
   EarlyStart& e = early();
   const std::lock_guard<std::mutex> lock(e.m);
   if (e.ordinal >= 0) return;
+  try {
+    e.thread = std::thread([&e, ordinal, prepare = std::move(prepare)] {
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        initialize_device(ordinal);
+        if (prepare) prepare();
+      } catch (...) {
+        e.error = std::current_exception();
+      }
+      e.ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    });
+  } catch (const std::system_error&) {
+    return;  // no thread: device_startup starts the device when it is needed
+  }
   e.ordinal = ordinal;
-  e.thread = std::thread([&e, ordinal] {
-    try {
-      e.ms = initialize_device(ordinal);
-    } catch (...) {
-      e.error = std::current_exception();
-    }
-  });
+}
+
+void warm_up(int ordinal, WarmUp kind, int k) {
+  std::vector<float> xyz(3 * 256);
+  std::uint32_t x = 12345;  // a fixed scatter in the unit cube
+  for (float& v : xyz) {
+    x = x * 1664525u + 1013904223u;
+    v = static_cast<float>(x >> 8) / 16777216.f;
+  }
+  IndexOptions o;
+  o.backend = Backend::cuda;
+  o.device = ordinal;
+  Index index(host_points(xyz.data(), 256), o);
+  const int kk = std::min(std::max(k, 1), 255);
+  if (kind == WarmUp::knn)
+    static_cast<void>(index.self_knn({kk, true}));
+  else if (kind == WarmUp::hybrid)
+    static_cast<void>(index.self_hybrid({0.25, kk, true}));
+  else
+    static_cast<void>(index.self_radius({0.25, true}));
 }
 
 double device_startup(int ordinal, double* waited_ms) {
@@ -65,10 +97,15 @@ void release_device_early(Index&& index, int ordinal) {
   const std::lock_guard<std::mutex> lock(e.m);
   if (e.thread.joinable()) e.thread.join();  // the start-up is over before the end begins
   if (e.release.joinable()) e.release.join();
-  e.release = std::thread([ordinal, held = std::make_unique<Index>(std::move(index))]() mutable {
-    held.reset();  // its memory and streams, then the context
-    release_device(ordinal);
-  });
+  auto held = std::make_unique<Index>(std::move(index));
+  try {
+    e.release = std::thread([ordinal, held = std::move(held)]() mutable {
+      held.reset();  // its memory and streams, then the context
+      release_device(ordinal);
+    });
+  } catch (const std::system_error&) {
+    // No thread: the index goes here, the device at exit.
+  }
 }
 
 void finish_early_start() noexcept {

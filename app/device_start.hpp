@@ -1,19 +1,31 @@
 // The GPU's start-up begun early: on a thread of its own, while the inputs load.
 //
 // A process pays for a GPU before its first search: the driver, the context, and the modules of
-// the kernels (loaded eagerly by the pcnn command, see main.cpp, so that the first search is not
-// slowed by loading its kernels). Begun before loading, that cost overlaps the load instead of
-// following it.
+// the kernels, which CUDA loads at each kernel's first launch (a command's one search paid for
+// all of them and took twice its warm time). Begun before loading, with a search of a few points
+// that loads the kernels the command will run, that cost overlaps the load instead of following
+// it.
 #pragma once
+
+#include <functional>
 
 #include "pcnn/index.hpp"
 
 namespace pcnn::app {
 
-/// Begins the start-up of CUDA device `ordinal` on a thread. At most one early start-up per
-/// process (later calls do nothing); an error it meets (no usable device) is kept for
-/// device_startup.
-void start_device_early(int ordinal = 0);
+/// Begins the start-up of CUDA device `ordinal` on a thread, then runs `prepare` there (a
+/// search of a few points: see warm_up). At most one early start-up per process (later calls
+/// do nothing); an error it meets (no usable device) is kept for device_startup. Where no thread
+/// can be started, nothing is begun (device_startup then starts the device itself).
+void start_device_early(int ordinal = 0, std::function<void()> prepare = {});
+
+/// What a command will search, for warm_up: kNN (k), radius, or hybrid (k = max_nn).
+enum class WarmUp { knn, radius, hybrid };
+
+/// A search of 256 points on device `ordinal` of the kind a command will run (so that its
+/// kernels are loaded, and compiled where the device needs its PTX compiled). Throws what the
+/// search throws.
+void warm_up(int ordinal, WarmUp kind, int k);
 
 /// The start-up of device `ordinal`: the early one, waited for (its error rethrown), or run now.
 /// Returns its milliseconds (driver, context and modules); `waited_ms` (when given): how long

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <tuple>
 
@@ -59,14 +60,15 @@ OutputSet plan_outputs(const SearchOptions& opt, OutputKind out_kind,
 }
 
 // The search arguments that do not depend on the clouds, checked before they are loaded.
-void validate_before_loading(const SearchOptions& opt, int k) {
+void validate_before_loading(const SearchOptions& opt, int k, bool starts_early) {
   check_search_options(opt);
   const PointsView none{};
   validate_knn_args(none, opt.query.empty() ? nullptr : &none, {k, opt.exclude_self});
   parse_staging(opt.staging);
-  // --device cuda on one device: found by the start-up begun before loading (start_gpu_early),
-  // and reported before a load error (load_inputs_or_device_error).
-  if (parse_backend(opt.device) == Backend::cuda && !opt.devices.empty()) {
+  // --device cuda: checked here, unless the command starts its one device before loading
+  // (`starts_early`: start_gpu_early), which finds out, and whose error is then reported before
+  // a load error (load_inputs_or_device_error).
+  if (parse_backend(opt.device) == Backend::cuda && !(starts_early && opt.devices.empty())) {
     const DeviceInfo dev = query_device();
     if (!dev.available) throw no_device_error("no usable CUDA device: " + dev.reason);
   }
@@ -133,12 +135,13 @@ void release_early(Index&& index) {
   release_device_early(std::move(index), ordinal);
 }
 
-// Begins device 0's start-up before the inputs load (device_start.hpp), unless the search will
-// not run there: --device cpu, several --devices (each started when the parts are made), or
-// `auto_cpu` (--device auto will take the CPU backend).
-void start_gpu_early(const SearchOptions& opt, bool auto_cpu = false) {
+// Begins device 0's start-up before the inputs load, with a search of the kind the command runs
+// (device_start.hpp), unless the search will not run there: --device cpu, several --devices
+// (each started when the parts are made), or `auto_cpu` (--device auto will take the CPU
+// backend).
+void start_gpu_early(const SearchOptions& opt, WarmUp kind, int k, bool auto_cpu = false) {
   if (opt.device == "cpu" || !opt.devices.empty() || auto_cpu) return;
-  start_device_early(0);
+  start_device_early(0, [kind, k] { warm_up(0, kind, k); });
 }
 
 }  // namespace
@@ -235,26 +238,36 @@ Report knn_agreement_section(const KnnAgreement& ag) {
 void report_written(const SearchOptions& opt, Report& report);
 
 // The indices and the distances, each file written (and synced) on a thread of its own: at 10M
-// rows and k = 8 they are 320 MB each. An error of the indices' file is the one reported when
-// both fail, as if written one after the other.
+// rows and k = 8 they are 320 MB each. One after the other when both name the same path (a
+// device such as /dev/null, which the output set holds as two targets of one name that two
+// threads could both claim) or no thread can be started. An error of the indices' file is the
+// one reported when both fail, as if written one after the other.
 void write_dense(OutputSet& outputs, const SearchOptions& opt, const KnnResult& r, Report& report) {
   std::exception_ptr distances_failed;
   std::thread distances;
-  if (!opt.distances.empty())
-    distances = std::thread([&] {
-      try {
-        write_array(outputs, opt.distances, r.sqdist.data(), r.rows, r.k, "d");
-      } catch (...) {
-        distances_failed = std::current_exception();
-      }
-    });
+  auto write_distances = [&] {
+    try {
+      write_array(outputs, opt.distances, r.sqdist.data(), r.rows, r.k, "d");
+    } catch (...) {
+      distances_failed = std::current_exception();
+    }
+  };
+  if (!opt.distances.empty() && !opt.out.empty() && opt.distances != opt.out) {
+    try {
+      distances = std::thread(write_distances);
+    } catch (const std::system_error&) {
+    }
+  }
   try {
     if (!opt.out.empty()) write_array(outputs, opt.out, r.indices.data(), r.rows, r.k, "n");
   } catch (...) {
     if (distances.joinable()) distances.join();
     throw;
   }
-  if (distances.joinable()) distances.join();
+  if (distances.joinable())
+    distances.join();
+  else if (!opt.distances.empty())
+    write_distances();
   if (distances_failed) std::rethrow_exception(distances_failed);
   report_written(opt, report);
 }
@@ -706,10 +719,10 @@ void choose_auto_device(KnnCommand& cmd, std::int64_t refs, std::int64_t rows, R
 int run_knn(const KnnCommand& given) {
   KnnCommand cmd = given;  // --device auto is settled once the clouds' sizes are known
   const KnnParams params{cmd.k, cmd.exclude_self};
-  validate_before_loading(cmd, cmd.k);
+  validate_before_loading(cmd, cmd.k, true);
   check_devices_syntax(cmd);
   OutputSet outputs = plan_outputs(cmd, OutputKind::array);
-  start_gpu_early(cmd, auto_takes_cpu_before_loading(cmd));
+  start_gpu_early(cmd, WarmUp::knn, cmd.k, auto_takes_cpu_before_loading(cmd));
   const Inputs in = load_inputs_or_device_error(cmd);
   validate_knn_args(in.pcl_ref_view(), in.pcl_qv(),
                     params);  // bad options fail before any device work
@@ -1004,11 +1017,11 @@ int run_radius_parts(const RadiusCommand& cmd, OutputSet& outputs, const Inputs&
 int run_radius(const RadiusCommand& cmd) {
   const bool hybrid = cmd.max_nn > 0;
   validate_radius(cmd.radius);
-  validate_before_loading(cmd, hybrid ? cmd.max_nn : 1);
+  validate_before_loading(cmd, hybrid ? cmd.max_nn : 1, true);
   check_devices_syntax(cmd);
   OutputSet outputs =
       plan_outputs(cmd, hybrid ? OutputKind::array : OutputKind::radius, cmd.counts);
-  start_gpu_early(cmd);
+  start_gpu_early(cmd, hybrid ? WarmUp::hybrid : WarmUp::radius, cmd.max_nn);
   const Inputs in = load_inputs_or_device_error(cmd);
   validate_knn_args(in.pcl_ref_view(), in.pcl_qv(), {hybrid ? cmd.max_nn : 1, cmd.exclude_self});
   Report report = start_report("radius", cmd, in);
@@ -1300,7 +1313,7 @@ int run_mpi(const SearchOptions& opt, const KnnCommand* knn, const RadiusCommand
                      "--devices, --layout, --tiles and --max-device-memory are for one process; "
                      "under mpirun each rank owns one spatial part on one device");
         if (radius) validate_radius(radius->radius);
-        validate_before_loading(opt, k);
+        validate_before_loading(opt, k, false);
         if (rank == 0)
           outputs.emplace(plan_outputs(opt, dense ? OutputKind::array : OutputKind::radius,
                                        radius ? radius->counts : ""));

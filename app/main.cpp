@@ -447,11 +447,6 @@ int run_command(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // The kernels' modules load with the CUDA context (begun on a thread that overlaps loading the
-  // inputs: device_start.hpp) rather than at each kernel's first launch, which made a command's
-  // one search twice as slow as a warm one (bench/results/2026-11-23-round7.md). A value the
-  // user set is kept.
-  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   const int rc = run_command(argc, argv);
   finish_early_start();  // a start-up nobody waited for ends before the runtime is torn down
   return rc;

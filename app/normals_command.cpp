@@ -94,7 +94,11 @@ int run_normals(const NormalsCommand& cmd) {
   if (cmd.mode.json) outputs.reserve_stdout("--json");
   outputs.add(cmd.out, OutputKind::cloud);
 
-  if (cmd.device != "cpu") start_device_early(0);  // overlapping the load (device_start.hpp)
+  if (cmd.device != "cpu") {  // overlapping the load (device_start.hpp)
+    const WarmUp kind = cmd.k > 0 ? WarmUp::knn : cmd.max_nn > 0 ? WarmUp::hybrid : WarmUp::radius;
+    const int k = cmd.k > 0 ? cmd.k : cmd.max_nn;
+    start_device_early(0, [kind, k] { warm_up(0, kind, k); });
+  }
   const auto t0 = std::chrono::steady_clock::now();
   const Cloud cloud = load_cloud(cmd.input);
   const double load_ms = ms_since(t0);

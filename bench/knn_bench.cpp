@@ -293,10 +293,8 @@ int run_sweep(const Options& o, Backend backend) {
 
 // `count` different LiDAR-like clouds of `n` points (frame f uses clouds[f % count]); made
 // before the loop so that generating them is not timed. `shift` moves cloud i by i * shift
-// along x, as a sensor on a moving robot would see the scene.
-// `count` LiDAR-like clouds of n points, each shifted along x from the one before, in the
-// caller's kind of host memory (page-locked: as a sensor driver would fill a buffer allocated
-// once).
+// along x, as a sensor on a moving robot would see the scene. In the caller's kind of host
+// memory (page-locked: as a sensor driver would fill a buffer allocated once).
 std::vector<HostArray<float>> make_frames(int count, long long n, std::uint64_t seed, float shift,
                                           bool page_locked) {
   std::vector<HostArray<float>> out;

@@ -938,15 +938,20 @@ class CudaBackend final : public Index::Backend_ {
       ev(2 * p + 1).record(s0);
     }
     lock_outputs();
-    // Chunk j after the first pass that ends past its last query (the last pass at the latest).
-    if (!mapped_ && passes > 0) {
-      int after = -1;  // the pass s1 waits on so far
-      for (int p = 0, j = 0; p < passes; ++p)
-        for (; j < chunks && (last_host_[j] < pass_end(p) || p == passes - 1); ++j) {
-          if (after < p) PCNN_CUDA_TRY(cudaStreamWaitEvent(s1, ev(2 * p + 1).get(), 0));
-          after = p;
-          download(j);
-        }
+    // Every chunk after the first pass that ends past its last query (the last pass at the
+    // latest).
+    if (!mapped_) {
+      std::vector<char> sent(chunks, 0);
+      for (int p = 0; p < passes; ++p) {
+        bool waited = false;
+        for (int j = 0; j < chunks; ++j)
+          if (!sent[j] && (last_host_[j] < pass_end(p) || p == passes - 1)) {
+            if (!waited) PCNN_CUDA_TRY(cudaStreamWaitEvent(s1, ev(2 * p + 1).get(), 0));
+            waited = true;
+            download(j);
+            sent[j] = 1;
+          }
+      }
     }
     if (!mapped_ && passes == 0) {  // nothing to search: the empty rows only
       PCNN_CUDA_TRY(cudaStreamSynchronize(s0));

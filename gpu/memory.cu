@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <unordered_set>
 
 #include "detail/cuda_try.cuh"
 #include "detail/device_buffer.cuh"
@@ -215,6 +217,22 @@ bool is_page_locked(const void* ptr) {
 
 // ---- page-locked host memory for callers ----
 
+namespace {
+
+// The blocks allocate_page_locked took from malloc (no usable device): how free_page_locked
+// tells them from cudaHostAlloc's without asking the driver, which may no longer answer (a
+// sticky error, or its teardown at exit).
+struct OrdinaryBlocks {
+  std::mutex m;
+  std::unordered_set<void*> blocks;
+};
+OrdinaryBlocks& ordinary_blocks() {
+  static OrdinaryBlocks* b = new OrdinaryBlocks;  // never destroyed: frees may come at exit
+  return *b;
+}
+
+}  // namespace
+
 void* allocate_page_locked(std::size_t bytes) {
   if (bytes == 0) bytes = 1;
   void* p = nullptr;
@@ -231,15 +249,24 @@ void* allocate_page_locked(std::size_t bytes) {
     throw out_of_memory_error(
         "out of host memory: " + format_bytes(static_cast<std::int64_t>(bytes)) + " requested",
         static_cast<std::int64_t>(bytes), 0);
+  OrdinaryBlocks& o = ordinary_blocks();
+  const std::lock_guard<std::mutex> lock(o.m);
+  o.blocks.insert(p);
   return p;
 }
 
 void free_page_locked(void* ptr) noexcept {
   if (!ptr) return;
-  if (detail::is_page_locked(ptr))
-    PCNN_CUDA_TRY_NO_THROW(cudaFreeHost(ptr));
-  else
-    std::free(ptr);
+  {
+    OrdinaryBlocks& o = ordinary_blocks();
+    const std::lock_guard<std::mutex> lock(o.m);
+    if (o.blocks.erase(ptr)) {
+      std::free(ptr);
+      return;
+    }
+  }
+  // Page-locked: where the driver cannot free it any more (torn down), it is left to the exit.
+  PCNN_CUDA_TRY_NO_THROW(cudaFreeHost(ptr));
 }
 
 // ---- PoolResource ----

@@ -33,8 +33,9 @@ double initialize_device(int ordinal = 0);
 
 /// Gives back what this process holds on device `ordinal` (cudaDeviceReset: its memory and its
 /// context), for a process done with the GPU before it ends: the teardown otherwise comes at
-/// exit (about 0.1 s on an H100 host). Every pcnn object using the device must be gone; a later
-/// use starts it again. Never throws.
+/// exit (about 0.1 s on an H100 host). Every pcnn object using the device must be gone, and
+/// page-locked memory (pcnn::allocate_page_locked) freed first: the reset may free it with the
+/// context. A later use starts the device again. Never throws.
 void release_device(int ordinal = 0) noexcept;
 
 }  // namespace pcnn
