@@ -744,12 +744,8 @@ int run_knn(const KnnCommand& given) {
     result.rows = rows;
     result.k = cmd.k;
     const std::size_t cells = static_cast<std::size_t>(rows) * cmd.k;
-    result.indices.reserve(cells);
-    result.sqdist.reserve(cells);
-    detail::prepare_fresh_pages(result.indices.data(), cells * sizeof(std::int32_t));
-    detail::prepare_fresh_pages(result.sqdist.data(), cells * sizeof(float));
-    result.indices.resize(cells);
-    result.sqdist.resize(cells);
+    detail::resize_fresh(result.indices, cells);
+    detail::resize_fresh(result.sqdist, cells);
   }
   try {
     built.emplace(build_index(cmd, in.ref_view, report, s));

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace pcnn::detail {
 
@@ -31,6 +32,14 @@ inline void prepare_fresh_pages(void* data, std::size_t bytes) {
   if (page_end > page_begin)
     ::madvise(reinterpret_cast<void*>(page_begin), page_end - page_begin, PCNN_MADV_POPULATE_WRITE);
 #undef PCNN_MADV_POPULATE_WRITE
+}
+
+/// `v` resized to `n` elements (value-initialized), its fresh pages mapped in first.
+template <class T>
+void resize_fresh(std::vector<T>& v, std::size_t n) {
+  v.reserve(n);
+  prepare_fresh_pages(v.data(), n * sizeof(T));
+  v.resize(n);
 }
 
 }  // namespace pcnn::detail

@@ -222,12 +222,8 @@ KnnResult Index::owning_knn(const PointsView* queries, const KnnParams& params,
   r.rows = queries ? queries->count : size();
   r.k = params.k;
   const std::size_t n = static_cast<std::size_t>(r.rows) * r.k;
-  r.indices.reserve(n);  // mapped in with one call each (fresh_pages.hpp), then filled
-  r.sqdist.reserve(n);
-  detail::prepare_fresh_pages(r.indices.data(), n * sizeof(std::int32_t));
-  detail::prepare_fresh_pages(r.sqdist.data(), n * sizeof(float));
-  r.indices.resize(n);
-  r.sqdist.resize(n);
+  detail::resize_fresh(r.indices, n);  // mapped in with one call each, then filled
+  detail::resize_fresh(r.sqdist, n);
   dense(queries, -1, params, {r.indices.data(), r.rows, r.k}, {r.sqdist.data(), r.rows, r.k},
         stream, true);
   return r;

@@ -951,15 +951,15 @@ class CudaBackend final : public Index::Backend_ {
     // Every chunk after the first pass that ends past its last query (the last pass at the
     // latest).
     if (!mapped_) {
-      std::vector<char> sent(chunks, 0);
+      sent_.assign(chunks, 0);
       for (int p = 0; p < passes; ++p) {
         bool waited = false;
         for (int j = 0; j < chunks; ++j)
-          if (!sent[j] && (last_host_[j] < pass_end(p) || p == passes - 1)) {
+          if (!sent_[j] && (last_host_[j] < pass_end(p) || p == passes - 1)) {
             if (!waited) PCNN_CUDA_TRY(cudaStreamWaitEvent(s1, ev(2 * p + 1).get(), 0));
             waited = true;
             download(j);
-            sent[j] = 1;
+            sent_[j] = 1;
           }
       }
     }
@@ -1001,7 +1001,8 @@ class CudaBackend final : public Index::Backend_ {
   detail::pinned_buffer<float> dist_host_;
   detail::cuda_event ev_[4], staged_, async_done_;
   std::vector<std::unique_ptr<detail::cuda_event>> pass_events_;
-  std::vector<int> last_host_;
+  std::vector<int> last_host_;  // curve_order_search's chunks (kept: a frame allocates nothing)
+  std::vector<char> sent_;
 };
 
 }  // namespace
