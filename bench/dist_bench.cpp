@@ -16,7 +16,14 @@
 // under MPI the slowest rank's build + search with its exchanges (rows stay on their rank;
 // gathering them is not timed). Partitioning (Morton codes, sample, assignment, copies, the
 // parts' bounds) is reported apart. Never timed: making the cloud, CUDA context creation, the
-// comparison. Throughput: points (= queries) per second.
+// comparison. Throughput: points (= queries) per second; printed for build + search and for the
+// search alone (a map indexed once and queried).
+//
+// --outputs device: the rows stay in device memory (one GPU: Index::self_knn into its memory;
+// every GPU, replicated layout: PartitionedIndex::self_knn_on_devices, each share on its own
+// device), as a pipeline that goes on on the GPUs keeps them; the check copies them back, untimed.
+// --copy-ceiling BYTES: first, the device-to-host copy rate into page-locked host memory of each
+// device alone and of every device at once (BYTES each): what bounds rows written to the host.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -25,7 +32,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -91,6 +101,86 @@ std::vector<float> make_cloud(std::int64_t n, std::uint64_t seed) {
   return xyz;
 }
 
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// Rows × k of indices and distances in device memory of one device (--outputs device).
+struct DeviceResult {
+  int device = 0;
+  std::int32_t* idx = nullptr;
+  float* d = nullptr;
+  std::int64_t rows = 0;
+  int k = 0;
+  DeviceResult(int dev, std::int64_t r, int kk) : device(dev), rows(r), k(kk) {
+    const std::size_t bytes = std::max<std::size_t>(static_cast<std::size_t>(r) * kk * 4, 4);
+    cuda_check(cudaSetDevice(dev), "cudaSetDevice");
+    cuda_check(cudaMalloc(reinterpret_cast<void**>(&idx), bytes), "cudaMalloc");
+    cuda_check(cudaMalloc(reinterpret_cast<void**>(&d), bytes), "cudaMalloc");
+  }
+  ~DeviceResult() {
+    cudaSetDevice(device);
+    cudaFree(idx);
+    cudaFree(d);
+  }
+  DeviceResult(const DeviceResult&) = delete;
+  DeviceResult& operator=(const DeviceResult&) = delete;
+  MatrixView<std::int32_t> iv() const { return {idx, rows, k, Memory::device}; }
+  MatrixView<float> dv() const { return {d, rows, k, Memory::device}; }
+  // Copies the rows into `r` from row `first` on (untimed: for the check).
+  void copy_to(KnnResult& r, std::int64_t first) const {
+    const std::size_t bytes = static_cast<std::size_t>(rows) * k * 4;
+    cuda_check(cudaMemcpy(r.indices.data() + first * k, idx, bytes, cudaMemcpyDeviceToHost),
+               "cudaMemcpy");
+    cuda_check(cudaMemcpy(r.sqdist.data() + first * k, d, bytes, cudaMemcpyDeviceToHost),
+               "cudaMemcpy");
+  }
+};
+
+// The device-to-host copy rate into page-locked host memory, GB/s: each of `devices` alone, then
+// all at once (one thread each), `bytes` per device, the best of three.
+void copy_ceiling(const std::vector<int>& devices, std::size_t bytes) {
+  const int nd = static_cast<int>(devices.size());
+  std::vector<void*> src(nd), dst(nd);
+  for (int i = 0; i < nd; ++i) {
+    cuda_check(cudaSetDevice(devices[i]), "cudaSetDevice");
+    cuda_check(cudaMalloc(&src[i], bytes), "cudaMalloc");
+    cuda_check(cudaMemset(src[i], 1, bytes), "cudaMemset");
+    cuda_check(cudaHostAlloc(&dst[i], bytes, cudaHostAllocPortable), "cudaHostAlloc");
+    std::memset(dst[i], 0, bytes);  // touched: no first fault inside the copy
+  }
+  const auto copy = [&](int i) {
+    cuda_check(cudaSetDevice(devices[i]), "cudaSetDevice");
+    cuda_check(cudaMemcpy(dst[i], src[i], bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  };
+  const auto best_of_3 = [&](const std::function<void()>& f) {
+    double best = 1e30;
+    for (int r = 0; r < 3; ++r) {
+      const auto t = Clock::now();
+      f();
+      best = std::min(best, ms_since(t));
+    }
+    return best;
+  };
+  for (int i = 0; i < nd; ++i) {
+    const double ms = best_of_3([&] { copy(i); });
+    say("copy ceiling: device %d alone: %.1f GB/s (%.2f GB in %.1f ms)\n", devices[i],
+        bytes / ms / 1e6, bytes / 1e9, ms);
+  }
+  const double ms = best_of_3([&] {
+    std::vector<std::thread> th;
+    for (int i = 0; i < nd; ++i) th.emplace_back(copy, i);
+    for (auto& t : th) t.join();
+  });
+  say("copy ceiling: %d devices at once: %.1f GB/s together (%.2f GB in %.1f ms)\n", nd,
+      nd * bytes / ms / 1e6, nd * bytes / 1e9, ms);
+  for (int i = 0; i < nd; ++i) {
+    cudaSetDevice(devices[i]);
+    cudaFree(src[i]);
+    cudaFreeHost(dst[i]);
+  }
+}
+
 // The first row where `got` (rows `rows` of the full result) differs from `want`, or -1.
 std::int64_t first_difference(const KnnResult& want, const std::vector<std::int64_t>& rows,
                               const KnnResult& got) {
@@ -142,6 +232,17 @@ int main(int argc, char** argv) {
                  "pipeline that keeps its buffers does), for one device and every device alike")
       ->capture_default_str();
   app.add_option("--check", check, "compare the rows byte for byte")->capture_default_str();
+  std::string outputs = "host";
+  app.add_option("--outputs", outputs,
+                 "host: rows into host memory; device: rows kept in device memory (one process, "
+                 "replicated layout)")
+      ->check(CLI::IsMember({"host", "device"}))
+      ->capture_default_str();
+  long long ceiling_bytes = 0;
+  app.add_option("--copy-ceiling", ceiling_bytes,
+                 "first measure the device-to-host copy rate of this many bytes per device, alone "
+                 "and at once")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   int code = 0;
@@ -151,6 +252,11 @@ int main(int argc, char** argv) {
       return b == Backend::automatic ? (query_device().available ? Backend::cuda : Backend::cpu)
                                      : b;
     }();
+    const bool on_devices = outputs == "device";
+    if (on_devices && (backend != Backend::cuda || under_mpi))
+      throw std::runtime_error("--outputs device needs CUDA devices in one process");
+    if (ceiling_bytes > 0 && backend == Backend::cuda && !under_mpi)
+      copy_ceiling(parse_devices(devices, backend), static_cast<std::size_t>(ceiling_bytes));
     auto t = Clock::now();
     const std::vector<float> xyz = make_cloud(n, seed);
     say("# cloud: %lld uniform points (100 m cube), made in %.0f ms; k = %d; %d runs\n", n,
@@ -173,25 +279,36 @@ int main(int argc, char** argv) {
       initialize_device(io.device);
     }
 #endif
-    const bool lock = locked && backend == Backend::cuda;
+    const bool lock = locked && backend == Backend::cuda && !on_devices;
     KnnResult one;
     ResultLocks one_locks;
     allocate_rows(one, n, k, lock, one_locks);
-    std::vector<double> t_one;
+    std::vector<double> t_one, t_one_search;
     {
       Index index(io);
+      std::optional<DeviceResult> rows_on_device;
+      if (on_devices) rows_on_device.emplace(io.device, n, k);
       for (int r = 0; r <= runs; ++r) {
         t = Clock::now();
         index.build(view);
-        index.self_knn(params, {one.indices.data(), n, k}, {one.sqdist.data(), n, k});
+        const auto t_search = Clock::now();
+        if (on_devices)
+          index.self_knn(params, rows_on_device->iv(), rows_on_device->dv());
+        else
+          index.self_knn(params, {one.indices.data(), n, k}, {one.sqdist.data(), n, k});
         if (r > 0) t_one.push_back(ms_since(t));
+        if (r > 0) t_one_search.push_back(ms_since(t_search));
       }
+      if (on_devices && check) rows_on_device->copy_to(one, 0);
     }
-    const double one_ms = median(t_one);
-    say("one device:   %10.1f ms  %8.1f M queries/s  (build + search into host memory)\n", one_ms,
-        n / one_ms / 1e3);
+    const char* into = on_devices ? "rows kept in device memory" : "rows into host memory";
+    const double one_ms = median(t_one), one_search = median(t_one_search);
+    say("one device:   %10.1f ms  %8.1f M queries/s  (build + search, %s)\n", one_ms,
+        n / one_ms / 1e3, into);
+    say("              %10.1f ms  %8.1f M queries/s  (search alone)\n", one_search,
+        n / one_search / 1e3);
 
-    std::vector<double> t_all, t_part;
+    std::vector<double> t_all, t_part, t_all_search;
     std::int64_t forwarded = 0;
     int parts = 0;
     std::int64_t bad = -1;
@@ -203,17 +320,28 @@ int main(int argc, char** argv) {
       KnnResult all;  // written in place every run, as the one device's rows are
       ResultLocks all_locks;
       allocate_rows(all, n, k, lock, all_locks);
+      std::vector<std::unique_ptr<DeviceResult>> shares_on_devices;
+      std::vector<DeviceRows> shares;
       for (int r = 0; r <= runs; ++r) {
-        t = Clock::now();
         PartitionedIndex index(view, po);
-        const double built = ms_since(t);
-        index.self_knn(params, {all.indices.data(), n, k}, {all.sqdist.data(), n, k});
+        if (on_devices && shares.empty()) {  // allocated once, outside the timings
+          shares = index.device_rows(n);
+          for (DeviceRows& sh : shares) {
+            shares_on_devices.push_back(std::make_unique<DeviceResult>(sh.device, sh.rows, k));
+            sh.indices = shares_on_devices.back()->iv();
+            sh.sqdist = shares_on_devices.back()->dv();
+          }
+        }
+        if (on_devices)
+          index.self_knn_on_devices(params, shares);
+        else
+          index.self_knn(params, {all.indices.data(), n, k}, {all.sqdist.data(), n, k});
         const PartitionedTimings& tm = index.last_timings();
         if (r > 0) {
           t_all.push_back(tm.total_ms);
+          t_all_search.push_back(tm.total_ms - tm.build_ms);
           t_part.push_back(tm.partition_ms);
         }
-        (void)built;
         forwarded = tm.queries_forwarded;
         parts = index.parts();
         if (r == runs) say("  layout: %s\n", index.replicated() ? "replicated" : "spatial");
@@ -226,6 +354,8 @@ int main(int argc, char** argv) {
                 static_cast<long long>(p.queries_received), p.build_ms, p.search_ms);
       }
       if (check) {
+        for (std::size_t d = 0; d < shares.size(); ++d)
+          shares_on_devices[d]->copy_to(all, shares[d].first_row);
         std::vector<std::int64_t> rows(static_cast<std::size_t>(n));
         for (std::int64_t i = 0; i < n; ++i) rows[static_cast<std::size_t>(i)] = i;
         bad = first_difference(one, rows, all);
@@ -272,6 +402,12 @@ int main(int argc, char** argv) {
     say("%s %2d parts: %10.1f ms  %8.1f M queries/s  (build + search%s; partition %.1f ms apart)\n",
         under_mpi ? "mpi ranks," : "devices,  ", parts, all_ms, n / all_ms / 1e3,
         under_mpi ? " with the exchanges, slowest rank" : "", median(t_part));
+    if (!t_all_search.empty()) {
+      const double all_search = median(t_all_search);
+      say("              %10.1f ms  %8.1f M queries/s  (search alone, %s)\n", all_search,
+          n / all_search / 1e3, into);
+      say("speedup, search alone: %.2f x\n", one_search / all_search);
+    }
     say("speedup:      %10.2f x   queries forwarded: %lld (%.3f %%)\n", one_ms / all_ms,
         static_cast<long long>(forwarded), 100.0 * double(forwarded) / double(n));
     if (check) {

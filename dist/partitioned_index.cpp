@@ -8,6 +8,8 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "dist/part.hpp"
 #include "pcnn/device.hpp"
@@ -79,8 +81,17 @@ struct PartitionedIndex::Impl {
   void on_replicas(std::int64_t rows,
                    const std::function<void(int, std::int64_t, std::int64_t)>& body);
   void finish_replicas(clock_type::time_point t_start);
-  void dense_replicas(const PointsView* queries, const dist::DenseSearch& search,
-                      MatrixView<std::int32_t> out_idx, MatrixView<float> out_d);
+  // Replica d's output views for its rows [a, b).
+  using ShareViews = std::function<std::pair<MatrixView<std::int32_t>, MatrixView<float>>(
+      int, std::int64_t, std::int64_t)>;
+  // Every replica searches its share into out(d, a, b); host outputs (`host_idx`, `host_d`,
+  // `rows` × k) are page-locked once for every device, inside the timed search.
+  void dense_replicas(const PointsView* queries, const dist::DenseSearch& search, std::int64_t rows,
+                      const ShareViews& out, const void* host_idx, const void* host_d);
+  void check_dense(const PointsView* queries, const dist::DenseSearch& search) const;
+  // Rows kept on the devices: `out` checked against the shares, then searched in place.
+  void dense_on_devices(const PointsView* queries, const dist::DenseSearch& search,
+                        const std::vector<DeviceRows>& out);
   void radius_replicas(const PointsView* queries, const RadiusParams& params, bool count_only,
                        RadiusResult& out);
 };
@@ -169,21 +180,18 @@ void PartitionedIndex::Impl::finish_replicas(clock_type::time_point t_start) {
 }
 
 void PartitionedIndex::Impl::dense_replicas(const PointsView* queries,
-                                            const dist::DenseSearch& search,
-                                            MatrixView<std::int32_t> out_idx,
-                                            MatrixView<float> out_d) {
-  const int k = search.k;
-  const std::int64_t rows = out_idx.rows;
+                                            const dist::DenseSearch& search, std::int64_t rows,
+                                            const ShareViews& out, const void* host_idx,
+                                            const void* host_d) {
   const auto t_start = clock_type::now();
   start_replicas(rows);
   {
     // Released before the clock stops.
-    const std::size_t out_bytes = static_cast<std::size_t>(rows) * k * 4;
-    const dist::PortableLock lock_idx(out_idx.data, out_bytes), lock_d(out_d.data, out_bytes),
+    const std::size_t out_bytes = static_cast<std::size_t>(rows) * search.k * 4;
+    const dist::PortableLock lock_idx(host_idx, out_bytes), lock_d(host_d, out_bytes),
         lock_q(queries ? queries->address() : nullptr, view_bytes(queries));
     on_replicas(rows, [&](int d, std::int64_t a, std::int64_t b) {
-      const MatrixView<std::int32_t> iv{out_idx.data + a * k, b - a, k, out_idx.memory};
-      const MatrixView<float> dv{out_d.data + a * k, b - a, k, out_d.memory};
+      const auto [iv, dv] = out(d, a, b);
       if (queries) {
         const PointsView q = queries->slice(a, b - a);
         search.run(replicas[d], &q, iv, dv);
@@ -193,6 +201,43 @@ void PartitionedIndex::Impl::dense_replicas(const PointsView* queries,
     });
   }
   finish_replicas(t_start);
+}
+
+void PartitionedIndex::Impl::dense_on_devices(const PointsView* queries,
+                                              const dist::DenseSearch& search,
+                                              const std::vector<DeviceRows>& out) {
+  PCNN_EXPECTS(!replicas.empty(),
+               "rows kept on the devices need the replicated layout (CUDA devices, no tiles, no "
+               "memory cap)");
+  check_dense(queries, search);
+  const std::int64_t rows = queries ? queries->count : n;
+  const int nd = static_cast<int>(replicas.size());
+  PCNN_EXPECTS(static_cast<int>(out.size()) == nd,
+               "rows on the devices: " + std::to_string(out.size()) + " shares for " +
+                   std::to_string(nd) + " replicas (see device_rows)");
+  for (int d = 0; d < nd; ++d) {
+    const DeviceRows& o = out[static_cast<std::size_t>(d)];
+    const std::int64_t a = share(rows, d), m = share(rows, d + 1) - a;
+    const std::string which = "rows on the devices, share " + std::to_string(d);
+    PCNN_EXPECTS(
+        o.device == options.devices[static_cast<std::size_t>(d)] && o.first_row == a && o.rows == m,
+        which + ": not the share device_rows(" + std::to_string(rows) + ") gives");
+    for (const auto& [memory, r, c, data] :
+         {std::tuple{o.indices.memory, o.indices.rows, o.indices.cols,
+                     static_cast<const void*>(o.indices.data)},
+          std::tuple{o.sqdist.memory, o.sqdist.rows, o.sqdist.cols,
+                     static_cast<const void*>(o.sqdist.data)}})
+      PCNN_EXPECTS(memory == Memory::device && r == m && c == search.k && (m == 0 || data),
+                   which + ": views must be " + std::to_string(m) + " x " +
+                       std::to_string(search.k) + " of device memory");
+  }
+  dense_replicas(
+      queries, search, rows,
+      [&](int d, std::int64_t, std::int64_t) {
+        const DeviceRows& o = out[static_cast<std::size_t>(d)];
+        return std::pair{o.indices, o.sqdist};
+      },
+      nullptr, nullptr);
 }
 
 // Radius on replicas: the counts of each share made global by a running sum (a self-search's
@@ -335,6 +380,17 @@ void PartitionedIndex::Impl::check_queries(const PointsView* queries, bool exclu
   }
 }
 
+void PartitionedIndex::Impl::check_dense(const PointsView* queries,
+                                         const dist::DenseSearch& search) const {
+  const int k = search.k;
+  const char* what = search.hybrid ? "max_nn" : "k";
+  PCNN_EXPECTS(k >= 1 && k <= kMaxK, std::string(what) + " must be between 1 and " +
+                                         std::to_string(kMaxK) + ", got " + std::to_string(k));
+  PCNN_EXPECTS(!search.hybrid || (std::isfinite(search.radius) && search.radius >= 0),
+               "radius must be finite and >= 0");
+  check_queries(queries, search.exclude_self);
+}
+
 PartitionedIndex::Impl::Batches PartitionedIndex::Impl::start(const PointsView* queries) {
   const int np = static_cast<int>(parts.size());
   PartitionedTimings& tm = timings;
@@ -398,19 +454,21 @@ void PartitionedIndex::Impl::dense(const PointsView* queries, const dist::DenseS
                                    MatrixView<std::int32_t> out_idx, MatrixView<float> out_d) {
   const int np = static_cast<int>(parts.size());
   const int k = search.k;
-  const char* what = search.hybrid ? "max_nn" : "k";
-  PCNN_EXPECTS(k >= 1 && k <= kMaxK, std::string(what) + " must be between 1 and " +
-                                         std::to_string(kMaxK) + ", got " + std::to_string(k));
-  PCNN_EXPECTS(!search.hybrid || (std::isfinite(search.radius) && search.radius >= 0),
-               "radius must be finite and >= 0");
-  check_queries(queries, search.exclude_self);
+  check_dense(queries, search);
   const std::int64_t rows = queries ? queries->count : n;
   PCNN_EXPECTS(out_idx.memory == Memory::host && out_d.memory == Memory::host,
-               "a partitioned index writes host memory");
+               "a partitioned index writes host memory (replicas: see DeviceRows)");
   PCNN_EXPECTS(out_idx.rows == rows && out_idx.cols == k && out_d.rows == rows && out_d.cols == k &&
                    (rows == 0 || (out_idx.data && out_d.data)),
                "outputs must be " + std::to_string(rows) + " x " + std::to_string(k));
-  if (!replicas.empty()) return dense_replicas(queries, search, out_idx, out_d);
+  if (!replicas.empty())
+    return dense_replicas(
+        queries, search, rows,
+        [&](int, std::int64_t a, std::int64_t b) {
+          return std::pair{MatrixView<std::int32_t>{out_idx.data + a * k, b - a, k, out_idx.memory},
+                           MatrixView<float>{out_d.data + a * k, b - a, k, out_d.memory}};
+        },
+        out_idx.data, out_d.data);
   const auto t_start = clock_type::now();
   const Batches b = start(queries);
   PartitionedTimings& tm = timings;
@@ -623,6 +681,40 @@ HybridResult PartitionedIndex::hybrid(PointsView queries, const HybridParams& pa
   hybrid(queries, params, idx_view(r.knn), d_view(r.knn));
   r.counts = row_counts(r.knn);
   return r;
+}
+
+std::vector<DeviceRows> PartitionedIndex::device_rows(std::int64_t rows) const {
+  PCNN_EXPECTS(!impl_->replicas.empty(),
+               "rows kept on the devices need the replicated layout (CUDA devices, no tiles, no "
+               "memory cap)");
+  PCNN_EXPECTS(rows >= 0, "rows must be >= 0");
+  std::vector<DeviceRows> out(impl_->replicas.size());
+  for (std::size_t d = 0; d < out.size(); ++d) {
+    out[d].device = impl_->options.devices[d];
+    out[d].first_row = impl_->share(rows, static_cast<int>(d));
+    out[d].rows = impl_->share(rows, static_cast<int>(d) + 1) - out[d].first_row;
+  }
+  return out;
+}
+
+void PartitionedIndex::self_knn_on_devices(const KnnParams& params,
+                                           const std::vector<DeviceRows>& out) {
+  impl_->dense_on_devices(nullptr, dist::DenseSearch::of(params), out);
+}
+
+void PartitionedIndex::knn_on_devices(PointsView queries, const KnnParams& params,
+                                      const std::vector<DeviceRows>& out) {
+  impl_->dense_on_devices(&queries, dist::DenseSearch::of(params), out);
+}
+
+void PartitionedIndex::self_hybrid_on_devices(const HybridParams& params,
+                                              const std::vector<DeviceRows>& out) {
+  impl_->dense_on_devices(nullptr, dist::DenseSearch::of(params), out);
+}
+
+void PartitionedIndex::hybrid_on_devices(PointsView queries, const HybridParams& params,
+                                         const std::vector<DeviceRows>& out) {
+  impl_->dense_on_devices(&queries, dist::DenseSearch::of(params), out);
 }
 
 std::int64_t PartitionedIndex::self_radius_count(const RadiusParams& params,

@@ -2,10 +2,13 @@
 // byte-identical rows on adversarial clouds — duplicates cut across parts, lattices full of exact
 // ties, identical points, non-finite points, k larger than the cloud, far outliers — and against
 // the exact double-precision reference.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <ostream>
 #include <random>
 #include <string>
@@ -537,6 +540,126 @@ TEST(Replicated, Float64RowsEqualOneIndexCuda) {
   expect_identical(replicas.knn(qv, KnnParams{6}), single.knn(qv, KnnParams{6}), "queries");
   expect_identical(single.self_knn(KnnParams{9, true}),
                    reference_knn(refs, nullptr, KnnParams{9, true}), "one index vs reference");
+}
+
+// Device memory of one device for a test, freed on that device.
+struct DeviceBlock {
+  void* p = nullptr;
+  int device = 0;
+  DeviceBlock(int d, std::size_t bytes) : device(d) {
+    EXPECT_EQ(cudaSetDevice(d), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&p, std::max<std::size_t>(bytes, 4)), cudaSuccess);
+  }
+  ~DeviceBlock() {
+    cudaSetDevice(device);
+    cudaFree(p);
+  }
+  DeviceBlock(const DeviceBlock&) = delete;
+  DeviceBlock& operator=(const DeviceBlock&) = delete;
+};
+
+// Rows kept on the devices: each replica writes its share into memory of its own device (both
+// GPUs where two exist, else three replicas on device 0); copied back, every share is the host
+// call's rows byte for byte, for kNN and hybrid, self and separate queries.
+TEST(Replicated, RowsKeptOnTheDevicesEqualHostRowsCuda) {
+  PCNN_REQUIRE_DEVICE();
+  const auto xyz = make_synthetic_cloud(SyntheticKind::clustered, 5003, 21);
+  const PointsView refs = host_points(xyz.data(), 5003);
+  auto qxyz = make_synthetic_cloud(SyntheticKind::uniform, 1201, 22);
+  qxyz.insert(qxyz.end(), xyz.begin(), xyz.begin() + 300);  // exact matches among the queries
+  const PointsView qv = host_points(qxyz.data(), 1301);
+  PartitionedOptions po;
+  po.index.backend = Backend::cuda;
+  po.devices = device_count() >= 2 ? std::vector<int>{0, 1} : std::vector<int>{0, 0, 0};
+  PartitionedIndex replicas(refs, po);
+  ASSERT_TRUE(replicas.replicated());
+
+  // Runs `search` into device rows and returns them copied back into one host result.
+  const auto on_devices = [&](std::int64_t rows, int k, const auto& search) {
+    std::vector<DeviceRows> shares = replicas.device_rows(rows);
+    EXPECT_EQ(shares.size(), po.devices.size());
+    std::vector<std::unique_ptr<DeviceBlock>> blocks;
+    for (DeviceRows& s : shares) {
+      const std::size_t bytes = static_cast<std::size_t>(s.rows) * k * 4;
+      blocks.push_back(std::make_unique<DeviceBlock>(s.device, bytes));
+      blocks.push_back(std::make_unique<DeviceBlock>(s.device, bytes));
+      s.indices = {static_cast<std::int32_t*>(blocks[blocks.size() - 2]->p), s.rows, k,
+                   Memory::device};
+      s.sqdist = {static_cast<float*>(blocks.back()->p), s.rows, k, Memory::device};
+    }
+    search(shares);
+    KnnResult got{rows, k, std::vector<std::int32_t>(static_cast<std::size_t>(rows) * k, -2),
+                  std::vector<float>(static_cast<std::size_t>(rows) * k)};
+    std::int64_t next = 0;
+    for (const DeviceRows& s : shares) {
+      EXPECT_EQ(s.first_row, next);
+      next += s.rows;
+      const std::size_t bytes = static_cast<std::size_t>(s.rows) * k * 4;
+      EXPECT_EQ(cudaMemcpy(got.indices.data() + s.first_row * k, s.indices.data, bytes,
+                           cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(got.sqdist.data() + s.first_row * k, s.sqdist.data, bytes,
+                           cudaMemcpyDeviceToHost),
+                cudaSuccess);
+    }
+    EXPECT_EQ(next, rows);
+    return got;
+  };
+  const KnnParams self{9, true}, sep{5};
+  const HybridParams hself{2.0, 12, true}, hsep{6.0, 7};
+  expect_identical(
+      on_devices(5003, 9, [&](const auto& s) { replicas.self_knn_on_devices(self, s); }),
+      replicas.self_knn(self), "self kNN on the devices");
+  expect_identical(on_devices(1301, 5, [&](const auto& s) { replicas.knn_on_devices(qv, sep, s); }),
+                   replicas.knn(qv, sep), "kNN of queries on the devices");
+  expect_identical(
+      on_devices(5003, 12, [&](const auto& s) { replicas.self_hybrid_on_devices(hself, s); }),
+      replicas.self_hybrid(hself).knn, "self hybrid on the devices");
+  expect_identical(
+      on_devices(1301, 7, [&](const auto& s) { replicas.hybrid_on_devices(qv, hsep, s); }),
+      replicas.hybrid(qv, hsep).knn, "hybrid of queries on the devices");
+  // And the host rows are one index's (so the comparisons above mean exactness).
+  expect_identical(replicas.self_knn(self), reference_knn(refs, nullptr, self), "vs reference");
+}
+
+// Device rows are refused where they cannot be: the spatial layout, shares that are not
+// device_rows()'s, host memory, the wrong width.
+TEST(Replicated, RowsOnTheDevicesRefusedWhenTheyDoNotMatchCuda) {
+  PCNN_REQUIRE_DEVICE();
+  const auto xyz = make_synthetic_cloud(SyntheticKind::uniform, 1000, 23);
+  const PointsView refs = host_points(xyz.data(), 1000);
+  PartitionedOptions po;
+  po.index.backend = Backend::cuda;
+  po.devices = {0, 0};
+  po.layout = Layout::spatial;
+  EXPECT_THROW((void)PartitionedIndex(refs, po).device_rows(1000), invalid_argument_error);
+  po.layout = Layout::replicated;
+  PartitionedIndex replicas(refs, po);
+  EXPECT_THROW((void)replicas.device_rows(-1), invalid_argument_error);
+  DeviceBlock idx(0, 1000 * 4 * 4), d2(0, 1000 * 4 * 4);
+  const auto filled = [&](int k) {
+    std::vector<DeviceRows> s = replicas.device_rows(1000);
+    for (DeviceRows& r : s) {
+      r.indices = {static_cast<std::int32_t*>(idx.p) + r.first_row * k, r.rows, k, Memory::device};
+      r.sqdist = {static_cast<float*>(d2.p) + r.first_row * k, r.rows, k, Memory::device};
+    }
+    return s;
+  };
+  EXPECT_NO_THROW(replicas.self_knn_on_devices(KnnParams{4}, filled(4)));
+  auto bad = filled(4);
+  bad[1].first_row -= 1;
+  EXPECT_THROW(replicas.self_knn_on_devices(KnnParams{4}, bad), invalid_argument_error);
+  bad = filled(4);
+  bad.pop_back();
+  EXPECT_THROW(replicas.self_knn_on_devices(KnnParams{4}, bad), invalid_argument_error);
+  bad = filled(4);
+  bad[0].sqdist.memory = Memory::host;
+  EXPECT_THROW(replicas.self_knn_on_devices(KnnParams{4}, bad), invalid_argument_error);
+  EXPECT_THROW(replicas.self_knn_on_devices(KnnParams{3}, filled(4)), invalid_argument_error);
+  std::vector<std::int32_t> host_idx(4000);
+  bad = filled(4);
+  bad[0].indices.data = host_idx.data();  // says device, is host memory: the index refuses it
+  EXPECT_THROW(replicas.self_knn_on_devices(KnnParams{4}, bad), invalid_argument_error);
 }
 
 }  // namespace

@@ -134,9 +134,22 @@ struct PartitionedTimings {
   std::vector<PartStats> parts;
 };
 
+/// One device's share of a dense search's rows kept in that device's memory (the replicated
+/// layout): rows [first_row, first_row + rows) of the whole result, rows × k, written by the
+/// replica on `device` into its own memory. For pipelines that go on on each GPU: no row crosses
+/// host memory, which bounds the throughput of several GPUs writing rows to one host.
+struct DeviceRows {
+  int device = 0;                    ///< CUDA device ordinal
+  std::int64_t first_row = 0;        ///< the share's first row of the whole result
+  std::int64_t rows = 0;             ///< rows in the share
+  MatrixView<std::int32_t> indices;  ///< Memory::device, memory of `device`, rows × k
+  MatrixView<float> sqdist;          ///< likewise
+};
+
 /// A cloud split into spatial parts, each with its own pcnn::Index, or replicated on every device
 /// (see Layout); kNN, radius and hybrid results byte-identical to one pcnn::Index over the whole
-/// cloud. Host points in, host results out. Move-only.
+/// cloud. Host points in; results into host memory or, replicated, kept on each device
+/// (DeviceRows). Move-only.
 class PartitionedIndex {
  public:
   /// Partitions `points` (host memory, float32 or float64; copied in their type) and, unless
@@ -173,6 +186,21 @@ class PartitionedIndex {
   void hybrid(PointsView queries, const HybridParams& params, MatrixView<std::int32_t> indices,
               MatrixView<float> sqdist);
   HybridResult hybrid(PointsView queries, const HybridParams& params);
+
+  /// Rows kept on the devices (replicated layout only): the share of `rows` rows each replica
+  /// searches, one entry per replica in device order, views empty for the caller to fill with
+  /// memory of that device. @throws pcnn::invalid_argument_error (not replicated, rows < 0)
+  std::vector<DeviceRows> device_rows(std::int64_t rows) const;
+  /// kNN (self, or of host `queries`) with each share's rows written on its own device: `out` as
+  /// device_rows(rows) gave it, views filled in (rows × k, Memory::device). Synchronizes.
+  /// The rows are those of the host-memory calls, byte for byte.
+  /// @throws pcnn::invalid_argument_error (not replicated, shares or views that do not match)
+  void self_knn_on_devices(const KnnParams& params, const std::vector<DeviceRows>& out);
+  void knn_on_devices(PointsView queries, const KnnParams& params,
+                      const std::vector<DeviceRows>& out);
+  void self_hybrid_on_devices(const HybridParams& params, const std::vector<DeviceRows>& out);
+  void hybrid_on_devices(PointsView queries, const HybridParams& params,
+                         const std::vector<DeviceRows>& out);
 
   /// Radius: every point within params.radius, CSR (int64 offsets), each row as
   /// pcnn::Index::radius orders it. The counts alone first (nothing is stored): writes the rows
