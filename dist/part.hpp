@@ -209,10 +209,13 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
                  int threads, bool map_on_device, HomeRows& out);
 
 /// The CUDA part's kNN rows (`q` null: its own points) into host rows `out_idx` / `out_d`
-/// (m × k), indices made global on the device; chunks of 2 × 32 MB of results through page-locked
-/// memory. Allocates outside the index's memory resource (hence not under a memory cap).
+/// (m × k), indices made global on the device: every row in one call when half the device's free
+/// memory holds them (a self-search then runs in the index's order), back through two page-locked
+/// pieces of 2 × 32 MB. Allocates outside the index's memory resource (hence not under a cap).
+/// `call_rows`, `piece_rows` > 0 (tests): at most this many rows per search call and per piece.
 void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParams& params,
-                     int threads, std::int32_t* out_idx, float* out_d);
+                     int threads, std::int32_t* out_idx, float* out_d, std::int64_t call_rows = 0,
+                     std::int64_t piece_rows = 0);
 
 /// Page-locks host memory for every device of the process (cudaHostRegisterPortable) for the
 /// life of the object, unless it already is page-locked: several devices then copy their shares

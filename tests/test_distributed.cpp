@@ -622,6 +622,53 @@ TEST(Replicated, RowsKeptOnTheDevicesEqualHostRowsCuda) {
   expect_identical(replicas.self_knn(self), reference_knn(refs, nullptr, self), "vs reference");
 }
 
+// A CUDA part's rows made global on the device are the same in one call and one piece as in
+// many calls (each a sparse slice of the part, sorted on its own) and many pieces through the
+// two page-locked buffers, self-search and separate queries, and equal the index's own rows.
+TEST(PartCuda, RowsAreTheSameInAnyCallsAndPiecesCuda) {
+  PCNN_REQUIRE_DEVICE();
+  const auto xyz = make_synthetic_cloud(SyntheticKind::clustered, 6007, 31);
+  const PointsView all = host_points(xyz.data(), 6007);
+  const Partitioning cut(all, 2, 257);
+  const auto ids = cut.assign(all);
+  dist::Part part;
+  part.take(cut, all, ids[1]);
+  IndexOptions io;
+  io.backend = Backend::cuda;
+  part.build(io);
+  const std::int64_t m = part.size();
+  const auto qxyz = make_synthetic_cloud(SyntheticKind::uniform, 2503, 32);
+  const dist::Packed packed = [&] {
+    dist::Packed p(false);
+    const PointsView qv = host_points(qxyz.data(), 2503);
+    for (std::int64_t i = 0; i < 2503; ++i) p.push(qv, i);
+    return p;
+  }();
+  const dist::Coords qc = packed.coords();
+  for (const bool self : {true, false}) {
+    const std::int64_t rows = self ? m : 2503;
+    const KnnParams params{7, self};
+    const auto run = [&](std::int64_t call_rows, std::int64_t piece_rows) {
+      KnnResult r{rows, 7, std::vector<std::int32_t>(static_cast<std::size_t>(rows) * 7, -2),
+                  std::vector<float>(static_cast<std::size_t>(rows) * 7)};
+      dist::knn_global_cuda(part, self ? nullptr : &qc, rows, params, 3, r.indices.data(),
+                            r.sqdist.data(), call_rows, piece_rows);
+      return r;
+    };
+    const KnnResult once = run(0, 0);
+    // The index's own rows, local indices made global.
+    KnnResult want = self ? part.index->self_knn(params)
+                          : part.index->knn(host_points(qxyz.data(), 2503), params);
+    for (std::int32_t& i : want.indices)
+      if (i >= 0) i = part.ids[static_cast<std::size_t>(i)];
+    expect_identical(once, want, self ? "self, one call" : "queries, one call");
+    expect_identical(run(0, 333), once, "one call, pieces of 333 rows");
+    expect_identical(run(1000, 0), once, "calls of 1000 rows");
+    expect_identical(run(1000, 250), once, "calls of 1000 rows, pieces of 250");
+    expect_identical(run(997, 1), once, "pieces of one row");
+  }
+}
+
 // Device rows are refused where they cannot be: the spatial layout, shares that are not
 // device_rows()'s, host memory, the wrong width.
 TEST(Replicated, RowsOnTheDevicesRefusedWhenTheyDoNotMatchCuda) {
