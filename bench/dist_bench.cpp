@@ -7,17 +7,18 @@
 //   pcnn_bench_dist -n 2000000 --device cpu --devices 0,1   # the CPU backend, two parts
 //
 // The cloud: -n uniform points in a 100 m cube (pcnn's synthetic generator, made in parallel
-// slices of fixed seeds, so every rank makes the same cloud). Timing: the median of --runs runs
-// after one untimed warm-up. One GPU: the wall clock of Index::build() plus self_knn() into host
-// memory (default staging, rows written into the same buffer every run). Every GPU: the wall
-// clock of building every part's index at once plus the search (spatial: home part, forwarded
-// queries, exact merge; replicated, --layout: every device builds the whole cloud and searches
-// its share of the rows) into host memory — PartitionedTimings::total_ms, or
-// under MPI the slowest rank's build + search with its exchanges (rows stay on their rank;
-// gathering them is not timed). Partitioning (Morton codes, sample, assignment, copies, the
-// parts' bounds) is reported apart. Never timed: making the cloud, CUDA context creation, the
-// comparison. Throughput: points (= queries) per second; printed for build + search and for the
-// search alone (a map indexed once and queried).
+// slices of fixed seeds, so every rank makes the same cloud), stored in random order, or with
+// --order spatial in blocks of spatial order (replicas then search spatially coherent shares).
+// Timing: the median of --runs runs after one untimed warm-up. One GPU: the wall clock of
+// Index::build() plus self_knn() into host memory (default staging, rows written into the same
+// buffer every run). Every GPU: the wall clock of building every part's index at once plus the
+// search (spatial: home part, forwarded queries, exact merge; replicated, --layout: every device
+// builds the whole cloud and searches its share of the rows) into host memory —
+// PartitionedTimings::total_ms, or under MPI the slowest rank's build + search with its exchanges
+// (rows stay on their rank; gathering them is not timed). Partitioning (Morton codes, sample,
+// assignment, copies, the parts' bounds) is reported apart. Never timed: making the cloud, CUDA
+// context creation, the comparison. Throughput: points (= queries) per second; printed for build +
+// search and for the search alone (a map indexed once and queried).
 //
 // --outputs device: the rows stay in device memory (one GPU: Index::self_knn into its memory;
 // every GPU, replicated layout: PartitionedIndex::self_knn_on_devices, each share on its own
@@ -28,6 +29,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -35,9 +37,11 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "bench_util.hpp"
@@ -83,7 +87,7 @@ void allocate_rows(KnnResult& r, std::int64_t n, int k, bool lock, ResultLocks& 
   }
 }
 
-std::vector<float> make_cloud(std::int64_t n, std::uint64_t seed) {
+std::vector<float> make_random_order(std::int64_t n, std::uint64_t seed) {
   const std::int64_t slice = 1 << 22;
   const std::int64_t slices = (n + slice - 1) / slice;
   std::vector<float> xyz(static_cast<std::size_t>(n) * 3);
@@ -95,6 +99,43 @@ std::vector<float> make_cloud(std::int64_t n, std::uint64_t seed) {
         const std::int64_t a = s * slice, m = std::min(slice, n - a);
         const auto part = make_synthetic_cloud(SyntheticKind::uniform, m, seed * 1000003 + s);
         std::copy(part.begin(), part.end(), xyz.begin() + 3 * a);
+      }
+    });
+  for (auto& th : pool) th.join();
+  return xyz;
+}
+
+// The same distribution stored in spatial order, as a tiled survey or a scan in acquisition
+// order is: the cube cut into blocks of about 4,096 points, the blocks in Morton order, each
+// block's points uniform in it (in random order within the block).
+std::vector<float> make_spatial_order(std::int64_t n, std::uint64_t seed) {
+  const int side = std::max(1, static_cast<int>(std::ceil(std::cbrt(double(n) / 4096.0))));
+  const std::int64_t blocks = std::int64_t(side) * side * side;
+  std::vector<std::pair<std::uint64_t, std::int64_t>> order(static_cast<std::size_t>(blocks));
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::uint32_t c[3] = {std::uint32_t(b % side), std::uint32_t(b / side % side),
+                                std::uint32_t(b / side / side)};
+    std::uint64_t code = 0;
+    for (int bit = 0; bit < 21; ++bit)
+      for (int a = 0; a < 3; ++a) code |= std::uint64_t((c[a] >> bit) & 1u) << (3 * bit + a);
+    order[static_cast<std::size_t>(b)] = {code, b};
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<float> xyz(static_cast<std::size_t>(n) * 3);
+  const double w = 100.0 / side;
+  std::vector<std::thread> pool;
+  const int threads = std::max(1u, std::thread::hardware_concurrency());
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (std::int64_t i = t; i < blocks; i += threads) {
+        const std::int64_t b = order[static_cast<std::size_t>(i)].second;
+        const double lo[3] = {-50.0 + w * double(b % side), -50.0 + w * double(b / side % side),
+                              -50.0 + w * double(b / side / side)};
+        std::mt19937_64 rng(seed * 1000003 + static_cast<std::uint64_t>(b));
+        std::uniform_real_distribution<double> u(0.0, w);
+        for (std::int64_t j = n * i / blocks; j < n * (i + 1) / blocks; ++j)
+          for (int a = 0; a < 3; ++a)
+            xyz[static_cast<std::size_t>(3 * j + a)] = static_cast<float>(lo[a] + u(rng));
       }
     });
   for (auto& th : pool) th.join();
@@ -232,6 +273,13 @@ int main(int argc, char** argv) {
                  "pipeline that keeps its buffers does), for one device and every device alike")
       ->capture_default_str();
   app.add_option("--check", check, "compare the rows byte for byte")->capture_default_str();
+  std::string order = "random";
+  app.add_option("--order", order,
+                 "how the cloud is stored: random (uniform points in random order) or spatial "
+                 "(the same distribution in blocks of spatial order, as tiled surveys and scans "
+                 "are)")
+      ->check(CLI::IsMember({"random", "spatial"}))
+      ->capture_default_str();
   std::string outputs = "host";
   app.add_option("--outputs", outputs,
                  "host: rows into host memory; device: rows kept in device memory (one process, "
@@ -258,9 +306,10 @@ int main(int argc, char** argv) {
     if (ceiling_bytes > 0 && backend == Backend::cuda && !under_mpi)
       copy_ceiling(parse_devices(devices, backend), static_cast<std::size_t>(ceiling_bytes));
     auto t = Clock::now();
-    const std::vector<float> xyz = make_cloud(n, seed);
-    say("# cloud: %lld uniform points (100 m cube), made in %.0f ms; k = %d; %d runs\n", n,
-        ms_since(t), k, runs);
+    const std::vector<float> xyz =
+        order == "spatial" ? make_spatial_order(n, seed) : make_random_order(n, seed);
+    say("# cloud: %lld uniform points (100 m cube, %s order), made in %.0f ms; k = %d; %d runs\n",
+        n, order.c_str(), ms_since(t), k, runs);
     const PointsView view = host_points(xyz.data(), n);
     const KnnParams params{k};
 
@@ -344,7 +393,9 @@ int main(int argc, char** argv) {
         }
         forwarded = tm.queries_forwarded;
         parts = index.parts();
-        if (r == runs) say("  layout: %s\n", index.replicated() ? "replicated" : "spatial");
+        if (r == runs)
+          say("  layout: %s; home search %.1f ms, boundary and merge %.1f ms\n",
+              index.replicated() ? "replicated" : "spatial", tm.home_ms, tm.boundary_ms);
         if (r == runs)
           for (const PartStats& p : tm.parts)
             say("  part on device %d: %lld points, %lld forwarded, %lld received, build %.1f ms, "

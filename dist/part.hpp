@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/fresh_pages.hpp"
 #include "pcnn/distributed.hpp"
 #include "pcnn/index.hpp"
 #include "pcnn/radius.hpp"
@@ -55,11 +56,16 @@ struct Packed {
   Coords coords() const {
     return is_double ? Coords{nullptr, d.data()} : Coords{f.data(), nullptr};
   }
+  /// Room for n points, its fresh pages mapped in at once (pcnn::detail::prepare_fresh_pages).
   void reserve(std::int64_t n) {
-    if (is_double)
-      d.reserve(static_cast<std::size_t>(3 * n));
-    else
-      f.reserve(static_cast<std::size_t>(3 * n));
+    const std::size_t count = static_cast<std::size_t>(3 * n);
+    if (is_double) {
+      d.reserve(count);
+      detail::prepare_fresh_pages(d.data() + d.size(), (d.capacity() - d.size()) * sizeof(double));
+    } else {
+      f.reserve(count);
+      detail::prepare_fresh_pages(f.data() + f.size(), (f.capacity() - f.size()) * sizeof(float));
+    }
   }
   /// Appends point i of `v` (of this type).
   void push(const PointsView& v, std::int64_t i) {

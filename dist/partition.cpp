@@ -351,8 +351,8 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
   if (!part.built && m > 0) part.build(options);
   out.build_ms += ms_since(t);
   t = std::chrono::steady_clock::now();
-  out.idx.resize(static_cast<std::size_t>(m) * k);
-  out.d.resize(out.idx.size());
+  detail::resize_fresh(out.idx, static_cast<std::size_t>(m) * k);
+  detail::resize_fresh(out.d, out.idx.size());
   if (m > 0 && map_on_device && !search.hybrid) {
     knn_global_cuda(part, q, m, KnnParams{k, search.exclude_self}, threads, out.idx.data(),
                     out.d.data());

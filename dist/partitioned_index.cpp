@@ -417,7 +417,10 @@ PartitionedIndex::Impl::Batches PartitionedIndex::Impl::start(const PointsView* 
       b.qxyz[p].push(*queries, r);
     }
   } else {
-    for (int p = 0; p < np; ++p) b.out_rows[p].assign(parts[p].ids.begin(), parts[p].ids.end());
+    for (int p = 0; p < np; ++p) {
+      detail::resize_fresh(b.out_rows[p], parts[p].ids.size());
+      std::copy(parts[p].ids.begin(), parts[p].ids.end(), b.out_rows[p].begin());
+    }
   }
   for (const dist::Part& part : parts) b.bounds.push_back(part.bounds);
   return b;
@@ -620,8 +623,8 @@ KnnResult dense_result(std::int64_t rows, int k) {
   KnnResult r;
   r.rows = rows;
   r.k = k;
-  r.indices.resize(static_cast<std::size_t>(rows) * k);
-  r.sqdist.resize(r.indices.size());
+  detail::resize_fresh(r.indices, static_cast<std::size_t>(rows) * k);
+  detail::resize_fresh(r.sqdist, r.indices.size());
   return r;
 }
 
