@@ -301,8 +301,9 @@ int main(int argc, char** argv) {
                                      : b;
     }();
     const bool on_devices = outputs == "device";
-    if (on_devices && (backend != Backend::cuda || under_mpi))
-      throw std::runtime_error("--outputs device needs CUDA devices in one process");
+    if (on_devices && (backend != Backend::cuda || under_mpi || layout == "spatial"))
+      throw std::runtime_error(
+          "--outputs device needs CUDA devices in one process and the replicated layout");
     if (ceiling_bytes > 0 && backend == Backend::cuda && !under_mpi)
       copy_ceiling(parse_devices(devices, backend), static_cast<std::size_t>(ceiling_bytes));
     auto t = Clock::now();

@@ -209,19 +209,24 @@ struct HomeRows {
 /// part `home`, builds its index first when needed, and decides which of the other parts
 /// (`bounds`, indexed by part) must search which rows. `threads` for the host-side work.
 /// `map_on_device` (CUDA parts whose device memory is not capped; kNN only): the rows go through
-/// knn_global_cuda, else through host memory with the indices made global on the host.
+/// knn_global_cuda (`sharing`: parts searching on that device at once), else through host
+/// memory with the indices made global on the host.
 void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const Coords* q,
                  std::int64_t m, const DenseSearch& search, const IndexOptions& options,
-                 int threads, bool map_on_device, HomeRows& out);
+                 int threads, bool map_on_device, HomeRows& out, int sharing = 1);
 
 /// The CUDA part's kNN rows (`q` null: its own points) into host rows `out_idx` / `out_d`
 /// (m × k), indices made global on the device: every row in one call when half the device's free
 /// memory holds them (a self-search then runs in the index's order), back through two page-locked
 /// pieces of 2 × 32 MB. Allocates outside the index's memory resource (hence not under a cap).
+/// `sharing`: parts searching on the same device at once (they share its free memory).
 /// `call_rows`, `piece_rows` > 0 (tests): at most this many rows per search call and per piece.
 void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParams& params,
-                     int threads, std::int32_t* out_idx, float* out_d, std::int64_t call_rows = 0,
-                     std::int64_t piece_rows = 0);
+                     int threads, std::int32_t* out_idx, float* out_d, int sharing = 1,
+                     std::int64_t call_rows = 0, std::int64_t piece_rows = 0);
+
+/// The CUDA device whose memory `ptr` points to (device or managed memory), else -1.
+int device_of(const void* ptr);
 
 /// Page-locks host memory for every device of the process (cudaHostRegisterPortable) for the
 /// life of the object, unless it already is page-locked: several devices then copy their shares

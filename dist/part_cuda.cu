@@ -5,11 +5,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 
 #include "dist/part.hpp"
 #include "gpu/detail/cuda_try.cuh"
+#include "gpu/detail/device_buffer.cuh"
 
 namespace pcnn::dist {
 namespace {
@@ -79,34 +81,41 @@ class Stream {
   cudaStream_t s_ = nullptr;
 };
 
-}  // namespace
-
-namespace {
-
 // Rows per search call: every row at once when the rows (k int32 + k float) and the search's
-// scratch (about 128 bytes a query) fit in half the device's free memory, so that a self-search
-// runs in the index's own order, as coherent as one index's; else as many as fit, and at least
-// 2^20 (the search passes through what does not fit by itself). Measured on an H200 (round 8):
-// 100M rows of a 200M-point self-search in calls of 2^20 rows took 5.9 s, each call a sparse
-// 1 % of the part sorted on its own.
-std::int64_t rows_per_call(std::int64_t m, int k) {
+// scratch (about 128 bytes a query) fit in half the device's free memory, shared with the
+// `sharing` parts that search on the same device at once, so that a self-search runs in the
+// index's own order, as coherent as one index's; else as many as fit, and at least 2^20 (the
+// search passes through what does not fit by itself). Measured on an H200 (round 8): 100M rows of
+// a 200M-point self-search in calls of 2^20 rows took 5.9 s, each call a sparse 1 % of the part
+// sorted on its own.
+std::int64_t rows_per_call(std::int64_t m, int k, int sharing) {
   std::size_t free = 0, total = 0;
   PCNN_CUDA_TRY(cudaMemGetInfo(&free, &total));
-  const std::int64_t fit = static_cast<std::int64_t>(free / 2) / (8 * k + 128);
-  return std::min(m, std::max<std::int64_t>(fit, 1 << 20));
+  const std::int64_t fit =
+      static_cast<std::int64_t>(free / 2 / std::max(1, sharing)) / (8 * k + 128);
+  return std::min({m, std::max<std::int64_t>(fit, 1 << 20), std::int64_t(INT32_MAX)});
 }
 
 }  // namespace
 
+int device_of(const void* ptr) {
+  if (!ptr) return -1;
+  cudaPointerAttributes attr{};
+  const cudaError_t q = cudaPointerGetAttributes(&attr, ptr);
+  if (q != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    return -1;
+  }
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? attr.device : -1;
+}
+
 void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParams& params,
-                     int threads, std::int32_t* out_idx, float* out_d, std::int64_t call_rows,
-                     std::int64_t piece_rows) {
+                     int threads, std::int32_t* out_idx, float* out_d, int sharing,
+                     std::int64_t call_rows, std::int64_t piece_rows) {
   if (m <= 0) return;
   const int k = params.k;
   const OnDevice on(part.index->options().device);
-  const Stream stream;
-  const cudaStream_t s = stream.get();
-  const std::int64_t chunk = call_rows > 0 ? std::min(call_rows, m) : rows_per_call(m, k);
+  const std::int64_t chunk = call_rows > 0 ? std::min(call_rows, m) : rows_per_call(m, k, sharing);
   // Rows come back in pieces of 32 MB of indices (and as much of distances) through two
   // page-locked buffers: a piece's copy out on the host threads overlaps the next one's download.
   const std::int64_t piece =
@@ -117,15 +126,10 @@ void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParam
   const Buffer<float, true> h_d0(piece * k), h_d1(piece * k);
   std::int32_t* const h_idx[2] = {h_idx0.get(), h_idx1.get()};
   float* const h_d[2] = {h_d0.get(), h_d1.get()};
-  cudaEvent_t landed[2] = {nullptr, nullptr};
-  struct Events {
-    cudaEvent_t* e;
-    ~Events() {
-      for (int i = 0; i < 2; ++i)
-        if (e[i]) PCNN_CUDA_TRY_NO_THROW(cudaEventDestroy(e[i]));
-    }
-  } events{landed};
-  for (cudaEvent_t& e : landed) PCNN_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  // After the buffers: on every way out, the stream's work ends before they are freed.
+  const Stream stream;
+  const cudaStream_t s = stream.get();
+  detail::cuda_event landed[2];
   PCNN_CUDA_TRY(cudaMemcpyAsync(gid.get(), part.ids.data(), part.ids.size() * sizeof(std::int32_t),
                                 cudaMemcpyHostToDevice, s));
   for (std::int64_t a = 0; a < m; a += chunk) {
@@ -144,7 +148,7 @@ void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParam
     const std::int64_t pieces = (c + piece - 1) / piece;
     const auto copy_out = [&](std::int64_t p) {
       const int b = static_cast<int>(p % 2);
-      PCNN_CUDA_TRY(cudaEventSynchronize(landed[b]));
+      PCNN_CUDA_TRY(cudaEventSynchronize(landed[b].get()));
       const std::int64_t first = (a + p * piece) * k, n = std::min(piece, c - p * piece) * k;
       parallel_for(n, threads, [&](std::int64_t x, std::int64_t e) {
         std::memcpy(out_idx + first + x, h_idx[b] + x, (e - x) * sizeof(std::int32_t));
@@ -158,7 +162,7 @@ void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParam
                                     cudaMemcpyDeviceToHost, s));
       PCNN_CUDA_TRY(
           cudaMemcpyAsync(h_d[b], d_d.get() + from, n * sizeof(float), cudaMemcpyDeviceToHost, s));
-      PCNN_CUDA_TRY(cudaEventRecord(landed[b], s));
+      landed[b].record(s);
       if (p > 0) copy_out(p - 1);
     }
     copy_out(pieces - 1);

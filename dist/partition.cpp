@@ -343,7 +343,7 @@ void route(const std::vector<Bounds>& bounds, int home, const Coords& qs, std::i
 
 void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const Coords* q,
                  std::int64_t m, const DenseSearch& search, const IndexOptions& options,
-                 int threads, bool map_on_device, HomeRows& out) {
+                 int threads, bool map_on_device, HomeRows& out, int sharing) {
   const int k = search.k;
   const Coords qs = q ? *q : part.coords();
   out.rows = m;
@@ -355,7 +355,7 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
   detail::resize_fresh(out.d, out.idx.size());
   if (m > 0 && map_on_device && !search.hybrid) {
     knn_global_cuda(part, q, m, KnnParams{k, search.exclude_self}, threads, out.idx.data(),
-                    out.d.data());
+                    out.d.data(), sharing);
   } else if (m > 0) {
     search.run_chunked(*part.index, q, m, out.idx.data(), out.d.data());
     parallel_for(m * k, threads, [&](std::int64_t a, std::int64_t e) {

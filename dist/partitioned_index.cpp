@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <sstream>
@@ -207,8 +208,7 @@ void PartitionedIndex::Impl::dense_on_devices(const PointsView* queries,
                                               const dist::DenseSearch& search,
                                               const std::vector<DeviceRows>& out) {
   PCNN_EXPECTS(!replicas.empty(),
-               "rows kept on the devices need the replicated layout (CUDA devices, no tiles, no "
-               "memory cap)");
+               "rows kept on the devices need the replicated layout (CUDA devices, no tiles)");
   check_dense(queries, search);
   const std::int64_t rows = queries ? queries->count : n;
   const int nd = static_cast<int>(replicas.size());
@@ -226,11 +226,27 @@ void PartitionedIndex::Impl::dense_on_devices(const PointsView* queries,
          {std::tuple{o.indices.memory, o.indices.rows, o.indices.cols,
                      static_cast<const void*>(o.indices.data)},
           std::tuple{o.sqdist.memory, o.sqdist.rows, o.sqdist.cols,
-                     static_cast<const void*>(o.sqdist.data)}})
+                     static_cast<const void*>(o.sqdist.data)}}) {
       PCNN_EXPECTS(memory == Memory::device && r == m && c == search.k && (m == 0 || data),
                    which + ": views must be " + std::to_string(m) + " x " +
                        std::to_string(search.k) + " of device memory");
+      PCNN_EXPECTS(m == 0 || dist::device_of(data) == o.device,
+                   which + ": a view is not memory of CUDA device " + std::to_string(o.device));
+    }
   }
+  // No two views may overlap: every share writes all of its own at once.
+  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> spans;
+  for (const DeviceRows& o : out) {
+    const std::uintptr_t bytes = static_cast<std::uintptr_t>(o.rows) * search.k * 4;
+    if (bytes == 0) continue;
+    for (const void* p :
+         {static_cast<const void*>(o.indices.data), static_cast<const void*>(o.sqdist.data)})
+      spans.emplace_back(reinterpret_cast<std::uintptr_t>(p),
+                         reinterpret_cast<std::uintptr_t>(p) + bytes);
+  }
+  std::sort(spans.begin(), spans.end());
+  for (std::size_t i = 1; i < spans.size(); ++i)
+    PCNN_EXPECTS(spans[i].first >= spans[i - 1].second, "rows on the devices: two views overlap");
   dense_replicas(
       queries, search, rows,
       [&](int d, std::int64_t, std::int64_t) {
@@ -483,9 +499,16 @@ void PartitionedIndex::Impl::dense(const PointsView* queries, const dist::DenseS
     const std::int64_t m = static_cast<std::int64_t>(b.out_rows[p].size());
     const bool on_device = part_options[p].backend == Backend::cuda &&
                            options.max_device_memory == 0 && !options.index.memory;
+    // Parts on one device search at once (unless tiles) and share its memory.
+    const int sharing =
+        sequential ? 1
+                   : static_cast<int>(std::count_if(part_options.begin(), part_options.end(),
+                                                    [&](const IndexOptions& o) {
+                                                      return o.device == part_options[p].device;
+                                                    }));
     dist::Coords c;
     dist::search_home(parts[p], p, b.bounds, b.q(p, c), m, search, part_options[p],
-                      threads_per_part, on_device, home[p]);
+                      threads_per_part, on_device, home[p], sharing);
     if (sequential) parts[p].release();
     PartStats& st = tm.parts[p];
     st.home_queries = m;
@@ -688,8 +711,7 @@ HybridResult PartitionedIndex::hybrid(PointsView queries, const HybridParams& pa
 
 std::vector<DeviceRows> PartitionedIndex::device_rows(std::int64_t rows) const {
   PCNN_EXPECTS(!impl_->replicas.empty(),
-               "rows kept on the devices need the replicated layout (CUDA devices, no tiles, no "
-               "memory cap)");
+               "rows kept on the devices need the replicated layout (CUDA devices, no tiles)");
   PCNN_EXPECTS(rows >= 0, "rows must be >= 0");
   std::vector<DeviceRows> out(impl_->replicas.size());
   for (std::size_t d = 0; d < out.size(); ++d) {

@@ -53,6 +53,18 @@ __global__ void init_bounds_kernel(int* out) {
     out[3 + a] = float_to_ordered(-INFINITY);
   }
   out[6] = 0;
+  out[7] = 0;
+}
+
+// Flags (out[7] = 1) a key bucket holding more than a cell of finite points: the short sort left
+// the order inside it to the input, so its cells would be random samples of it. A far outlier
+// squeezes a whole cloud into a few buckets of the bounding cube's grid.
+__global__ void crowded_kernel(const std::uint64_t* __restrict__ keys, int n,
+                               int* __restrict__ out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n - kCell) return;
+  const std::uint64_t key = keys[i];
+  if (key != kInvalidKey && key == keys[i + kCell]) out[7] = 1;  // any thread; the same value
 }
 
 __global__ void decode_bounds_kernel(const int* in, float* bounds) {
@@ -70,13 +82,13 @@ __global__ void keys_kernel(const float* __restrict__ xyz, std::int64_t stride, 
   ids[i] = i;
 }
 
-// The lowest Morton key bit that orders an index of n points or its queries: about 4,096 key
-// buckets a point on average (3 bits an octree level), so a cell of 32 consecutive points stays
-// as tight as with all 63 bits unless a region is thousands of times denser than the cloud's
-// mean; the bits below are cleared, so the kept keys are sorted (home_cell's binary search), and
-// the invalid key (bit 63) still sorts last. Fewer bits, fewer radix passes of 8 bits: 100k
-// points sort on 31 bits (4 passes) instead of 64 (8), 10M on 37 (5). Order only: every search
-// is exact whatever the order of the points.
+// The lowest Morton key bit that first orders an index of n points: about 4,096 key buckets a
+// point on average over the bounding cube (3 bits an octree level); the bits below are cleared,
+// so the kept keys are sorted (home_cell's binary search), and the invalid key (bit 63) still
+// sorts last. Fewer bits, fewer radix passes of 8 bits: 100k points sort on 31 bits (4 passes)
+// instead of 64 (8), 10M on 37 (5). Where a bucket still holds more than a cell of points (a far
+// outlier, a region far denser than the cube's mean), the build sorts again on every bit
+// (crowded_kernel). Order only: every search is exact whatever the order of the points.
 int key_low_bit(std::int64_t n) {
   int levels = 1;
   while (levels < kMortonBits && (std::int64_t(1) << (3 * levels)) < n) ++levels;
@@ -156,6 +168,7 @@ TreeView SpatialIndex::view() const {
   v.box_lo = box_lo.data();
   v.box_hi = box_hi.data();
   v.n = n;
+  v.key_low_bit = key_low_bit;
   v.levels = static_cast<int>(level_count.size());
   for (int l = 0; l < v.levels; ++l) {
     v.level_count[l] = level_count[l];
@@ -168,7 +181,7 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
                                  cudaStream_t stream, DeviceMemoryResource& mr) {
   SpatialIndex index;
   index.n_total = n_total;
-  device_buffer<int> stats(7, stream, mr);
+  device_buffer<int> stats(8, stream, mr);  // bounds, finite count, crowded flag
   index.bounds.resize(6, stream, mr);
   init_bounds_kernel<<<1, 1, 0, stream>>>(stats.data());
   PCNN_CHECK_LAUNCH();
@@ -181,24 +194,36 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
   PCNN_CHECK_LAUNCH();
 
   index.keys.resize(n_total, stream, mr);
-  if (n_total > 0) {
-    device_buffer<int> ids(n_total, stream, mr);
-    const int low_bit = key_low_bit(n_total);
+  device_buffer<int> ids(n_total, stream, mr);
+  const auto order = [&](int low_bit) {
     keys_kernel<<<cuda::ceil_div(n_total, kThreads), kThreads, 0, stream>>>(
         xyz, stride, n_total, index.bounds.data(), low_bit, index.keys.data(), ids.data());
     PCNN_CHECK_LAUNCH();
     sort_pairs(index.keys, ids, n_total, low_bit, stream, mr);
+    index.key_low_bit = low_bit;
+  };
+  if (n_total > 0) {
+    order(key_low_bit(n_total));
+    if (n_total > kCell && index.key_low_bit > 0) {
+      crowded_kernel<<<cuda::ceil_div(n_total - kCell, kThreads), kThreads, 0, stream>>>(
+          index.keys.data(), n_total, stats.data());
+      PCNN_CHECK_LAUNCH();
+    }
+  }
+  int count_crowded[2] = {0, 0};  // read together: the build's one round trip
+  PCNN_CUDA_TRY(cudaMemcpyAsync(count_crowded, stats.data() + 6, 2 * sizeof(int),
+                                cudaMemcpyDeviceToHost, stream));
+  PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+  index.n = count_crowded[0];
+  const int count = index.n;
+  if (count_crowded[1] != 0) order(0);
+  if (n_total > 0) {
     index.points.resize(n_total, stream,
                         mr);  // after the sort, whose double buffers are gone by now
     gather_kernel<<<cuda::ceil_div(n_total, kThreads), kThreads, 0, stream>>>(
         xyz, stride, n_total, ids.data(), index.points.data());
     PCNN_CHECK_LAUNCH();
   }
-  int count = 0;
-  PCNN_CUDA_TRY(
-      cudaMemcpyAsync(&count, stats.data() + 6, sizeof(int), cudaMemcpyDeviceToHost, stream));
-  PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
-  index.n = count;
 
   // Level 0 holds one box per cell; each level above one box per kFanout boxes below, up to a
   // level of at most kFanout boxes, which the search starts from.
@@ -236,7 +261,7 @@ device_buffer<float4> sort_queries(const SpatialIndex& index, const float* xyz, 
   device_buffer<std::uint64_t> keys(nq, stream, mr);
   device_buffer<int> ids(nq, stream, mr);
   // At the index's resolution: the order serves its cells.
-  const int low_bit = key_low_bit(index.n_total);
+  const int low_bit = index.key_low_bit;
   keys_kernel<<<cuda::ceil_div(nq, kThreads), kThreads, 0, stream>>>(
       xyz, stride, nq, index.bounds.data(), low_bit, keys.data(), ids.data());
   PCNN_CHECK_LAUNCH();

@@ -547,12 +547,18 @@ struct DeviceBlock {
   void* p = nullptr;
   int device = 0;
   DeviceBlock(int d, std::size_t bytes) : device(d) {
+    int was = 0;
+    EXPECT_EQ(cudaGetDevice(&was), cudaSuccess);
     EXPECT_EQ(cudaSetDevice(d), cudaSuccess);
     EXPECT_EQ(cudaMalloc(&p, std::max<std::size_t>(bytes, 4)), cudaSuccess);
+    EXPECT_EQ(cudaSetDevice(was), cudaSuccess);
   }
   ~DeviceBlock() {
+    int was = 0;
+    cudaGetDevice(&was);
     cudaSetDevice(device);
     cudaFree(p);
+    cudaSetDevice(was);
   }
   DeviceBlock(const DeviceBlock&) = delete;
   DeviceBlock& operator=(const DeviceBlock&) = delete;
@@ -705,8 +711,47 @@ TEST(Replicated, RowsOnTheDevicesRefusedWhenTheyDoNotMatchCuda) {
   EXPECT_THROW(replicas.self_knn_on_devices(KnnParams{3}, filled(4)), invalid_argument_error);
   std::vector<std::int32_t> host_idx(4000);
   bad = filled(4);
-  bad[0].indices.data = host_idx.data();  // says device, is host memory: the index refuses it
+  bad[0].indices.data = host_idx.data();  // says device, is host memory
   EXPECT_THROW(replicas.self_knn_on_devices(KnnParams{4}, bad), invalid_argument_error);
+  bad = filled(4);
+  bad[1].sqdist.data = bad[0].sqdist.data + 2;  // overlaps share 0's distances
+  EXPECT_THROW(replicas.self_knn_on_devices(KnnParams{4}, bad), invalid_argument_error);
+  bad = filled(4);
+  bad[1].sqdist.data = reinterpret_cast<float*>(bad[1].indices.data);  // one memory, two views
+  EXPECT_THROW(replicas.self_knn_on_devices(KnnParams{4}, bad), invalid_argument_error);
+
+  // An empty share: one query over two replicas (the first searches nothing).
+  const std::vector<float> one_q(xyz.begin() + 30, xyz.begin() + 33);
+  std::vector<DeviceRows> tiny = replicas.device_rows(1);
+  ASSERT_EQ(tiny[0].rows, 0);
+  ASSERT_EQ(tiny[1].rows, 1);
+  tiny[1].indices = {static_cast<std::int32_t*>(idx.p), 1, 4, Memory::device};
+  tiny[1].sqdist = {static_cast<float*>(d2.p), 1, 4, Memory::device};
+  tiny[0].indices.memory = tiny[0].sqdist.memory = Memory::device;
+  tiny[0].indices.cols = tiny[0].sqdist.cols = 4;
+  replicas.knn_on_devices(host_points(one_q.data(), 1), KnnParams{4}, tiny);
+  KnnResult got{1, 4, std::vector<std::int32_t>(4), std::vector<float>(4)};
+  ASSERT_EQ(cudaMemcpy(got.indices.data(), idx.p, 16, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(got.sqdist.data(), d2.p, 16, cudaMemcpyDeviceToHost), cudaSuccess);
+  expect_identical(got, replicas.knn(host_points(one_q.data(), 1), KnnParams{4}), "empty share");
+}
+
+// A view on another device than its share's is refused before any share is searched.
+TEST(Replicated, RowsOnAnotherDeviceAreRefusedCuda) {
+  PCNN_REQUIRE_DEVICE();
+  if (device_count() < 2) GTEST_SKIP() << "needs two CUDA devices, found " << device_count();
+  const auto xyz = make_synthetic_cloud(SyntheticKind::uniform, 1000, 24);
+  PartitionedOptions po;
+  po.index.backend = Backend::cuda;
+  po.devices = {0, 1};
+  PartitionedIndex replicas(host_points(xyz.data(), 1000), po);
+  DeviceBlock on0(0, 1000 * 4 * 4), on0d(0, 1000 * 4 * 4);
+  std::vector<DeviceRows> s = replicas.device_rows(1000);
+  for (DeviceRows& r : s) {  // every share on device 0's memory
+    r.indices = {static_cast<std::int32_t*>(on0.p) + r.first_row * 4, r.rows, 4, Memory::device};
+    r.sqdist = {static_cast<float*>(on0d.p) + r.first_row * 4, r.rows, 4, Memory::device};
+  }
+  EXPECT_THROW(replicas.self_knn_on_devices(KnnParams{4}, s), invalid_argument_error);
 }
 
 }  // namespace

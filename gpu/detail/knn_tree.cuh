@@ -79,7 +79,8 @@ struct NearestList {
 /// The cell a query falls into along the index's curve: the position of its key among the
 /// sorted keys, divided by the cell size.
 __device__ __forceinline__ int home_cell(const TreeView& t, float4 q) {
-  const std::uint64_t key = morton_key(q.x, q.y, q.z, t.bounds);
+  const std::uint64_t key =
+      morton_key(q.x, q.y, q.z, t.bounds) & ~((std::uint64_t(1) << t.key_low_bit) - 1);
   int lo = 0, hi = t.n;
   while (lo < hi) {
     const int mid = (lo + hi) >> 1;

@@ -23,20 +23,23 @@ inline constexpr int kMaxLevels = 8;  // enough for 2^31 points (6 levels) with 
 /// What the kernels need, by value.
 struct TreeView {
   const float4* points = nullptr;       // sorted; w = original index (int bits); finite ones first
-  const std::uint64_t* keys = nullptr;  // sorted Morton keys (finite points first)
+  const std::uint64_t* keys = nullptr;  // sorted Morton keys, bits below key_low_bit cleared
+                                        // (finite points first)
   const float* bounds = nullptr;        // lo xyz, hi xyz of the finite points (device)
   const float4* box_lo = nullptr;       // all levels, level 0 (cells) first
   const float4* box_hi = nullptr;
-  int n = 0;       // finite points
-  int levels = 0;  // 0 when n == 0
+  int n = 0;            // finite points
+  int key_low_bit = 0;  // the keys' lowest kept bit
+  int levels = 0;       // 0 when n == 0
   int level_count[kMaxLevels] = {};
   int level_offset[kMaxLevels] = {};
 };
 
 /// Owns the index's device memory. Move-only (through its buffers).
 struct SpatialIndex {
-  int n_total = 0;  // points including non-finite ones (sorted after the finite ones)
-  int n = 0;        // finite points
+  int n_total = 0;      // points including non-finite ones (sorted after the finite ones)
+  int n = 0;            // finite points
+  int key_low_bit = 0;  // keys sorted on bits [key_low_bit, 64), the bits below cleared
   device_buffer<float4> points;
   device_buffer<std::uint64_t> keys;
   device_buffer<float> bounds;  // 6 floats
@@ -47,7 +50,8 @@ struct SpatialIndex {
 };
 
 /// Builds the index over `n_total` points already on the device (`stride` floats apart), on
-/// `stream`. Synchronizes once, to learn how many points are finite (which sizes the hierarchy).
+/// `stream`. Synchronizes once, to learn how many points are finite (which sizes the hierarchy)
+/// and whether the keys need every bit.
 SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_total,
                                  cudaStream_t stream, DeviceMemoryResource& mr);
 
