@@ -82,17 +82,19 @@ __global__ void keys_kernel(const float* __restrict__ xyz, std::int64_t stride, 
   ids[i] = i;
 }
 
-// The lowest Morton key bit that first orders an index of n points: about 4,096 key buckets a
-// point on average over the bounding cube (3 bits an octree level); the bits below are cleared,
-// so the kept keys are sorted (home_cell's binary search), and the invalid key (bit 63) still
-// sorts last. Fewer bits, fewer radix passes of 8 bits: 100k points sort on 31 bits (4 passes)
-// instead of 64 (8), 10M on 37 (5). Where a bucket still holds more than a cell of points (a far
-// outlier, a region far denser than the cube's mean), the build sorts again on every bit
-// (crowded_kernel). Order only: every search is exact whatever the order of the points.
+// The lowest Morton key bit that first orders an index of n points: about 2^18 key buckets a
+// point on average over the bounding cube (3 bits an octree level, plus 18); the bits below are
+// cleared, so the kept keys are sorted (home_cell's binary search), and the invalid key (bit 63)
+// still sorts last. Fewer bits, fewer radix passes of 8 bits: 100k points sort on 37 bits (5
+// passes) instead of 64 (8), 10M on 43 (6). Where a bucket still holds more than a cell of
+// points (a region over 2^23 times denser than the cube's mean: a far outlier), the build sorts
+// again on every bit (crowded_kernel). With 2^12 buckets a point, LiDAR scans' dense near field
+// tripped that second sort and made their build slower than one full sort (round 8).
+// Order only: every search is exact whatever the order of the points.
 int key_low_bit(std::int64_t n) {
   int levels = 1;
   while (levels < kMortonBits && (std::int64_t(1) << (3 * levels)) < n) ++levels;
-  return 63 - std::min(63, 3 * levels + 12);
+  return 63 - std::min(63, 3 * levels + 18);
 }
 
 __global__ void gather_kernel(const float* __restrict__ xyz, std::int64_t stride, int n,
