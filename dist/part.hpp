@@ -197,8 +197,19 @@ void route(const std::vector<Bounds>& bounds, int home, const Coords& qs, std::i
 /// final. The others (`forwarded`) wait for the answers of the parts in `to`.
 struct HomeRows {
   std::int64_t rows = 0;
-  std::vector<std::int32_t> idx;  // rows × k
+  std::vector<std::int32_t> idx;  // rows × k (empty when the rows are placed, below)
   std::vector<float> d;
+  // Placed rows: row j is row place[j] of the caller's outputs out_idx / out_d (rows × k), where
+  // the search writes it once; unset, rows live in idx / d.
+  std::int32_t* out_idx = nullptr;
+  float* out_d = nullptr;
+  const std::int32_t* place = nullptr;
+  std::int32_t* row_idx(std::int64_t j, int k) {
+    return out_idx ? out_idx + std::int64_t(place[j]) * k : idx.data() + j * k;
+  }
+  float* row_d(std::int64_t j, int k) {
+    return out_idx ? out_d + std::int64_t(place[j]) * k : d.data() + j * k;
+  }
   std::vector<std::int32_t> forwarded;          // rows sent elsewhere, ascending
   std::vector<std::vector<std::int32_t>> to;    // per part: the rows it must search
   std::vector<std::vector<Candidate>> merging;  // per forwarded row: candidates so far
@@ -209,8 +220,9 @@ struct HomeRows {
 /// part `home`, builds its index first when needed, and decides which of the other parts
 /// (`bounds`, indexed by part) must search which rows. `threads` for the host-side work.
 /// `map_on_device` (CUDA parts whose device memory is not capped; kNN only): the rows go through
-/// knn_global_cuda (`sharing`: parts searching on that device at once), else through host
-/// memory with the indices made global on the host.
+/// knn_global_cuda (`sharing`: parts searching on that device at once; rows placed straight
+/// into `out`'s placed outputs when it has them), else through host memory with the indices made
+/// global on the host (placed rows are then copied to their place).
 void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const Coords* q,
                  std::int64_t m, const DenseSearch& search, const IndexOptions& options,
                  int threads, bool map_on_device, HomeRows& out, int sharing = 1);
@@ -219,11 +231,15 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
 /// (m × k), indices made global on the device: every row in one call when half the device's free
 /// memory holds them (a self-search then runs in the index's order), back through two page-locked
 /// pieces of 2 × 32 MB. Allocates outside the index's memory resource (hence not under a cap).
-/// `sharing`: parts searching on the same device at once (they share its free memory).
-/// `call_rows`, `piece_rows` > 0 (tests): at most this many rows per search call and per piece.
+struct GlobalRows {
+  /// Row j goes to row place[j] of out_idx / out_d (null: row j).
+  const std::int32_t* place = nullptr;
+  int sharing = 1;  ///< parts searching on the same device at once (they share its free memory)
+  /// > 0 (tests): at most this many rows per search call and per piece.
+  std::int64_t call_rows = 0, piece_rows = 0;
+};
 void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParams& params,
-                     int threads, std::int32_t* out_idx, float* out_d, int sharing = 1,
-                     std::int64_t call_rows = 0, std::int64_t piece_rows = 0);
+                     int threads, std::int32_t* out_idx, float* out_d, const GlobalRows& how = {});
 
 /// The CUDA device whose memory `ptr` points to (device or managed memory), else -1.
 int device_of(const void* ptr);

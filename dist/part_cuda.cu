@@ -110,12 +110,13 @@ int device_of(const void* ptr) {
 }
 
 void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParams& params,
-                     int threads, std::int32_t* out_idx, float* out_d, int sharing,
-                     std::int64_t call_rows, std::int64_t piece_rows) {
+                     int threads, std::int32_t* out_idx, float* out_d, const GlobalRows& how) {
   if (m <= 0) return;
   const int k = params.k;
   const OnDevice on(part.index->options().device);
-  const std::int64_t chunk = call_rows > 0 ? std::min(call_rows, m) : rows_per_call(m, k, sharing);
+  const std::int64_t chunk =
+      how.call_rows > 0 ? std::min(how.call_rows, m) : rows_per_call(m, k, how.sharing);
+  const std::int64_t piece_rows = how.piece_rows;
   // Rows come back in pieces of 32 MB of indices (and as much of distances) through two
   // page-locked buffers: a piece's copy out on the host threads overlaps the next one's download.
   const std::int64_t piece =
@@ -149,10 +150,19 @@ void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParam
     const auto copy_out = [&](std::int64_t p) {
       const int b = static_cast<int>(p % 2);
       PCNN_CUDA_TRY(cudaEventSynchronize(landed[b].get()));
-      const std::int64_t first = (a + p * piece) * k, n = std::min(piece, c - p * piece) * k;
+      const std::int64_t first = a + p * piece, n = std::min(piece, c - p * piece);
+      const std::size_t row_bytes = static_cast<std::size_t>(k) * 4;
       parallel_for(n, threads, [&](std::int64_t x, std::int64_t e) {
-        std::memcpy(out_idx + first + x, h_idx[b] + x, (e - x) * sizeof(std::int32_t));
-        std::memcpy(out_d + first + x, h_d[b] + x, (e - x) * sizeof(float));
+        if (!how.place) {
+          std::memcpy(out_idx + (first + x) * k, h_idx[b] + x * k, (e - x) * row_bytes);
+          std::memcpy(out_d + (first + x) * k, h_d[b] + x * k, (e - x) * row_bytes);
+          return;
+        }
+        for (std::int64_t r = x; r < e; ++r) {  // each row to its place
+          const std::int64_t to = std::int64_t(how.place[first + r]) * k;
+          std::memcpy(out_idx + to, h_idx[b] + r * k, row_bytes);
+          std::memcpy(out_d + to, h_d[b] + r * k, row_bytes);
+        }
       });
     };
     for (std::int64_t p = 0; p < pieces; ++p) {

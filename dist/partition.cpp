@@ -351,16 +351,39 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
   if (!part.built && m > 0) part.build(options);
   out.build_ms += ms_since(t);
   t = std::chrono::steady_clock::now();
-  detail::resize_fresh(out.idx, static_cast<std::size_t>(m) * k);
-  detail::resize_fresh(out.d, out.idx.size());
-  if (m > 0 && map_on_device && !search.hybrid) {
-    knn_global_cuda(part, q, m, KnnParams{k, search.exclude_self}, threads, out.idx.data(),
-                    out.d.data(), sharing);
-  } else if (m > 0) {
-    search.run_chunked(*part.index, q, m, out.idx.data(), out.d.data());
-    parallel_for(m * k, threads, [&](std::int64_t a, std::int64_t e) {
-      to_global(part, out.idx.data() + a, e - a);
-    });
+  const bool global_on_device = m > 0 && map_on_device && !search.hybrid;
+  if (global_on_device && out.out_idx) {  // straight to their place: no rows of the part's own
+    out.idx.clear();
+    out.d.clear();
+    GlobalRows how;
+    how.place = out.place;
+    how.sharing = sharing;
+    knn_global_cuda(part, q, m, KnnParams{k, search.exclude_self}, threads, out.out_idx, out.out_d,
+                    how);
+  } else {
+    detail::resize_fresh(out.idx, static_cast<std::size_t>(m) * k);
+    detail::resize_fresh(out.d, out.idx.size());
+    if (global_on_device) {
+      GlobalRows how;
+      how.sharing = sharing;
+      knn_global_cuda(part, q, m, KnnParams{k, search.exclude_self}, threads, out.idx.data(),
+                      out.d.data(), how);
+    } else if (m > 0) {
+      search.run_chunked(*part.index, q, m, out.idx.data(), out.d.data());
+      parallel_for(m * k, threads, [&](std::int64_t a, std::int64_t e) {
+        to_global(part, out.idx.data() + a, e - a);
+      });
+    }
+    if (out.out_idx) {  // placed rows: each to its place, and the part's own rows let go
+      parallel_for(m, threads, [&](std::int64_t a, std::int64_t e) {
+        for (std::int64_t j = a; j < e; ++j) {
+          std::copy_n(&out.idx[j * k], k, out.row_idx(j, k));
+          std::copy_n(&out.d[j * k], k, out.row_d(j, k));
+        }
+      });
+      out.idx = {};
+      out.d = {};
+    }
   }
   out.search_ms += ms_since(t);
   // Which other parts may hold a neighbor: within the row's k-th distance (hybrid: and r²).
@@ -368,7 +391,7 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
   route(
       bounds, home, qs, m, threads,
       [&](std::int64_t j) {
-        return std::min(kth_upper_bound(&out.d[j * k], &out.idx[j * k], k), limit);
+        return std::min(kth_upper_bound(out.row_d(j, k), out.row_idx(j, k), k), limit);
       },
       out.forwarded, out.to);
   // The forwarded rows' own candidates, exact: each global index found back in the part's
@@ -377,8 +400,9 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
   std::int32_t local[kMaxK];
   for (std::size_t f = 0; f < out.forwarded.size(); ++f) {
     const std::int64_t j = out.forwarded[f];
+    const std::int32_t* row = out.row_idx(j, k);
     for (int c = 0; c < k; ++c) {
-      const std::int32_t g = out.idx[j * k + c];
+      const std::int32_t g = row[c];
       local[c] =
           g < 0 ? -1
                 : static_cast<std::int32_t>(std::lower_bound(part.ids.begin(), part.ids.end(), g) -
@@ -433,7 +457,7 @@ void add_answers(HomeRows& home, int t, const double* d, const std::int32_t* idx
 void finish_merge(HomeRows& home, int k) {
   for (std::size_t f = 0; f < home.forwarded.size(); ++f) {
     const std::int64_t j = home.forwarded[f];
-    write_merged(home.merging[f], k, &home.idx[j * k], &home.d[j * k]);
+    write_merged(home.merging[f], k, home.row_idx(j, k), home.row_d(j, k));
   }
 }
 

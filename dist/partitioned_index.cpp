@@ -46,7 +46,9 @@ struct PartitionedIndex::Impl {
   struct Batches {
     const PointsView* queries = nullptr;
     std::int64_t rows = 0;
-    std::vector<std::vector<std::int64_t>> out_rows;
+    std::vector<std::vector<std::int32_t>> query_rows;  // separate queries: each part's rows
+    // Per part: its rows of the outputs (a self-search's: the part's own points, ascending).
+    std::vector<const std::vector<std::int32_t>*> out_rows;
     std::vector<dist::Packed> qxyz;
     std::vector<dist::Bounds> bounds;
     const dist::Coords* q(int p, dist::Coords& c) const {
@@ -425,18 +427,17 @@ PartitionedIndex::Impl::Batches PartitionedIndex::Impl::start(const PointsView* 
   b.out_rows.resize(static_cast<std::size_t>(np));
   if (queries) {
     b.qxyz.assign(static_cast<std::size_t>(np), dist::Packed(queries->is_double()));
-    for (std::int64_t r = 0; r < queries->count; ++r) {
+    b.query_rows.resize(static_cast<std::size_t>(np));
+    for (std::int64_t r = 0; r < queries->count; ++r) {  // count <= INT32_MAX (check_queries)
       double q[3];
       dist::read_point(*queries, r, q);
       const int p = partitioning.home_of(q);
-      b.out_rows[p].push_back(r);
+      b.query_rows[p].push_back(static_cast<std::int32_t>(r));
       b.qxyz[p].push(*queries, r);
     }
+    for (int p = 0; p < np; ++p) b.out_rows[p] = &b.query_rows[p];
   } else {
-    for (int p = 0; p < np; ++p) {
-      detail::resize_fresh(b.out_rows[p], parts[p].ids.size());
-      std::copy(parts[p].ids.begin(), parts[p].ids.end(), b.out_rows[p].begin());
-    }
+    for (int p = 0; p < np; ++p) b.out_rows[p] = &parts[p].ids;
   }
   for (const dist::Part& part : parts) b.bounds.push_back(part.bounds);
   return b;
@@ -496,7 +497,7 @@ void PartitionedIndex::Impl::dense(const PointsView* queries, const dist::DenseS
   const auto t_home = clock_type::now();
   std::vector<dist::HomeRows> home(static_cast<std::size_t>(np));
   dist::for_each(np, !sequential, [&](int p) {
-    const std::int64_t m = static_cast<std::int64_t>(b.out_rows[p].size());
+    const std::int64_t m = static_cast<std::int64_t>(b.out_rows[p]->size());
     const bool on_device = part_options[p].backend == Backend::cuda &&
                            options.max_device_memory == 0 && !options.index.memory;
     // Parts on one device search at once (unless tiles) and share its memory.
@@ -506,6 +507,10 @@ void PartitionedIndex::Impl::dense(const PointsView* queries, const dist::DenseS
                                                     [&](const IndexOptions& o) {
                                                       return o.device == part_options[p].device;
                                                     }));
+    // Every row written once, at its place in the outputs (merged rows overwrite theirs).
+    home[p].out_idx = out_idx.data;
+    home[p].out_d = out_d.data;
+    home[p].place = b.out_rows[p]->data();
     dist::Coords c;
     dist::search_home(parts[p], p, b.bounds, b.q(p, c), m, search, part_options[p],
                       threads_per_part, on_device, home[p], sharing);
@@ -534,7 +539,7 @@ void PartitionedIndex::Impl::dense(const PointsView* queries, const dist::DenseS
     if (sequential && m > 0) parts[t].release();
   });
 
-  // 3. The merge on exact distances, and every row to its place.
+  // 3. The merge on exact distances, into the forwarded rows' places (the others are final).
   dist::for_each(np, !sequential, [&](int p) {
     dist::HomeRows& h = home[p];
     for (int t = 0; t < np; ++t) {
@@ -542,13 +547,6 @@ void PartitionedIndex::Impl::dense(const PointsView* queries, const dist::DenseS
       if (!h.to[t].empty()) dist::add_answers(h, t, &answers[t].d[at], &answers[t].idx[at], k);
     }
     dist::finish_merge(h, k);
-    const std::vector<std::int64_t>& r = b.out_rows[p];
-    dist::parallel_for(h.rows, threads_per_part, [&](std::int64_t a, std::int64_t e) {
-      for (std::int64_t j = a; j < e; ++j) {
-        std::copy(&h.idx[j * k], &h.idx[j * k] + k, out_idx.data + r[j] * k);
-        std::copy(&h.d[j * k], &h.d[j * k] + k, out_d.data + r[j] * k);
-      }
-    });
   });
   tm.boundary_ms = ms_since(t_boundary);
   finish_timings(t_start);
@@ -569,7 +567,7 @@ void PartitionedIndex::Impl::radius(const PointsView* queries, const RadiusParam
   const auto t_home = clock_type::now();
   std::vector<dist::RadiusHome> home(static_cast<std::size_t>(np));
   dist::for_each(np, !sequential, [&](int p) {
-    const std::int64_t m = static_cast<std::int64_t>(b.out_rows[p].size());
+    const std::int64_t m = static_cast<std::int64_t>(b.out_rows[p]->size());
     dist::Coords c;
     dist::radius_home(parts[p], p, b.bounds, b.q(p, c), m, params, count_only, part_options[p],
                       threads_per_part, home[p]);
@@ -611,7 +609,7 @@ void PartitionedIndex::Impl::radius(const PointsView* queries, const RadiusParam
   out.offsets.assign(static_cast<std::size_t>(b.rows) + 1, 0);
   for (int p = 0; p < np; ++p) {
     const dist::RadiusRows& h = home[p].merged;
-    const std::vector<std::int64_t>& r = b.out_rows[p];
+    const std::vector<std::int32_t>& r = *b.out_rows[p];
     for (std::size_t j = 0; j < r.size(); ++j)
       out.offsets[r[j] + 1] = h.offsets[j + 1] - h.offsets[j];
   }
@@ -623,7 +621,7 @@ void PartitionedIndex::Impl::radius(const PointsView* queries, const RadiusParam
     out.sqdist.resize(out.indices.size());
     dist::for_each(np, !sequential, [&](int p) {
       const dist::RadiusRows& h = home[p].merged;
-      const std::vector<std::int64_t>& r = b.out_rows[p];
+      const std::vector<std::int32_t>& r = *b.out_rows[p];
       for (std::size_t j = 0; j < r.size(); ++j) {
         std::int64_t at = out.offsets[r[j]];
         for (std::int64_t e = h.offsets[j]; e < h.offsets[j + 1]; ++e, ++at) {

@@ -657,8 +657,11 @@ TEST(PartCuda, RowsAreTheSameInAnyCallsAndPiecesCuda) {
     const auto run = [&](std::int64_t call_rows, std::int64_t piece_rows) {
       KnnResult r{rows, 7, std::vector<std::int32_t>(static_cast<std::size_t>(rows) * 7, -2),
                   std::vector<float>(static_cast<std::size_t>(rows) * 7)};
+      dist::GlobalRows how;
+      how.call_rows = call_rows;
+      how.piece_rows = piece_rows;
       dist::knn_global_cuda(part, self ? nullptr : &qc, rows, params, 3, r.indices.data(),
-                            r.sqdist.data(), call_rows, piece_rows);
+                            r.sqdist.data(), how);
       return r;
     };
     const KnnResult once = run(0, 0);
@@ -672,6 +675,24 @@ TEST(PartCuda, RowsAreTheSameInAnyCallsAndPiecesCuda) {
     expect_identical(run(1000, 0), once, "calls of 1000 rows");
     expect_identical(run(1000, 250), once, "calls of 1000 rows, pieces of 250");
     expect_identical(run(997, 1), once, "pieces of one row");
+    // Rows placed straight at their rows of an output (here in reverse), in calls and pieces.
+    std::vector<std::int32_t> place(static_cast<std::size_t>(rows));
+    for (std::int64_t j = 0; j < rows; ++j) place[j] = static_cast<std::int32_t>(rows - 1 - j);
+    KnnResult placed{rows, 7, std::vector<std::int32_t>(static_cast<std::size_t>(rows) * 7, -2),
+                     std::vector<float>(static_cast<std::size_t>(rows) * 7)};
+    dist::GlobalRows how;
+    how.place = place.data();
+    how.call_rows = 1000;
+    how.piece_rows = 250;
+    dist::knn_global_cuda(part, self ? nullptr : &qc, rows, params, 3, placed.indices.data(),
+                          placed.sqdist.data(), how);
+    KnnResult reversed = once;
+    for (std::int64_t j = 0; j < rows; ++j)
+      for (int c = 0; c < 7; ++c) {
+        reversed.indices[(rows - 1 - j) * 7 + c] = once.indices[j * 7 + c];
+        reversed.sqdist[(rows - 1 - j) * 7 + c] = once.sqdist[j * 7 + c];
+      }
+    expect_identical(placed, reversed, "rows placed in reverse");
   }
 }
 
