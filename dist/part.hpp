@@ -147,11 +147,9 @@ std::int64_t queries_per_call(const Index& index, std::int64_t m);
 /// A query's k-th distance as the index reported it (a float, the exact double rounded to
 /// nearest) bounds the exact k-th distance from above by the next float up: forwarding on that
 /// bound can only forward more, never less. A row with fewer than k neighbors gets +infinity.
-inline double kth_upper_bound(float kth) {
-  return kth == INFINITY ? INFINITY : static_cast<double>(std::nextafter(kth, INFINITY));
-}
 inline double kth_upper_bound(const float* row_sqdist, const std::int32_t* row_idx, int k) {
-  return row_idx[k - 1] < 0 ? INFINITY : kth_upper_bound(row_sqdist[k - 1]);
+  if (row_idx[k - 1] < 0) return INFINITY;
+  return static_cast<double>(std::nextafter(row_sqdist[k - 1], INFINITY));
 }
 
 /// Whether a part may hold a neighbor of query `q` whose k-th distance is at most `kth`: one of
@@ -212,10 +210,6 @@ struct HomeRows {
   float* row_d(std::int64_t j, int k) {
     return out_idx ? out_d + std::int64_t(place[j]) * k : d.data() + j * k;
   }
-  // Placed rows found on the device: each row's k-th distance (+infinity: fewer than k), kept
-  // in row order as the rows come down, so that the route reads them in order, not at the rows'
-  // scattered places.
-  std::vector<float> kth;
   std::vector<std::int32_t> forwarded;          // rows sent elsewhere, ascending
   std::vector<std::vector<std::int32_t>> to;    // per part: the rows it must search
   std::vector<std::vector<Candidate>> merging;  // per forwarded row: candidates so far
@@ -240,8 +234,6 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
 struct GlobalRows {
   /// Row j goes to row place[j] of out_idx / out_d (null: row j).
   const std::int32_t* place = nullptr;
-  /// Non-null: kth[j] receives row j's k-th distance, +infinity when it has fewer than k.
-  float* kth = nullptr;
   int sharing = 1;  ///< parts searching on the same device at once (they share its free memory)
   /// > 0 (tests): at most this many rows per search call and per piece.
   std::int64_t call_rows = 0, piece_rows = 0;

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -164,9 +163,6 @@ void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParam
           std::memcpy(out_idx + to, h_idx[b] + r * k, row_bytes);
           std::memcpy(out_d + to, h_d[b] + r * k, row_bytes);
         }
-        if (how.kth)
-          for (std::int64_t r = x; r < e; ++r)
-            how.kth[first + r] = h_idx[b][r * k + k - 1] < 0 ? INFINITY : h_d[b][r * k + k - 1];
       });
     };
     for (std::int64_t p = 0; p < pieces; ++p) {

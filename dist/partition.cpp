@@ -352,14 +352,11 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
   out.build_ms += ms_since(t);
   t = std::chrono::steady_clock::now();
   const bool global_on_device = m > 0 && map_on_device && !search.hybrid;
-  out.kth.clear();
   if (global_on_device && out.out_idx) {  // straight to their place: no rows of the part's own
     out.idx.clear();
     out.d.clear();
-    detail::resize_fresh(out.kth, static_cast<std::size_t>(m));
     GlobalRows how;
     how.place = out.place;
-    how.kth = out.kth.data();
     how.sharing = sharing;
     knn_global_cuda(part, q, m, KnnParams{k, search.exclude_self}, threads, out.out_idx, out.out_d,
                     how);
@@ -394,9 +391,7 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
   route(
       bounds, home, qs, m, threads,
       [&](std::int64_t j) {
-        return std::min(out.kth.empty() ? kth_upper_bound(out.row_d(j, k), out.row_idx(j, k), k)
-                                        : kth_upper_bound(out.kth[j]),  // in row order
-                        limit);
+        return std::min(kth_upper_bound(out.row_d(j, k), out.row_idx(j, k), k), limit);
       },
       out.forwarded, out.to);
   // The forwarded rows' own candidates, exact: each global index found back in the part's
