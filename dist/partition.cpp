@@ -395,23 +395,27 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
       },
       out.forwarded, out.to);
   // The forwarded rows' own candidates, exact: each global index found back in the part's
-  // ascending table.
+  // ascending table, on every thread (in a cloud stored in random order each search is some
+  // dozen cache misses of a table as large as the part).
   out.merging.assign(out.forwarded.size(), {});
-  std::int32_t local[kMaxK];
-  for (std::size_t f = 0; f < out.forwarded.size(); ++f) {
-    const std::int64_t j = out.forwarded[f];
-    const std::int32_t* row = out.row_idx(j, k);
-    for (int c = 0; c < k; ++c) {
-      const std::int32_t g = row[c];
-      local[c] =
-          g < 0 ? -1
-                : static_cast<std::int32_t>(std::lower_bound(part.ids.begin(), part.ids.end(), g) -
+  parallel_for(static_cast<std::int64_t>(out.forwarded.size()), threads,
+               [&](std::int64_t a, std::int64_t e) {
+                 std::int32_t local[kMaxK];
+                 for (std::int64_t f = a; f < e; ++f) {
+                   const std::int64_t j = out.forwarded[f];
+                   const std::int32_t* row = out.row_idx(j, k);
+                   for (int c = 0; c < k; ++c) {
+                     const std::int32_t g = row[c];
+                     local[c] = g < 0 ? -1
+                                      : static_cast<std::int32_t>(
+                                            std::lower_bound(part.ids.begin(), part.ids.end(), g) -
                                             part.ids.begin());
-    }
-    double p[3];
-    qs.get(j, p);
-    append_exact(part, p, local, k, out.merging[f]);
-  }
+                   }
+                   double p[3];
+                   qs.get(j, p);
+                   append_exact(part, p, local, k, out.merging[f]);
+                 }
+               });
 }
 
 void answer(Part& part, const Coords& q, std::int64_t m, const DenseSearch& search,
