@@ -192,9 +192,10 @@ void route(const std::vector<Bounds>& bounds, int home, const Coords& qs, std::i
            int threads, const std::function<double(std::int64_t)>& bound,
            std::vector<std::int32_t>& forwarded, std::vector<std::vector<std::int32_t>>& to);
 
-/// The queries whose home is one part and what its index answered: after search_home, `idx` holds
-/// global indices and `d` the float distances of every row; rows no other part can change are
-/// final. The others (`forwarded`) wait for the answers of the parts in `to`.
+/// The queries whose home is one part and what its index answered: after search_home, every
+/// row's global indices and float distances are at row_idx(j) / row_d(j) (in `idx` / `d`, or,
+/// placed, in the caller's outputs); rows no other part can change are final. The others
+/// (`forwarded`) wait for the answers of the parts in `to`.
 struct HomeRows {
   std::int64_t rows = 0;
   std::vector<std::int32_t> idx;  // rows × k (empty when the rows are placed, below)
@@ -227,10 +228,17 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
                  std::int64_t m, const DenseSearch& search, const IndexOptions& options,
                  int threads, bool map_on_device, HomeRows& out, int sharing = 1);
 
-/// The CUDA part's kNN rows (`q` null: its own points) into host rows `out_idx` / `out_d`
-/// (m × k), indices made global on the device: every row in one call when half the device's free
-/// memory holds them (a self-search then runs in the index's order), back through two page-locked
-/// pieces of 2 × 32 MB. Allocates outside the index's memory resource (hence not under a cap).
+/// Copies rows [0, n) of `idx` / `d` (n × k) to rows place[first + j] of `out_idx` / `out_d`.
+inline void place_rows(const std::int32_t* idx, const float* d, std::int64_t first, std::int64_t n,
+                       int k, const std::int32_t* place, std::int32_t* out_idx, float* out_d) {
+  for (std::int64_t j = 0; j < n; ++j) {
+    const std::int64_t to = std::int64_t(place[first + j]) * k;
+    std::copy_n(idx + j * k, k, out_idx + to);
+    std::copy_n(d + j * k, k, out_d + to);
+  }
+}
+
+/// How knn_global_cuda hands its rows over.
 struct GlobalRows {
   /// Row j goes to row place[j] of out_idx / out_d (null: row j).
   const std::int32_t* place = nullptr;
@@ -238,6 +246,11 @@ struct GlobalRows {
   /// > 0 (tests): at most this many rows per search call and per piece.
   std::int64_t call_rows = 0, piece_rows = 0;
 };
+/// The CUDA part's kNN rows (`q` null: its own points) into host rows of `out_idx` / `out_d`
+/// (row j at row j, or at row how.place[j]), indices made global on the device: every row in one
+/// call when half the device's free memory holds them (a self-search then runs in the index's
+/// order), back through two page-locked pieces of 2 × 32 MB. Allocates outside the index's memory
+/// resource (hence not under a cap).
 void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParams& params,
                      int threads, std::int32_t* out_idx, float* out_d, const GlobalRows& how = {});
 

@@ -151,18 +151,14 @@ void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParam
       const int b = static_cast<int>(p % 2);
       PCNN_CUDA_TRY(cudaEventSynchronize(landed[b].get()));
       const std::int64_t first = a + p * piece, n = std::min(piece, c - p * piece);
-      const std::size_t row_bytes = static_cast<std::size_t>(k) * 4;
       parallel_for(n, threads, [&](std::int64_t x, std::int64_t e) {
-        if (!how.place) {
-          std::memcpy(out_idx + (first + x) * k, h_idx[b] + x * k, (e - x) * row_bytes);
-          std::memcpy(out_d + (first + x) * k, h_d[b] + x * k, (e - x) * row_bytes);
+        if (how.place) {
+          place_rows(h_idx[b] + x * k, h_d[b] + x * k, first + x, e - x, k, how.place, out_idx,
+                     out_d);
           return;
         }
-        for (std::int64_t r = x; r < e; ++r) {  // each row to its place
-          const std::int64_t to = std::int64_t(how.place[first + r]) * k;
-          std::memcpy(out_idx + to, h_idx[b] + r * k, row_bytes);
-          std::memcpy(out_d + to, h_d[b] + r * k, row_bytes);
-        }
+        std::copy_n(h_idx[b] + x * k, (e - x) * k, out_idx + (first + x) * k);
+        std::copy_n(h_d[b] + x * k, (e - x) * k, out_d + (first + x) * k);
       });
     };
     for (std::int64_t p = 0; p < pieces; ++p) {

@@ -352,38 +352,33 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
   out.build_ms += ms_since(t);
   t = std::chrono::steady_clock::now();
   const bool global_on_device = m > 0 && map_on_device && !search.hybrid;
-  if (global_on_device && out.out_idx) {  // straight to their place: no rows of the part's own
-    out.idx.clear();
-    out.d.clear();
-    GlobalRows how;
-    how.place = out.place;
-    how.sharing = sharing;
-    knn_global_cuda(part, q, m, KnnParams{k, search.exclude_self}, threads, out.out_idx, out.out_d,
-                    how);
-  } else {
+  const bool placed_at_once = global_on_device && out.out_idx;  // rows straight to their places
+  out.idx.clear();
+  out.d.clear();
+  if (!placed_at_once) {
     detail::resize_fresh(out.idx, static_cast<std::size_t>(m) * k);
     detail::resize_fresh(out.d, out.idx.size());
-    if (global_on_device) {
-      GlobalRows how;
-      how.sharing = sharing;
-      knn_global_cuda(part, q, m, KnnParams{k, search.exclude_self}, threads, out.idx.data(),
-                      out.d.data(), how);
-    } else if (m > 0) {
-      search.run_chunked(*part.index, q, m, out.idx.data(), out.d.data());
-      parallel_for(m * k, threads, [&](std::int64_t a, std::int64_t e) {
-        to_global(part, out.idx.data() + a, e - a);
-      });
-    }
-    if (out.out_idx) {  // placed rows: each to its place, and the part's own rows let go
-      parallel_for(m, threads, [&](std::int64_t a, std::int64_t e) {
-        for (std::int64_t j = a; j < e; ++j) {
-          std::copy_n(&out.idx[j * k], k, out.row_idx(j, k));
-          std::copy_n(&out.d[j * k], k, out.row_d(j, k));
-        }
-      });
-      out.idx = {};
-      out.d = {};
-    }
+  }
+  if (global_on_device) {
+    GlobalRows how;
+    how.place = placed_at_once ? out.place : nullptr;
+    how.sharing = sharing;
+    knn_global_cuda(part, q, m, KnnParams{k, search.exclude_self}, threads,
+                    placed_at_once ? out.out_idx : out.idx.data(),
+                    placed_at_once ? out.out_d : out.d.data(), how);
+  } else if (m > 0) {
+    search.run_chunked(*part.index, q, m, out.idx.data(), out.d.data());
+    parallel_for(m * k, threads, [&](std::int64_t a, std::int64_t e) {
+      to_global(part, out.idx.data() + a, e - a);
+    });
+  }
+  if (out.out_idx && !placed_at_once) {  // each row to its place; the part's own copy let go
+    parallel_for(m, threads, [&](std::int64_t a, std::int64_t e) {
+      place_rows(out.idx.data() + a * k, out.d.data() + a * k, a, e - a, k, out.place, out.out_idx,
+                 out.out_d);
+    });
+    out.idx = {};
+    out.d = {};
   }
   out.search_ms += ms_since(t);
   // Which other parts may hold a neighbor: within the row's k-th distance (hybrid: and r²).
@@ -398,7 +393,8 @@ void search_home(Part& part, int home, const std::vector<Bounds>& bounds, const 
   // ascending table, on every thread (in a cloud stored in random order each search is some
   // dozen cache misses of a table as large as the part).
   out.merging.assign(out.forwarded.size(), {});
-  parallel_for(static_cast<std::int64_t>(out.forwarded.size()), threads,
+  const std::int64_t nf = static_cast<std::int64_t>(out.forwarded.size());
+  parallel_for(nf, static_cast<int>(std::min<std::int64_t>(threads, 1 + nf / 4096)),
                [&](std::int64_t a, std::int64_t e) {
                  std::int32_t local[kMaxK];
                  for (std::int64_t f = a; f < e; ++f) {

@@ -44,6 +44,11 @@ struct PartitionedIndex::Impl {
   // The queries of one search by home part: the output rows and packed coordinates (a
   // self-search's are the parts' own points).
   struct Batches {
+    Batches() = default;
+    Batches(const Batches&) = delete;  // out_rows may point into query_rows
+    Batches& operator=(const Batches&) = delete;
+    Batches(Batches&&) = default;
+    Batches& operator=(Batches&&) = default;
     const PointsView* queries = nullptr;
     std::int64_t rows = 0;
     std::vector<std::vector<std::int32_t>> query_rows;  // separate queries: each part's rows
@@ -507,7 +512,8 @@ void PartitionedIndex::Impl::dense(const PointsView* queries, const dist::DenseS
                                                     [&](const IndexOptions& o) {
                                                       return o.device == part_options[p].device;
                                                     }));
-    // Every row written once, at its place in the outputs (merged rows overwrite theirs).
+    // Each part writes its own rows, and only those, at their places in the outputs; the merge
+    // then overwrites the forwarded ones.
     home[p].out_idx = out_idx.data;
     home[p].out_d = out_d.data;
     home[p].place = b.out_rows[p]->data();

@@ -675,24 +675,26 @@ TEST(PartCuda, RowsAreTheSameInAnyCallsAndPiecesCuda) {
     expect_identical(run(1000, 0), once, "calls of 1000 rows");
     expect_identical(run(1000, 250), once, "calls of 1000 rows, pieces of 250");
     expect_identical(run(997, 1), once, "pieces of one row");
-    // Rows placed straight at their rows of an output (here in reverse), in calls and pieces.
+    // Rows placed straight at their rows of a larger output (row j at row 2 (rows - 1 - j):
+    // reversed, every other row left alone), in calls and pieces.
     std::vector<std::int32_t> place(static_cast<std::size_t>(rows));
-    for (std::int64_t j = 0; j < rows; ++j) place[j] = static_cast<std::int32_t>(rows - 1 - j);
-    KnnResult placed{rows, 7, std::vector<std::int32_t>(static_cast<std::size_t>(rows) * 7, -2),
-                     std::vector<float>(static_cast<std::size_t>(rows) * 7)};
+    for (std::int64_t j = 0; j < rows; ++j)
+      place[j] = static_cast<std::int32_t>(2 * (rows - 1 - j));
+    const std::size_t cells = static_cast<std::size_t>(2 * rows) * 7;
+    KnnResult placed{2 * rows, 7, std::vector<std::int32_t>(cells, -2), std::vector<float>(cells)};
+    KnnResult want_placed = placed;
+    for (std::int64_t j = 0; j < rows; ++j)
+      for (int c = 0; c < 7; ++c) {
+        want_placed.indices[place[j] * 7 + c] = once.indices[j * 7 + c];
+        want_placed.sqdist[place[j] * 7 + c] = once.sqdist[j * 7 + c];
+      }
     dist::GlobalRows how;
     how.place = place.data();
     how.call_rows = 1000;
     how.piece_rows = 250;
     dist::knn_global_cuda(part, self ? nullptr : &qc, rows, params, 3, placed.indices.data(),
                           placed.sqdist.data(), how);
-    KnnResult reversed = once;
-    for (std::int64_t j = 0; j < rows; ++j)
-      for (int c = 0; c < 7; ++c) {
-        reversed.indices[(rows - 1 - j) * 7 + c] = once.indices[j * 7 + c];
-        reversed.sqdist[(rows - 1 - j) * 7 + c] = once.sqdist[j * 7 + c];
-      }
-    expect_identical(placed, reversed, "rows placed in reverse");
+    expect_identical(placed, want_placed, "rows placed in reverse, with gaps");
   }
 }
 

@@ -169,7 +169,8 @@ class PartitionedIndex {
   bool replicated() const;  ///< the layout chosen: replicas of the whole cloud
   const Partitioning& partitioning() const;
 
-  /// kNN of every indexed point (params.exclude_self allowed), rows × k into host memory.
+  /// kNN of every indexed point (params.exclude_self allowed), rows × k into host memory. (Here
+  /// and below: when a search throws, the outputs' contents are unspecified.)
   void self_knn(const KnnParams& params, MatrixView<std::int32_t> indices,
                 MatrixView<float> sqdist);
   KnnResult self_knn(const KnnParams& params);
