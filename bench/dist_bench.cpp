@@ -142,39 +142,23 @@ std::vector<float> make_spatial_order(std::int64_t n, std::uint64_t seed) {
   return xyz;
 }
 
-void cuda_check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
 // Rows × k of indices and distances in device memory of one device (--outputs device).
 struct DeviceResult {
-  int device = 0;
-  std::int32_t* idx = nullptr;
-  float* d = nullptr;
   std::int64_t rows = 0;
   int k = 0;
-  DeviceResult(int dev, std::int64_t r, int kk) : device(dev), rows(r), k(kk) {
-    const std::size_t bytes = std::max<std::size_t>(static_cast<std::size_t>(r) * kk * 4, 4);
-    cuda_check(cudaSetDevice(dev), "cudaSetDevice");
-    cuda_check(cudaMalloc(reinterpret_cast<void**>(&idx), bytes), "cudaMalloc");
-    cuda_check(cudaMalloc(reinterpret_cast<void**>(&d), bytes), "cudaMalloc");
+  bench::DeviceArray<std::int32_t> idx;
+  bench::DeviceArray<float> d;
+  DeviceResult(int dev, std::int64_t r, int kk) : rows(r), k(kk) {
+    bench::cuda_check(cudaSetDevice(dev), "cudaSetDevice");
+    idx = bench::DeviceArray<std::int32_t>(r * kk);
+    d = bench::DeviceArray<float>(r * kk);
   }
-  ~DeviceResult() {
-    cudaSetDevice(device);
-    cudaFree(idx);
-    cudaFree(d);
-  }
-  DeviceResult(const DeviceResult&) = delete;
-  DeviceResult& operator=(const DeviceResult&) = delete;
-  MatrixView<std::int32_t> iv() const { return {idx, rows, k, Memory::device}; }
-  MatrixView<float> dv() const { return {d, rows, k, Memory::device}; }
+  MatrixView<std::int32_t> iv() const { return {idx.data(), rows, k, Memory::device}; }
+  MatrixView<float> dv() const { return {d.data(), rows, k, Memory::device}; }
   // Copies the rows into `r` from row `first` on (untimed: for the check).
   void copy_to(KnnResult& r, std::int64_t first) const {
-    const std::size_t bytes = static_cast<std::size_t>(rows) * k * 4;
-    cuda_check(cudaMemcpy(r.indices.data() + first * k, idx, bytes, cudaMemcpyDeviceToHost),
-               "cudaMemcpy");
-    cuda_check(cudaMemcpy(r.sqdist.data() + first * k, d, bytes, cudaMemcpyDeviceToHost),
-               "cudaMemcpy");
+    idx.download(r.indices.data() + first * k);
+    d.download(r.sqdist.data() + first * k);
   }
 };
 
@@ -184,15 +168,15 @@ void copy_ceiling(const std::vector<int>& devices, std::size_t bytes) {
   const int nd = static_cast<int>(devices.size());
   std::vector<void*> src(nd), dst(nd);
   for (int i = 0; i < nd; ++i) {
-    cuda_check(cudaSetDevice(devices[i]), "cudaSetDevice");
-    cuda_check(cudaMalloc(&src[i], bytes), "cudaMalloc");
-    cuda_check(cudaMemset(src[i], 1, bytes), "cudaMemset");
-    cuda_check(cudaHostAlloc(&dst[i], bytes, cudaHostAllocPortable), "cudaHostAlloc");
+    bench::cuda_check(cudaSetDevice(devices[i]), "cudaSetDevice");
+    bench::cuda_check(cudaMalloc(&src[i], bytes), "cudaMalloc");
+    bench::cuda_check(cudaMemset(src[i], 1, bytes), "cudaMemset");
+    bench::cuda_check(cudaHostAlloc(&dst[i], bytes, cudaHostAllocPortable), "cudaHostAlloc");
     std::memset(dst[i], 0, bytes);  // touched: no first fault inside the copy
   }
   const auto copy = [&](int i) {
-    cuda_check(cudaSetDevice(devices[i]), "cudaSetDevice");
-    cuda_check(cudaMemcpy(dst[i], src[i], bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    bench::cuda_check(cudaSetDevice(devices[i]), "cudaSetDevice");
+    bench::cuda_check(cudaMemcpy(dst[i], src[i], bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
   };
   const auto best_of_3 = [&](const std::function<void()>& f) {
     double best = 1e30;

@@ -116,11 +116,10 @@ void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParam
   const OnDevice on(part.index->options().device);
   const std::int64_t chunk =
       how.call_rows > 0 ? std::min(how.call_rows, m) : rows_per_call(m, k, how.sharing);
-  const std::int64_t piece_rows = how.piece_rows;
   // Rows come back in pieces of 32 MB of indices (and as much of distances) through two
   // page-locked buffers: a piece's copy out on the host threads overlaps the next one's download.
-  const std::int64_t piece =
-      std::min(chunk, piece_rows > 0 ? piece_rows : std::max<std::int64_t>(1, (1 << 23) / k));
+  const std::int64_t piece = std::min(
+      chunk, how.piece_rows > 0 ? how.piece_rows : std::max<std::int64_t>(1, (1 << 23) / k));
   const Buffer<std::int32_t, false> gid(part.size()), d_idx(chunk * k);
   const Buffer<float, false> d_d(chunk * k);
   const Buffer<std::int32_t, true> h_idx0(piece * k), h_idx1(piece * k);
