@@ -21,6 +21,7 @@
 #include "detail/search.cuh"
 #include "detail/spatial_index.cuh"
 #include "detail/upload.cuh"
+#include "detail/warp_reduce.cuh"
 #include "pcnn/device.hpp"
 #include "pcnn/error.hpp"
 
@@ -108,7 +109,8 @@ double from_ordered_bits(unsigned long long u) {
 }
 
 // The bounding box of the finite points, float32 or float64: per axis the smallest coordinate
-// (box[0..2]) and the largest (box[3..5]), as ordered bits; box starts at (max, 0).
+// (box[0..2]) and the largest (box[3..5]), as ordered bits; box starts at (max, 0). One atomic
+// per block and bound (detail::block_combine).
 template <class T>
 __global__ void extent_kernel(const T* __restrict__ xyz, std::int64_t stride, int n,
                               unsigned long long* __restrict__ box) {
@@ -122,13 +124,11 @@ __global__ void extent_kernel(const T* __restrict__ xyz, std::int64_t stride, in
     }
   }
   for (int a = 0; a < 3; ++a) {
-    for (int o = 16; o > 0; o >>= 1) {
-      lo[a] = fmin(lo[a], __shfl_xor_sync(0xffffffffu, lo[a], o));
-      hi[a] = fmax(hi[a], __shfl_xor_sync(0xffffffffu, hi[a], o));
-    }
-    if ((threadIdx.x & 31) == 0) {
-      atomicMin(box + a, ordered_bits(lo[a]));
-      atomicMax(box + 3 + a, ordered_bits(hi[a]));
+    const unsigned long long l = detail::block_combine(ordered_bits(lo[a]), detail::MinOp{}, ~0ull);
+    const unsigned long long h = detail::block_combine(ordered_bits(hi[a]), detail::MaxOp{}, 0ull);
+    if (threadIdx.x == 0) {
+      atomicMin(box + a, l);
+      atomicMax(box + 3 + a, h);
     }
   }
 }

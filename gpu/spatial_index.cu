@@ -15,8 +15,8 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Bounding box and count of the finite points: per-thread, then warp shuffles, then one atomic
-// per warp on order-preserving int encodings (6 + 1 atomics per warp, not per point).
+// Bounding box and count of the finite points: per-thread, then the block, then one atomic per
+// block on order-preserving int encodings (6 + 1 atomics a block, not a point).
 __global__ void bounds_kernel(const float* __restrict__ xyz, std::int64_t stride, int n,
                               int* __restrict__ out /* lo xyz, hi xyz (ordered ints), count */) {
   float lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
@@ -31,17 +31,18 @@ __global__ void bounds_kernel(const float* __restrict__ xyz, std::int64_t stride
       hi[a] = fmaxf(hi[a], p[a]);
     }
   }
+  int block_lo[3], block_hi[3];
 #pragma unroll
   for (int a = 0; a < 3; ++a) {
-    lo[a] = warp_min(lo[a]);
-    hi[a] = warp_max(hi[a]);
+    block_lo[a] = block_combine(float_to_ordered(lo[a]), MinOp{}, INT_MAX);
+    block_hi[a] = block_combine(float_to_ordered(hi[a]), MaxOp{}, INT_MIN);
   }
-  count = warp_sum(count);
-  if ((threadIdx.x & 31) == 0) {
+  count = block_combine(count, SumOp{}, 0);
+  if (threadIdx.x == 0) {
 #pragma unroll
     for (int a = 0; a < 3; ++a) {
-      atomicMin(out + a, float_to_ordered(lo[a]));
-      atomicMax(out + 3 + a, float_to_ordered(hi[a]));
+      atomicMin(out + a, block_lo[a]);
+      atomicMax(out + 3 + a, block_hi[a]);
     }
     atomicAdd(out + 6, count);
   }
