@@ -67,6 +67,9 @@ struct Packed {
       detail::prepare_fresh_pages(f.data() + f.size(), (f.capacity() - f.size()) * sizeof(float));
     }
   }
+  /// The points `ids` of `v` (of this type), in that order, replacing what it held; copied on
+  /// `threads` threads.
+  void gather(const PointsView& v, const std::vector<std::int32_t>& ids, int threads);
   /// Appends point i of `v` (of this type).
   void push(const PointsView& v, std::int64_t i) {
     if (is_double)
@@ -328,11 +331,16 @@ void merge_radius(RadiusHome& home, const std::vector<const RadiusRows*>& answer
 void parallel_for(std::int64_t n, int threads,
                   const std::function<void(std::int64_t, std::int64_t)>& body);
 
+/// Runs body(t, begin, end) for the slices t = 0 .. threads - 1 of [0, n) (slice t: [n t /
+/// threads, n (t + 1) / threads), the same for the same n and threads), each in its own thread.
+void parallel_slices(std::int64_t n, int threads,
+                     const std::function<void(int, std::int64_t, std::int64_t)>& body);
+
 /// Runs body(i) for i in [0, n), each in its own thread when `parallel`, else in order; rethrows
 /// the first exception after every thread has finished.
 void for_each(int n, bool parallel, const std::function<void(int)>& body);
 
-/// Hardware threads (at least 1).
+/// The CPUs this process may run on (its affinity mask; at least 1).
 int hardware_threads();
 
 }  // namespace pcnn::dist

@@ -1,11 +1,13 @@
 // Spatial partitioning by Morton ranges, boxes, and the pieces of the exact merge.
 // Compiled with -ffp-contract=off: box_sqdist and exact_sqdist must round as the backends do.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <string>
 #include <thread>
 
+#include "core/cpus.hpp"
 #include "cpu/cpu_tree.hpp"
 #include "dist/part.hpp"
 #include "pcnn/error.hpp"
@@ -34,6 +36,12 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Threads for one pass over n points: the usable CPUs, one per 64k points at least.
+int pass_threads(std::int64_t n) {
+  return static_cast<int>(
+      std::min<std::int64_t>(dist::hardware_threads(), std::max<std::int64_t>(1, n >> 16)));
+}
+
 }  // namespace
 
 double box_sqdist(const Box& box, const float* q) {
@@ -58,16 +66,35 @@ Partitioning::Partitioning(PointsView points, int parts, std::int64_t sample) : 
   PCNN_EXPECTS(points.count >= 0 && (points.count == 0 || points.address()) && points.stride >= 3,
                "partitioning: invalid points view");
   if (sample <= 0) sample = 65536;
+  // The box and the finite count, a slice of the points a thread (every pass below runs in the
+  // same slices, so a slice's count of finite points places its sample).
+  const int threads = pass_threads(points.count);
+  struct Slice {
+    std::array<double, 3> lo{INFINITY, INFINITY, INFINITY}, hi{-INFINITY, -INFINITY, -INFINITY};
+    std::int64_t finite = 0;
+    std::vector<std::pair<std::uint64_t, std::int64_t>> keys;
+  };
+  std::vector<Slice> slices(static_cast<std::size_t>(threads));
+  dist::parallel_slices(points.count, threads, [&](int t, std::int64_t b, std::int64_t e) {
+    Slice& s = slices[static_cast<std::size_t>(t)];
+    for (std::int64_t i = b; i < e; ++i) {
+      double p[3];
+      dist::read_point(points, i, p);
+      if (!finite3(p)) continue;
+      ++s.finite;
+      for (int a = 0; a < 3; ++a) {
+        s.lo[a] = std::min(s.lo[a], p[a]);
+        s.hi[a] = std::max(s.hi[a], p[a]);
+      }
+    }
+  });
   std::array<double, 3> lo{INFINITY, INFINITY, INFINITY}, hi{-INFINITY, -INFINITY, -INFINITY};
   std::int64_t finite = 0;
-  for (std::int64_t i = 0; i < points.count; ++i) {
-    double p[3];
-    dist::read_point(points, i, p);
-    if (!finite3(p)) continue;
-    ++finite;
+  for (const Slice& s : slices) {
+    finite += s.finite;
     for (int a = 0; a < 3; ++a) {
-      lo[a] = std::min(lo[a], p[a]);
-      hi[a] = std::max(hi[a], p[a]);
+      lo[a] = std::min(lo[a], s.lo[a]);
+      hi[a] = std::max(hi[a], s.hi[a]);
     }
   }
   if (finite == 0) lo = hi = {0, 0, 0};
@@ -81,14 +108,21 @@ Partitioning::Partitioning(PointsView points, int parts, std::int64_t sample) : 
   if (parts == 1) return;
   // Every step-th finite point, step chosen so that at most `sample` are taken.
   const std::int64_t step = std::max<std::int64_t>(1, (finite + sample - 1) / sample);
+  std::vector<std::int64_t> seen_before(slices.size(), 0);  // finite points of earlier slices
+  for (std::size_t t = 1; t < slices.size(); ++t)
+    seen_before[t] = seen_before[t - 1] + slices[t - 1].finite;
+  dist::parallel_slices(points.count, threads, [&](int t, std::int64_t b, std::int64_t e) {
+    Slice& s = slices[static_cast<std::size_t>(t)];
+    std::int64_t seen = seen_before[static_cast<std::size_t>(t)];
+    for (std::int64_t i = b; i < e; ++i) {
+      double p[3];
+      dist::read_point(points, i, p);
+      if (!finite3(p)) continue;
+      if (seen++ % step == 0) s.keys.emplace_back(morton_code(p), i);
+    }
+  });
   std::vector<std::pair<std::uint64_t, std::int64_t>> keys;
-  std::int64_t seen = 0;
-  for (std::int64_t i = 0; i < points.count; ++i) {
-    double p[3];
-    dist::read_point(points, i, p);
-    if (!finite3(p)) continue;
-    if (seen++ % step == 0) keys.emplace_back(morton_code(p), i);
-  }
+  for (const Slice& s : slices) keys.insert(keys.end(), s.keys.begin(), s.keys.end());
   std::sort(keys.begin(), keys.end());
   for (int c = 1; c < parts; ++c) {
     const std::size_t at = keys.empty() ? 0 : keys.size() * static_cast<std::size_t>(c) / parts;
@@ -134,22 +168,40 @@ int Partitioning::home_of(const double* q) const {
 std::vector<std::vector<std::int32_t>> Partitioning::assign(PointsView points) const {
   PCNN_EXPECTS(points.memory == Memory::host, "partitioning needs points in host memory");
   std::vector<std::vector<std::int32_t>> ids(static_cast<std::size_t>(parts_));
-  const int threads = std::min<std::int64_t>(dist::hardware_threads(),
-                                             std::max<std::int64_t>(1, points.count >> 16));
-  std::vector<int> of(static_cast<std::size_t>(points.count));
-  dist::parallel_for(points.count, threads, [&](std::int64_t a, std::int64_t b) {
-    for (std::int64_t i = a; i < b; ++i) {
+  const int threads = pass_threads(points.count);
+  const auto np = static_cast<std::size_t>(parts_);
+  std::vector<int> of;
+  detail::resize_fresh(of, static_cast<std::size_t>(points.count));
+  // Each slice's count per part, then its first place in each part's list: a slice writes its
+  // points at their places, ascending like a serial pass.
+  std::vector<std::int64_t> at(static_cast<std::size_t>(threads) * np, 0);
+  dist::parallel_slices(points.count, threads, [&](int t, std::int64_t b, std::int64_t e) {
+    std::int64_t* count = &at[static_cast<std::size_t>(t) * np];
+    for (std::int64_t i = b; i < e; ++i) {
       double p[3];
       dist::read_point(points, i, p);
-      of[static_cast<std::size_t>(i)] = part_of(p, i);
+      const int part = part_of(p, i);
+      of[static_cast<std::size_t>(i)] = part;
+      ++count[part];
     }
   });
-  std::vector<std::int64_t> count(static_cast<std::size_t>(parts_), 0);
-  for (int p : of) ++count[static_cast<std::size_t>(p)];
-  for (int p = 0; p < parts_; ++p) ids[static_cast<std::size_t>(p)].reserve(count[p]);
-  for (std::int64_t i = 0; i < points.count; ++i)
-    ids[static_cast<std::size_t>(of[static_cast<std::size_t>(i)])].push_back(
-        static_cast<std::int32_t>(i));
+  for (std::size_t p = 0; p < np; ++p) {
+    std::int64_t total = 0;
+    for (int t = 0; t < threads; ++t) {
+      const std::int64_t c = at[static_cast<std::size_t>(t) * np + p];
+      at[static_cast<std::size_t>(t) * np + p] = total;
+      total += c;
+    }
+    detail::resize_fresh(ids[p], static_cast<std::size_t>(total));
+  }
+  dist::parallel_slices(points.count, threads, [&](int t, std::int64_t b, std::int64_t e) {
+    std::int64_t* next = &at[static_cast<std::size_t>(t) * np];
+    for (std::int64_t i = b; i < e; ++i) {
+      const int part = of[static_cast<std::size_t>(i)];
+      ids[static_cast<std::size_t>(part)][static_cast<std::size_t>(next[part]++)] =
+          static_cast<std::int32_t>(i);
+    }
+  });
   return ids;
 }
 
@@ -192,32 +244,62 @@ double exact_sqdist(const double* a, const double* b) {
 Bounds bounds_of(const Partitioning& partitioning, PointsView points,
                  const std::vector<std::int32_t>* ids) {
   const std::int64_t n = ids ? static_cast<std::int64_t>(ids->size()) : points.count;
-  Box cell[64];
-  for (Box& c : cell) c = empty_box();
-  for (std::int64_t j = 0; j < n; ++j) {
-    const std::int64_t i = ids ? std::int64_t((*ids)[static_cast<std::size_t>(j)]) : j;
-    double p[3];
-    read_point(points, i, p);
-    if (finite3(p)) grow(cell[partitioning.morton_code(p) >> 57], p);
-  }
+  const int threads = pass_threads(n);
+  std::vector<std::array<Box, 64>> slices(static_cast<std::size_t>(threads));
+  parallel_slices(n, threads, [&](int t, std::int64_t b, std::int64_t e) {
+    std::array<Box, 64>& cell = slices[static_cast<std::size_t>(t)];
+    for (Box& c : cell) c = empty_box();
+    for (std::int64_t j = b; j < e; ++j) {
+      const std::int64_t i = ids ? std::int64_t((*ids)[static_cast<std::size_t>(j)]) : j;
+      double p[3];
+      read_point(points, i, p);
+      if (finite3(p)) grow(cell[partitioning.morton_code(p) >> 57], p);
+    }
+  });
   Bounds b;
   b.all = empty_box();
-  for (const Box& c : cell) {
-    if (c.empty) continue;
-    b.cells.push_back(c);
-    grow(b.all, c.lo.data());
-    grow(b.all, c.hi.data());
+  for (int c = 0; c < 64; ++c) {
+    Box box = empty_box();
+    for (const auto& cell : slices) {
+      if (cell[c].empty) continue;
+      grow(box, cell[c].lo.data());
+      grow(box, cell[c].hi.data());
+    }
+    if (box.empty) continue;
+    b.cells.push_back(box);
+    grow(b.all, box.lo.data());
+    grow(b.all, box.hi.data());
   }
   if (b.all.empty) b.all.lo = b.all.hi = {0, 0, 0};
   return b;
+}
+
+void Packed::gather(const PointsView& v, const std::vector<std::int32_t>& ids, int threads) {
+  const auto n = static_cast<std::int64_t>(ids.size());
+  const auto copy = [&](auto* out, const auto* in) {
+    parallel_for(n, threads, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t j = b; j < e; ++j) {
+        const auto* p = in + static_cast<std::int64_t>(ids[static_cast<std::size_t>(j)]) * v.stride;
+        for (int a = 0; a < 3; ++a) out[3 * j + a] = p[a];
+      }
+    });
+  };
+  f.clear();
+  d.clear();
+  if (is_double) {
+    detail::resize_fresh(d, static_cast<std::size_t>(3 * n));
+    copy(d.data(), v.data64);
+  } else {
+    detail::resize_fresh(f, static_cast<std::size_t>(3 * n));
+    copy(f.data(), v.data);
+  }
 }
 
 void Part::take(const Partitioning& partitioning, PointsView points,
                 std::vector<std::int32_t> part_ids) {
   ids = std::move(part_ids);
   xyz = Packed(points.is_double());
-  xyz.reserve(size());
-  for (const std::int32_t i : ids) xyz.push(points, i);
+  xyz.gather(points, ids, pass_threads(size()));
   bounds = bounds_of(partitioning, coords().view(size()), nullptr);
 }
 
@@ -571,9 +653,7 @@ void merge_radius(RadiusHome& home, const std::vector<const RadiusRows*>& answer
   }
 }
 
-int hardware_threads() {
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-}
+int hardware_threads() { return detail::usable_cpus(); }
 
 void parallel_for(std::int64_t n, int threads,
                   const std::function<void(std::int64_t, std::int64_t)>& body) {
@@ -582,7 +662,12 @@ void parallel_for(std::int64_t n, int threads,
     if (n > 0) body(0, n);
     return;
   }
-  for_each(threads, true, [&](int t) { body(n * t / threads, n * (t + 1) / threads); });
+  parallel_slices(n, threads, [&](int, std::int64_t b, std::int64_t e) { body(b, e); });
+}
+
+void parallel_slices(std::int64_t n, int threads,
+                     const std::function<void(int, std::int64_t, std::int64_t)>& body) {
+  for_each(threads, threads > 1, [&](int t) { body(t, n * t / threads, n * (t + 1) / threads); });
 }
 
 void for_each(int n, bool parallel, const std::function<void(int)>& body) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <ostream>
 #include <random>
@@ -218,6 +219,85 @@ TEST(Partitioning, DeterministicAndBalanced) {
   const auto c =
       Partitioning(host_points(same.data(), 1000), 4).assign(host_points(same.data(), 1000));
   for (const auto& part : c) EXPECT_NEAR(double(part.size()), 250.0, 30.0);
+}
+
+// The partitioning's passes run in slices of the points, a thread each (one per 64k points, up to
+// the CPUs). Cuts, parts and bounds must be what one serial pass gives, whatever the number of
+// slices: MPI ranks compute them each on their own. The reference below is the documented rule,
+// written serially: every step-th finite point (step = ceil(finite / sample)) sampled in index
+// order, sorted by (Morton code, index), cut c at the sample's c/parts quantile.
+TEST(Partitioning, SlicedPassesEqualOneSerialPass) {
+  std::vector<float> xyz = make_synthetic_cloud(SyntheticKind::clustered, 300000, 12);
+  for (std::size_t i = 0; i < xyz.size(); i += 3 * 7) xyz[i + 1] = NAN;  // every 7th point
+  const auto n = static_cast<std::int64_t>(xyz.size() / 3);
+  const PointsView v = host_points(xyz.data(), n);
+  const int parts = 5;
+  const std::int64_t sample = 1000;
+  const Partitioning cut(v, parts, sample);
+  const auto finite = [&](std::int64_t i) {
+    return std::isfinite(xyz[3 * i]) && std::isfinite(xyz[3 * i + 1]) &&
+           std::isfinite(xyz[3 * i + 2]);
+  };
+  const auto point = [&](std::int64_t i, double* p) {
+    for (int a = 0; a < 3; ++a) p[a] = xyz[3 * i + a];
+  };
+  std::int64_t nf = 0;
+  for (std::int64_t i = 0; i < n; ++i) nf += finite(i);
+  const std::int64_t step = (nf + sample - 1) / sample;
+  std::vector<std::pair<std::uint64_t, std::int64_t>> keys;
+  for (std::int64_t i = 0, seen = 0; i < n; ++i) {
+    if (!finite(i)) continue;
+    double p[3];
+    point(i, p);
+    if (seen++ % step == 0) keys.emplace_back(cut.morton_code(p), i);
+  }
+  std::sort(keys.begin(), keys.end());
+  std::vector<std::vector<std::int32_t>> want(parts);
+  for (std::int64_t i = 0; i < n; ++i) {
+    int part = static_cast<int>(i % parts);
+    if (finite(i)) {
+      double p[3];
+      point(i, p);
+      const std::pair<std::uint64_t, std::int64_t> key{cut.morton_code(p), i};
+      part = 0;
+      for (int c = 1; c < parts; ++c) part += keys[keys.size() * c / parts] <= key;
+    }
+    want[part].push_back(static_cast<std::int32_t>(i));
+  }
+  const auto got = cut.assign(v);
+  ASSERT_EQ(got, want);
+  for (int p = 0; p < parts; ++p) {
+    // Bounds: the box of each of the 64 second-level octants that holds a finite point.
+    const dist::Bounds b = dist::bounds_of(cut, v, &got[p]);
+    std::map<std::uint64_t, Box> octants;
+    for (const std::int32_t i : got[p]) {
+      if (!finite(i)) continue;
+      double q[3];
+      point(i, q);
+      Box& o = octants.try_emplace(cut.morton_code(q) >> 57).first->second;
+      if (o.empty) o.lo = o.hi = {q[0], q[1], q[2]};
+      o.empty = false;
+      for (int a = 0; a < 3; ++a)
+        o.lo[a] = std::min(o.lo[a], q[a]), o.hi[a] = std::max(o.hi[a], q[a]);
+    }
+    ASSERT_EQ(b.cells.size(), octants.size()) << "part " << p;
+    std::size_t j = 0;
+    for (const auto& [code, o] : octants) {
+      EXPECT_EQ(b.cells[j].lo, o.lo) << "part " << p << " octant " << code;
+      EXPECT_EQ(b.cells[j].hi, o.hi) << "part " << p << " octant " << code;
+      ++j;
+    }
+    // A part's packed points: its ids' coordinates, in order.
+    dist::Part part;
+    part.take(cut, v, got[p]);
+    ASSERT_EQ(part.xyz.f.size(), 3 * got[p].size());
+    for (std::size_t k = 0; k < got[p].size(); ++k)
+      for (int a = 0; a < 3; ++a) {
+        const float want_c = xyz[3 * static_cast<std::size_t>(got[p][k]) + a];
+        const float got_c = part.xyz.f[3 * k + a];
+        ASSERT_TRUE(got_c == want_c || (std::isnan(got_c) && std::isnan(want_c))) << k;
+      }
+  }
 }
 
 TEST(Partitioning, ForwardsQueriesNearACut) {
