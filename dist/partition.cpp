@@ -76,7 +76,7 @@ Partitioning::Partitioning(PointsView points, int parts, std::int64_t sample) : 
   };
   std::vector<Slice> slices(static_cast<std::size_t>(threads));
   dist::parallel_slices(points.count, threads, [&](int t, std::int64_t b, std::int64_t e) {
-    Slice& s = slices[static_cast<std::size_t>(t)];
+    Slice s;  // a local one, stored at the end (slices side by side share cache lines)
     for (std::int64_t i = b; i < e; ++i) {
       double p[3];
       dist::read_point(points, i, p);
@@ -87,6 +87,7 @@ Partitioning::Partitioning(PointsView points, int parts, std::int64_t sample) : 
         s.hi[a] = std::max(s.hi[a], p[a]);
       }
     }
+    slices[static_cast<std::size_t>(t)] = std::move(s);
   });
   std::array<double, 3> lo{INFINITY, INFINITY, INFINITY}, hi{-INFINITY, -INFINITY, -INFINITY};
   std::int64_t finite = 0;
@@ -173,17 +174,19 @@ std::vector<std::vector<std::int32_t>> Partitioning::assign(PointsView points) c
   std::vector<int> of;
   detail::resize_fresh(of, static_cast<std::size_t>(points.count));
   // Each slice's count per part, then its first place in each part's list: a slice writes its
-  // points at their places, ascending like a serial pass.
+  // points at their places, ascending like a serial pass. Counters are local to a slice while
+  // it runs (slices side by side in `at` share cache lines).
   std::vector<std::int64_t> at(static_cast<std::size_t>(threads) * np, 0);
   dist::parallel_slices(points.count, threads, [&](int t, std::int64_t b, std::int64_t e) {
-    std::int64_t* count = &at[static_cast<std::size_t>(t) * np];
+    std::vector<std::int64_t> count(np, 0);
     for (std::int64_t i = b; i < e; ++i) {
       double p[3];
       dist::read_point(points, i, p);
       const int part = part_of(p, i);
       of[static_cast<std::size_t>(i)] = part;
-      ++count[part];
+      ++count[static_cast<std::size_t>(part)];
     }
+    std::copy(count.begin(), count.end(), at.begin() + static_cast<std::ptrdiff_t>(t * np));
   });
   for (std::size_t p = 0; p < np; ++p) {
     std::int64_t total = 0;
@@ -195,11 +198,11 @@ std::vector<std::vector<std::int32_t>> Partitioning::assign(PointsView points) c
     detail::resize_fresh(ids[p], static_cast<std::size_t>(total));
   }
   dist::parallel_slices(points.count, threads, [&](int t, std::int64_t b, std::int64_t e) {
-    std::int64_t* next = &at[static_cast<std::size_t>(t) * np];
+    const auto first = at.begin() + static_cast<std::ptrdiff_t>(t * np);
+    std::vector<std::int64_t> next(first, first + static_cast<std::ptrdiff_t>(np));
     for (std::int64_t i = b; i < e; ++i) {
-      const int part = of[static_cast<std::size_t>(i)];
-      ids[static_cast<std::size_t>(part)][static_cast<std::size_t>(next[part]++)] =
-          static_cast<std::int32_t>(i);
+      const auto part = static_cast<std::size_t>(of[static_cast<std::size_t>(i)]);
+      ids[part][static_cast<std::size_t>(next[part]++)] = static_cast<std::int32_t>(i);
     }
   });
   return ids;
@@ -247,7 +250,7 @@ Bounds bounds_of(const Partitioning& partitioning, PointsView points,
   const int threads = pass_threads(n);
   std::vector<std::array<Box, 64>> slices(static_cast<std::size_t>(threads));
   parallel_slices(n, threads, [&](int t, std::int64_t b, std::int64_t e) {
-    std::array<Box, 64>& cell = slices[static_cast<std::size_t>(t)];
+    std::array<Box, 64> cell;  // local while the slice runs, stored at the end
     for (Box& c : cell) c = empty_box();
     for (std::int64_t j = b; j < e; ++j) {
       const std::int64_t i = ids ? std::int64_t((*ids)[static_cast<std::size_t>(j)]) : j;
@@ -255,6 +258,7 @@ Bounds bounds_of(const Partitioning& partitioning, PointsView points,
       read_point(points, i, p);
       if (finite3(p)) grow(cell[partitioning.morton_code(p) >> 57], p);
     }
+    slices[static_cast<std::size_t>(t)] = cell;
   });
   Bounds b;
   b.all = empty_box();
