@@ -264,9 +264,12 @@ TEST(Partitioning, SlicedPassesEqualOneSerialPass) {
     }
     want[part].push_back(static_cast<std::int32_t>(i));
   }
-  const auto got = cut.assign(v);
+  auto got = cut.assign(v);
   ASSERT_EQ(got, want);
-  for (int p = 0; p < parts; ++p) {
+  // Each part, then every point as one more "part": a part here is too small for two slices.
+  got.emplace_back(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) got.back()[static_cast<std::size_t>(i)] = std::int32_t(i);
+  for (std::size_t p = 0; p < got.size(); ++p) {
     // Bounds: the box of each of the 64 second-level octants that holds a finite point.
     const dist::Bounds b = dist::bounds_of(cut, v, &got[p]);
     std::map<std::uint64_t, Box> octants;
