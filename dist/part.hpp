@@ -56,17 +56,6 @@ struct Packed {
   Coords coords() const {
     return is_double ? Coords{nullptr, d.data()} : Coords{f.data(), nullptr};
   }
-  /// Room for n points, its fresh pages mapped in at once (pcnn::detail::prepare_fresh_pages).
-  void reserve(std::int64_t n) {
-    const std::size_t count = static_cast<std::size_t>(3 * n);
-    if (is_double) {
-      d.reserve(count);
-      detail::prepare_fresh_pages(d.data() + d.size(), (d.capacity() - d.size()) * sizeof(double));
-    } else {
-      f.reserve(count);
-      detail::prepare_fresh_pages(f.data() + f.size(), (f.capacity() - f.size()) * sizeof(float));
-    }
-  }
   /// The points `ids` of `v` (of this type), in that order, replacing what it held; copied on
   /// `threads` threads.
   void gather(const PointsView& v, const std::vector<std::int32_t>& ids, int threads);
