@@ -904,7 +904,7 @@ class CudaBackend final : public Index::Backend_ {
     std::int32_t* d_out_idx = mapped_ ? idx_host_.device_data() : all_idx.data();
     float* d_out_dist = mapped_ ? dist_host_.device_data() : all_dist.data();
     detail::device_buffer<int> last(chunks + 1, s0, ws_), outlier_slots(per, s0, ws_),
-        outlier_count(1, s0, ws_);
+        outlier_count(3, s0, ws_);
     detail::device_buffer<unsigned long long> evals(2, s0, ws_);  // evaluations, refined rows
     PCNN_CUDA_TRY(cudaMemsetAsync(last.data(), 0xff, last.bytes(), s0));  // -1
     PCNN_CUDA_TRY(cudaMemsetAsync(last.data() + chunks, 0, sizeof(int), s0));

@@ -47,10 +47,13 @@ void launch(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
     hybrid_tree_kernel<CAP><<<blocks, threads, list_bytes, stream>>>(tree, a);
     PCNN_CHECK_LAUNCH();
   } else {
-    PCNN_CUDA_TRY(cudaMemsetAsync(a.outlier_count, 0, sizeof(int), stream));
+    PCNN_CUDA_TRY(cudaMemsetAsync(a.outlier_count, 0, 3 * sizeof(int), stream));
+    PCNN_CUDA_TRY(cudaMemsetAsync(a.outlier_slots, 0xff,  // -1: not written yet
+                                  (a.slot_end - a.slot_begin) * sizeof(int), stream));
     knn_tree_kernel<CAP><<<blocks, threads, list_bytes, stream>>>(tree, a);
     PCNN_CHECK_LAUNCH();
-    // Outliers are rare (a fraction of a percent): a few waves of warps cover them.
+    // Outliers are rare (a fraction of a percent), and most are searched inside the kernel
+    // above: a few waves of warps cover those left.
     const int outlier_blocks = std::max(1, std::min(blocks * kTreeWarps, 4 * sms));
     knn_tree_outlier_kernel<CAP><<<outlier_blocks, threads, 0, stream>>>(tree, a);
     PCNN_CHECK_LAUNCH();
@@ -187,7 +190,7 @@ TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries,
   a.out_dist = out.d_dist;
   a.query_offset = out.query_offset;
   const std::int64_t per_pass = out.rows_per_pass > 0 ? out.rows_per_pass : n_queries;
-  device_buffer<int> outlier_slots(per_pass, stream, mr), outlier_count(1, stream, mr);
+  device_buffer<int> outlier_slots(per_pass, stream, mr), outlier_count(3, stream, mr);
   device_buffer<unsigned long long> evaluations(2, stream, mr);  // evaluations, refined rows
   a.outlier_slots = outlier_slots.data();
   a.outlier_count = outlier_count.data();

@@ -828,6 +828,42 @@ TEST(IndexLarger, ACloudWithDeepTreesMatchesSampledReferenceRows) {
   EXPECT_TRUE(same_knn(head, reference_knn(v, &first, {33})));
 }
 
+// Outliers: queries whose first radius is far above their warp-mates' are searched alone, by
+// warps of the search kernel that have finished their own queries and by a kernel after it for
+// those left. A scan against a map (queries sparser than the index, at the ends of each warp's
+// stretch of the curve), queries outside the map's box (clamped onto its faces along the curve,
+// true outliers: thousands here) and a LiDAR-like self-search (a few dozen, on cells that
+// straddle a jump of the curve). Every row equals the CPU backend's.
+TEST(IndexOutliers, ScansQueriesOutsideTheMapAndSelfSearchEqualTheCpuBackend) {
+  PCNN_REQUIRE_DEVICE();
+  IndexOptions cpu;
+  cpu.backend = Backend::cpu;
+  const auto check = [&](const std::vector<float>& map, const std::vector<float>* queries, int k,
+                         const char* what) {
+    const PointsView m = view(map);
+    Index gpu_index(m, cuda_options()), cpu_index(m, cpu);
+    if (queries) {
+      const PointsView q = view(*queries);
+      EXPECT_TRUE(same_knn(gpu_index.knn(q, {k}), cpu_index.knn(q, {k}))) << what << ", k = " << k;
+    } else {
+      EXPECT_TRUE(same_knn(gpu_index.self_knn({k, true}), cpu_index.self_knn({k, true})))
+          << what << ", k = " << k;
+    }
+  };
+  const std::vector<float> map = make_synthetic_cloud(SyntheticKind::lidar, 200000, 71);
+  const std::vector<float> scan = make_synthetic_cloud(SyntheticKind::lidar, 50000, 72);
+  for (int k : {1, 8}) check(map, &scan, k, "a LiDAR-like scan against a LiDAR-like map");
+  // A cube, and queries 5 % of which spread over three times its side, most of them outside it.
+  const std::vector<float> cube = make_synthetic_cloud(SyntheticKind::uniform, 100000, 73);
+  std::vector<float> outside = make_synthetic_cloud(SyntheticKind::uniform, 20000, 74);
+  float lo = cube[0], hi = cube[0];
+  for (float c : cube) lo = std::min(lo, c), hi = std::max(hi, c);
+  for (std::size_t i = 0; i < outside.size(); i += 3 * 20)
+    for (int a = 0; a < 3; ++a) outside[i + a] = lo + (outside[i + a] - lo) * 3 - (hi - lo);
+  check(cube, &outside, 8, "queries outside the map's box");
+  check(map, nullptr, 8, "a LiDAR-like self-search");
+}
+
 // The index sorts its Morton keys on fewer bits than all 64 where the cloud allows; a far outlier
 // squeezes the cloud into a few key buckets of the bounding cube, and the build must then sort on
 // every bit again, or its cells become random samples of the cloud. Counted, not timed: the

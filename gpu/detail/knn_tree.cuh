@@ -9,8 +9,13 @@
 // the caller's array, and ranks the row by (exact distance, original index) (refine.cuh).
 //
 // A query whose first radius is far larger than its warp-mates' (an isolated outlier among
-// dense points) would drag the whole warp through most of the tree, so it is handed to
-// knn_tree_outlier_kernel, which searches it alone, nearest nodes first.
+// dense points, or a query on the far side of a jump of the curve) would drag the whole warp
+// through most of the tree, so it is listed as an outlier and searched alone, a warp to a query,
+// nearest nodes first (search_outlier): in the kernel's last wave by warps that have finished
+// their own queries, while others still run, and what is left by knn_tree_outlier_kernel after
+// it. A
+// single outlier's search is a chain of dependent steps (~100 us on an H100): run after the
+// kernel, it added its whole length to a small frame's search.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -46,6 +51,8 @@ struct TreeKnnArgs {
   SettleArgs exact;        // the rows are settled exactly (refine.cuh)
   std::int32_t* out_idx = nullptr;
   float* out_dist = nullptr;
+  // The outliers: slots listed (-1 until written) and three counters: [0] listed, [1] claimed
+  // for a search (claimed <= listed), [2] blocks of the search kernel started.
   int* outlier_slots = nullptr;
   int* outlier_count = nullptr;
   unsigned long long* evaluations = nullptr;
@@ -92,8 +99,17 @@ __device__ __forceinline__ int home_cell(const TreeView& t, float4 q) {
   return min(lo / kCell, t.level_count[0] - 1);
 }
 
-/// The cells scanned before the walk, [first, last]: enough on either side of the home cell of
-/// the warp's middle valid lane to hold k points, so that they fill every list.
+/// The most cells between the home cells of a warp's first and last query that the first range
+/// spans (see first_cells).
+inline constexpr int kFirstSpan = 16;
+
+/// The cells scanned before the walk, [first, last]: the home cells of the warp's queries and
+/// enough on either side to hold k points, so that they fill every list, each with points near
+/// its own query. The homes grow with the lane (queries and index share the curve). Queries
+/// sparser than the index spread a warp over several cells; scanned from the middle lane's home
+/// alone, the lanes at the ends got a first radius far above their true one and were searched
+/// as outliers (thousands a frame for a scan against a map). Where the homes span more than
+/// kFirstSpan cells (a jump of the curve), the range is the middle lane's.
 struct CellRange {
   int first, last;
 };
@@ -101,8 +117,11 @@ __device__ __forceinline__ CellRange first_cells(const TreeView& t, const TreeKn
                                                  float4 q, unsigned valid) {
   const int cells = t.level_count[0];
   const int home = a.self_search ? min(slot / kCell, cells - 1) : home_cell(t, q);
-  const int center = __shfl_sync(kFullMask, home, (valid >> 16) & 1 ? 16 : __ffs(valid) - 1);
+  const int lo = __shfl_sync(kFullMask, home, __ffs(valid) - 1);
+  const int hi = __shfl_sync(kFullMask, home, 31 - __clz(valid));
   const int reach = cuda::ceil_div(a.k, kCell);
+  if (lo <= hi && hi - lo <= kFirstSpan) return {max(lo - reach, 0), min(hi + reach, cells - 1)};
+  const int center = __shfl_sync(kFullMask, home, (valid >> 16) & 1 ? 16 : __ffs(valid) - 1);
   return {max(center - reach, 0), min(center + reach, cells - 1)};
 }
 
@@ -117,6 +136,107 @@ __device__ __forceinline__ bool is_outlier(const TreeView& t, float worst, bool 
   const float extent = fmaxf(fmaxf(b[3] - b[0], b[4] - b[1]), b[5] - b[2]);
   const float floor2 = sq(extent / float(1 << kMortonBits));
   return active && worst > kOutlierRatio * fmaxf(median, floor2);
+}
+
+/// Pushes the children [first, first + n) at `level` whose box q's sphere (`worst`) may reach on
+/// the outlier stack (`sp` deep), nearest on top. Returns the new depth. Lane t tests child t.
+__device__ __forceinline__ int push_nearest_last(const TreeView& t, float4 q, float worst,
+                                                 int level, int first, int n, int* stack, int sp) {
+  const int lane = threadIdx.x & 31;
+  float key = -INFINITY;
+  int node = 0;
+  if (lane < n) {
+    const int at = t.level_offset[level] + first + lane;
+    const float d = box_dist2(q, t.box_lo[at], t.box_hi[at]);
+    if (may_reach(d, worst)) key = d;
+    node = encode_node(level, first + lane);
+  }
+  const int passing = __popc(__ballot_sync(kFullMask, key != -INFINITY));
+  // Descending by distance (non-passing lanes, at -inf, sort last).
+  warp_sort_by_key(key, node, [](float x, float y) { return x > y; });
+  if (lane < passing) stack[sp + lane] = node;
+  __syncwarp();
+  return sp + passing;
+}
+
+/// One warp per outlier query: depth-first, nearest child first, so that the radius shrinks as
+/// fast as it can. Lane t tests child t of a node (children sorted by distance across the warp
+/// and pushed nearest-on-top) and computes the distance to point t of a cell; every lane keeps
+/// the same list, updated with the cell's candidates in lane order. A popped node's bound is
+/// computed again from its box (cached: its children were just loaded), which keeps the stack to
+/// one int an entry, in the search kernel's own stack (a stack of bounds as well took 4 KB more
+/// shared memory a block there, and L1 cache from its walks).
+template <int CAP>
+__device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, int* stack) {
+  const int lane = threadIdx.x & 31;
+  // Listed, but perhaps not written yet by the lane that listed it (a moment away: it listed it
+  // and is running), when the search overlaps the listing.
+  int slot;
+  do {
+    slot = *static_cast<volatile int*>(a.outlier_slots + i);
+  } while (slot < 0);
+  const float4 q = a.queries[slot];
+  const int qid = __float_as_int(q.w);
+  const int self = a.exclude_self ? qid + a.query_offset : -1;
+  TopK<CAP> best;
+  best.init(a.k);
+  unsigned long long evals = 0;
+  int sp =
+      push_nearest_last(t, q, best.limit, t.levels - 1, 0, t.level_count[t.levels - 1], stack, 0);
+  while (sp > 0) {
+    --sp;
+    const int e = stack[sp];
+    __syncwarp();
+    const int level = node_level(e), index = node_index(e);
+    const int at = t.level_offset[level] + index;
+    if (!may_reach(box_dist2(q, t.box_lo[at], t.box_hi[at]), best.limit)) continue;
+    if (level > 0) {
+      const int first = index * kFanout;
+      sp = push_nearest_last(t, q, best.limit, level - 1, first,
+                             min(kFanout, t.level_count[level - 1] - first), stack, sp);
+      continue;
+    }
+    const float4 p = load_cell(t, index);
+    const float d = point_dist2(q, p);
+    evals += min(kCell, t.n - index * kCell);
+    // Every point within the limit is offered, in lane order (the same list in every lane), by
+    // its position (lane src holds point index * kCell + src).
+    unsigned offered = __ballot_sync(kFullMask, d <= best.limit && __float_as_int(p.w) != self);
+    while (offered) {
+      const int src = __ffs(offered) - 1;
+      offered &= offered - 1;
+      const float cd = __shfl_sync(kFullMask, d, src);
+      if (cd <= best.limit) best.offer(cd, index * kCell + src, a.exact.term);
+    }
+  }
+  bool flagged = false;
+  float reach = 0.f;
+  if (lane == 0) {
+    const std::size_t row = a.row(slot, qid);
+    flagged = !settle_row<CAP>(best.s, best.count(), a.k, best.spill, a.exact.query(q, qid),
+                               a.exact, a.out_idx + row, a.out_dist + row, reach);
+    atomicAdd(a.evaluations, evals);
+  }
+  flag_rows(a.exact, a.slot_begin, slot, flagged, reach);
+}
+
+/// Claims the next listed outlier not yet claimed, for the calling warp: its index in the list,
+/// or -1 when every outlier listed so far is claimed. Claims never pass the listed count, so
+/// the outliers after the last claim are exactly those that knn_tree_outlier_kernel is left.
+__device__ __forceinline__ int claim_outlier(const TreeKnnArgs& a) {
+  int i = -1;
+  if ((threadIdx.x & 31) == 0) {
+    volatile int* counts = a.outlier_count;
+    for (int seen = counts[1]; seen < counts[0];) {
+      const int was = atomicCAS(a.outlier_count + 1, seen, seen + 1);
+      if (was == seen) {
+        i = seen;
+        break;
+      }
+      seen = was;
+    }
+  }
+  return __shfl_sync(kFullMask, i, 0);
 }
 
 /// The blocks of knn_tree_kernel<CAP> an SM's registers must hold while the lists are short, on
@@ -140,6 +260,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_blocks_per_sm<CAP>())
   __shared__ float4 stage_all[kTreeWarps][kStage];
   __shared__ int stack_all[kTreeWarps][kTreeStack];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  if (threadIdx.x == 0) atomicAdd(a.outlier_count + 2, 1);
   const int first_slot = a.slot_begin + (blockIdx.x * kTreeWarps + warp) * 32;
   if (first_slot >= a.slot_end) return;  // whole warps only
   float4* stage = stage_all[warp];
@@ -167,7 +288,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_blocks_per_sm<CAP>())
       if (!walking) {
         walking = true;
         if (is_outlier(t, list.limit(), active, valid)) {
-          a.outlier_slots[atomicAdd(a.outlier_count, 1)] = slot;
+          a.outlier_slots[atomicAdd(a.outlier_count, 1)] = slot;  // listed, then written
           outlier = true;
           active = false;
         }
@@ -211,99 +332,24 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_blocks_per_sm<CAP>())
   }
   flag_rows(a.exact, a.slot_begin, first_slot, flagged, reach);
   if (lane == 0 && evals) atomicAdd(a.evaluations, evals);
+  // This warp's queries are done. In the launch's last wave (every block started: no block waits
+  // for this one's place), it searches the outliers listed so far.
+  if (*static_cast<volatile int*>(a.outlier_count + 2) == static_cast<int>(gridDim.x))
+    for (int i = claim_outlier(a); i >= 0; i = claim_outlier(a))
+      search_outlier<CAP>(t, a, i, stack_all[warp]);
 }
 
-/// Pushes the children [first, first + n) at `level` whose box q's sphere (`worst`) may reach on
-/// the outlier stack (`sp` deep), nearest on top. Returns the new depth. Lane t tests child t.
-__device__ __forceinline__ int push_nearest_last(const TreeView& t, float4 q, float worst,
-                                                 int level, int first, int n, int* stack_node,
-                                                 float* stack_d, int sp) {
-  const int lane = threadIdx.x & 31;
-  float key = -INFINITY;
-  int node = 0;
-  if (lane < n) {
-    const int at = t.level_offset[level] + first + lane;
-    const float d = box_dist2(q, t.box_lo[at], t.box_hi[at]);
-    if (may_reach(d, worst)) key = d;
-    node = encode_node(level, first + lane);
-  }
-  const int passing = __popc(__ballot_sync(kFullMask, key != -INFINITY));
-  // Descending by distance (non-passing lanes, at -inf, sort last).
-  warp_sort_by_key(key, node, [](float x, float y) { return x > y; });
-  if (lane < passing) {
-    stack_node[sp + lane] = node;
-    stack_d[sp + lane] = key;
-  }
-  __syncwarp();
-  return sp + passing;
-}
-
-/// One warp per outlier query: depth-first, nearest child first, so that the radius shrinks as
-/// fast as it can. Lane t tests child t of a node (children sorted by distance across the warp
-/// and pushed nearest-on-top) and computes the distance to point t of a cell; every lane keeps
-/// the same list, updated with the cell's candidates in lane order.
-template <int CAP>
-__device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, int* stack_node,
-                               float* stack_d) {
-  const int lane = threadIdx.x & 31;
-  const int slot = a.outlier_slots[i];
-  const float4 q = a.queries[slot];
-  const int qid = __float_as_int(q.w);
-  const int self = a.exclude_self ? qid + a.query_offset : -1;
-  TopK<CAP> best;
-  best.init(a.k);
-  unsigned long long evals = 0;
-  int sp = push_nearest_last(t, q, best.limit, t.levels - 1, 0, t.level_count[t.levels - 1],
-                             stack_node, stack_d, 0);
-  while (sp > 0) {
-    --sp;
-    const int e = stack_node[sp];
-    const float bound = stack_d[sp];
-    __syncwarp();
-    if (!may_reach(bound, best.limit)) continue;
-    const int level = node_level(e), index = node_index(e);
-    if (level > 0) {
-      const int first = index * kFanout;
-      sp = push_nearest_last(t, q, best.limit, level - 1, first,
-                             min(kFanout, t.level_count[level - 1] - first), stack_node, stack_d,
-                             sp);
-      continue;
-    }
-    const float4 p = load_cell(t, index);
-    const float d = point_dist2(q, p);
-    evals += min(kCell, t.n - index * kCell);
-    // Every point within the limit is offered, in lane order (the same list in every lane), by
-    // its position (lane src holds point index * kCell + src).
-    unsigned offered = __ballot_sync(kFullMask, d <= best.limit && __float_as_int(p.w) != self);
-    while (offered) {
-      const int src = __ffs(offered) - 1;
-      offered &= offered - 1;
-      const float cd = __shfl_sync(kFullMask, d, src);
-      if (cd <= best.limit) best.offer(cd, index * kCell + src, a.exact.term);
-    }
-  }
-  bool flagged = false;
-  float reach = 0.f;
-  if (lane == 0) {
-    const std::size_t row = a.row(slot, qid);
-    flagged = !settle_row<CAP>(best.s, best.count(), a.k, best.spill, a.exact.query(q, qid),
-                               a.exact, a.out_idx + row, a.out_dist + row, reach);
-    atomicAdd(a.evaluations, evals);
-  }
-  flag_rows(a.exact, a.slot_begin, slot, flagged, reach);
-}
-
-/// The outliers the main kernel listed, a warp each, over a fixed grid: the count is read on the
-/// device, so the launch needs no round trip to the host.
+/// The outliers the main kernel listed and left unclaimed, a warp each, over a fixed grid: the
+/// counts are read on the device, so the launch needs no round trip to the host.
 template <int CAP>
 __global__ void __launch_bounds__(kTreeWarps * 32)
     knn_tree_outlier_kernel(TreeView t, TreeKnnArgs a) {
-  __shared__ int node_all[kTreeWarps][kTreeStack];
-  __shared__ float dist_all[kTreeWarps][kTreeStack];
+  __shared__ int stack_all[kTreeWarps][kTreeStack];
   const int warp = threadIdx.x / 32;
-  const int count = *a.outlier_count;
-  for (int i = blockIdx.x * kTreeWarps + warp; i < count; i += gridDim.x * kTreeWarps)
-    search_outlier<CAP>(t, a, i, node_all[warp], dist_all[warp]);  // whole warps only
+  const int count = a.outlier_count[0];
+  for (int i = a.outlier_count[1] + blockIdx.x * kTreeWarps + warp; i < count;
+       i += gridDim.x * kTreeWarps)
+    search_outlier<CAP>(t, a, i, stack_all[warp]);  // whole warps only
 }
 
 /// The rows flagged by the search kernels, a warp per group (the lanes of one search warp, so

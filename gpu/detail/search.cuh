@@ -55,8 +55,8 @@ TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries,
 
 /// One launch of the tree kNN over the sorted queries [slot_begin, slot_end) (the index's own
 /// points when `self_search`), rows written by original query index; `outlier_slots` holds
-/// slot_end - slot_begin entries; with exclude_self, query i is indexed point i + query_offset.
-/// Does not synchronize.
+/// slot_end - slot_begin entries and `outlier_count` 3; with exclude_self, query i is indexed point
+/// i + query_offset. Does not synchronize.
 void tree_search_range(const SpatialIndex& index, const float4* queries, bool self_search,
                        int slot_begin, int slot_end, KnnParams params, const RadiusBound& bound,
                        std::int32_t* d_idx, float* d_dist, int* outlier_slots, int* outlier_count,
