@@ -832,16 +832,19 @@ TEST(IndexLarger, ACloudWithDeepTreesMatchesSampledReferenceRows) {
 // warps of the search kernel that have finished their own queries and by a kernel after it for
 // those left. A scan against a map (queries sparser than the index, at the ends of each warp's
 // stretch of the curve), queries outside the map's box (clamped onto its faces along the curve,
-// true outliers: thousands here) and a LiDAR-like self-search (a few dozen, on cells that
-// straddle a jump of the curve). Every row equals the CPU backend's.
+// true outliers: about a thousand here) and a LiDAR-like self-search (a few dozen, on cells that
+// straddle a jump of the curve), also in passes of 5,000 rows (launches that start past slot 0
+// and reuse the outlier buffers). Every row equals the CPU backend's.
 TEST(IndexOutliers, ScansQueriesOutsideTheMapAndSelfSearchEqualTheCpuBackend) {
   PCNN_REQUIRE_DEVICE();
   IndexOptions cpu;
   cpu.backend = Backend::cpu;
+  IndexOptions passes = cuda_options();
+  passes.chunk_rows = 5000;
   const auto check = [&](const std::vector<float>& map, const std::vector<float>* queries, int k,
-                         const char* what) {
+                         const char* what, const IndexOptions& gpu = cuda_options()) {
     const PointsView m = view(map);
-    Index gpu_index(m, cuda_options()), cpu_index(m, cpu);
+    Index gpu_index(m, gpu), cpu_index(m, cpu);
     if (queries) {
       const PointsView q = view(*queries);
       EXPECT_TRUE(same_knn(gpu_index.knn(q, {k}), cpu_index.knn(q, {k}))) << what << ", k = " << k;
@@ -862,6 +865,8 @@ TEST(IndexOutliers, ScansQueriesOutsideTheMapAndSelfSearchEqualTheCpuBackend) {
     for (int a = 0; a < 3; ++a) outside[i + a] = lo + (outside[i + a] - lo) * 3 - (hi - lo);
   check(cube, &outside, 8, "queries outside the map's box");
   check(map, nullptr, 8, "a LiDAR-like self-search");
+  check(map, &scan, 8, "a LiDAR-like scan in passes", passes);
+  check(map, nullptr, 8, "a LiDAR-like self-search in passes", passes);
 }
 
 // The index sorts its Morton keys on fewer bits than all 64 where the cloud allows; a far outlier

@@ -170,11 +170,13 @@ template <int CAP>
 __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, int* stack) {
   const int lane = threadIdx.x & 31;
   // Listed, but perhaps not written yet by the lane that listed it (a moment away: it listed it
-  // and is running), when the search overlaps the listing.
-  int slot;
-  do {
-    slot = *static_cast<volatile int*>(a.outlier_slots + i);
-  } while (slot < 0);
+  // and is running), when the search overlaps the listing. Atomics on both sides (atomicOr with
+  // 0 reads), lane 0 for the warp.
+  int slot = -1;
+  if (lane == 0)
+    while ((slot = atomicOr(a.outlier_slots + i, 0)) < 0) {
+    }
+  slot = __shfl_sync(kFullMask, slot, 0);
   const float4 q = a.queries[slot];
   const int qid = __float_as_int(q.w);
   const int self = a.exclude_self ? qid + a.query_offset : -1;
@@ -226,9 +228,9 @@ __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, i
 __device__ __forceinline__ int claim_outlier(const TreeKnnArgs& a) {
   int i = -1;
   if ((threadIdx.x & 31) == 0) {
-    volatile int* counts = a.outlier_count;
-    for (int seen = counts[1]; seen < counts[0];) {
-      const int was = atomicCAS(a.outlier_count + 1, seen, seen + 1);
+    int* counts = a.outlier_count;
+    for (int seen = atomicOr(counts + 1, 0); seen < atomicOr(counts, 0);) {
+      const int was = atomicCAS(counts + 1, seen, seen + 1);
       if (was == seen) {
         i = seen;
         break;
@@ -288,7 +290,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_blocks_per_sm<CAP>())
       if (!walking) {
         walking = true;
         if (is_outlier(t, list.limit(), active, valid)) {
-          a.outlier_slots[atomicAdd(a.outlier_count, 1)] = slot;  // listed, then written
+          atomicExch(a.outlier_slots + atomicAdd(a.outlier_count, 1), slot);  // listed, written
           outlier = true;
           active = false;
         }
@@ -333,8 +335,10 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_blocks_per_sm<CAP>())
   flag_rows(a.exact, a.slot_begin, first_slot, flagged, reach);
   if (lane == 0 && evals) atomicAdd(a.evaluations, evals);
   // This warp's queries are done. In the launch's last wave (every block started: no block waits
-  // for this one's place), it searches the outliers listed so far.
-  if (*static_cast<volatile int*>(a.outlier_count + 2) == static_cast<int>(gridDim.x))
+  // for this one's place), it searches the outliers listed so far. Lane 0 reads the count for
+  // the warp: the code below is warp-synchronous.
+  const int started = __shfl_sync(kFullMask, lane == 0 ? atomicOr(a.outlier_count + 2, 0) : 0, 0);
+  if (started == static_cast<int>(gridDim.x))
     for (int i = claim_outlier(a); i >= 0; i = claim_outlier(a))
       search_outlier<CAP>(t, a, i, stack_all[warp]);
 }
