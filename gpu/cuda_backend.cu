@@ -906,18 +906,25 @@ class CudaBackend final : public Index::Backend_ {
     detail::device_buffer<int> last(chunks + 1, s0, ws_), outlier_slots(per, s0, ws_),
         outlier_count(3, s0, ws_);
     detail::device_buffer<unsigned long long> evals(2, s0, ws_);  // evaluations, refined rows
-    PCNN_CUDA_TRY(cudaMemsetAsync(last.data(), 0xff, last.bytes(), s0));  // -1
-    PCNN_CUDA_TRY(cudaMemsetAsync(last.data() + chunks, 0, sizeof(int), s0));
     PCNN_CUDA_TRY(cudaMemsetAsync(evals.data(), 0, evals.bytes(), s0));
     const int blocks = static_cast<int>(cuda::ceil_div(rows, 256));
-    last_slot_kernel<<<blocks, 256, 0, s0>>>(sorted, static_cast<int>(rows), per, last.data(),
-                                             last.data() + chunks);
-    PCNN_CHECK_LAUNCH();
-    last_host_.resize(chunks + 1);
-    PCNN_CUDA_TRY(
-        cudaMemcpyAsync(last_host_.data(), last.data(), last.bytes(), cudaMemcpyDeviceToHost, s0));
-    PCNN_CUDA_TRY(cudaStreamSynchronize(s0));
-    const int finite = last_host_[chunks];
+    int finite = static_cast<int>(rows);
+    last_host_.assign(chunks + 1, static_cast<int>(rows) - 1);
+    if (chunks > 1) {
+      // Where each chunk's last query lies, so that its download can start after the pass that
+      // searches it, and how many queries are finite: a round trip to the host. One chunk waits
+      // for the one pass anyway, and the search kernels write a non-finite query's empty row
+      // themselves, so a single chunk (a frame) is launched over every row without it.
+      PCNN_CUDA_TRY(cudaMemsetAsync(last.data(), 0xff, last.bytes(), s0));  // -1
+      PCNN_CUDA_TRY(cudaMemsetAsync(last.data() + chunks, 0, sizeof(int), s0));
+      last_slot_kernel<<<blocks, 256, 0, s0>>>(sorted, static_cast<int>(rows), per, last.data(),
+                                               last.data() + chunks);
+      PCNN_CHECK_LAUNCH();
+      PCNN_CUDA_TRY(cudaMemcpyAsync(last_host_.data(), last.data(), last.bytes(),
+                                    cudaMemcpyDeviceToHost, s0));
+      PCNN_CUDA_TRY(cudaStreamSynchronize(s0));
+      finite = last_host_[chunks];
+    }
     if (finite < rows) {
       empty_rows_kernel<<<blocks, 256, 0, s0>>>(sorted, finite, static_cast<int>(rows), k,
                                                 d_out_idx, d_out_dist);
