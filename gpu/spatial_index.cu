@@ -57,15 +57,23 @@ __global__ void init_bounds_kernel(int* out) {
   out[7] = 0;
 }
 
-// Flags (out[7] = 1) a key bucket holding more than a cell of finite points: the short sort left
-// the order inside it to the input, so its cells would be random samples of it. A far outlier
-// squeezes a whole cloud into a few buckets of the bounding cube's grid.
-__global__ void crowded_kernel(const std::uint64_t* __restrict__ keys, int n,
-                               int* __restrict__ out) {
+// Flags (out[7] = 1) a key bucket holding more than a cell of finite points that differ at the
+// curve's full resolution: the short sort left the order inside it to the input, so its cells
+// would be random samples of it. A far outlier squeezes a whole cloud into a few buckets of the
+// bounding cube's grid. Identical points (a scan's no-returns stored at the origin) share every
+// key bit, so no sort can order them: a bucket of them alone is left as it is. A bucket's first
+// and (cell + 1)-th points are compared at full resolution (`ids`: the sorted points' indices).
+__global__ void crowded_kernel(const std::uint64_t* __restrict__ keys, const int* __restrict__ ids,
+                               const float* __restrict__ xyz, std::int64_t stride,
+                               const float* __restrict__ bounds, int n, int* __restrict__ out) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n - kCell) return;
   const std::uint64_t key = keys[i];
-  if (key != kInvalidKey && key == keys[i + kCell]) out[7] = 1;  // any thread; the same value
+  if (key == kInvalidKey || key != keys[i + kCell]) return;
+  const float* a = xyz + ids[i] * stride;
+  const float* b = xyz + ids[i + kCell] * stride;
+  if (morton_key(a[0], a[1], a[2], bounds) != morton_key(b[0], b[1], b[2], bounds))
+    out[7] = 1;  // any thread; the same value
 }
 
 __global__ void decode_bounds_kernel(const int* in, float* bounds) {
@@ -209,7 +217,7 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
     order(key_low_bit(n_total));
     if (n_total > kCell && index.key_low_bit > 0) {
       crowded_kernel<<<cuda::ceil_div(n_total - kCell, kThreads), kThreads, 0, stream>>>(
-          index.keys.data(), n_total, stats.data());
+          index.keys.data(), ids.data(), xyz, stride, index.bounds.data(), n_total, stats.data());
       PCNN_CHECK_LAUNCH();
     }
   }
