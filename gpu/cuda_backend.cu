@@ -903,8 +903,8 @@ class CudaBackend final : public Index::Backend_ {
     detail::device_buffer<float> all_dist(mapped_ ? 0 : cells, s0, ws_);
     std::int32_t* d_out_idx = mapped_ ? idx_host_.device_data() : all_idx.data();
     float* d_out_dist = mapped_ ? dist_host_.device_data() : all_dist.data();
-    detail::device_buffer<int> last(chunks + 1, s0, ws_), outlier_slots(per, s0, ws_),
-        outlier_count(3, s0, ws_);
+    detail::device_buffer<int> last(chunks + 1, s0, ws_),
+        outliers(detail::tree_outlier_ints(per), s0, ws_);
     detail::device_buffer<unsigned long long> evals(2, s0, ws_);  // evaluations, refined rows
     PCNN_CUDA_TRY(cudaMemsetAsync(evals.data(), 0, evals.bytes(), s0));
     const int blocks = static_cast<int>(cuda::ceil_div(rows, 256));
@@ -949,9 +949,8 @@ class CudaBackend final : public Index::Backend_ {
     for (int p = 0; p < passes; ++p) {
       ev(2 * p).record(s0);
       detail::tree_search_range(index_, sorted, d_queries == nullptr, static_cast<int>(p * per),
-                                pass_end(p), params, bound, d_out_idx, d_out_dist,
-                                outlier_slots.data(), outlier_count.data(), evals.data(),
-                                query_offset, ex, s0, ws_);
+                                pass_end(p), params, bound, d_out_idx, d_out_dist, outliers.data(),
+                                evals.data(), query_offset, ex, s0, ws_);
       ev(2 * p + 1).record(s0);
     }
     lock_outputs();

@@ -1,6 +1,8 @@
 // Exact kNN over the spatial index (see detail/knn_tree.cuh).
 #include <cuda/cmath>
 
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -19,11 +21,30 @@ namespace {
 
 static_assert(kTreeQueryBlock == kTreeWarps * 32, "a pass must cover whole blocks");
 
-int sm_count() {
-  int device = 0, sms = 0;
+int current_device() {
+  int device = 0;
   PCNN_CUDA_TRY(cudaGetDevice(&device));
+  return device;
+}
+
+int sm_count(int device) {
+  int sms = 0;
   PCNN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   return sms;
+}
+
+// Whether `blocks` blocks of knn_tree_kernel<CAP, true> are resident at once on the device: a
+// launch of one wave. The occupancy is asked once a device (it is on every frame's path).
+template <int CAP>
+bool one_wave(int blocks, int device, int sms) {
+  static std::array<std::atomic<int>, 64> per_sm{};  // 0: not asked yet
+  int fit = device < static_cast<int>(per_sm.size()) ? per_sm[device].load() : 0;
+  if (fit == 0) {
+    PCNN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &fit, knn_tree_kernel<CAP, true>, kTreeWarps * 32, tree_list_bytes<CAP>()));
+    if (device < static_cast<int>(per_sm.size())) per_sm[device] = fit;
+  }
+  return blocks <= fit * sms;
 }
 
 // One launch over the slots [a.slot_begin, a.slot_end), then the outliers it found, then the
@@ -37,23 +58,31 @@ void launch(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
   constexpr int list_bytes = tree_list_bytes<CAP>();
   const bool hybrid = std::isfinite(a.bound.r2);
   if (list_bytes > 48 * 1024) {  // above the default limit a kernel must opt in
-    PCNN_CUDA_TRY(cudaFuncSetAttribute(knn_tree_kernel<CAP>,
+    PCNN_CUDA_TRY(cudaFuncSetAttribute(knn_tree_kernel<CAP, false>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, list_bytes));
     PCNN_CUDA_TRY(cudaFuncSetAttribute(hybrid_tree_kernel<CAP>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, list_bytes));
   }
-  const int sms = sm_count();
+  const int device = current_device(), sms = sm_count(device);
   if (hybrid) {
     hybrid_tree_kernel<CAP><<<blocks, threads, list_bytes, stream>>>(tree, a);
     PCNN_CHECK_LAUNCH();
   } else {
-    PCNN_CUDA_TRY(cudaMemsetAsync(a.outlier_count, 0, 3 * sizeof(int), stream));
-    PCNN_CUDA_TRY(cudaMemsetAsync(a.outlier_slots, 0xff,  // -1: not written yet
-                                  (a.slot_end - a.slot_begin) * sizeof(int), stream));
-    knn_tree_kernel<CAP><<<blocks, threads, list_bytes, stream>>>(tree, a);
+    // In a launch of one wave, warps that finish their queries search the outliers while others
+    // run. In a longer one, the last wave is shorter than an outlier's search (~100 us), and a
+    // warp there that listed many would search them one after another (a 1M LiDAR self-search
+    // took 2.6 ms instead of 0.45): they are left to the outlier kernel, a warp each.
+    bool claim = false;
+    if constexpr (claims_outliers<CAP>()) claim = one_wave<CAP>(blocks, device, sms);
+    // The counters, and the list where it is read while written (one fill: a second one cost
+    // 6 us of a 160 us search).
+    const int cleared = kOutlierCounters + (claim ? a.slot_end - a.slot_begin : 0);
+    PCNN_CUDA_TRY(cudaMemsetAsync(a.outliers, 0, cleared * sizeof(int), stream));
+    if constexpr (claims_outliers<CAP>())
+      if (claim) knn_tree_kernel<CAP, true><<<blocks, threads, list_bytes, stream>>>(tree, a);
+    if (!claim) knn_tree_kernel<CAP, false><<<blocks, threads, list_bytes, stream>>>(tree, a);
     PCNN_CHECK_LAUNCH();
-    // Outliers are rare (a fraction of a percent), and most are searched inside the kernel
-    // above: a few waves of warps cover those left.
+    // Outliers are rare (a fraction of a percent): a few waves of warps cover those left.
     const int outlier_blocks = std::max(1, std::min(blocks * kTreeWarps, 4 * sms));
     knn_tree_outlier_kernel<CAP><<<outlier_blocks, threads, 0, stream>>>(tree, a);
     PCNN_CHECK_LAUNCH();
@@ -147,7 +176,7 @@ void run_passes(const TreeView& tree, TreeKnnArgs a, int n_queries, const KnnOut
 
 void tree_search_range(const SpatialIndex& index, const float4* queries, bool self_search,
                        int slot_begin, int slot_end, KnnParams params, const RadiusBound& bound,
-                       std::int32_t* d_idx, float* d_dist, int* outlier_slots, int* outlier_count,
+                       std::int32_t* d_idx, float* d_dist, int* outliers,
                        unsigned long long* evaluations, int query_offset, const ExactSearch& ex,
                        cudaStream_t stream, DeviceMemoryResource& mr) {
   if (slot_end <= slot_begin) return;
@@ -160,8 +189,7 @@ void tree_search_range(const SpatialIndex& index, const float4* queries, bool se
   a.exclude_self = params.exclude_self;
   a.out_idx = d_idx;
   a.out_dist = d_dist;
-  a.outlier_slots = outlier_slots;
-  a.outlier_count = outlier_count;
+  a.outliers = outliers;
   a.bound = bound;
   a.evaluations = evaluations;
   a.query_offset = query_offset;
@@ -190,10 +218,9 @@ TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries,
   a.out_dist = out.d_dist;
   a.query_offset = out.query_offset;
   const std::int64_t per_pass = out.rows_per_pass > 0 ? out.rows_per_pass : n_queries;
-  device_buffer<int> outlier_slots(per_pass, stream, mr), outlier_count(3, stream, mr);
+  device_buffer<int> outliers(tree_outlier_ints(per_pass), stream, mr);
   device_buffer<unsigned long long> evaluations(2, stream, mr);  // evaluations, refined rows
-  a.outlier_slots = outlier_slots.data();
-  a.outlier_count = outlier_count.data();
+  a.outliers = outliers.data();
   a.evaluations = evaluations.data();
   PCNN_CUDA_TRY(cudaMemsetAsync(evaluations.data(), 0, evaluations.bytes(), stream));
   built.record(stream);

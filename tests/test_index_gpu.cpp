@@ -828,13 +828,15 @@ TEST(IndexLarger, ACloudWithDeepTreesMatchesSampledReferenceRows) {
   EXPECT_TRUE(same_knn(head, reference_knn(v, &first, {33})));
 }
 
-// Outliers: queries whose first radius is far above their warp-mates' are searched alone, by
-// warps of the search kernel that have finished their own queries and by a kernel after it for
-// those left. A scan against a map (queries sparser than the index, at the ends of each warp's
-// stretch of the curve), queries outside the map's box (clamped onto its faces along the curve,
-// true outliers: about a thousand here) and a LiDAR-like self-search (a few dozen, on cells that
-// straddle a jump of the curve), also in passes of 5,000 rows (launches that start past slot 0
-// and reuse the outlier buffers). Every row equals the CPU backend's.
+// Outliers: queries whose first radius is far above their warp-mates' are searched alone: in a
+// launch of one wave (up to ~118,000 queries on an H100) by warps of the search kernel that have
+// finished their own queries, and by a kernel after it for those left and for all of a longer
+// launch's (the self-search of the 200,000-point map). A scan against a map (queries sparser than
+// the index, at the ends of each warp's stretch of the curve), queries outside the map's box
+// (clamped onto its faces along the curve, true outliers: about a thousand here) and a LiDAR-like
+// self-search (a few dozen, on cells that straddle a jump of the curve), also in passes of 5,000
+// rows (launches that start past slot 0 and reuse the outlier buffers). Every row equals the CPU
+// backend's.
 TEST(IndexOutliers, ScansQueriesOutsideTheMapAndSelfSearchEqualTheCpuBackend) {
   PCNN_REQUIRE_DEVICE();
   IndexOptions cpu;

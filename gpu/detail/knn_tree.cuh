@@ -11,11 +11,11 @@
 // A query whose first radius is far larger than its warp-mates' (an isolated outlier among
 // dense points, or a query on the far side of a jump of the curve) would drag the whole warp
 // through most of the tree, so it is listed as an outlier and searched alone, a warp to a query,
-// nearest nodes first (search_outlier): in the kernel's last wave by warps that have finished
-// their own queries, while others still run, and what is left by knn_tree_outlier_kernel after
-// it. A
-// single outlier's search is a chain of dependent steps (~100 us on an H100): run after the
-// kernel, it added its whole length to a small frame's search.
+// nearest nodes first (search_outlier). A single outlier's search is a chain of dependent steps
+// (~100 us on an H100): run after the kernel, it added its whole length to a small frame's
+// search. So in a launch of one wave (a frame's), warps that have finished their own queries
+// search the outliers while others still run; knn_tree_outlier_kernel searches what is left
+// after the kernel, and all of a longer launch's.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -28,6 +28,7 @@
 #include "morton.cuh"
 #include "radius_bound.cuh"
 #include "refine.cuh"
+#include "search.cuh"
 #include "spatial_index.cuh"
 #include "topk.cuh"
 #include "tree_walk.cuh"
@@ -51,10 +52,10 @@ struct TreeKnnArgs {
   SettleArgs exact;        // the rows are settled exactly (refine.cuh)
   std::int32_t* out_idx = nullptr;
   float* out_dist = nullptr;
-  // The outliers: slots listed (-1 until written) and three counters: [0] listed, [1] claimed
-  // for a search (claimed <= listed), [2] blocks of the search kernel started.
-  int* outlier_slots = nullptr;
-  int* outlier_count = nullptr;
+  // The outliers: kOutlierCounters counters, [0] listed, [1] claimed for a search (claimed <=
+  // listed), [2] blocks of the search kernel started; then the list, slot s as ~s (0: listed but
+  // not written yet). One buffer, so that one fill of zeros clears both.
+  int* outliers = nullptr;
   unsigned long long* evaluations = nullptr;
 
   __device__ std::size_t row(int slot, int qid) const {
@@ -138,10 +139,21 @@ __device__ __forceinline__ bool is_outlier(const TreeView& t, float worst, bool 
   return active && worst > kOutlierRatio * fmaxf(median, floor2);
 }
 
+/// A device-scope relaxed load of a counter or list entry that other warps write with atomics.
+/// An atomic read (atomicOr with 0) would be a read-modify-write by every warp of a launch on
+/// the same few addresses.
+__device__ __forceinline__ int load_relaxed(const int* p) {
+  int v;
+  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 /// Pushes the children [first, first + n) at `level` whose box q's sphere (`worst`) may reach on
-/// the outlier stack (`sp` deep), nearest on top. Returns the new depth. Lane t tests child t.
+/// the outlier stack (`sp` deep), nearest on top, with their bounds where `bounds` is given.
+/// Returns the new depth. Lane t tests child t.
 __device__ __forceinline__ int push_nearest_last(const TreeView& t, float4 q, float worst,
-                                                 int level, int first, int n, int* stack, int sp) {
+                                                 int level, int first, int n, int* stack,
+                                                 float* bounds, int sp) {
   const int lane = threadIdx.x & 31;
   float key = -INFINITY;
   int node = 0;
@@ -154,7 +166,10 @@ __device__ __forceinline__ int push_nearest_last(const TreeView& t, float4 q, fl
   const int passing = __popc(__ballot_sync(kFullMask, key != -INFINITY));
   // Descending by distance (non-passing lanes, at -inf, sort last).
   warp_sort_by_key(key, node, [](float x, float y) { return x > y; });
-  if (lane < passing) stack[sp + lane] = node;
+  if (lane < passing) {
+    stack[sp + lane] = node;
+    if (bounds) bounds[sp + lane] = key;
+  }
   __syncwarp();
   return sp + passing;
 }
@@ -162,40 +177,43 @@ __device__ __forceinline__ int push_nearest_last(const TreeView& t, float4 q, fl
 /// One warp per outlier query: depth-first, nearest child first, so that the radius shrinks as
 /// fast as it can. Lane t tests child t of a node (children sorted by distance across the warp
 /// and pushed nearest-on-top) and computes the distance to point t of a cell; every lane keeps
-/// the same list, updated with the cell's candidates in lane order. A popped node's bound is
-/// computed again from its box (cached: its children were just loaded), which keeps the stack to
-/// one int an entry, in the search kernel's own stack (a stack of bounds as well took 4 KB more
-/// shared memory a block there, and L1 cache from its walks).
+/// the same list, updated with the cell's candidates in lane order. The nodes' bounds are kept
+/// on a second stack where `bounds` is given (knn_tree_outlier_kernel); inside the search kernel,
+/// where a stack of bounds took 4 KB more shared memory a block and L1 cache from its walks, a
+/// popped node's bound is computed again from its box (one more dependent load a step: the
+/// outlier kernel's search at 1M LiDAR points took 136 us that way instead of 107).
 template <int CAP>
-__device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, int* stack) {
+__device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, int* stack,
+                               float* bounds) {
   const int lane = threadIdx.x & 31;
   // Listed, but perhaps not written yet by the lane that listed it (a moment away: it listed it
-  // and is running), when the search overlaps the listing. Atomics on both sides (atomicOr with
-  // 0 reads), lane 0 for the warp.
-  int slot = -1;
+  // and is running), when the search overlaps the listing: an atomic write, read with relaxed
+  // loads until it lands, by lane 0 for the warp.
+  int entry = 0;
   if (lane == 0)
-    while ((slot = atomicOr(a.outlier_slots + i, 0)) < 0) {
+    while ((entry = load_relaxed(a.outliers + kOutlierCounters + i)) == 0) {
     }
-  slot = __shfl_sync(kFullMask, slot, 0);
+  const int slot = ~__shfl_sync(kFullMask, entry, 0);
   const float4 q = a.queries[slot];
   const int qid = __float_as_int(q.w);
   const int self = a.exclude_self ? qid + a.query_offset : -1;
   TopK<CAP> best;
   best.init(a.k);
   unsigned long long evals = 0;
-  int sp =
-      push_nearest_last(t, q, best.limit, t.levels - 1, 0, t.level_count[t.levels - 1], stack, 0);
+  int sp = push_nearest_last(t, q, best.limit, t.levels - 1, 0, t.level_count[t.levels - 1], stack,
+                             bounds, 0);
   while (sp > 0) {
     --sp;
     const int e = stack[sp];
     __syncwarp();
     const int level = node_level(e), index = node_index(e);
     const int at = t.level_offset[level] + index;
-    if (!may_reach(box_dist2(q, t.box_lo[at], t.box_hi[at]), best.limit)) continue;
+    const float bound = bounds ? bounds[sp] : box_dist2(q, t.box_lo[at], t.box_hi[at]);
+    if (!may_reach(bound, best.limit)) continue;
     if (level > 0) {
       const int first = index * kFanout;
       sp = push_nearest_last(t, q, best.limit, level - 1, first,
-                             min(kFanout, t.level_count[level - 1] - first), stack, sp);
+                             min(kFanout, t.level_count[level - 1] - first), stack, bounds, sp);
       continue;
     }
     const float4 p = load_cell(t, index);
@@ -228,8 +246,8 @@ __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, i
 __device__ __forceinline__ int claim_outlier(const TreeKnnArgs& a) {
   int i = -1;
   if ((threadIdx.x & 31) == 0) {
-    int* counts = a.outlier_count;
-    for (int seen = atomicOr(counts + 1, 0); seen < atomicOr(counts, 0);) {
+    int* counts = a.outliers;
+    for (int seen = load_relaxed(counts + 1); seen < load_relaxed(counts);) {
       const int was = atomicCAS(counts + 1, seen, seen + 1);
       if (was == seen) {
         i = seen;
@@ -256,13 +274,31 @@ constexpr int knn_blocks_per_sm() {
 #endif
 }
 
+/// Whether knn_tree_kernel<CAP, true> exists: up to CAP 32. Above, the lists take most of the
+/// shared memory and the outlier search inside cost the main loop 60-byte spills.
 template <int CAP>
-__global__ void __launch_bounds__(kTreeWarps * 32, knn_blocks_per_sm<CAP>())
+constexpr bool claims_outliers() {
+  return CAP <= 32;
+}
+
+/// kClaim: warps search outliers after their own queries (a launch of one wave). The outlier
+/// search takes registers: within 64 (8 blocks an SM), the main loop spilled from CAP 4 on and
+/// 100k uniform points at k = 8 were 9 % slower, so that instantiation is held to 7 blocks an
+/// SM (72 registers; a one-wave launch of 100k points needs 6). The other one has no outlier
+/// search inside: with it, searches of 1M points (longer launches) were 4-5 % slower.
+template <int CAP, bool kClaim>
+constexpr int knn_launch_blocks_per_sm() {
+  return kClaim && knn_blocks_per_sm<CAP>() > 0 ? knn_blocks_per_sm<CAP>() - 1
+                                                : knn_blocks_per_sm<CAP>();
+}
+
+template <int CAP, bool kClaim>
+__global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP, kClaim>())
     knn_tree_kernel(TreeView t, TreeKnnArgs a) {
   __shared__ float4 stage_all[kTreeWarps][kStage];
   __shared__ int stack_all[kTreeWarps][kTreeStack];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  if (threadIdx.x == 0) atomicAdd(a.outlier_count + 2, 1);
+  if (kClaim && threadIdx.x == 0) atomicAdd(a.outliers + 2, 1);
   const int first_slot = a.slot_begin + (blockIdx.x * kTreeWarps + warp) * 32;
   if (first_slot >= a.slot_end) return;  // whole warps only
   float4* stage = stage_all[warp];
@@ -290,7 +326,8 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_blocks_per_sm<CAP>())
       if (!walking) {
         walking = true;
         if (is_outlier(t, list.limit(), active, valid)) {
-          atomicExch(a.outlier_slots + atomicAdd(a.outlier_count, 1), slot);  // listed, written
+          const int listed = atomicAdd(a.outliers, 1);
+          atomicExch(a.outliers + kOutlierCounters + listed, ~slot);  // written
           outlier = true;
           active = false;
         }
@@ -334,13 +371,16 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_blocks_per_sm<CAP>())
   }
   flag_rows(a.exact, a.slot_begin, first_slot, flagged, reach);
   if (lane == 0 && evals) atomicAdd(a.evaluations, evals);
-  // This warp's queries are done. In the launch's last wave (every block started: no block waits
-  // for this one's place), it searches the outliers listed so far. Lane 0 reads the count for
-  // the warp: the code below is warp-synchronous.
-  const int started = __shfl_sync(kFullMask, lane == 0 ? atomicOr(a.outlier_count + 2, 0) : 0, 0);
-  if (started == static_cast<int>(gridDim.x))
-    for (int i = claim_outlier(a); i >= 0; i = claim_outlier(a))
-      search_outlier<CAP>(t, a, i, stack_all[warp]);
+  // This warp's queries are done. In a launch of one wave (kClaim), once every block has started
+  // (no block waits for this one's place: another kernel may share the device), it searches the
+  // outliers listed so far. Lane 0 reads the count for the warp: the code below is
+  // warp-synchronous.
+  if constexpr (kClaim) {
+    const int started = __shfl_sync(kFullMask, lane == 0 ? load_relaxed(a.outliers + 2) : 0, 0);
+    if (started == static_cast<int>(gridDim.x))
+      for (int i = claim_outlier(a); i >= 0; i = claim_outlier(a))
+        search_outlier<CAP>(t, a, i, stack_all[warp], nullptr);
+  }
 }
 
 /// The outliers the main kernel listed and left unclaimed, a warp each, over a fixed grid: the
@@ -349,11 +389,12 @@ template <int CAP>
 __global__ void __launch_bounds__(kTreeWarps * 32)
     knn_tree_outlier_kernel(TreeView t, TreeKnnArgs a) {
   __shared__ int stack_all[kTreeWarps][kTreeStack];
+  __shared__ float bounds_all[kTreeWarps][kTreeStack];
   const int warp = threadIdx.x / 32;
-  const int count = a.outlier_count[0];
-  for (int i = a.outlier_count[1] + blockIdx.x * kTreeWarps + warp; i < count;
+  const int count = a.outliers[0];
+  for (int i = a.outliers[1] + blockIdx.x * kTreeWarps + warp; i < count;
        i += gridDim.x * kTreeWarps)
-    search_outlier<CAP>(t, a, i, stack_all[warp]);  // whole warps only
+    search_outlier<CAP>(t, a, i, stack_all[warp], bounds_all[warp]);  // whole warps only
 }
 
 /// The rows flagged by the search kernels, a warp per group (the lanes of one search warp, so

@@ -53,13 +53,18 @@ TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries,
                            cudaStream_t stream, cuda_event& built, DeviceMemoryResource& mr,
                            bool read_stats = true);
 
+/// The ints of a tree search's outlier buffer for launches of up to `slots` queries: its
+/// counters and a list (TreeKnnArgs::outliers).
+inline constexpr int kOutlierCounters = 3;
+inline std::int64_t tree_outlier_ints(std::int64_t slots) { return kOutlierCounters + slots; }
+
 /// One launch of the tree kNN over the sorted queries [slot_begin, slot_end) (the index's own
-/// points when `self_search`), rows written by original query index; `outlier_slots` holds
-/// slot_end - slot_begin entries and `outlier_count` 3; with exclude_self, query i is indexed point
+/// points when `self_search`), rows written by original query index; `outliers` holds
+/// tree_outlier_ints(slot_end - slot_begin) ints; with exclude_self, query i is indexed point
 /// i + query_offset. Does not synchronize.
 void tree_search_range(const SpatialIndex& index, const float4* queries, bool self_search,
                        int slot_begin, int slot_end, KnnParams params, const RadiusBound& bound,
-                       std::int32_t* d_idx, float* d_dist, int* outlier_slots, int* outlier_count,
+                       std::int32_t* d_idx, float* d_dist, int* outliers,
                        unsigned long long* evaluations, int query_offset, const ExactSearch& ex,
                        cudaStream_t stream, DeviceMemoryResource& mr);
 
