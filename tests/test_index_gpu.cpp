@@ -835,14 +835,16 @@ TEST(IndexLarger, ACloudWithDeepTreesMatchesSampledReferenceRows) {
 // the index, at the ends of each warp's stretch of the curve), queries outside the map's box
 // (clamped onto its faces along the curve, true outliers: about a thousand here) and a LiDAR-like
 // self-search (a few dozen, on cells that straddle a jump of the curve), also in passes of 5,000
-// rows (launches that start past slot 0 and reuse the outlier buffers). Every row equals the CPU
-// backend's.
+// rows (5,120: whole blocks; launches that start past slot 0 and reuse the outlier buffers) and in
+// a pass of 150,000 rows (a launch longer than a wave), then one of the ~50,000 left (one wave,
+// past slot 0). Every row equals the CPU backend's.
 TEST(IndexOutliers, ScansQueriesOutsideTheMapAndSelfSearchEqualTheCpuBackend) {
   PCNN_REQUIRE_DEVICE();
   IndexOptions cpu;
   cpu.backend = Backend::cpu;
-  IndexOptions passes = cuda_options();
+  IndexOptions passes = cuda_options(), long_pass = cuda_options();
   passes.chunk_rows = 5000;
+  long_pass.chunk_rows = 150000;
   const auto check = [&](const std::vector<float>& map, const std::vector<float>* queries, int k,
                          const char* what, const IndexOptions& gpu = cuda_options()) {
     const PointsView m = view(map);
@@ -869,6 +871,7 @@ TEST(IndexOutliers, ScansQueriesOutsideTheMapAndSelfSearchEqualTheCpuBackend) {
   check(map, nullptr, 8, "a LiDAR-like self-search");
   check(map, &scan, 8, "a LiDAR-like scan in passes", passes);
   check(map, nullptr, 8, "a LiDAR-like self-search in passes", passes);
+  check(map, nullptr, 8, "a LiDAR-like self-search in a long pass and a short one", long_pass);
 }
 
 // The index sorts its Morton keys on fewer bits than all 64 where the cloud allows; a far outlier

@@ -53,8 +53,10 @@ struct TreeKnnArgs {
   std::int32_t* out_idx = nullptr;
   float* out_dist = nullptr;
   // The outliers: kOutlierCounters counters, [0] listed, [1] claimed for a search (claimed <=
-  // listed), [2] blocks of the search kernel started; then the list, slot s as ~s (0: listed but
-  // not written yet). One buffer, so that one fill of zeros clears both.
+  // listed), [2] blocks of the search kernel started; then the list, slot s as ~s. A claiming
+  // launch (one that reads the list while it is written) clears the list too, 0 meaning listed
+  // but not written yet: one buffer, so that one fill of zeros clears both. Otherwise only
+  // entries [0, listed) are read, after the search kernel.
   int* outliers = nullptr;
   unsigned long long* evaluations = nullptr;
 
@@ -280,12 +282,15 @@ template <int CAP>
 constexpr bool claims_outliers() {
   return CAP <= 32;
 }
+// knn_tree.cu opts only the other instantiation in to more than 48 KB of shared memory.
+static_assert(tree_list_bytes<32>() <= 48 * 1024, "claiming capacities need no opt-in");
 
 /// kClaim: warps search outliers after their own queries (a launch of one wave). The outlier
 /// search takes registers: within 64 (8 blocks an SM), the main loop spilled from CAP 4 on and
 /// 100k uniform points at k = 8 were 9 % slower, so that instantiation is held to 7 blocks an
 /// SM (72 registers; a one-wave launch of 100k points needs 6). The other one has no outlier
-/// search inside: with it, searches of 1M points (longer launches) were 4-5 % slower.
+/// search inside: with the search inside, searches of 1M points (longer launches) were 4-5 %
+/// slower.
 template <int CAP, bool kClaim>
 constexpr int knn_launch_blocks_per_sm() {
   return kClaim && knn_blocks_per_sm<CAP>() > 0 ? knn_blocks_per_sm<CAP>() - 1
