@@ -1,4 +1,4 @@
-// Building the spatial index: bounds, Morton keys, radix sort, cell and node boxes.
+// Building the spatial index: bounds, curve keys, radix sort, cell and node boxes.
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda/cmath>
 
@@ -6,7 +6,7 @@
 #include <climits>
 
 #include "detail/cuda_try.cuh"
-#include "detail/morton.cuh"
+#include "detail/curve_key.cuh"
 #include "detail/spatial_index.cuh"
 #include "detail/warp_reduce.cuh"
 
@@ -72,7 +72,7 @@ __global__ void crowded_kernel(const std::uint64_t* __restrict__ keys, const int
   if (key == kInvalidKey || key != keys[i + kCell]) return;
   const float* a = xyz + ids[i] * stride;
   const float* b = xyz + ids[i + kCell] * stride;
-  if (morton_key(a[0], a[1], a[2], bounds) != morton_key(b[0], b[1], b[2], bounds))
+  if (curve_key(a[0], a[1], a[2], bounds) != curve_key(b[0], b[1], b[2], bounds))
     out[7] = 1;  // any thread; the same value
 }
 
@@ -80,18 +80,18 @@ __global__ void decode_bounds_kernel(const int* in, float* bounds) {
   for (int a = 0; a < 6; ++a) bounds[a] = ordered_to_float(in[a]);
 }
 
-// Keys with the bits below `low_bit` cleared (see key_low_bit).
+// Keys with the bits below `low_bit` cleared (see key_low_bit): computed to the levels kept.
 __global__ void keys_kernel(const float* __restrict__ xyz, std::int64_t stride, int n,
                             const float* __restrict__ bounds, int low_bit,
                             std::uint64_t* __restrict__ keys, int* __restrict__ ids) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float* p = xyz + i * stride;
-  keys[i] = morton_key(p[0], p[1], p[2], bounds) & ~((std::uint64_t(1) << low_bit) - 1);
+  keys[i] = curve_key(p[0], p[1], p[2], bounds, curve_levels(low_bit));
   ids[i] = i;
 }
 
-// The lowest Morton key bit that first orders an index of n points: about 2^18 key buckets a
+// The lowest curve key bit that first orders an index of n points: about 2^18 key buckets a
 // point on average over the bounding cube (3 bits an octree level, plus 18); the bits below are
 // cleared, so the kept keys are sorted (home_cell's binary search), and the invalid key (bit 63)
 // still sorts last. Fewer bits, fewer radix passes of 8 bits: 100k points sort on 37 bits (5
@@ -102,8 +102,8 @@ __global__ void keys_kernel(const float* __restrict__ xyz, std::int64_t stride, 
 // Order only: every search is exact whatever the order of the points.
 int key_low_bit(std::int64_t n) {
   int levels = 1;
-  while (levels < kMortonBits && (std::int64_t(1) << (3 * levels)) < n) ++levels;
-  return 63 - std::min(63, 3 * levels + 18);
+  while (levels < kCurveBits && (std::int64_t(1) << (3 * levels)) < n) ++levels;
+  return 63 - std::min(63, 3 * levels + 18);  // a multiple of 3: whole levels (curve_levels)
 }
 
 __global__ void gather_kernel(const float* __restrict__ xyz, std::int64_t stride, int n,

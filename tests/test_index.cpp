@@ -120,8 +120,9 @@ std::vector<SearchCase> search_cases() {
   add(U, 3000, kSelf, U, 8, 9.0, 0.1, 0, 70);
   add(Input::clustered, 3000, 1000, U, 12, 3.0, 0.2, 0, 71);
   add(U, 40, kSelf, U, 64, 50.0, 0.5, 0, 72);
-  // A lattice has points exactly at the grid's far corner, whose Morton key is the largest a
-  // finite point can have; NaNs with smaller indices must still sort after them.
+  // A lattice has points exactly at the grid's corners, one of which (the Hilbert curve's end,
+  // (hi, lo, lo)) has the largest key a finite point can have; NaNs with smaller indices must
+  // still sort after it.
   add(Input::lattice, 1728, kSelf, U, 8, 1.0, 0.2, 0, 73);
   add(Input::lattice, 1000, 1000, Input::lattice, 9, 1.0, 0.2, 0, 74);
   // Shapes that break simple uniform grids.

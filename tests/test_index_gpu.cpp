@@ -874,7 +874,7 @@ TEST(IndexOutliers, ScansQueriesOutsideTheMapAndSelfSearchEqualTheCpuBackend) {
   check(map, nullptr, 8, "a LiDAR-like self-search in a long pass and a short one", long_pass);
 }
 
-// The index sorts its Morton keys on fewer bits than all 64 where the cloud allows; a far outlier
+// The index sorts its curve keys on fewer bits than all 64 where the cloud allows; a far outlier
 // squeezes the cloud into a few key buckets of the bounding cube, and the build must then sort on
 // every bit again, or its cells become random samples of the cloud. Counted, not timed: the
 // distance evaluations of a self-search with one point 1e5 m away stay within twice those of the

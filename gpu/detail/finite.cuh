@@ -5,7 +5,7 @@
 
 namespace pcnn::detail {
 
-__device__ __forceinline__ bool finite3(float x, float y, float z) {
+__host__ __device__ __forceinline__ bool finite3(float x, float y, float z) {
   return isfinite(x) && isfinite(y) && isfinite(z);
 }
 

@@ -24,8 +24,8 @@
 #include <climits>
 #include <cstdint>
 
+#include "curve_key.cuh"
 #include "distance.cuh"
-#include "morton.cuh"
 #include "radius_bound.cuh"
 #include "refine.cuh"
 #include "search.cuh"
@@ -89,8 +89,7 @@ struct NearestList {
 /// The cell a query falls into along the index's curve: the position of its key among the
 /// sorted keys, divided by the cell size.
 __device__ __forceinline__ int home_cell(const TreeView& t, float4 q) {
-  const std::uint64_t key =
-      morton_key(q.x, q.y, q.z, t.bounds) & ~((std::uint64_t(1) << t.key_low_bit) - 1);
+  const std::uint64_t key = curve_key(q.x, q.y, q.z, t.bounds, curve_levels(t.key_low_bit));
   int lo = 0, hi = t.n;
   while (lo < hi) {
     const int mid = (lo + hi) >> 1;
@@ -137,7 +136,7 @@ __device__ __forceinline__ bool is_outlier(const TreeView& t, float worst, bool 
   const float median = __shfl_sync(kFullMask, sorted, (__popc(valid) - 1) / 2);
   const float* b = t.bounds;
   const float extent = fmaxf(fmaxf(b[3] - b[0], b[4] - b[1]), b[5] - b[2]);
-  const float floor2 = sq(extent / float(1 << kMortonBits));
+  const float floor2 = sq(extent / float(1 << kCurveBits));
   return active && worst > kOutlierRatio * fmaxf(median, floor2);
 }
 

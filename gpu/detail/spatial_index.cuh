@@ -1,4 +1,4 @@
-// The spatial index: points sorted along a Morton (Z-order) curve, cut into cells of 32
+// The spatial index: points sorted along a Hilbert curve (curve_key.cuh), cut into cells of 32
 // consecutive points, with a 32-ary hierarchy of bounding boxes over the cells.
 //
 // Cells hold a fixed number of points rather than covering a fixed volume, so they shrink where
@@ -23,7 +23,7 @@ inline constexpr int kMaxLevels = 8;  // enough for 2^31 points (6 levels) with 
 /// What the kernels need, by value.
 struct TreeView {
   const float4* points = nullptr;       // sorted; w = original index (int bits); finite ones first
-  const std::uint64_t* keys = nullptr;  // sorted Morton keys, bits below key_low_bit cleared
+  const std::uint64_t* keys = nullptr;  // sorted curve keys, bits below key_low_bit cleared
                                         // (finite points first)
   const float* bounds = nullptr;        // lo xyz, hi xyz of the finite points (device)
   const float4* box_lo = nullptr;       // all levels, level 0 (cells) first
@@ -55,7 +55,7 @@ struct SpatialIndex {
 SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_total,
                                  cudaStream_t stream, DeviceMemoryResource& mr);
 
-/// Sorts a separate query set (on the device) along the index's Morton curve (same bounds,
+/// Sorts a separate query set (on the device) along the index's curve (same bounds,
 /// clamped), so that a warp's queries are neighbors. Returns the sorted queries (w = original
 /// index, non-finite ones last).
 device_buffer<float4> sort_queries(const SpatialIndex& index, const float* xyz, std::int64_t stride,

@@ -1,0 +1,99 @@
+// The index's space-filling curve: Hilbert keys, so that nearby points get nearby keys and a run
+// of consecutive keys is a compact piece of space.
+//
+// Why Hilbert and not Morton (Z-order): a cell of the index is 32 consecutive points, and its box
+// is what the searches prune with. Z-order jumps across space at every octant boundary, so a cell
+// that straddles one gets a box spanning both sides; the Hilbert curve only ever steps to a
+// face-adjacent sub-cube. Counted on 1M uniform points (seed 42, cells of 32): the mean cell box
+// holds 3.9 cells' worth of volume under Morton order and 1.3 under Hilbert order, and the cells
+// a warp of 32 self-queries must scan (those some lane's final k-th-neighbor sphere reaches) fall
+// from 27.8 to 15.9 at k = 1, 41.9 to 24.3 at k = 8 and 52.4 to 30.8 at k = 32
+// (bench/results/2026-11-27-round11.md).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "finite.cuh"
+
+namespace pcnn::detail {
+
+inline constexpr int kCurveBits = 21;  // per axis: 63-bit keys
+// The key of a non-finite point: above every finite key (bit 63, which no finite key has), so a
+// finite point with the largest key, 2^63 - 1, still sorts before it.
+inline constexpr std::uint64_t kInvalidKey = std::uint64_t(1) << 63;
+
+__host__ __device__ __forceinline__ std::uint64_t expand_bits21(std::uint32_t v) {
+  std::uint64_t x = v & 0x1fffff;
+  x = (x | x << 32) & 0x1f00000000ffffull;
+  x = (x | x << 16) & 0x1f0000ff0000ffull;
+  x = (x | x << 8) & 0x100f00f00f00f00full;
+  x = (x | x << 4) & 0x10c30c30c30c30c3ull;
+  x = (x | x << 2) & 0x1249249249249249ull;
+  return x;
+}
+
+/// The Hilbert index of the grid point (x, y, z), each of `levels` bits (1 to kCurveBits): 3 ×
+/// `levels` bits, the coarsest level's 3 bits on top. Skilling's transform ("Programming the
+/// Hilbert curve", AIP Conf. Proc. 707, 2004): the rotations and reflections of each level are
+/// applied to the bits below it, then the Gray code is undone and the bits interleaved. The top
+/// 3L bits depend on the top L bits of each coordinate alone, so the key of the coordinates'
+/// top L bits is the full key's top 3L bits: a key truncated to fewer levels orders the points
+/// as the full key's prefix does.
+__host__ __device__ __forceinline__ std::uint64_t hilbert_index(std::uint32_t x, std::uint32_t y,
+                                                                std::uint32_t z, int levels) {
+  const std::uint32_t top = std::uint32_t(1) << (levels - 1);
+  for (std::uint32_t q = top; q > 1; q >>= 1) {
+    const std::uint32_t p = q - 1;
+    // Axis 0 is only ever inverted; axes 1 and 2 invert axis 0 or exchange with it.
+    if (x & q) x ^= p;
+    if (y & q) {
+      x ^= p;
+    } else {
+      const std::uint32_t t = (x ^ y) & p;
+      x ^= t;
+      y ^= t;
+    }
+    if (z & q) {
+      x ^= p;
+    } else {
+      const std::uint32_t t = (x ^ z) & p;
+      x ^= t;
+      z ^= t;
+    }
+  }
+  y ^= x;
+  z ^= y;
+  std::uint32_t t = 0;
+  for (std::uint32_t q = top; q > 1; q >>= 1)
+    if (z & q) t ^= q - 1;
+  x ^= t;
+  y ^= t;
+  z ^= t;
+  return expand_bits21(x) << 2 | expand_bits21(y) << 1 | expand_bits21(z);
+}
+
+/// The curve key of a point on a cubic grid of 2^kCurveBits steps over the largest extent of
+/// `b` (lo xyz, hi xyz; cubic cells keep the curve's locality the same along every axis), to
+/// `levels` levels: the key's bits below 3 × (kCurveBits - levels) are zero. Points outside the
+/// bounds are clamped; non-finite ones get kInvalidKey.
+__host__ __device__ __forceinline__ std::uint64_t curve_key(float x, float y, float z,
+                                                            const float* __restrict__ b,
+                                                            int levels = kCurveBits) {
+  if (!finite3(x, y, z)) return kInvalidKey;
+  const float extent = fmaxf(fmaxf(b[3] - b[0], b[4] - b[1]), fmaxf(b[5] - b[2], 1e-30f));
+  const float scale = float((1 << kCurveBits) - 1) / extent;
+  const float p[3] = {x, y, z};
+  std::uint32_t g[3];
+  for (int a = 0; a < 3; ++a) {  // unrolled by the compiler (no pragma: the host pass warns)
+    const float q = fminf(fmaxf((p[a] - b[a]) * scale, 0.f), float((1 << kCurveBits) - 1));
+    g[a] = static_cast<std::uint32_t>(q) >> (kCurveBits - levels);
+  }
+  return hilbert_index(g[0], g[1], g[2], levels) << (3 * (kCurveBits - levels));
+}
+
+/// The levels a key keeps when its bits below `low_bit` are cleared (low_bit a multiple of 3).
+__host__ __device__ constexpr int curve_levels(int low_bit) { return kCurveBits - low_bit / 3; }
+
+}  // namespace pcnn::detail
