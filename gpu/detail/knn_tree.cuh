@@ -127,6 +127,71 @@ __device__ __forceinline__ CellRange first_cells(const TreeView& t, const TreeKn
   return {max(center - reach, 0), min(center + reach, cells - 1)};
 }
 
+/// The groups whose nearest points seed a list's limit (seed_limit): one per list slot, up to 16
+/// (more would hold too many registers, and the k-th of them costs G² compares).
+template <int CAP>
+constexpr int seed_groups() {
+  return CAP <= 16 ? CAP : 0;
+}
+
+/// The k-th smallest of v[0, G) (ties by position), k <= G: compile-time indices only, so that v
+/// stays in registers.
+template <int G>
+__device__ __forceinline__ float kth_smallest(const float (&v)[G], int k) {
+  float kth = INFINITY;
+#pragma unroll
+  for (int a = 0; a < G; ++a) {
+    int below = 0;
+#pragma unroll
+    for (int b = 0; b < G; ++b) below += v[b] < v[a] || (v[b] == v[a] && b < a);
+    if (below == k - 1) kth = v[a];
+  }
+  return kth;
+}
+
+/// Seeds each lane's limit before the first range is scanned for real. Without it, the first cell
+/// scanned offers the list all of its points (the list is empty, its limit infinite), the next
+/// ones most of theirs, and each offer is an insertion into the list in shared memory, lane by
+/// lane: at 1M uniform points and k = 8 the offers took over half of the kernel's instructions
+/// (ncu source counters, bench/results/2026-11-27-round11.md). Here every point of the first
+/// range goes to one of G groups by its lane in the cell; the nearest of each group (the query
+/// itself excluded) are G distinct points, so the k-th smallest of the groups' nearest bounds
+/// the k-th nearest distance from above (TopK::bound). The scan then offers only what lies
+/// within that bound: 15 points a query instead of 40 at k = 8, 1.2 instead of 10 at k = 1 (a
+/// CPU model of the scan over 200k uniform points), for one more pass of distance computations
+/// over the range. Warp-synchronous.
+template <int CAP>
+__device__ __forceinline__ void seed_limit(const TreeView& t, CellRange range, float4* stage,
+                                           float4 q, bool active, NearestList<CAP>& list,
+                                           unsigned long long& evals) {
+  constexpr int G = seed_groups<CAP>();
+  if constexpr (G > 0) {
+    float nearest[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) nearest[g] = INFINITY;
+    float4 p = load_cell(t, range.first);
+    for (int cell = range.first; cell <= range.last; ++cell) {
+      const float4 next = load_cell(t, cell < range.last ? cell + 1 : -1);
+      stage_cell(stage, p, cell);
+      evals += kCell * __popc(__ballot_sync(kFullMask, active));
+      if (active) {
+        // Rolled over the groups' rounds where G is large, to spare registers.
+#pragma unroll(G >= 4 ? 1 : 4 / G)
+        for (int j = 0; j < kCell; j += G) {
+#pragma unroll
+          for (int g = 0; g < G; ++g) {
+            const float4 c = stage[j + g];  // past the last point: NaN, which fminf passes over
+            const float d = __float_as_int(c.w) == list.self ? INFINITY : point_dist2(q, c);
+            nearest[g] = fminf(nearest[g], d);
+          }
+        }
+      }
+      p = next;
+    }
+    if (active) list.best.bound(kth_smallest(nearest, list.best.k), list.term);
+  }
+}
+
 /// Whether this lane's query is an outlier: its first radius `worst` above kOutlierRatio times
 /// the median of the warp's (`valid`: the lanes with a query), floored at the curve's
 /// resolution so that exact duplicates (radius 0) flag nobody. Every lane must call it.
@@ -316,6 +381,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
   const unsigned valid = __ballot_sync(kFullMask, active);
   if (valid) {
     const CellRange first = first_cells(t, a, slot, q, valid);
+    seed_limit(t, first, stage, q, active, list, evals);
     const int c0 = first.first, c1 = first.last;
     CellWalk<true> walk(t, stack_all[warp], c0, c1);
     bool walking = false;

@@ -106,7 +106,15 @@ struct TopK {
     }
     if (worst_id != INT_MAX) spill.add(worst, worst_id);  // the k-th leaves
     insert(dist, nid);
-    limit = FilterError::widen(worst, term);
+    limit = fminf(limit, FilterError::widen(worst, term));  // a seeded limit stays (bound())
+  }
+
+  /// Lowers the limit to widen(u) before the list is full, where u is the float distance of the
+  /// k-th of some k distinct candidates: the list's final k-th distance w is then <= u, so
+  /// widen(w) <= widen(u) (widen rounds upward, monotonically) and every point within the final
+  /// limit is still offered, which is all the refinement asks (refine.cuh).
+  __device__ __forceinline__ void bound(float u, float term) {
+    limit = fminf(limit, FilterError::widen(u, term));
   }
 
   /// The number of entries held (k once full).
