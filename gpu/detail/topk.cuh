@@ -72,6 +72,7 @@ struct TopK {
   int worst_id;  // id[k - 1]
   int k;
   float limit;  // widen(worst): the scan offers every point within it
+  int held;     // entries held: [0, held) sorted, the rest free (INFINITY, INT_MAX)
   Spill spill;
 
   /// An empty list.
@@ -85,6 +86,7 @@ struct TopK {
     worst = INFINITY;
     worst_id = INT_MAX;
     limit = INFINITY;
+    held = 0;
     spill = Spill{};
   }
 
@@ -118,15 +120,14 @@ struct TopK {
   }
 
   /// The number of entries held (k once full).
-  __device__ __forceinline__ int count() const {
-    int n = 0;
-    while (n < k && s.id(n) != INT_MAX) ++n;
-    return n;
-  }
+  __device__ __forceinline__ int count() const { return held; }
 
-  /// Inserts a candidate for which improves() holds.
+  /// Inserts a candidate for which improves() holds. It goes in at the first free slot (the last
+  /// slot once the list is full) and moves up past the entries it comes before: started at the
+  /// last slot while the list fills, each insertion also moved every free slot, about k² / 2
+  /// moves to fill a list of k.
   __device__ __forceinline__ void insert(float dist, int nid) {
-    int i = k - 1;
+    int i = held < k ? held++ : k - 1;
 #pragma unroll 1
     while (i > 0) {
       const float pd = s.d(i - 1);
