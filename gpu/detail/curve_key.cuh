@@ -34,6 +34,20 @@ __host__ __device__ __forceinline__ std::uint64_t expand_bits21(std::uint32_t v)
   return x;
 }
 
+/// One level's turn of the Hilbert transform for axis v (1 or 2), on the bits below `q`: axis 0's
+/// low bits are inverted where v has the level's bit, else exchanged with v's.
+__host__ __device__ __forceinline__ void hilbert_turn(std::uint32_t& x, std::uint32_t& v,
+                                                      std::uint32_t q) {
+  const std::uint32_t p = q - 1;
+  if (v & q) {
+    x ^= p;
+  } else {
+    const std::uint32_t t = (x ^ v) & p;
+    x ^= t;
+    v ^= t;
+  }
+}
+
 /// The Hilbert index of the grid point (x, y, z), each of `levels` bits (1 to kCurveBits): 3 ×
 /// `levels` bits, the coarsest level's 3 bits on top. Skilling's transform ("Programming the
 /// Hilbert curve", AIP Conf. Proc. 707, 2004): the rotations and reflections of each level are
@@ -45,23 +59,9 @@ __host__ __device__ __forceinline__ std::uint64_t hilbert_index(std::uint32_t x,
                                                                 std::uint32_t z, int levels) {
   const std::uint32_t top = std::uint32_t(1) << (levels - 1);
   for (std::uint32_t q = top; q > 1; q >>= 1) {
-    const std::uint32_t p = q - 1;
-    // Axis 0 is only ever inverted; axes 1 and 2 invert axis 0 or exchange with it.
-    if (x & q) x ^= p;
-    if (y & q) {
-      x ^= p;
-    } else {
-      const std::uint32_t t = (x ^ y) & p;
-      x ^= t;
-      y ^= t;
-    }
-    if (z & q) {
-      x ^= p;
-    } else {
-      const std::uint32_t t = (x ^ z) & p;
-      x ^= t;
-      z ^= t;
-    }
+    if (x & q) x ^= q - 1;  // axis 0 is only ever inverted
+    hilbert_turn(x, y, q);
+    hilbert_turn(x, z, q);
   }
   y ^= x;
   z ^= y;
