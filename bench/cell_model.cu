@@ -1,0 +1,230 @@
+// pcnn_bench_cell_model: what the kNN kernel's warps must scan, counted on the CPU (no GPU).
+//
+// The index sorts the points along a curve (gpu/detail/curve_key.cuh) and cuts them into cells of
+// 32; a warp serves the 32 self-queries of one cell and scans every cell that some lane's sphere
+// may reach (gpu/detail/tree_walk.cuh). For a synthetic cloud, this model counts per warp:
+//   cells   the cells whose box some lane's final k-th-neighbor sphere reaches: the fewest cells
+//           any walk of that index can scan (the kernel's evaluations a query are ~32 times it);
+//   offers  points offered to a lane's list (within its current k-th distance when scanned),
+//           scanning the first range (home cell +- 1) then those cells nearest first, with the
+//           lists empty at the start or seeded as knn_tree.cuh's seed_limit does (G = k groups).
+// Both for Morton (Z-order) keys and for the Hilbert keys the index uses. The exact neighbors come
+// from pcnn's CPU backend. Compiled by nvcc for curve_key.cuh's host functions; runs on the host.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "bench_util.hpp"
+#include "gpu/detail/curve_key.cuh"
+#include "pcnn/index.hpp"
+#include "pcnn/testing/synthetic.hpp"
+
+namespace {
+
+using pcnn::detail::expand_bits21;
+using pcnn::detail::kCurveBits;
+
+constexpr int kCell = 32;
+
+struct Box {
+  float lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
+  void add(const float* p) {
+    for (int a = 0; a < 3; ++a) lo[a] = std::min(lo[a], p[a]), hi[a] = std::max(hi[a], p[a]);
+  }
+  float dist2(const float* p) const {
+    float s = 0;
+    for (int a = 0; a < 3; ++a) {
+      const float g = std::max({lo[a] - p[a], p[a] - hi[a], 0.f});
+      s += g * g;
+    }
+    return s;
+  }
+};
+
+float dist2(const float* a, const float* b) {
+  float s = 0;
+  for (int i = 0; i < 3; ++i) s += (a[i] - b[i]) * (a[i] - b[i]);
+  return s;
+}
+
+struct Counts {
+  double cells = 0, box_volume = 0, offers_empty = 0, offers_seeded = 0;
+};
+
+// The points' order along the curve: Morton keys, or the index's Hilbert keys.
+std::vector<int> curve_order(const std::vector<float>& xyz, bool hilbert) {
+  const std::int64_t n = static_cast<std::int64_t>(xyz.size() / 3);
+  Box all;
+  for (std::int64_t i = 0; i < n; ++i) all.add(&xyz[3 * i]);
+  const float b[6] = {all.lo[0], all.lo[1], all.lo[2], all.hi[0], all.hi[1], all.hi[2]};
+  std::vector<std::uint64_t> key(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float* p = &xyz[3 * i];
+    if (hilbert) {
+      key[i] = pcnn::detail::curve_key(p[0], p[1], p[2], b);
+      continue;
+    }
+    const float extent = std::max({b[3] - b[0], b[4] - b[1], b[5] - b[2], 1e-30f});
+    const float top = float((1 << kCurveBits) - 1);
+    std::uint64_t k = 0;
+    for (int a = 0; a < 3; ++a)
+      k |= expand_bits21(std::uint32_t(std::clamp((p[a] - b[a]) * top / extent, 0.f, top))) << a;
+    key[i] = k;
+  }
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return key[x] < key[y]; });
+  return order;
+}
+
+// The k-th smallest of the G = k groups' nearest points of the first range (seed_limit).
+float seed_bound(const std::vector<float>& s, std::int64_t q, int first, int last, int k,
+                 std::int64_t n) {
+  std::vector<float> nearest(k, INFINITY);
+  for (int c = first; c <= last; ++c)
+    for (int j = 0; j < kCell && c * kCell + j < n; ++j) {
+      const std::int64_t p = std::int64_t(c) * kCell + j;
+      if (p != q) nearest[j % k] = std::min(nearest[j % k], dist2(&s[3 * q], &s[3 * p]));
+    }
+  std::nth_element(nearest.begin(), nearest.begin() + (k - 1), nearest.end());
+  return nearest[k - 1];
+}
+
+// Points within the lane's current k-th distance (or its seed) as the cells are scanned.
+double offers(const std::vector<float>& s, std::int64_t q, const std::vector<int>& cells, int k,
+              float seed, std::int64_t n) {
+  std::vector<float> best;  // ascending, at most k
+  double offered = 0;
+  for (int c : cells)
+    for (int j = 0; j < kCell && c * std::int64_t(kCell) + j < n; ++j) {
+      const std::int64_t p = std::int64_t(c) * kCell + j;
+      if (p == q) continue;
+      const float d = dist2(&s[3 * q], &s[3 * p]);
+      const float limit = std::min(seed, int(best.size()) < k ? INFINITY : best.back());
+      if (d > limit) continue;
+      ++offered;
+      best.insert(std::upper_bound(best.begin(), best.end(), d), d);
+      if (int(best.size()) > k) best.pop_back();
+    }
+  return offered;
+}
+
+Counts model(const std::vector<float>& xyz, const std::vector<float>& kth2, int k, bool hilbert) {
+  const std::int64_t n = static_cast<std::int64_t>(xyz.size() / 3);
+  const std::vector<int> order = curve_order(xyz, hilbert);
+  std::vector<float> s(3 * n), r2(n);  // sorted points and their final k-th distances
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::copy_n(&xyz[3 * std::int64_t(order[i])], 3, &s[3 * i]);
+    r2[i] = kth2[order[i]];
+  }
+  const int cells = static_cast<int>((n + kCell - 1) / kCell);
+  std::vector<Box> box(cells);
+  for (std::int64_t i = 0; i < n; ++i) box[i / kCell].add(&s[3 * i]);
+  Counts out;
+  for (const Box& b : box)
+    out.box_volume += double(b.hi[0] - b.lo[0]) * (b.hi[1] - b.lo[1]) * (b.hi[2] - b.lo[2]);
+  Box all;
+  for (std::int64_t i = 0; i < n; ++i) all.add(&s[3 * i]);
+  const double cube =
+      double(all.hi[0] - all.lo[0]) * (all.hi[1] - all.lo[1]) * (all.hi[2] - all.lo[2]);
+  out.box_volume /= cube;  // the mean box in units of the cloud's box / cells
+  // The cells' boxes in buckets of a grid over the cloud's box, to find the reachable ones.
+  const int g = std::max(1, int(std::cbrt(double(cells))));
+  const auto bucket = [&](int a, float v) {
+    const float w = all.hi[a] - all.lo[a];
+    return std::clamp(int(w > 0 ? (v - all.lo[a]) / w * g : 0), 0, g - 1);
+  };
+  std::vector<std::vector<int>> grid(std::size_t(g) * g * g);
+  for (int c = 0; c < cells; ++c)
+    for (int x = bucket(0, box[c].lo[0]); x <= bucket(0, box[c].hi[0]); ++x)
+      for (int y = bucket(1, box[c].lo[1]); y <= bucket(1, box[c].hi[1]); ++y)
+        for (int z = bucket(2, box[c].lo[2]); z <= bucket(2, box[c].hi[2]); ++z)
+          grid[(std::size_t(x) * g + y) * g + z].push_back(c);
+  std::vector<int> seen(cells, -1);
+  for (int w = 0; w < cells; ++w) {
+    const std::int64_t q0 = std::int64_t(w) * kCell, q1 = std::min(n, q0 + kCell);
+    float reach = 0;
+    for (std::int64_t q = q0; q < q1; ++q) reach = std::max(reach, std::sqrt(r2[q]));
+    const Box& home = box[w];
+    float center[3];
+    for (int a = 0; a < 3; ++a) center[a] = 0.5f * (home.lo[a] + home.hi[a]);
+    std::vector<int> needed;
+    for (int x = bucket(0, home.lo[0] - reach); x <= bucket(0, home.hi[0] + reach); ++x)
+      for (int y = bucket(1, home.lo[1] - reach); y <= bucket(1, home.hi[1] + reach); ++y)
+        for (int z = bucket(2, home.lo[2] - reach); z <= bucket(2, home.hi[2] + reach); ++z)
+          for (int c : grid[(std::size_t(x) * g + y) * g + z]) {
+            if (seen[c] == w) continue;
+            seen[c] = w;
+            for (std::int64_t q = q0; q < q1; ++q)
+              if (box[c].dist2(&s[3 * q]) <= r2[q]) {
+                needed.push_back(c);
+                break;
+              }
+          }
+    out.cells += double(needed.size());
+    // The first range, then the rest nearest the warp's box centre first.
+    const int first = std::max(0, w - (k + kCell - 1) / kCell);
+    const int last = std::min(cells - 1, w + (k + kCell - 1) / kCell);
+    std::vector<int> scan;
+    for (int c = first; c <= last; ++c) scan.push_back(c);
+    std::vector<int> rest;
+    for (int c : needed)
+      if (c < first || c > last) rest.push_back(c);
+    std::sort(rest.begin(), rest.end(),
+              [&](int a, int b) { return box[a].dist2(center) < box[b].dist2(center); });
+    scan.insert(scan.end(), rest.begin(), rest.end());
+    for (std::int64_t q = q0; q < q1; ++q) {
+      out.offers_empty += offers(s, q, scan, k, INFINITY, n);
+      out.offers_seeded += offers(s, q, scan, k, seed_bound(s, q, first, last, k, n), n);
+    }
+  }
+  out.cells /= cells;
+  out.offers_empty /= double(n);
+  out.offers_seeded /= double(n);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"pcnn_bench_cell_model: cells a warp must scan and offers a query, on the CPU"};
+  long long points = 200000;
+  std::string kinds = "uniform", ks = "1,8,32";
+  app.add_option("--points", points, "points of each synthetic cloud")->capture_default_str();
+  app.add_option("--kinds", kinds, "uniform,clustered,lidar")->capture_default_str();
+  app.add_option("--ks", ks, "comma-separated k values")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  std::printf(
+      "# self-kNN (exclude_self), seed 42, cells of %d; cells: per warp, the fewest any "
+      "walk can scan; box: mean cell box / (cloud box / cells); offers: per query\n",
+      kCell);
+  std::printf("%-9s %9s %3s %-7s %8s %7s %13s %14s\n", "kind", "n", "k", "order", "cells", "box",
+              "offers_empty", "offers_seeded");
+  for (const std::string& kind : pcnn::bench::parse_words(kinds)) {
+    const std::vector<float> xyz =
+        pcnn::make_synthetic_cloud(pcnn::parse_synthetic_kind(kind), points, 42);
+    const std::int64_t n = static_cast<std::int64_t>(xyz.size() / 3);
+    for (const long long k : pcnn::bench::parse_list(ks)) {
+      pcnn::IndexOptions options;
+      options.backend = pcnn::Backend::cpu;
+      pcnn::Index index(pcnn::host_points(xyz.data(), n), options);
+      const pcnn::KnnResult exact = index.self_knn({static_cast<int>(k), true});
+      std::vector<float> kth2(n);
+      for (std::int64_t i = 0; i < n; ++i) kth2[i] = exact.sqdist[i * k + (k - 1)];
+      for (const bool hilbert : {false, true}) {
+        const Counts c = model(xyz, kth2, static_cast<int>(k), hilbert);
+        std::printf("%-9s %9lld %3lld %-7s %8.2f %7.2f %13.1f %14.1f\n", kind.c_str(),
+                    static_cast<long long>(n), k, hilbert ? "hilbert" : "morton", c.cells,
+                    c.box_volume, c.offers_empty, c.offers_seeded);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
