@@ -80,14 +80,14 @@ __global__ void decode_bounds_kernel(const int* in, float* bounds) {
   for (int a = 0; a < 6; ++a) bounds[a] = ordered_to_float(in[a]);
 }
 
-// Keys with the bits below `low_bit` cleared (see key_low_bit): computed to the levels kept.
+// Keys with the bits below `low_bit` cleared (see key_low_bit).
 __global__ void keys_kernel(const float* __restrict__ xyz, std::int64_t stride, int n,
                             const float* __restrict__ bounds, int low_bit,
                             std::uint64_t* __restrict__ keys, int* __restrict__ ids) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float* p = xyz + i * stride;
-  keys[i] = curve_key(p[0], p[1], p[2], bounds, curve_levels(low_bit));
+  keys[i] = curve_key(p[0], p[1], p[2], bounds, low_bit);
   ids[i] = i;
 }
 
@@ -103,7 +103,7 @@ __global__ void keys_kernel(const float* __restrict__ xyz, std::int64_t stride, 
 int key_low_bit(std::int64_t n) {
   int levels = 1;
   while (levels < kCurveBits && (std::int64_t(1) << (3 * levels)) < n) ++levels;
-  return 63 - std::min(63, 3 * levels + 18);  // a multiple of 3: whole levels (curve_levels)
+  return 63 - std::min(63, 3 * levels + 18);
 }
 
 __global__ void gather_kernel(const float* __restrict__ xyz, std::int64_t stride, int n,

@@ -56,9 +56,10 @@ TEST(CurveKey, FewerLevelsGiveTheFullKeysPrefix) {
   std::uniform_real_distribution<float> u(-4.f, 6.f);  // some outside the box: clamped
   for (int i = 0; i < 2000; ++i) {
     const float x = u(rng), y = u(rng), z = u(rng);
-    for (int low_bit : {0, 21, 39, 60}) {
+    for (int low_bit : {1, 3, 20, 21, 39, 60, 62}) {  // whole levels and partial ones
       const std::uint64_t kept = ~((std::uint64_t(1) << low_bit) - 1);
-      EXPECT_EQ(curve_key(x, y, z, b, curve_levels(low_bit)), curve_key(x, y, z, b) & kept);
+      EXPECT_EQ(curve_key(x, y, z, b, low_bit), curve_key(x, y, z, b) & kept)
+          << "low bit " << low_bit;
     }
   }
 }
@@ -72,10 +73,9 @@ TEST(CurveKey, NonFinitePointsSortLast) {
   EXPECT_EQ(curve_key(0.f, -inf, 0.f, b), kInvalidKey);
   EXPECT_EQ(curve_key(0.f, 0.f, inf, b), kInvalidKey);
   EXPECT_EQ(curve_key(0.f, 0.f, 0.f, b), 0u);
-  EXPECT_EQ(curve_key(1.f, 0.f, 0.f, b), kInvalidKey - 1);  // the curve's end
-  for (float x : {0.f, 1.f})
-    for (float y : {0.f, 1.f})
-      for (float z : {0.f, 1.f}) EXPECT_LT(curve_key(x, y, z, b), kInvalidKey);
+  EXPECT_EQ(curve_key(1.f, 0.f, 0.f, b), kInvalidKey - 1);  // the curve's end: the largest key
+  EXPECT_EQ(curve_key(1.f, 0.f, 0.f, b, 42), (kInvalidKey - 1) & ~((std::uint64_t(1) << 42) - 1));
+  EXPECT_EQ(curve_key(nan, 0.f, 0.f, b, 42), kInvalidKey);  // truncation keeps it last
 }
 
 }  // namespace

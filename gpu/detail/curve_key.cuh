@@ -75,13 +75,15 @@ __host__ __device__ __forceinline__ std::uint64_t hilbert_index(std::uint32_t x,
 }
 
 /// The curve key of a point on a cubic grid of 2^kCurveBits steps over the largest extent of
-/// `b` (lo xyz, hi xyz; cubic cells keep the curve's locality the same along every axis), to
-/// `levels` levels: the key's bits below 3 × (kCurveBits - levels) are zero. Points outside the
-/// bounds are clamped; non-finite ones get kInvalidKey.
+/// `b` (lo xyz, hi xyz; cubic cells keep the curve's locality the same along every axis), with
+/// its bits below `low_bit` cleared: computed to the levels those bits need, which orders points
+/// as the full key's prefix does. Points outside the bounds are clamped; non-finite ones get
+/// kInvalidKey.
 __host__ __device__ __forceinline__ std::uint64_t curve_key(float x, float y, float z,
                                                             const float* __restrict__ b,
-                                                            int levels = kCurveBits) {
+                                                            int low_bit = 0) {
   if (!finite3(x, y, z)) return kInvalidKey;
+  const int levels = kCurveBits - low_bit / 3;  // whole levels: a partial one is cleared below
   const float extent = fmaxf(fmaxf(b[3] - b[0], b[4] - b[1]), fmaxf(b[5] - b[2], 1e-30f));
   const float scale = float((1 << kCurveBits) - 1) / extent;
   const float p[3] = {x, y, z};
@@ -90,10 +92,8 @@ __host__ __device__ __forceinline__ std::uint64_t curve_key(float x, float y, fl
     const float q = fminf(fmaxf((p[a] - b[a]) * scale, 0.f), float((1 << kCurveBits) - 1));
     g[a] = static_cast<std::uint32_t>(q) >> (kCurveBits - levels);
   }
-  return hilbert_index(g[0], g[1], g[2], levels) << (3 * (kCurveBits - levels));
+  const std::uint64_t key = hilbert_index(g[0], g[1], g[2], levels) << (3 * (kCurveBits - levels));
+  return key & ~((std::uint64_t(1) << low_bit) - 1);
 }
-
-/// The levels a key keeps when its bits below `low_bit` are cleared (low_bit a multiple of 3).
-__host__ __device__ constexpr int curve_levels(int low_bit) { return kCurveBits - low_bit / 3; }
 
 }  // namespace pcnn::detail

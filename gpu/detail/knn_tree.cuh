@@ -89,7 +89,7 @@ struct NearestList {
 /// The cell a query falls into along the index's curve: the position of its key among the
 /// sorted keys, divided by the cell size.
 __device__ __forceinline__ int home_cell(const TreeView& t, float4 q) {
-  const std::uint64_t key = curve_key(q.x, q.y, q.z, t.bounds, curve_levels(t.key_low_bit));
+  const std::uint64_t key = curve_key(q.x, q.y, q.z, t.bounds, t.key_low_bit);
   int lo = 0, hi = t.n;
   while (lo < hi) {
     const int mid = (lo + hi) >> 1;
