@@ -828,6 +828,36 @@ TEST(IndexLarger, ACloudWithDeepTreesMatchesSampledReferenceRows) {
   EXPECT_TRUE(same_knn(head, reference_knn(v, &first, {33})));
 }
 
+// The lists' seeded limits (knn_tree.cuh, seed_limit) at every capacity that seeds (1 to 16), in
+// launches longer than one wave (the instantiations without the outlier search inside) and of one
+// wave: a uniform cloud, and one whose every point has nine exact copies (the seed's groups then
+// hold distance-0 ties), with and without the point itself. Every row equals the CPU backend's.
+TEST(IndexSeededLimits, EveryCapacityAndLaunchEqualsTheCpuBackend) {
+  PCNN_REQUIRE_DEVICE();
+  const std::vector<float> uniform = make_synthetic_cloud(SyntheticKind::uniform, 200000, 81);
+  const std::vector<float> base = make_synthetic_cloud(SyntheticKind::clustered, 20000, 82);
+  std::vector<float> copies;
+  for (int c = 0; c < 10; ++c) copies.insert(copies.end(), base.begin(), base.end());
+  IndexOptions cpu;
+  cpu.backend = Backend::cpu;
+  const std::vector<float>* clouds[] = {&uniform, &copies};
+  for (const std::vector<float>* cloud : clouds) {
+    const PointsView v = view(*cloud);
+    Index gpu(v, cuda_options());
+    Index reference(v, cpu);
+    for (int k : {1, 2, 3, 5, 16})
+      for (bool exclude_self : {true, false}) {
+        const KnnParams p{k, exclude_self};
+        EXPECT_TRUE(same_knn(gpu.self_knn(p), reference.self_knn(p)))
+            << (cloud == &uniform ? "uniform" : "copies") << ", k = " << k
+            << (exclude_self ? ", the point excluded" : "");
+      }
+    // One wave: the first 50,000 points as a separate query set.
+    const PointsView head = host_points(cloud->data(), 50000);
+    EXPECT_TRUE(same_knn(gpu.knn(head, {3}), reference.knn(head, {3})));
+  }
+}
+
 // Outliers: queries whose first radius is far above their warp-mates' are searched alone: in a
 // launch of one wave (up to ~118,000 queries on an H100) by warps of the search kernel that have
 // finished their own queries, and by a kernel after it for those left and for all of a longer
