@@ -7,7 +7,9 @@
 //           any walk of that index can scan (the kernel's evaluations a query are ~32 times it);
 //   offers  points offered to a lane's list (within its current k-th distance when scanned),
 //           scanning the first range (home cell +- 1) then those cells nearest first, with the
-//           lists empty at the start or seeded as knn_tree.cuh's seed_limit does (G = k groups).
+//           lists empty at the start or seeded as knn_tree.cuh's seed_limit does: G groups, G the
+//           list's capacity (k rounded up to a power of two), where it is at most --max-seed-cap
+//           (the kernel's 16; "-" above).
 // Both for Morton (Z-order) keys and for the Hilbert keys the index uses. The exact neighbors come
 // from pcnn's CPU backend. Compiled by nvcc for curve_key.cuh's host functions; runs on the host.
 #include <CLI/CLI.hpp>
@@ -83,14 +85,14 @@ std::vector<int> curve_order(const std::vector<float>& xyz, bool hilbert) {
   return order;
 }
 
-// The k-th smallest of the G = k groups' nearest points of the first range (seed_limit).
-float seed_bound(const std::vector<float>& s, std::int64_t q, int first, int last, int k,
+// The k-th smallest of the G groups' nearest points of the first range (seed_limit).
+float seed_bound(const std::vector<float>& s, std::int64_t q, int first, int last, int k, int g,
                  std::int64_t n) {
-  std::vector<float> nearest(k, INFINITY);
+  std::vector<float> nearest(g, INFINITY);
   for (int c = first; c <= last; ++c)
     for (int j = 0; j < kCell && c * kCell + j < n; ++j) {
       const std::int64_t p = std::int64_t(c) * kCell + j;
-      if (p != q) nearest[j % k] = std::min(nearest[j % k], dist2(&s[3 * q], &s[3 * p]));
+      if (p != q) nearest[j % g] = std::min(nearest[j % g], dist2(&s[3 * q], &s[3 * p]));
     }
   std::nth_element(nearest.begin(), nearest.begin() + (k - 1), nearest.end());
   return nearest[k - 1];
@@ -115,7 +117,8 @@ double offers(const std::vector<float>& s, std::int64_t q, const std::vector<int
   return offered;
 }
 
-Counts model(const std::vector<float>& xyz, const std::vector<float>& kth2, int k, bool hilbert) {
+Counts model(const std::vector<float>& xyz, const std::vector<float>& kth2, int k, int groups,
+             bool hilbert) {
   const std::int64_t n = static_cast<std::int64_t>(xyz.size() / 3);
   const std::vector<int> order = curve_order(xyz, hilbert);
   std::vector<float> s(3 * n), r2(n);  // sorted points and their final k-th distances
@@ -181,7 +184,8 @@ Counts model(const std::vector<float>& xyz, const std::vector<float>& kth2, int 
     scan.insert(scan.end(), rest.begin(), rest.end());
     for (std::int64_t q = q0; q < q1; ++q) {
       out.offers_empty += offers(s, q, scan, k, INFINITY, n);
-      out.offers_seeded += offers(s, q, scan, k, seed_bound(s, q, first, last, k, n), n);
+      if (groups > 0)
+        out.offers_seeded += offers(s, q, scan, k, seed_bound(s, q, first, last, k, groups, n), n);
     }
   }
   out.cells /= cells;
@@ -196,9 +200,12 @@ int main(int argc, char** argv) {
   CLI::App app{"pcnn_bench_cell_model: cells a warp must scan and offers a query, on the CPU"};
   long long points = 200000;
   std::string kinds = "uniform", ks = "1,8,32";
+  int max_seed_cap = 16;
   app.add_option("--points", points, "points of each synthetic cloud")->capture_default_str();
   app.add_option("--kinds", kinds, "uniform,clustered,lidar")->capture_default_str();
   app.add_option("--ks", ks, "comma-separated k values")->capture_default_str();
+  app.add_option("--max-seed-cap", max_seed_cap, "largest list capacity that is seeded")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   std::printf(
       "# self-kNN (exclude_self), seed 42, cells of %d; cells: per warp, the fewest any "
@@ -217,11 +224,16 @@ int main(int argc, char** argv) {
       const pcnn::KnnResult exact = index.self_knn({static_cast<int>(k), true});
       std::vector<float> kth2(n);
       for (std::int64_t i = 0; i < n; ++i) kth2[i] = exact.sqdist[i * k + (k - 1)];
+      int cap = 1;
+      while (cap < k) cap *= 2;
+      const int groups = cap <= max_seed_cap ? cap : 0;
       for (const bool hilbert : {false, true}) {
-        const Counts c = model(xyz, kth2, static_cast<int>(k), hilbert);
-        std::printf("%-9s %9lld %3lld %-7s %8.2f %7.2f %13.1f %14.1f\n", kind.c_str(),
+        const Counts c = model(xyz, kth2, static_cast<int>(k), groups, hilbert);
+        char seeded[32] = "-";
+        if (groups > 0) std::snprintf(seeded, sizeof seeded, "%.1f", c.offers_seeded);
+        std::printf("%-9s %9lld %3lld %-7s %8.2f %7.2f %13.1f %14s\n", kind.c_str(),
                     static_cast<long long>(n), k, hilbert ? "hilbert" : "morton", c.cells,
-                    c.box_volume, c.offers_empty, c.offers_seeded);
+                    c.box_volume, c.offers_empty, seeded);
         std::fflush(stdout);
       }
     }
