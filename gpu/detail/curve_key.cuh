@@ -4,7 +4,7 @@
 // Why Hilbert and not Morton (Z-order): a cell of the index is 32 consecutive points, and its box
 // is what the searches prune with. Z-order jumps across space at every octant boundary, so a cell
 // that straddles one gets a box spanning both sides; the Hilbert curve only ever steps to a
-// face-adjacent sub-cube. Counted on 1M uniform points (seed 42, cells of 32): the mean cell box
+// face-adjacent sub-cube. Counted on 1M uniform points (pcnn_bench_cell_model): the mean cell box
 // holds 3.9 cells' worth of volume under Morton order and 1.3 under Hilbert order, and the cells
 // a warp of 32 self-queries must scan (those some lane's final k-th-neighbor sphere reaches) fall
 // from 27.8 to 15.9 at k = 1, 41.9 to 24.3 at k = 8 and 52.4 to 30.8 at k = 32
