@@ -20,8 +20,10 @@ status=0
 for ((r = 1; r <= runs; ++r)); do
   for side in old new; do
     b=/tmp/ab-$side/gpu-bundle
-    LD_LIBRARY_PATH="$b/lib" "$b/bin/$prog" "$@" >"$out/$tag.$side.$r.txt" 2>&1 || status=$?
-    echo "== $tag $side run $r (exit $status)"
+    LD_LIBRARY_PATH="$b/lib" "$b/bin/$prog" "$@" >"$out/$tag.$side.$r.txt" 2>&1
+    rc=$?
+    [ "$rc" -eq 0 ] || status=$rc
+    echo "== $tag $side run $r (exit $rc)"
     tail -n 40 "$out/$tag.$side.$r.txt"
   done
 done

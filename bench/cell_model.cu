@@ -24,15 +24,15 @@
 
 #include "bench_util.hpp"
 #include "gpu/detail/curve_key.cuh"
+#include "gpu/detail/spatial_index.cuh"
 #include "pcnn/index.hpp"
 #include "pcnn/testing/synthetic.hpp"
 
 namespace {
 
 using pcnn::detail::expand_bits21;
+using pcnn::detail::kCell;  // the index's cell size
 using pcnn::detail::kCurveBits;
-
-constexpr int kCell = 32;
 
 struct Box {
   float lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
