@@ -1127,7 +1127,7 @@ namespace {
 // The ranks' section of the summary (rank 0), from every rank's stats; returns the slowest
 // rank's build + search, the run's total.
 double ranks_section(Report& report, Backend backend, const std::vector<mpi::RankStats>& stats,
-                     int size, bool shared) {
+                     int size, bool shared, bool replicated) {
   report.add("ranks", size);
   if (backend == Backend::cuda && !stats.empty()) {
     const DeviceInfo dev = query_device(stats[0].device);  // rank 0's
@@ -1137,6 +1137,7 @@ double ranks_section(Report& report, Backend backend, const std::vector<mpi::Ran
   }
   Report s;
   s.add("ranks", size);
+  s.add("layout", replicated ? "replicated" : "spatial");
   double slowest = 0, forwarded = 0;
   for (const mpi::RankStats& r : stats) {
     slowest = std::max(slowest, r.build_ms + r.total_ms);
@@ -1213,15 +1214,18 @@ int write_shared(int& failed, bool json, mpi::DistributedIndex& index, const mpi
     return failed;
   for (std::string& t : temporaries) bcast_string(t);
   if (mpi_step(failed, json, [&] {
-        const mpi::RankBlock block = index.redistribute(mine, rows);
-        const KnnResult& r = block.result;
+        // Replicas answered their blocks already.
+        const mpi::RankBlock block =
+            index.replicated() ? mpi::RankBlock{} : index.redistribute(mine, rows);
+        const KnnResult& r = index.replicated() ? mine.result : block.result;
+        const std::int64_t first = index.replicated() ? mine.first : block.first;
         const std::vector<std::int32_t> counts =
             list.size() > 2 ? row_counts(r) : std::vector<std::int32_t>();
         const void* data[3] = {r.indices.data(), r.sqdist.data(), counts.data()};
         for (std::size_t i = 0; i < list.size(); ++i) {
           if (list[i].path.empty()) continue;
           SharedArrayWriter w(temporaries[i], list[i].path, rows, list[i].cols, list[i].type);
-          w.write_rows(block.first, r.rows, data[i]);
+          w.write_rows(first, r.rows, data[i]);
           w.finish();
         }
       }))
@@ -1237,8 +1241,8 @@ int write_shared(int& failed, bool json, mpi::DistributedIndex& index, const mpi
 // rows: the rows redistributed into one block per rank, each block's pairs at the sum of the
 // pairs before it (an exclusive scan), its offsets made global; the last rank writes the final
 // offset. `counted` (rank 0): the counted offsets, whose total sizes the files.
-int write_shared_radius(int& failed, bool json, mpi::DistributedIndex& index,
-                        const mpi::RankRadius& mine, std::int64_t rows, const RadiusResult& counted,
+int write_shared_radius(int& failed, bool json, mpi::DistributedIndex& index, mpi::RankRadius& mine,
+                        std::int64_t rows, const RadiusResult& counted,
                         std::optional<OutputSet>& outputs, const std::string& out) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -1256,7 +1260,9 @@ int write_shared_radius(int& failed, bool json, mpi::DistributedIndex& index,
   for (std::string& t : temporaries) bcast_string(t);
   MPI_Bcast(&total, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
   if (mpi_step(failed, json, [&] {
-        mpi::RankRadiusBlock block = index.redistribute(mine, rows);
+        mpi::RankRadiusBlock block = index.replicated()
+                                         ? mpi::RankRadiusBlock{mine.first, std::move(mine.result)}
+                                         : index.redistribute(mine, rows);
         RadiusResult& r = block.result;
         std::int64_t pairs = r.offsets.back(), base = 0;
         MPI_Exscan(&pairs, &base, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
@@ -1304,10 +1310,10 @@ int run_mpi(const SearchOptions& opt, const KnnCommand* knn, const RadiusCommand
   }
   // 1. Options, outputs (rank 0), inputs (every rank reads them whole).
   if (mpi_step(failed, opt.mode.json, [&] {
-        PCNN_EXPECTS(opt.devices.empty() && opt.layout == "auto" && opt.tiles == 0 &&
-                         opt.max_device_memory == 0,
-                     "--devices, --layout, --tiles and --max-device-memory are for one process; "
-                     "under mpirun each rank owns one spatial part on one device");
+        PCNN_EXPECTS(opt.devices.empty() && opt.tiles == 0 && opt.max_device_memory == 0,
+                     "--devices, --tiles and --max-device-memory are for one process; under "
+                     "mpirun each rank uses one device (--layout: a spatial part or a replica)");
+        parse_layout(opt.layout);
         if (radius) validate_radius(radius->radius);
         validate_before_loading(opt, k, false);
         if (rank == 0)
@@ -1354,7 +1360,7 @@ int run_mpi(const SearchOptions& opt, const KnnCommand* knn, const RadiusCommand
       }))
     return failed;
   if (mpi_step(failed, opt.mode.json, [&] {
-        index.emplace(MPI_COMM_WORLD, in.ref_view, o);
+        index.emplace(MPI_COMM_WORLD, in.ref_view, o, false, parse_layout(opt.layout));
         if (knn) {
           const KnnParams params{k, opt.exclude_self};
           mine = in.qv() ? index->knn(*in.qv(), params) : index->self_knn(params);
@@ -1398,7 +1404,8 @@ int run_mpi(const SearchOptions& opt, const KnnCommand* knn, const RadiusCommand
   int code = kExitOk;
   if (mpi_step(failed, opt.mode.json, [&] {
         if (rank != 0) return;
-        const double total = ranks_section(*report, o.backend, stats, size, shared);
+        const double total =
+            ranks_section(*report, o.backend, stats, size, shared, index->replicated());
         code = knn ? compare_and_write(*knn, *outputs, in, *report, result, total, shared)
                    : compare_and_write_radius(*radius, *outputs, in, *report, rr, capped,
                                               shared && hybrid, total);

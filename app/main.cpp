@@ -102,9 +102,10 @@ void add_search_options(CLI::App* cmd, SearchOptions& o, std::string& memory) {
                   "all or 0,1: several GPUs searched at once (see --layout; with --device cpu: "
                   "one spatial part per entry); the same rows as one device");
   cmd->add_option("--layout", o.layout,
-                  "with --devices: spatial (one spatial part per GPU: clouds larger than one "
-                  "GPU), replicated (every GPU indexes the whole cloud and searches its share "
-                  "of the rows) or auto (replicated on GPUs unless --max-device-memory)")
+                  "with --devices, or under mpirun: spatial (one spatial part per GPU or rank: "
+                  "clouds larger than one GPU), replicated (every GPU or rank indexes the whole "
+                  "cloud and searches its share of the rows) or auto (replicated on GPUs unless "
+                  "--max-device-memory; under mpirun, where every rank's GPU holds the cloud)")
       ->check(CLI::IsMember({"auto", "spatial", "replicated"}));
   cmd->add_option("--tiles", o.tiles,
                   "the references in this many spatial parts searched one after the other "

@@ -250,7 +250,7 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "auto, cuda or cpu")->capture_default_str();
   app.add_option("--devices", devices, "one process: all or 0,1 (CPU backend: one part each)")
       ->capture_default_str();
-  app.add_option("--layout", layout, "one process: auto, spatial or replicated")
+  app.add_option("--layout", layout, "auto, spatial or replicated (one process or mpirun)")
       ->capture_default_str();
   app.add_option("--locked-outputs", locked,
                  "page-lock the result buffers once, before any timed run (as a frame loop or a "
@@ -401,19 +401,35 @@ int main(int argc, char** argv) {
     else {
       parts = ranks_;
       mpi::RankRows mine;
+      // Replicas write their block into rows allocated (and with --locked-outputs page-locked)
+      // once, as the one-device run does; spatial ranks return their rows.
+      ResultLocks block_locks;
       for (int r = 0; r <= runs; ++r) {
         MPI_Barrier(MPI_COMM_WORLD);
         t = Clock::now();
-        mpi::DistributedIndex index(MPI_COMM_WORLD, view, io, /*keep_device=*/true);
+        mpi::DistributedIndex index(MPI_COMM_WORLD, view, io, /*keep_device=*/true,
+                                    parse_layout(layout));
         const double made = ms_since(t);
-        mine = index.self_knn(params);
+        if (index.replicated()) {
+          const auto [first, end] = index.block(n);
+          if (r == 0) allocate_rows(mine.result, end - first, k, lock, block_locks);
+          mine.first = first;
+          index.self_knn(params, {mine.result.indices.data(), end - first, k},
+                         {mine.result.sqdist.data(), end - first, k});
+        } else {
+          mine = index.self_knn(params);
+        }
+        if (r == runs) say("  layout: %s\n", index.replicated() ? "replicated" : "spatial");
         // Build + search of this rank (its partition apart), the slowest rank's counted.
         const double mine_ms = index.last_stats().build_ms + index.last_stats().total_ms;
+        const double mine_search = index.last_stats().total_ms;
         const double mine_part = made - index.last_stats().build_ms;
-        double slowest = 0, part = 0;
+        double slowest = 0, part = 0, search = 0;
         MPI_Allreduce(&mine_ms, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        MPI_Allreduce(&mine_search, &search, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         MPI_Allreduce(&mine_part, &part, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         if (r > 0) t_part.push_back(part);
+        if (r > 0) t_all_search.push_back(search);
         const auto stats = index.all_stats();
         forwarded = 0;
         for (const auto& s : stats) forwarded += s.queries_forwarded;
@@ -427,7 +443,10 @@ int main(int argc, char** argv) {
                 static_cast<long long>(s.queries_received), s.build_ms, s.search_ms, s.exchange_ms);
       }
       if (check) {
-        long long mine_bad = first_difference(one, mine.rows, mine.result), first = -1;
+        std::vector<std::int64_t> rows = mine.rows;
+        if (rows.empty())
+          for (std::int64_t i = 0; i < mine.result.rows; ++i) rows.push_back(mine.first + i);
+        long long mine_bad = first_difference(one, rows, mine.result), first = -1;
         if (mine_bad < 0) mine_bad = LLONG_MAX;
         MPI_Allreduce(&mine_bad, &first, 1, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
         bad = first == LLONG_MAX ? -1 : first;

@@ -1,5 +1,6 @@
 // The distributed index over MPI: one part per rank, forwarded queries and their answers
-// exchanged with MPI_Alltoallv, the merge on exact distances (dist/part.hpp).
+// exchanged with MPI_Alltoallv, the merge on exact distances (dist/part.hpp); or one replica of
+// the whole cloud per rank, each answering a contiguous block of the rows.
 #include "pcnn/mpi.hpp"
 
 #include <algorithm>
@@ -7,8 +8,12 @@
 #include <climits>
 #include <cmath>
 #include <exception>
+#include <numeric>
+#include <optional>
 #include <string>
+#include <tuple>
 
+#include "core/fresh_pages.hpp"
 #include "dist/part.hpp"
 #include "pcnn/device.hpp"
 #include "pcnn/error.hpp"
@@ -92,6 +97,18 @@ void* data_of(dist::Packed& p) {
   return p.is_double ? static_cast<void*>(p.d.data()) : static_cast<void*>(p.f.data());
 }
 
+// The global rows of a share as a list: its own, or its contiguous block's made into one.
+template <class Share>
+const std::vector<std::int64_t>& row_list(const Share& mine, std::vector<std::int64_t>& made) {
+  if (!mine.rows.empty() || mine.result.rows == 0) return mine.rows;
+  made.resize(static_cast<std::size_t>(mine.result.rows));
+  std::iota(made.begin(), made.end(), mine.first);
+  return made;
+}
+
+// Rank r's block of `rows` rows: [rows * r / ranks, rows * (r + 1) / ranks).
+std::int64_t block_begin(std::int64_t rows, int r, int ranks) { return rows * r / ranks; }
+
 }  // namespace
 
 struct DistributedIndex::Impl {
@@ -101,6 +118,8 @@ struct DistributedIndex::Impl {
   Partitioning partitioning;
   std::vector<dist::Bounds> bounds;
   dist::Part part;
+  std::optional<Index> whole;  // replicated: this rank's index of the whole cloud
+  int sharing = 1;             // CUDA: ranks of this host per device (at most)
   IndexOptions options;
   RankStats stats;
   double build_ms = 0;
@@ -124,10 +143,18 @@ struct DistributedIndex::Impl {
                                 const dist::Coords& qs, bool is_double, Exchange& x);
   RankRows dense(const PointsView* queries, const dist::DenseSearch& search);
   RankRadius radius(const PointsView* queries, const RadiusParams& params, bool count_only);
+  // Replicated: this rank's block of the rows, searched on its whole index.
+  RankRows dense_block(const PointsView* queries, const dist::DenseSearch& search,
+                       const MatrixView<std::int32_t>* into_idx = nullptr,
+                       const MatrixView<float>* into_d = nullptr);
+  RankRadius radius_block(const PointsView* queries, const RadiusParams& params, bool count_only);
+  bool fits_whole_cloud(const PointsView& points) const;
+  void check_queries(const PointsView* queries, bool exclude_self) const;
+  void check_dense(const PointsView* queries, const dist::DenseSearch& search) const;
 };
 
 DistributedIndex::DistributedIndex(MPI_Comm comm, PointsView points, IndexOptions options,
-                                   bool keep_device)
+                                   bool keep_device, Layout layout)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   check(MPI_Comm_dup(comm, &m.comm), "MPI_Comm_dup");
@@ -146,15 +173,29 @@ DistributedIndex::DistributedIndex(MPI_Comm comm, PointsView points, IndexOption
       MPI_Comm local;
       check(MPI_Comm_split_type(m.comm, MPI_COMM_TYPE_SHARED, m.rank, MPI_INFO_NULL, &local),
             "MPI_Comm_split_type");
-      int local_rank = 0;
+      int local_rank = 0, local_size = 1;
       MPI_Comm_rank(local, &local_rank);
+      MPI_Comm_size(local, &local_size);
       MPI_Comm_free(&local);
       const int devices = device_count();
       if (devices == 0)
         throw no_device_error("rank " + std::to_string(m.rank) + ": no CUDA device");
       options.device = local_rank % devices;
+      m.sharing = (local_size + devices - 1) / devices;
     }
     m.options = options;
+  });
+  // Every rank takes the same layout: replicas only if every rank's device holds the cloud.
+  int replicate =
+      layout == Layout::replicated || (layout == Layout::automatic && m.fits_whole_cloud(points));
+  check(MPI_Allreduce(MPI_IN_PLACE, &replicate, 1, MPI_INT, MPI_MIN, m.comm), "MPI_Allreduce");
+  collectively(m.comm, [&] {
+    if (replicate) {
+      const auto t = clock_type::now();
+      m.whole.emplace(points, m.options);
+      m.build_ms = ms_since(t);
+      return;
+    }
     m.partitioning = Partitioning(points, m.size);
     // Every rank assigns every point (the same answer everywhere) and keeps its own part; the
     // other parts' bounds decide where queries go.
@@ -180,6 +221,7 @@ DistributedIndex& DistributedIndex::operator=(DistributedIndex&&) noexcept = def
 
 int DistributedIndex::rank() const { return impl_->rank; }
 int DistributedIndex::ranks() const { return impl_->size; }
+bool DistributedIndex::replicated() const { return impl_->whole.has_value(); }
 std::int64_t DistributedIndex::size() const { return impl_->n; }
 const RankStats& DistributedIndex::last_stats() const { return impl_->stats; }
 
@@ -187,21 +229,136 @@ void DistributedIndex::Impl::start_stats() {
   stats = RankStats();
   stats.rank = rank;
   stats.device = options.backend == Backend::cuda ? options.device : -1;
-  stats.points = part.size();
+  stats.points = whole ? whole->size() : part.size();
   stats.build_ms = build_ms;
 }
 
-DistributedIndex::Impl::Batch DistributedIndex::Impl::home_batch(const PointsView* queries,
-                                                                 bool exclude_self) {
+bool DistributedIndex::Impl::fits_whole_cloud(const PointsView& points) const {
+  if (options.backend != Backend::cuda || options.memory) return false;
+  const DeviceInfo d = query_device(options.device);
+  return d.available && d.total_memory / sharing >= 128 * points.count;
+}
+
+void DistributedIndex::Impl::check_queries(const PointsView* queries, bool exclude_self) const {
   PCNN_EXPECTS(!(exclude_self && queries),
                "exclude_self applies to a self-search only (no separate query set)");
-  Batch b;
-  b.queries = queries;
-  if (queries) {
+  if (queries)
     PCNN_EXPECTS(queries->memory == Memory::host && queries->count >= 0 &&
                      queries->count <= INT32_MAX && (queries->count == 0 || queries->address()) &&
                      queries->stride >= 3,
                  "queries: invalid view (host memory, stride >= 3)");
+}
+
+void DistributedIndex::Impl::check_dense(const PointsView* queries,
+                                         const dist::DenseSearch& search) const {
+  PCNN_EXPECTS(search.k >= 1 && search.k <= kMaxK,
+               std::string(search.hybrid ? "max_nn" : "k") + " must be between 1 and " +
+                   std::to_string(kMaxK) + ", got " + std::to_string(search.k));
+  PCNN_EXPECTS(!search.hybrid || (std::isfinite(search.radius) && search.radius >= 0),
+               "radius must be finite and >= 0");
+  check_queries(queries, search.exclude_self);
+}
+
+// Into the caller's views (into_idx, into_d) or an owning result.
+RankRows DistributedIndex::Impl::dense_block(const PointsView* queries,
+                                             const dist::DenseSearch& search,
+                                             const MatrixView<std::int32_t>* into_idx,
+                                             const MatrixView<float>* into_d) {
+  const auto t_start = clock_type::now();
+  RankRows out;
+  start_stats();
+  collectively(comm, [&] {
+    PCNN_EXPECTS(whole, "rows into the caller's memory need the replicated layout");
+    check_dense(queries, search);
+    const std::int64_t rows = queries ? queries->count : n, k = search.k;
+    out.first = block_begin(rows, rank, size);
+    KnnResult& r = out.result;
+    r.rows = block_begin(rows, rank + 1, size) - out.first;
+    r.k = search.k;
+    MatrixView<std::int32_t> iv{nullptr, r.rows, k};
+    MatrixView<float> dv{nullptr, r.rows, k};
+    if (into_idx) {
+      for (const auto& [memory, vr, vc, data] :
+           {std::tuple{into_idx->memory, into_idx->rows, into_idx->cols,
+                       static_cast<const void*>(into_idx->data)},
+            std::tuple{into_d->memory, into_d->rows, into_d->cols,
+                       static_cast<const void*>(into_d->data)}})
+        PCNN_EXPECTS(memory == Memory::host && vr == r.rows && vc == k && (r.rows == 0 || data),
+                     "this rank's block: views of " + std::to_string(r.rows) + " x " +
+                         std::to_string(k) + " in host memory expected");
+      iv.data = into_idx->data;
+      dv.data = into_d->data;
+    } else {
+      detail::resize_fresh(r.indices, static_cast<std::size_t>(r.rows * k));
+      detail::resize_fresh(r.sqdist, r.indices.size());
+      iv.data = r.indices.data();
+      dv.data = r.sqdist.data();
+    }
+    const auto t = clock_type::now();
+    if (r.rows > 0 && queries) {
+      const PointsView q = queries->slice(out.first, r.rows);
+      search.run(*whole, &q, iv, dv);
+    } else if (r.rows > 0) {
+      search.run_rows(*whole, out.first, iv, dv);
+    }
+    stats.search_ms = ms_since(t);
+  });
+  stats.home_queries = out.result.rows;
+  stats.total_ms = ms_since(t_start);
+  return out;
+}
+
+// A self-search's rows are counted all at once (an index counts its own rows only so), then
+// this rank keeps its block's counts; separate queries count the block alone.
+RankRadius DistributedIndex::Impl::radius_block(const PointsView* queries,
+                                                const RadiusParams& params, bool count_only) {
+  const auto t_start = clock_type::now();
+  RankRadius out;
+  start_stats();
+  collectively(comm, [&] {
+    PCNN_EXPECTS(std::isfinite(params.radius) && params.radius >= 0,
+                 "radius must be finite and >= 0, got " + std::to_string(params.radius));
+    check_queries(queries, params.exclude_self);
+    const std::int64_t rows = queries ? queries->count : n;
+    out.first = block_begin(rows, rank, size);
+    RadiusResult& r = out.result;
+    r.rows = block_begin(rows, rank + 1, size) - out.first;
+    const auto t = clock_type::now();
+    r.offsets.assign(static_cast<std::size_t>(r.rows) + 1, 0);
+    std::optional<PointsView> q;
+    if (queries) {
+      q = queries->slice(out.first, r.rows);
+      whole->radius_count(*q, params, {r.offsets.data(), r.rows + 1});
+    } else if (r.rows > 0) {
+      std::vector<std::int64_t> all(static_cast<std::size_t>(rows) + 1);
+      whole->self_radius_count(params, {all.data(), rows + 1});
+      for (std::int64_t i = 0; i <= r.rows; ++i) r.offsets[i] = all[out.first + i] - all[out.first];
+    }
+    if (!count_only) {
+      const std::int64_t pairs = r.offsets.back();
+      detail::resize_fresh(r.indices, static_cast<std::size_t>(pairs));
+      detail::resize_fresh(r.sqdist, r.indices.size());
+      const ArrayView<const std::int64_t> off{r.offsets.data(), r.rows + 1};
+      const ArrayView<std::int32_t> iv{r.indices.data(), pairs};
+      const ArrayView<float> dv{r.sqdist.data(), pairs};
+      if (q)
+        whole->radius_fill(*q, params, off, iv, dv);
+      else if (r.rows > 0)
+        whole->self_radius_fill_rows(out.first, params, off, iv, dv);
+    }
+    stats.search_ms = ms_since(t);
+  });
+  stats.home_queries = out.result.rows;
+  stats.total_ms = ms_since(t_start);
+  return out;
+}
+
+DistributedIndex::Impl::Batch DistributedIndex::Impl::home_batch(const PointsView* queries,
+                                                                 bool exclude_self) {
+  check_queries(queries, exclude_self);
+  Batch b;
+  b.queries = queries;
+  if (queries) {
     b.qxyz = dist::Packed(queries->is_double());
     for (std::int64_t r = 0; r < queries->count; ++r) {
       double q[3];
@@ -247,6 +404,7 @@ dist::Packed DistributedIndex::Impl::exchange_queries(
 }
 
 RankRows DistributedIndex::Impl::dense(const PointsView* queries, const dist::DenseSearch& search) {
+  if (whole) return dense_block(queries, search);
   const auto t_start = clock_type::now();
   const int k = search.k;
   RankRows out;
@@ -255,11 +413,7 @@ RankRows DistributedIndex::Impl::dense(const PointsView* queries, const dist::De
   start_stats();
   // 1. This rank's home queries.
   collectively(comm, [&] {
-    PCNN_EXPECTS(k >= 1 && k <= kMaxK, std::string(search.hybrid ? "max_nn" : "k") +
-                                           " must be between 1 and " + std::to_string(kMaxK) +
-                                           ", got " + std::to_string(k));
-    PCNN_EXPECTS(!search.hybrid || (std::isfinite(search.radius) && search.radius >= 0),
-                 "radius must be finite and >= 0");
+    check_dense(queries, search);
     b = home_batch(queries, search.exclude_self);
     dist::search_home(part, rank, bounds, b.q(), static_cast<std::int64_t>(b.rows.size()), search,
                       options, dist::hardware_threads(),
@@ -310,6 +464,7 @@ RankRows DistributedIndex::Impl::dense(const PointsView* queries, const dist::De
 
 RankRadius DistributedIndex::Impl::radius(const PointsView* queries, const RadiusParams& params,
                                           bool count_only) {
+  if (whole) return radius_block(queries, params, count_only);
   const auto t_start = clock_type::now();
   RankRadius out;
   Batch b;
@@ -404,6 +559,21 @@ RankRows DistributedIndex::knn(PointsView queries, const KnnParams& params) {
   return impl_->dense(&queries, dist::DenseSearch::of(params));
 }
 
+void DistributedIndex::self_knn(const KnnParams& params, MatrixView<std::int32_t> indices,
+                                MatrixView<float> sqdist) {
+  impl_->dense_block(nullptr, dist::DenseSearch::of(params), &indices, &sqdist);
+}
+
+void DistributedIndex::knn(PointsView queries, const KnnParams& params,
+                           MatrixView<std::int32_t> indices, MatrixView<float> sqdist) {
+  impl_->dense_block(&queries, dist::DenseSearch::of(params), &indices, &sqdist);
+}
+
+std::pair<std::int64_t, std::int64_t> DistributedIndex::block(std::int64_t rows) const {
+  return {block_begin(rows, impl_->rank, impl_->size),
+          block_begin(rows, impl_->rank + 1, impl_->size)};
+}
+
 RankRows DistributedIndex::self_hybrid(const HybridParams& params) {
   return impl_->dense(nullptr, dist::DenseSearch::of(params));
 }
@@ -430,8 +600,10 @@ RankRadius DistributedIndex::radius_count(PointsView queries, const RadiusParams
 
 KnnResult DistributedIndex::gather(const RankRows& mine, std::int64_t rows, int root) {
   Impl& m = *impl_;
+  std::vector<std::int64_t> made;
+  const std::vector<std::int64_t>& list = row_list(mine, made);
   const int k = mine.result.k;
-  int count = static_cast<int>(mine.rows.size());
+  int count = static_cast<int>(list.size());
   std::vector<int> counts(static_cast<std::size_t>(m.size));
   check(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, root, m.comm), "MPI_Gather");
   std::vector<int> disp;
@@ -449,8 +621,8 @@ KnnResult DistributedIndex::gather(const RankRows& mine, std::int64_t rows, int 
     packed.sqdist.resize(packed.indices.size());
   });
   const RowType irow(k, MPI_INT32_T), frow(k, MPI_FLOAT);
-  check(MPI_Gatherv(mine.rows.data(), count, MPI_INT64_T, all_rows.data(), counts.data(),
-                    disp.data(), MPI_INT64_T, root, m.comm),
+  check(MPI_Gatherv(list.data(), count, MPI_INT64_T, all_rows.data(), counts.data(), disp.data(),
+                    MPI_INT64_T, root, m.comm),
         "MPI_Gatherv (rows)");
   check(MPI_Gatherv(mine.result.indices.data(), count, irow.get(), packed.indices.data(),
                     counts.data(), disp.data(), irow.get(), root, m.comm),
@@ -473,6 +645,8 @@ KnnResult DistributedIndex::gather(const RankRows& mine, std::int64_t rows, int 
 
 RankBlock DistributedIndex::redistribute(const RankRows& mine, std::int64_t rows) {
   Impl& m = *impl_;
+  std::vector<std::int64_t> made;
+  const std::vector<std::int64_t>& list = row_list(mine, made);
   const int k = mine.result.k;
   const auto begin = [&](int p) { return rows * p / m.size; };
   std::vector<int> send(static_cast<std::size_t>(m.size), 0), recv(send.size());
@@ -481,7 +655,7 @@ RankBlock DistributedIndex::redistribute(const RankRows& mine, std::int64_t rows
   collectively(m.comm, [&] {
     PCNN_EXPECTS(k >= 1 && k <= kMaxK, "redistribute: rows of a search expected");
     int p = 0;
-    for (const std::int64_t r : mine.rows) {  // ascending: the owners too
+    for (const std::int64_t r : list) {  // ascending: the owners too
       PCNN_EXPECTS(r >= 0 && r < rows, "redistribute: row " + std::to_string(r) + " outside");
       while (r >= begin(p + 1)) ++p;
       ++send[p];
@@ -503,7 +677,7 @@ RankBlock DistributedIndex::redistribute(const RankRows& mine, std::int64_t rows
     in.sqdist.resize(in.indices.size());
   });
   const RowType irow(k, MPI_INT32_T), frow(k, MPI_FLOAT);
-  check(MPI_Alltoallv(mine.rows.data(), send.data(), sdisp.data(), MPI_INT64_T, in_rows.data(),
+  check(MPI_Alltoallv(list.data(), send.data(), sdisp.data(), MPI_INT64_T, in_rows.data(),
                       recv.data(), rdisp.data(), MPI_INT64_T, m.comm),
         "MPI_Alltoallv (rows)");
   check(MPI_Alltoallv(mine.result.indices.data(), send.data(), sdisp.data(), irow.get(),
@@ -527,20 +701,22 @@ RankBlock DistributedIndex::redistribute(const RankRows& mine, std::int64_t rows
 
 RankRadiusBlock DistributedIndex::redistribute(const RankRadius& mine, std::int64_t rows) {
   Impl& m = *impl_;
+  std::vector<std::int64_t> made;
+  const std::vector<std::int64_t>& list = row_list(mine, made);
   const RadiusResult& r = mine.result;
   const auto begin = [&](int p) { return rows * p / m.size; };
   std::vector<int> send(static_cast<std::size_t>(m.size), 0), recv(send.size());
   std::vector<int> esend(send.size(), 0), erecv(send.size());
-  std::vector<std::int64_t> sizes(mine.rows.size());
+  std::vector<std::int64_t> sizes(list.size());
   RankRadiusBlock out;
   out.first = begin(m.rank);
   collectively(m.comm, [&] {
-    PCNN_EXPECTS(r.offsets.size() == mine.rows.size() + 1 &&
+    PCNN_EXPECTS(r.offsets.size() == list.size() + 1 &&
                      r.indices.size() == static_cast<std::size_t>(r.offsets.back()),
                  "redistribute: filled radius rows of a search expected");
     int p = 0;
-    for (std::size_t i = 0; i < mine.rows.size(); ++i) {  // ascending: the owners too
-      const std::int64_t row = mine.rows[i];
+    for (std::size_t i = 0; i < list.size(); ++i) {  // ascending: the owners too
+      const std::int64_t row = list[i];
       PCNN_EXPECTS(row >= 0 && row < rows, "redistribute: row " + std::to_string(row) + " outside");
       while (row >= begin(p + 1)) ++p;
       sizes[i] = r.offsets[i + 1] - r.offsets[i];
@@ -570,7 +746,7 @@ RankRadiusBlock DistributedIndex::redistribute(const RankRadius& mine, std::int6
     in_idx.resize(static_cast<std::size_t>(erdisp.back()) + erecv.back());
     in_d.resize(in_idx.size());
   });
-  check(MPI_Alltoallv(mine.rows.data(), send.data(), sdisp.data(), MPI_INT64_T, in_rows.data(),
+  check(MPI_Alltoallv(list.data(), send.data(), sdisp.data(), MPI_INT64_T, in_rows.data(),
                       recv.data(), rdisp.data(), MPI_INT64_T, m.comm),
         "MPI_Alltoallv (rows)");
   check(MPI_Alltoallv(sizes.data(), send.data(), sdisp.data(), MPI_INT64_T, in_sizes.data(),
@@ -602,15 +778,17 @@ RankRadiusBlock DistributedIndex::redistribute(const RankRadius& mine, std::int6
 
 RadiusResult DistributedIndex::gather(const RankRadius& mine, std::int64_t rows, int root) {
   Impl& m = *impl_;
+  std::vector<std::int64_t> made;
+  const std::vector<std::int64_t>& list = row_list(mine, made);
   const RadiusResult& r = mine.result;
   const bool filled = r.offsets.back() == static_cast<std::int64_t>(r.indices.size());
-  int count = static_cast<int>(mine.rows.size());
+  int count = static_cast<int>(list.size());
   std::vector<int> counts(static_cast<std::size_t>(m.size)), ecounts(counts.size());
   std::vector<std::int64_t> sizes(static_cast<std::size_t>(count));
   for (int i = 0; i < count; ++i) sizes[i] = r.offsets[i + 1] - r.offsets[i];
   int entries = 0;
   collectively(m.comm, [&] {
-    PCNN_EXPECTS(r.offsets.size() == mine.rows.size() + 1, "gather: rows of a search expected");
+    PCNN_EXPECTS(r.offsets.size() == list.size() + 1, "gather: rows of a search expected");
     PCNN_EXPECTS(!filled || r.offsets.back() <= INT_MAX,
                  "gather: more than 2^31-1 radius pairs on one rank");
     entries = filled ? static_cast<int>(r.offsets.back()) : 0;
@@ -633,8 +811,8 @@ RadiusResult DistributedIndex::gather(const RankRadius& mine, std::int64_t rows,
     all_idx.resize(static_cast<std::size_t>(edisp.back()) + ecounts.back());
     all_d.resize(all_idx.size());
   });
-  check(MPI_Gatherv(mine.rows.data(), count, MPI_INT64_T, all_rows.data(), counts.data(),
-                    disp.data(), MPI_INT64_T, root, m.comm),
+  check(MPI_Gatherv(list.data(), count, MPI_INT64_T, all_rows.data(), counts.data(), disp.data(),
+                    MPI_INT64_T, root, m.comm),
         "MPI_Gatherv (rows)");
   check(MPI_Gatherv(sizes.data(), count, MPI_INT64_T, all_sizes.data(), counts.data(), disp.data(),
                     MPI_INT64_T, root, m.comm),

@@ -138,7 +138,39 @@ run 2 5 "cannot write" -- knn "$sample" --device cpu -o "$tmp/nodir/i.npy"
 run 2 2 "for one process" -- knn "$sample" --device cpu --devices 0,1
 run 2 2 "only 'pcnn knn' and 'pcnn radius' run distributed" -- stats "$sample" --device cpu
 run 2 2 "for one process" -- radius "$sample" -r 0.1 --device cpu --tiles 2
-run 2 2 "--layout, --tiles and --max-device-memory are for one process" -- knn "$sample" --device cpu --layout spatial
+run 2 2 "--devices, --tiles and --max-device-memory are for one process" -- knn "$sample" --device cpu --max-device-memory 1G
+run 2 2 "layout" -- knn "$sample" --device cpu --layout tiles
+# Replicas (--layout replicated): every rank indexes the whole cloud and answers its block of
+# the rows, no exchange; the same bytes as one process, written at their offsets or gathered.
+for cloud in "$sample" "$tmp/lattice.pcd" "$tmp/twice.pcd"; do
+  tag=$(basename "$cloud" .pcd)_k8excludeself
+  for np in 2 3; do
+    run $np 0 "layout +replicated" -- knn "$cloud" -k 8 --exclude-self --device cpu --layout replicated -o "$tmp/$tag.rep$np.npy" --distances "$tmp/$tag.rep${np}_d.npy"
+    same "$tmp/$tag.one.npy" "$tmp/$tag.rep$np.npy" "$tag, $np replicas, indices"
+    same "$tmp/$tag.one_d.npy" "$tmp/$tag.rep${np}_d.npy" "$tag, $np replicas, distances"
+  done
+  tag=$(basename "$cloud" .pcd)
+  r=0.05
+  [ "$cloud" = "$sample" ] || r=1
+  run 3 0 "layout +replicated" -- radius "$cloud" -r $r --device cpu --layout replicated -o "$tmp/${tag}_rrep"
+  for f in offsets indices sqdist; do same "$tmp/${tag}_r1.$f.npy" "$tmp/${tag}_rrep.$f.npy" "$tag radius, 3 replicas, $f"; done
+  run 2 0 "layout +replicated" -- radius "$cloud" -r $r --max-nn 9 --exclude-self --device cpu --layout replicated -o "$tmp/$tag.hrep.npy" --distances "$tmp/$tag.hrep_d.npy" --counts "$tmp/$tag.hrep_c.npy"
+  for f in "" _d _c; do same "$tmp/$tag.h1$f.npy" "$tmp/$tag.hrep$f.npy" "$tag hybrid, 2 replicas, $f"; done
+done
+run 2 0 "layout +replicated" -- knn "$tmp/f64.pcd" -k 7 --exclude-self --device cpu --layout replicated -o "$tmp/f64.rep.npy" --distances "$tmp/f64.rep_d.npy"
+same "$tmp/f64.one.npy" "$tmp/f64.rep.npy" "float64, 2 replicas, indices"
+same "$tmp/f64.one_d.npy" "$tmp/f64.rep_d.npy" "float64, 2 replicas, distances"
+run 3 0 "gathered and written by rank 0" -- knn "$sample" -k 8 --exclude-self --device cpu --layout replicated -o "$tmp/rep.csv"
+same "$tmp/blk1.csv" "$tmp/rep.csv" "CSV gathered from 3 replicas"
+run 2 0 "gathered and written by rank 0" -- radius "$sample" -r 0.05 --device cpu --layout replicated -o "$tmp/rrep.csv"
+same "$tmp/rb1.csv" "$tmp/rrep.csv" "radius CSV gathered from 2 replicas"
+run 3 0 "layout +replicated" -- knn "$sample" --query "$tmp/q.pcd" -k 5 --device cpu --layout replicated -o "$tmp/q.rep.npy" --json
+same "$tmp/q.one.npy" "$tmp/q.rep.npy" "query set, 3 replicas"
+grep -q '"layout": "replicated"' "$tmp/out" || { echo "FAIL: --json lacks the replicated layout"; fails=$((fails + 1)); }
+if [ -x /usr/bin/python3 ] && [ -f "$src/tests/json_schema_check.py" ]; then
+  /usr/bin/python3 "$src/tests/json_schema_check.py" "$src/docs/schema" knn "$tmp/out" \
+    || { echo "FAIL: the replicated --json summary does not match docs/schema/knn.json"; fails=$((fails + 1)); }
+fi
 # With --json an error is one JSON object on stdout, printed by the rank that failed first.
 run 2 3 "cannot read cloud" -- knn "$tmp/missing.pcd" --device cpu --json
 [ "$(grep -c '"error"' "$tmp/out")" -eq 1 ] || { echo "FAIL: not exactly one JSON error"; fails=$((fails + 1)); }

@@ -1,11 +1,13 @@
 // pcnn — a distributed index over an MPI communicator (component `mpi`, built where MPI is found):
 // one spatial part of the cloud per rank, queries exchanged with MPI_Alltoallv, kNN, radius and
 // hybrid rows byte-identical to one pcnn::Index over the whole cloud (see pcnn/distributed.hpp
-// for why). Float32 or float64 coordinates (PointsView::data64), as stored.
+// for why). Or, where the whole cloud fits each rank's device, replicas (Layout::replicated):
+// every rank indexes the whole cloud and answers one contiguous block of the rows, with no
+// exchange at all. Float32 or float64 coordinates (PointsView::data64), as stored.
 //
 //   pcnn::mpi::DistributedIndex index(MPI_COMM_WORLD, pcnn::host_points(xyz.data(), n));
 //   pcnn::mpi::RankRows mine = index.self_knn({8});     // this rank's rows
-//   pcnn::KnnResult all = index.gather(mine);            // every row, on rank 0
+//   pcnn::KnnResult all = index.gather(mine, n);         // every row, on rank 0
 //
 // Every call is collective: every rank of the communicator makes it, with the same arguments.
 // When one rank fails (bad view, out of memory...), every rank throws: that rank its own error,
@@ -17,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pcnn/distributed.hpp"
@@ -39,9 +42,16 @@ class peer_failure : public error {
 };
 
 /// This rank's share of a search: the global rows it answered (ascending) and those rows.
+/// Replicated layout: `rows` is empty and the rank answered the contiguous rows
+/// [first, first + result.rows) (no list of 8 bytes a row is made).
 struct RankRows {
   std::vector<std::int64_t> rows;
-  KnnResult result;  ///< rows.size() × k, global indices
+  std::int64_t first = 0;
+  KnnResult result;  ///< rows × k, global indices
+  /// The global row of this share's i-th row.
+  std::int64_t row(std::int64_t i) const {
+    return rows.empty() ? first + i : rows[static_cast<std::size_t>(i)];
+  }
 };
 
 /// A contiguous block of the result rows: rows [first, first + result.rows).
@@ -51,10 +61,15 @@ struct RankBlock {
 };
 
 /// This rank's share of a radius search: the global rows it answered (ascending) and those rows
-/// in CSR form (result.rows == rows.size()); a count alone holds the offsets only.
+/// in CSR form (offsets from 0); a count alone holds the offsets only. Replicated layout:
+/// `rows` is empty and the rows are [first, first + result.rows), as for RankRows.
 struct RankRadius {
   std::vector<std::int64_t> rows;
+  std::int64_t first = 0;
   RadiusResult result;
+  std::int64_t row(std::int64_t i) const {
+    return rows.empty() ? first + i : rows[static_cast<std::size_t>(i)];
+  }
 };
 
 /// A contiguous block of radius rows: rows [first, first + result.rows), offsets from 0.
@@ -67,8 +82,8 @@ struct RankRadiusBlock {
 struct RankStats {
   int rank = 0;
   int device = -1;                     ///< CUDA device ordinal, -1 on the CPU backend
-  std::int64_t points = 0;             ///< points of its part
-  std::int64_t home_queries = 0;       ///< queries whose home is its part
+  std::int64_t points = 0;             ///< points of its part (replicated: the whole cloud)
+  std::int64_t home_queries = 0;       ///< queries whose home is its part (replicated: its block)
   std::int64_t queries_forwarded = 0;  ///< of those, sent to at least one other rank
   std::int64_t queries_received = 0;   ///< other ranks' queries it searched
   double build_ms = 0, search_ms = 0;  ///< its index: build (at construction) and searches
@@ -79,11 +94,19 @@ struct RankStats {
 class DistributedIndex {
  public:
   /// Collective. Every rank passes the same whole cloud `points` (host memory); each keeps and
-  /// indexes its own part (Partitioning over the communicator's size). With the CUDA backend,
-  /// `options.device` is replaced by the rank's position among the ranks of its host modulo the
-  /// devices there, unless `keep_device`. Float32 or float64 points (kept in their type).
+  /// indexes its own part (Partitioning over the communicator's size), or, replicated, the whole
+  /// cloud. With the CUDA backend, `options.device` is replaced by the rank's position among the
+  /// ranks of its host modulo the devices there, unless `keep_device`. Float32 or float64 points
+  /// (kept in their type).
+  ///
+  /// `layout`: Layout::spatial, Layout::replicated (rank r answers rows
+  /// [rows * r / ranks, rows * (r + 1) / ranks) of every search: the blocks redistribute()
+  /// gives), or Layout::automatic: replicated on CUDA devices when every rank's device has room
+  /// for the whole cloud (128 bytes a point of free memory: the index and a search's scratch;
+  /// rows that do not fit go to the host in passes) and options.memory is not given, else
+  /// spatial. Every rank must pass the same layout.
   DistributedIndex(MPI_Comm comm, PointsView points, IndexOptions options = {},
-                   bool keep_device = false);
+                   bool keep_device = false, Layout layout = Layout::automatic);
   ~DistributedIndex();
   DistributedIndex(DistributedIndex&&) noexcept;
   DistributedIndex& operator=(DistributedIndex&&) noexcept;
@@ -92,6 +115,7 @@ class DistributedIndex {
 
   int rank() const;
   int ranks() const;
+  bool replicated() const;    ///< the layout chosen: every rank indexes the whole cloud
   std::int64_t size() const;  ///< points of the whole cloud
 
   /// Collective: the kNN of the points this rank's part holds (exclude_self allowed).
@@ -99,6 +123,17 @@ class DistributedIndex {
   /// Collective: every rank passes the same whole query set; each answers the queries whose
   /// home is its part.
   RankRows knn(PointsView queries, const KnnParams& params);
+  /// Replicated layout, collective: this rank's block of the kNN rows (self, or of the whole
+  /// query set every rank passes) into the caller's host memory, block(rows).second -
+  /// block(rows).first rows × k each: the rows self_knn / knn return, byte for byte, written
+  /// into buffers a caller reuses from call to call. @throws pcnn::invalid_argument_error
+  /// (spatial layout, views of another shape)
+  void self_knn(const KnnParams& params, MatrixView<std::int32_t> indices,
+                MatrixView<float> sqdist);
+  void knn(PointsView queries, const KnnParams& params, MatrixView<std::int32_t> indices,
+           MatrixView<float> sqdist);
+  /// This rank's block [first, end) of a search's `rows` rows in the replicated layout.
+  std::pair<std::int64_t, std::int64_t> block(std::int64_t rows) const;
   /// Collective: hybrid (the max_nn nearest within params.radius) of this rank's points, or of
   /// the queries whose home is its part; result.k = max_nn.
   RankRows self_hybrid(const HybridParams& params);
@@ -109,7 +144,8 @@ class DistributedIndex {
   RankRadius radius(PointsView queries, const RadiusParams& params);
   RankRadius self_radius_count(const RadiusParams& params);
   RankRadius radius_count(PointsView queries, const RadiusParams& params);
-  /// Collective: every rank's rows, in order, on `root` (an empty result elsewhere).
+  /// Collective: every rank's rows, in order, on `root` (an empty result elsewhere). Here and
+  /// in redistribute, a share's rows are a list or a contiguous block (RankRows::first).
   /// `rows` is the total row count (the cloud's, or the query set's).
   KnnResult gather(const RankRows& mine, std::int64_t rows, int root = 0);
   /// Collective: the rows redistributed so that rank r holds the contiguous block
