@@ -2,12 +2,16 @@
 // index table lives on the device, so the one random read per neighbor (local index -> global
 // index) runs at device memory speed instead of host memory latency. Rows come back through
 // page-locked pieces into the caller's host rows.
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <numeric>
+#include <string>
 
 #include "dist/part.hpp"
 #include "gpu/detail/cuda_try.cuh"
@@ -186,6 +190,197 @@ PortableLock::PortableLock(const void* ptr, std::size_t bytes) {
 
 PortableLock::~PortableLock() {
   if (ptr_) PCNN_CUDA_TRY_NO_THROW(cudaHostUnregister(ptr_));
+}
+
+namespace {
+
+// The driver's virtual memory calls, reached through the runtime (the library does not link
+// the driver library: it must load on machines without one).
+struct Vmm {
+  PFN_cuMemGetAllocationGranularity_v10020 granularity = nullptr;
+  PFN_cuMemAddressReserve_v10020 reserve = nullptr;
+  PFN_cuMemAddressFree_v10020 free_va = nullptr;
+  PFN_cuMemCreate_v10020 create = nullptr;
+  PFN_cuMemRelease_v10020 release = nullptr;
+  PFN_cuMemMap_v10020 map = nullptr;
+  PFN_cuMemUnmap_v10020 unmap = nullptr;
+  PFN_cuMemSetAccess_v10020 set_access = nullptr;
+  PFN_cuDeviceGet_v2000 device_get = nullptr;
+  PFN_cuDeviceGetAttribute_v2000 attribute = nullptr;
+  bool ok = false;
+};
+
+const Vmm& vmm() {
+  static const Vmm v = [] {
+    Vmm m;
+    auto get = [](const char* name, auto& fn) {
+      cudaDriverEntryPointQueryResult found{};
+      void* p = nullptr;
+      if (cudaGetDriverEntryPointByVersion(name, &p, 10020, cudaEnableDefault, &found) !=
+              cudaSuccess ||
+          found != cudaDriverEntryPointSuccess) {
+        static_cast<void>(cudaGetLastError());
+        return false;
+      }
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
+      return true;
+    };
+    m.ok = get("cuMemGetAllocationGranularity", m.granularity) &&
+           get("cuMemAddressReserve", m.reserve) && get("cuMemAddressFree", m.free_va) &&
+           get("cuMemCreate", m.create) && get("cuMemRelease", m.release) &&
+           get("cuMemMap", m.map) && get("cuMemUnmap", m.unmap) &&
+           get("cuMemSetAccess", m.set_access) && get("cuDeviceGet", m.device_get) &&
+           get("cuDeviceGetAttribute", m.attribute);
+    return m;
+  }();
+  return v;
+}
+
+void vmm_try(CUresult r, const char* what, std::int64_t bytes) {
+  if (r == CUDA_SUCCESS) return;
+  const std::string msg = std::string("CUDA virtual memory: ") + what + " failed (CUresult " +
+                          std::to_string(static_cast<int>(r)) + ")";
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) throw out_of_memory_error(msg, bytes, -1);
+  throw cuda_error(msg);
+}
+
+CUmemAllocationProp device_prop(int device) {
+  CUmemAllocationProp p{};
+  p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  p.location.id = device;
+  return p;
+}
+
+}  // namespace
+
+struct SplitRows::Impl {
+  std::vector<int> devices;
+  std::vector<std::int64_t> first;
+  int k = 1;
+  std::size_t span = 0;  // bytes reserved per array
+  CUdeviceptr va[2] = {0, 0};
+  std::vector<CUmemGenericAllocationHandle> handles;
+  std::vector<std::pair<CUdeviceptr, std::size_t>> mapped;
+
+  ~Impl() {
+    const Vmm& v = vmm();
+    for (const auto& [p, b] : mapped) static_cast<void>(v.unmap(p, b));
+    for (CUmemGenericAllocationHandle h : handles) static_cast<void>(v.release(h));
+    for (CUdeviceptr p : va)
+      if (p) static_cast<void>(v.free_va(p, span));
+  }
+};
+
+bool SplitRows::supported(const std::vector<int>& devices) {
+  const Vmm& v = vmm();
+  if (devices.size() < 2 || !v.ok) return false;
+  for (int a : devices) {
+    CUdevice dev{};
+    int vmm_supported = 0;
+    if (v.device_get(&dev, a) != CUDA_SUCCESS ||
+        v.attribute(&vmm_supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) !=
+            CUDA_SUCCESS ||
+        !vmm_supported)
+      return false;
+    for (int b : devices) {
+      int can = 0;
+      if (a == b) continue;
+      if (cudaDeviceCanAccessPeer(&can, a, b) != cudaSuccess || !can) {
+        static_cast<void>(cudaGetLastError());
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+std::int64_t SplitRows::unit(const std::vector<int>& devices, int k) {
+  const Vmm& v = vmm();
+  PCNN_EXPECTS(v.ok, "split rows: no CUDA virtual memory management");
+  std::size_t g = 1;
+  for (int d : devices) {
+    const CUmemAllocationProp p = device_prop(d);
+    std::size_t gd = 0;
+    vmm_try(v.granularity(&gd, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM), "granularity", 0);
+    g = std::lcm(g, gd);
+  }
+  const std::size_t row = static_cast<std::size_t>(k) * 4;
+  return static_cast<std::int64_t>(g / std::gcd(g, row));
+}
+
+SplitRows::SplitRows(const std::vector<int>& devices, const std::vector<std::int64_t>& first, int k)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  const Vmm& v = vmm();
+  PCNN_EXPECTS(v.ok && devices.size() >= 2 && first.size() == devices.size() + 1 &&
+                   first.front() == 0 && k >= 1,
+               "split rows: two or more devices with CUDA virtual memory management");
+  m.devices = devices;
+  m.first = first;
+  m.k = k;
+  const std::int64_t u = unit(devices, k);
+  const std::size_t row = static_cast<std::size_t>(k) * 4;
+  std::size_t g = static_cast<std::size_t>(u) * row;  // the common granularity, in bytes
+  std::vector<std::size_t> sizes(devices.size());
+  for (std::size_t d = 0; d < devices.size(); ++d) {
+    PCNN_EXPECTS(first[d + 1] >= first[d] && (d + 1 == devices.size() || first[d + 1] % u == 0),
+                 "split rows: block boundaries must ascend in multiples of " + std::to_string(u));
+    const std::size_t bytes = static_cast<std::size_t>(first[d + 1] - first[d]) * row;
+    sizes[d] = (bytes + g - 1) / g * g;
+    m.span += sizes[d];
+  }
+  if (m.span == 0) return;
+  OnDevice on(devices[0]);
+  PCNN_CUDA_TRY(cudaFree(nullptr));  // the driver calls below need a current context
+  std::vector<CUmemAccessDesc> access(devices.size());
+  for (std::size_t d = 0; d < devices.size(); ++d) {
+    access[d].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access[d].location.id = devices[d];
+    access[d].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  }
+  for (CUdeviceptr& va : m.va) {
+    vmm_try(v.reserve(&va, m.span, g, 0, 0), "address reserve", static_cast<std::int64_t>(m.span));
+    std::size_t at = 0;
+    for (std::size_t d = 0; d < devices.size(); ++d) {
+      if (sizes[d] == 0) continue;
+      const CUmemAllocationProp p = device_prop(devices[d]);
+      CUmemGenericAllocationHandle h{};
+      vmm_try(v.create(&h, sizes[d], &p, 0), "create", static_cast<std::int64_t>(sizes[d]));
+      m.handles.push_back(h);
+      vmm_try(v.map(va + at, sizes[d], 0, h, 0), "map", 0);
+      m.mapped.emplace_back(va + at, sizes[d]);
+      at += sizes[d];
+    }
+    vmm_try(v.set_access(va, m.span, access.data(), access.size()), "set access", 0);
+  }
+}
+
+SplitRows::~SplitRows() = default;
+
+std::int32_t* SplitRows::indices() const {
+  return reinterpret_cast<std::int32_t*>(static_cast<std::uintptr_t>(impl_->va[0]));
+}
+float* SplitRows::sqdist() const {
+  return reinterpret_cast<float*>(static_cast<std::uintptr_t>(impl_->va[1]));
+}
+
+void SplitRows::download(int d, std::int32_t* idx, float* d2) const {
+  const Impl& m = *impl_;
+  const std::int64_t a = m.first[d] * m.k, n = (m.first[d + 1] - m.first[d]) * m.k;
+  if (n == 0) return;
+  OnDevice on(m.devices[d]);
+  cudaStream_t s = nullptr;
+  PCNN_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const cudaError_t e1 =
+      cudaMemcpyAsync(idx + a, indices() + a, n * sizeof(std::int32_t), cudaMemcpyDeviceToHost, s);
+  const cudaError_t e2 =
+      e1 == cudaSuccess
+          ? cudaMemcpyAsync(d2 + a, sqdist() + a, n * sizeof(float), cudaMemcpyDeviceToHost, s)
+          : e1;
+  const cudaError_t e3 = cudaStreamSynchronize(s);
+  PCNN_CUDA_TRY_NO_THROW(cudaStreamDestroy(s));
+  PCNN_CUDA_TRY(e2 != cudaSuccess ? e2 : e3);
 }
 
 }  // namespace pcnn::dist

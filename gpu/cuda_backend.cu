@@ -162,6 +162,25 @@ __global__ void filter_kernel(const T* __restrict__ xyz, std::int64_t stride, in
   }
 }
 
+// A digest of the index's order: the sum over slots of a mix of (slot, point), so that any
+// difference in which point a slot holds changes it (with probability 1 - 2^-64 or so).
+__global__ void order_digest_kernel(const float4* __restrict__ sorted, int n,
+                                    unsigned long long* __restrict__ digest) {
+  unsigned long long sum = 0;
+  for (int s = blockIdx.x * blockDim.x + threadIdx.x; s < n; s += gridDim.x * blockDim.x) {
+    unsigned long long x = (static_cast<unsigned long long>(s) << 32) ^
+                           static_cast<unsigned int>(__float_as_int(sorted[s].w));
+    x ^= x >> 33;  // splitmix64's finalizer
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    sum += x;
+  }
+  for (int o = 16; o > 0; o /= 2) sum += __shfl_down_sync(0xffffffffu, sum, o);
+  if ((threadIdx.x & 31) == 0) atomicAdd(digest, sum);
+}
+
 // Rows of the non-finite queries (slots from `first` on): no neighbors.
 __global__ void empty_rows_kernel(const float4* __restrict__ sorted, int first, int n, int k,
                                   std::int32_t* __restrict__ idx, float* __restrict__ dist) {
@@ -293,6 +312,66 @@ class CudaBackend final : public Index::Backend_ {
     }
     const PointsView rows = self_rows(first_row, indices.rows);
     dense(&rows, static_cast<int>(first_row), kp, params.radius, indices, sqdist, stream, true, t);
+  }
+
+  void self_knn_slots(std::int64_t slot_begin, std::int64_t slot_end, const KnnParams& params,
+                      std::int32_t* d_idx, float* d_dist, cudaStream_t stream,
+                      SearchTimings& timings) override {
+    DeviceGuard guard(options_.device);
+    const auto t0 = clock_type::now();
+    SearchTimings t = start_timings();
+    PCNN_EXPECTS(slot_begin >= 0 && slot_begin <= slot_end && slot_end <= index_.n_total,
+                 "self_knn_slots: slots " + std::to_string(slot_begin) + " to " +
+                     std::to_string(slot_end) + " of an index of " +
+                     std::to_string(index_.n_total));
+    try {
+      const detail::ExactSearch ex = exact_search(StagedQueries{});
+      const detail::RadiusBound bound = detail::make_radius_bound(INFINITY, ex);
+      detail::device_buffer<int> outliers(detail::tree_outlier_ints(slot_end - slot_begin), stream,
+                                          ws_);
+      detail::device_buffer<unsigned long long> evals(2, stream, ws_);
+      PCNN_CUDA_TRY(cudaMemsetAsync(evals.data(), 0, evals.bytes(), stream));
+      ev_[2].record(stream);
+      detail::tree_search_range(index_, index_.points.data(), true, static_cast<int>(slot_begin),
+                                static_cast<int>(slot_end), params, bound, d_idx, d_dist,
+                                outliers.data(), evals.data(), 0, ex, stream, ws_);
+      ev_[3].record(stream);
+      unsigned long long counts[2] = {0, 0};
+      PCNN_CUDA_TRY(
+          cudaMemcpyAsync(counts, evals.data(), sizeof counts, cudaMemcpyDeviceToHost, stream));
+      PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+      t.search_ms = ev_[3].since(ev_[2]);
+      t.distance_evaluations = static_cast<std::int64_t>(counts[0]);
+      t.refined_rows = static_cast<std::int64_t>(counts[1]);
+    } catch (...) {
+      abandon_call(stream);
+      throw;
+    }
+    finish_sync_call(stream, t, t0);
+    timings = t;
+  }
+
+  std::uint64_t order_digest() override {
+    DeviceGuard guard(options_.device);
+    unsigned long long h = 0;
+    try {
+      detail::device_buffer<unsigned long long> d(1, aux_, ws_);
+      PCNN_CUDA_TRY(cudaMemsetAsync(d.data(), 0, d.bytes(), aux_));
+      if (index_.n_total > 0) {
+        const int blocks =
+            static_cast<int>(std::min<std::int64_t>(cuda::ceil_div(index_.n_total, 256), 1024));
+        order_digest_kernel<<<blocks, 256, 0, aux_>>>(index_.points.data(), index_.n_total,
+                                                      d.data());
+        PCNN_CHECK_LAUNCH();
+      }
+      PCNN_CUDA_TRY(cudaMemcpyAsync(&h, d.data(), sizeof h, cudaMemcpyDeviceToHost, aux_));
+      PCNN_CUDA_TRY(cudaStreamSynchronize(aux_));
+    } catch (...) {
+      abandon_call(aux_);
+      throw;
+    }
+    ws_.end_call(aux_, aux_);
+    return h;
   }
 
   RadiusResult radius(const PointsView* queries, const RadiusParams& params, cudaStream_t stream,
