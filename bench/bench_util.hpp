@@ -7,6 +7,10 @@
 #pragma once
 
 #include <cuda_runtime.h>
+#include <execinfo.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,6 +26,28 @@
 #include "pcnn/index.hpp"
 
 namespace pcnn::bench {
+
+/// On SIGSEGV, SIGFPE, SIGBUS or SIGABRT: the calling thread's stack (addresses and the
+/// symbols the binary exports) and the process's mappings on stderr, then the default action.
+/// For crashes met on a GPU machine without a debugger: addr2line on this machine's binary
+/// turns the addresses (less the executable's base, in the mappings) into functions.
+inline void report_crashes() {
+  struct sigaction sa {};
+  sa.sa_flags = SA_RESETHAND;
+  sa.sa_handler = [](int sig) {
+    void* frames[64];
+    const int n = backtrace(frames, 64);
+    const char head[] = "\n*** crash: the stack of the thread that received the signal\n";
+    static_cast<void>(!write(2, head, sizeof head - 1));
+    backtrace_symbols_fd(frames, n, 2);
+    const int maps = open("/proc/self/maps", O_RDONLY);
+    char buf[4096];
+    for (ssize_t r; maps >= 0 && (r = read(maps, buf, sizeof buf)) > 0;)
+      static_cast<void>(!write(2, buf, static_cast<std::size_t>(r)));
+    raise(sig);
+  };
+  for (const int sig : {SIGSEGV, SIGFPE, SIGBUS, SIGABRT}) sigaction(sig, &sa, nullptr);
+}
 
 /// The device every GPU-only benchmark runs on: started (the context's cost kept out of the
 /// timings) and described on stdout; exits with code 4, saying why, when none is usable.

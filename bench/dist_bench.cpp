@@ -222,6 +222,7 @@ std::int64_t first_difference(const KnnResult& want, const std::vector<std::int6
 }  // namespace
 
 int main(int argc, char** argv) {
+  bench::report_crashes();
 #ifdef PCNN_WITH_MPI
   const bool under_mpi = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE");
   if (under_mpi) {

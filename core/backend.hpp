@@ -54,17 +54,6 @@ struct Index::Backend_ {
                            ArrayView<std::int32_t> indices, ArrayView<float> sqdist,
                            cudaStream_t stream, SearchTimings& t) = 0;
 
-  /// CUDA only: the self-search's rows of the index's slots [slot_begin, slot_end) (its curve
-  /// order) into device memory that holds every row (size() × params.k, each row at its point's
-  /// index; it may be one address range over several devices' memory): replicas of one index
-  /// on several devices split one self-search by slots. Synchronizes.
-  virtual void self_knn_slots(std::int64_t slot_begin, std::int64_t slot_end,
-                              const KnnParams& params, std::int32_t* d_idx, float* d_dist,
-                              cudaStream_t stream, SearchTimings& t);
-  /// CUDA only: a digest of the index's order (which point each slot holds). Two indexes with
-  /// equal digests split a self-search by slots without missing or repeating a row.
-  virtual std::uint64_t order_digest();
-
   /// Normals and curvature of every indexed point (core/normals.cpp has checked the parameters
   /// and that the outputs are size() × 3 and size(), both in one memory the backend can write).
   /// The neighbor search's timings go to `search`. Synchronizes.

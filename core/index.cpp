@@ -364,13 +364,4 @@ HybridResult Index::self_hybrid(const HybridParams& params, cudaStream_t stream)
   return owning_hybrid(nullptr, params, stream);
 }
 
-void Index::Backend_::self_knn_slots(std::int64_t, std::int64_t, const KnnParams&, std::int32_t*,
-                                     float*, cudaStream_t, SearchTimings&) {
-  throw invalid_argument_error("a self-search by slots needs the CUDA backend");
-}
-
-std::uint64_t Index::Backend_::order_digest() {
-  throw invalid_argument_error("an index order digest needs the CUDA backend");
-}
-
 }  // namespace pcnn

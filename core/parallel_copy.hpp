@@ -34,16 +34,18 @@ inline void copy_span(std::initializer_list<HostCopy> copies, std::size_t begin,
   }
 }
 
-/// Does the copies, on up to four threads (this one included): one per MiB, at least.
-inline void parallel_copy(std::initializer_list<HostCopy> copies) {
+/// Does the copies, on up to `max_threads` threads (this one included, at most 8): one per
+/// MiB, at least.
+inline void parallel_copy(std::initializer_list<HostCopy> copies, int max_threads = 4) {
   constexpr std::size_t kPerThread = std::size_t(1) << 20;
   std::size_t total = 0;
   for (const HostCopy& c : copies) total += c.bytes;
   const std::size_t parts =
-      std::min<std::size_t>({4, static_cast<std::size_t>(usable_cpus()), total / kPerThread});
+      std::min<std::size_t>({static_cast<std::size_t>(std::clamp(max_threads, 1, 8)),
+                             static_cast<std::size_t>(usable_cpus()), total / kPerThread});
   if (parts <= 1) return copy_span(copies, 0, total);
   const std::size_t share = (total + parts - 1) / parts;
-  std::array<std::thread, 3> others;  // parts 1..3 (no allocation in a frame's path)
+  std::array<std::thread, 7> others;  // parts 1..7 (no allocation in a frame's path)
   for (std::size_t p = 1; p < parts; ++p) {
     const std::size_t a = p * share, b = std::min(total, a + share);
     try {

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
-#include <memory>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -262,36 +261,6 @@ class PortableLock {
 
  private:
   void* ptr_ = nullptr;
-};
-
-/// Rows × k of int32 indices and of float distances, each in one device address range whose
-/// pages lie on several devices: rows [first[d], first[d + 1]) in the memory of devices[d]
-/// (CUDA virtual memory management). Every one of the devices reads and writes all of it (peer
-/// access), so that replicas of one index can split a self-search by slots, each writing its
-/// rows wherever they fall, then each copy its own block of rows to the host.
-class SplitRows {
- public:
-  /// Whether these devices (two or more) support it: virtual memory management on each, peer
-  /// access between every pair. Never throws.
-  static bool supported(const std::vector<int>& devices);
-  /// The blocks' boundaries must be multiples of this many rows (of k columns).
-  static std::int64_t unit(const std::vector<int>& devices, int k);
-  /// `first`: devices.size() + 1 ascending rows from 0 to the row count, inner ones multiples of
-  /// unit(devices, k). @throws pcnn::out_of_memory_error, pcnn::cuda_error
-  SplitRows(const std::vector<int>& devices, const std::vector<std::int64_t>& first, int k);
-  ~SplitRows();
-  SplitRows(const SplitRows&) = delete;
-  SplitRows& operator=(const SplitRows&) = delete;
-
-  std::int32_t* indices() const;
-  float* sqdist() const;
-  /// Copies block d (rows [first[d], first[d + 1])) from devices[d] into the host rows of
-  /// `idx` / `d2` (the whole result's, rows × k), the calling thread on that device. Synchronizes.
-  void download(int d, std::int32_t* idx, float* d2) const;
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
 };
 
 /// A part's answer to forwarded queries: rows × k exact distances and global indices (padded

@@ -12,7 +12,6 @@
 #include <tuple>
 #include <utility>
 
-#include "core/backend.hpp"
 #include "dist/part.hpp"
 #include "pcnn/device.hpp"
 #include "pcnn/distributed.hpp"
@@ -98,8 +97,6 @@ struct PartitionedIndex::Impl {
   void dense_replicas(const PointsView* queries, const dist::DenseSearch& search, std::int64_t rows,
                       const ShareViews& out, const void* host_idx, const void* host_d);
   void check_dense(const PointsView* queries, const dist::DenseSearch& search) const;
-  // A self-search split by slots of the replicas' common order (false: not possible here).
-  bool slots_replicas(const dist::DenseSearch& search, std::int32_t* idx, float* d2);
   // Rows kept on the devices: `out` checked against the shares, then searched in place.
   void dense_on_devices(const PointsView* queries, const dist::DenseSearch& search,
                         const std::vector<DeviceRows>& out);
@@ -136,7 +133,9 @@ std::size_t view_bytes(const PointsView* v) {
 
 void PartitionedIndex::Impl::build_replicas(PointsView points) {
   const int nd = static_cast<int>(options.devices.size());
-  replicas.resize(static_cast<std::size_t>(nd));
+  // Built into their places (a default-constructed Index would be an empty CUDA index on the
+  // default device, with its own pool and stream, only to be replaced).
+  std::vector<std::optional<Index>> built(static_cast<std::size_t>(nd));
   built_ms.assign(static_cast<std::size_t>(nd), 0.0);
   // At once on distinct devices, one after the other where a device holds several replicas
   // (indexes built at once from several threads on one device hung in the driver: H100, driver
@@ -152,9 +151,10 @@ void PartitionedIndex::Impl::build_replicas(PointsView points) {
     o.device = options.devices[static_cast<std::size_t>(d)];
     if (!o.memory && options.max_device_memory > 0)
       o.memory = make_limited_pool_resource(options.max_device_memory, o.device);
-    replicas[d] = Index(points, o);
+    built[d].emplace(points, o);
     built_ms[d] = ms_since(t);
   });
+  for (std::optional<Index>& r : built) replicas.push_back(std::move(*r));
   timings.replicated = true;
 }
 
@@ -202,12 +202,6 @@ void PartitionedIndex::Impl::dense_replicas(const PointsView* queries,
     const std::size_t out_bytes = static_cast<std::size_t>(rows) * search.k * 4;
     const dist::PortableLock lock_idx(host_idx, out_bytes), lock_d(host_d, out_bytes),
         lock_q(queries ? queries->address() : nullptr, view_bytes(queries));
-    if (!queries && host_idx &&
-        slots_replicas(search, static_cast<std::int32_t*>(const_cast<void*>(host_idx)),
-                       static_cast<float*>(const_cast<void*>(host_d)))) {
-      finish_replicas(t_start);
-      return;
-    }
     on_replicas(rows, [&](int d, std::int64_t a, std::int64_t b) {
       const auto [iv, dv] = out(d, a, b);
       if (queries) {
@@ -219,52 +213,6 @@ void PartitionedIndex::Impl::dense_replicas(const PointsView* queries,
     });
   }
   finish_replicas(t_start);
-}
-
-// The replicas' shares of a self-search as slots of the index's order (its curve) rather than
-// rows: every share is as coherent as the whole search and none is sorted again (a share of rows
-// is a separate query set: in a cloud stored in random order, a random subset, sorted anew).
-// The rows fall anywhere, so they go to one address range spread over the devices (SplitRows),
-// which every replica writes; then each device copies its own block of rows to the host, all
-// at once. Needs devices that map each other's memory, no cap (that memory is not the pools'),
-// and the same order on every replica (built from the same points by the same deterministic
-// build; a digest checks it).
-bool PartitionedIndex::Impl::slots_replicas(const dist::DenseSearch& search, std::int32_t* idx,
-                                            float* d2) {
-  const int nd = static_cast<int>(replicas.size());
-  if (nd < 2 || search.hybrid || n == 0 || options.max_device_memory > 0 || options.index.memory ||
-      !dist::SplitRows::supported(options.devices))
-    return false;
-  std::vector<std::uint64_t> digest(static_cast<std::size_t>(nd));
-  dist::for_each(nd, true, [&](int d) {
-    digest[d] = detail::IndexAccess::backend(replicas[d]).order_digest();
-  });
-  for (std::uint64_t g : digest)
-    if (g != digest[0]) return false;
-  const int k = search.k;
-  const std::int64_t unit = dist::SplitRows::unit(options.devices, k);
-  std::vector<std::int64_t> first(static_cast<std::size_t>(nd) + 1, n);
-  for (int d = 0; d < nd; ++d) first[d] = share(n, d) / unit * unit;
-  std::optional<dist::SplitRows> rows;
-  try {
-    rows.emplace(options.devices, first, k);
-  } catch (const out_of_memory_error&) {
-    return false;  // the shares of rows search in passes instead
-  }
-  const KnnParams params{k, search.exclude_self};
-  dist::for_each(nd, true, [&](int d) {
-    const auto t = clock_type::now();
-    detail::IndexAccess::backend(replicas[d])
-        .self_knn_slots(share(n, d), share(n, d + 1), params, rows->indices(), rows->sqdist(),
-                        nullptr, detail::IndexAccess::timings(replicas[d]));
-    timings.parts[static_cast<std::size_t>(d)].search_ms += ms_since(t);
-  });
-  dist::for_each(nd, true, [&](int d) {  // once every replica has written its rows
-    const auto t = clock_type::now();
-    rows->download(d, idx, d2);
-    timings.parts[static_cast<std::size_t>(d)].search_ms += ms_since(t);
-  });
-  return true;
 }
 
 void PartitionedIndex::Impl::dense_on_devices(const PointsView* queries,

@@ -62,13 +62,20 @@ Staging resolve_staging(Staging staging, int ordinal) {
   return integrated && can_map ? Staging::mapped : Staging::automatic;
 }
 
+// Pinned staging of more than two of these (4-byte words: 32 MB) goes through two chunks.
+constexpr std::size_t kStageChunkWords = std::size_t{8} << 20;
+
 // How `automatic` moves `bytes` of pageable host memory on a discrete GPU: through the index's
 // page-locked buffer (one host copy; cheapest for small transfers), or by page-locking the
 // caller's memory for the call (no host copy; cheapest above a few MB, where the copy costs more
-// than the registration — bench/results/2026-11-22-staging-h200.md).
+// than the registration — bench/results/2026-11-22-staging-h200.md). Uploads of more than two
+// chunks go through the chunks, copied in by several threads while the other chunk travels:
+// 1.2 GB in 76 ms against 99-123 ms registered (H100, bench/results/2026-11-27-round12.md).
 constexpr std::size_t kRegisterFrom = std::size_t{8} << 20;
-Staging staging_for(Staging staging, std::size_t bytes) {
+
+Staging staging_for(Staging staging, std::size_t bytes, bool upload = false) {
   if (staging != Staging::automatic) return staging;
+  if (upload && bytes > 2 * kStageChunkWords * sizeof(float)) return Staging::pinned;
   return bytes >= kRegisterFrom ? Staging::registered : Staging::pinned;
 }
 
@@ -160,25 +167,6 @@ __global__ void filter_kernel(const T* __restrict__ xyz, std::int64_t stride, in
     if (overflow) flags[0] = 1;
     atomicMax(flags + 1, largest);
   }
-}
-
-// A digest of the index's order: the sum over slots of a mix of (slot, point), so that any
-// difference in which point a slot holds changes it (with probability 1 - 2^-64 or so).
-__global__ void order_digest_kernel(const float4* __restrict__ sorted, int n,
-                                    unsigned long long* __restrict__ digest) {
-  unsigned long long sum = 0;
-  for (int s = blockIdx.x * blockDim.x + threadIdx.x; s < n; s += gridDim.x * blockDim.x) {
-    unsigned long long x = (static_cast<unsigned long long>(s) << 32) ^
-                           static_cast<unsigned int>(__float_as_int(sorted[s].w));
-    x ^= x >> 33;  // splitmix64's finalizer
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    sum += x;
-  }
-  for (int o = 16; o > 0; o /= 2) sum += __shfl_down_sync(0xffffffffu, sum, o);
-  if ((threadIdx.x & 31) == 0) atomicAdd(digest, sum);
 }
 
 // Rows of the non-finite queries (slots from `first` on): no neighbors.
@@ -312,66 +300,6 @@ class CudaBackend final : public Index::Backend_ {
     }
     const PointsView rows = self_rows(first_row, indices.rows);
     dense(&rows, static_cast<int>(first_row), kp, params.radius, indices, sqdist, stream, true, t);
-  }
-
-  void self_knn_slots(std::int64_t slot_begin, std::int64_t slot_end, const KnnParams& params,
-                      std::int32_t* d_idx, float* d_dist, cudaStream_t stream,
-                      SearchTimings& timings) override {
-    DeviceGuard guard(options_.device);
-    const auto t0 = clock_type::now();
-    SearchTimings t = start_timings();
-    PCNN_EXPECTS(slot_begin >= 0 && slot_begin <= slot_end && slot_end <= index_.n_total,
-                 "self_knn_slots: slots " + std::to_string(slot_begin) + " to " +
-                     std::to_string(slot_end) + " of an index of " +
-                     std::to_string(index_.n_total));
-    try {
-      const detail::ExactSearch ex = exact_search(StagedQueries{});
-      const detail::RadiusBound bound = detail::make_radius_bound(INFINITY, ex);
-      detail::device_buffer<int> outliers(detail::tree_outlier_ints(slot_end - slot_begin), stream,
-                                          ws_);
-      detail::device_buffer<unsigned long long> evals(2, stream, ws_);
-      PCNN_CUDA_TRY(cudaMemsetAsync(evals.data(), 0, evals.bytes(), stream));
-      ev_[2].record(stream);
-      detail::tree_search_range(index_, index_.points.data(), true, static_cast<int>(slot_begin),
-                                static_cast<int>(slot_end), params, bound, d_idx, d_dist,
-                                outliers.data(), evals.data(), 0, ex, stream, ws_);
-      ev_[3].record(stream);
-      unsigned long long counts[2] = {0, 0};
-      PCNN_CUDA_TRY(
-          cudaMemcpyAsync(counts, evals.data(), sizeof counts, cudaMemcpyDeviceToHost, stream));
-      PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
-      t.search_ms = ev_[3].since(ev_[2]);
-      t.distance_evaluations = static_cast<std::int64_t>(counts[0]);
-      t.refined_rows = static_cast<std::int64_t>(counts[1]);
-    } catch (...) {
-      abandon_call(stream);
-      throw;
-    }
-    finish_sync_call(stream, t, t0);
-    timings = t;
-  }
-
-  std::uint64_t order_digest() override {
-    DeviceGuard guard(options_.device);
-    unsigned long long h = 0;
-    try {
-      detail::device_buffer<unsigned long long> d(1, aux_, ws_);
-      PCNN_CUDA_TRY(cudaMemsetAsync(d.data(), 0, d.bytes(), aux_));
-      if (index_.n_total > 0) {
-        const int blocks =
-            static_cast<int>(std::min<std::int64_t>(cuda::ceil_div(index_.n_total, 256), 1024));
-        order_digest_kernel<<<blocks, 256, 0, aux_>>>(index_.points.data(), index_.n_total,
-                                                      d.data());
-        PCNN_CHECK_LAUNCH();
-      }
-      PCNN_CUDA_TRY(cudaMemcpyAsync(&h, d.data(), sizeof h, cudaMemcpyDeviceToHost, aux_));
-      PCNN_CUDA_TRY(cudaStreamSynchronize(aux_));
-    } catch (...) {
-      abandon_call(aux_);
-      throw;
-    }
-    ws_.end_call(aux_, aux_);
-    return h;
   }
 
   RadiusResult radius(const PointsView* queries, const RadiusParams& params, cudaStream_t stream,
@@ -654,12 +582,14 @@ class CudaBackend final : public Index::Backend_ {
     const void* from = pts.address();
     detail::host_registration reg;
     const bool locked = detail::is_page_locked(from);
-    const Staging mode = staging_for(staging_, bytes);
+    const Staging mode = staging_for(staging_, bytes, true);
     t.staging = mode;  // what this transfer resolved to (a search: its results' mode, later)
     if (mapped_ || (mode == Staging::pinned && !locked)) {
       // The last copy out of the buffer is done, and (mapped) the last _async search reading it.
       PCNN_CUDA_TRY(cudaEventSynchronize(staged_.get()));
       if (mapped_) PCNN_CUDA_TRY(cudaEventSynchronize(async_done_.get()));
+      if (!mapped_ && words > 2 * kStageChunkWords)
+        return stage_chunks(pts, from, words, dev, pinned, stream, t);
       pinned.ensure(words);
       std::memcpy(pinned.data(), from, bytes);
       from = pinned.data();
@@ -672,6 +602,30 @@ class CudaBackend final : public Index::Backend_ {
     staged_.record(stream);
     t.upload_bytes += static_cast<std::int64_t>(bytes);
     if (reg.active()) PCNN_CUDA_TRY(cudaStreamSynchronize(stream));  // before it is unregistered
+    return detail::moved_to_device(pts, dev.data());
+  }
+
+  // Large pageable points through two page-locked chunks of the buffer: up to eight host
+  // threads fill one while the copy engine takes the other to the device (one thread copies
+  // ~10 GB/s, four ~20 GB/s, the link ~55 GB/s). The buffer stays two chunks whatever the cloud
+  // (not a page-locked copy of all of it).
+  PointsView stage_chunks(PointsView pts, const void* from, std::size_t words,
+                          detail::device_buffer<float>& dev, detail::pinned_buffer<float>& pinned,
+                          cudaStream_t stream, SearchTimings& t) {
+    pinned.ensure(2 * kStageChunkWords);
+    dev.resize(words, stream, ws_);
+    const auto* src = static_cast<const float*>(from);
+    for (std::size_t at = 0, c = 0; at < words; at += kStageChunkWords, ++c) {
+      const std::size_t n = std::min(kStageChunkWords, words - at);
+      float* slot = pinned.data() + (c % 2) * kStageChunkWords;
+      if (c >= 2) PCNN_CUDA_TRY(cudaEventSynchronize(chunk_sent_[c % 2].get()));
+      detail::parallel_copy({{slot, src + at, n * sizeof(float)}}, 8);
+      PCNN_CUDA_TRY(cudaMemcpyAsync(dev.data() + at, slot, n * sizeof(float),
+                                    cudaMemcpyHostToDevice, stream));
+      chunk_sent_[c % 2].record(stream);
+    }
+    staged_.record(stream);
+    t.upload_bytes += static_cast<std::int64_t>(words * sizeof(float));
     return detail::moved_to_device(pts, dev.data());
   }
 
@@ -1084,7 +1038,7 @@ class CudaBackend final : public Index::Backend_ {
   detail::pinned_buffer<float> refs_host_, queries_host_;
   detail::pinned_buffer<std::int32_t> idx_host_;
   detail::pinned_buffer<float> dist_host_;
-  detail::cuda_event ev_[4], staged_, async_done_;
+  detail::cuda_event ev_[4], staged_, async_done_, chunk_sent_[2];
   std::vector<std::unique_ptr<detail::cuda_event>> pass_events_;
   std::vector<int> last_host_;  // curve_order_search's chunks (kept: a frame allocates nothing)
   std::vector<char> sent_;

@@ -869,40 +869,6 @@ namespace {
 // What the replicated layout does, without it: shares of a self-search's rows (exact ties
 // everywhere on a lattice, k = 27 excluding self), first one index after the other, then eight
 // indexes of one device at once from eight threads.
-// A self-search on replicas splits by slots of the index's order, its rows in one address range
-// over the devices' memory (dist::SplitRows), each device's block copied to the host: clouds of
-// several blocks (a block boundary is a multiple of 2 MB of rows: 65,536 rows at k = 8), in
-// random order and with every point twice, equal one index byte for byte.
-TEST(Replicated, SelfSearchSplitBySlotsEqualsOneIndexCuda) {
-  PCNN_REQUIRE_DEVICE();
-  const auto xyz = make_synthetic_cloud(SyntheticKind::uniform, 150001, 31);
-  const std::vector<float> twice = [&] {
-    std::vector<float> t(xyz.begin(), xyz.begin() + 3 * 70001);
-    t.insert(t.end(), xyz.begin(), xyz.begin() + 3 * 70001);
-    return t;
-  }();
-  IndexOptions io;
-  io.backend = Backend::cuda;
-  PartitionedOptions po;
-  po.index = io;
-  po.devices = device_count() >= 2 ? std::vector<int>{0, 1} : std::vector<int>{0, 0, 0};
-  for (const std::vector<float>* cloud : {&xyz, &twice}) {
-    const PointsView refs =
-        host_points(cloud->data(), static_cast<std::int64_t>(cloud->size() / 3));
-    Index single(refs, io);
-    PartitionedIndex replicas(refs, po);
-    ASSERT_TRUE(replicas.replicated());
-    for (const KnnParams params : {KnnParams{8, false}, KnnParams{16, true}, KnnParams{3, true}})
-      expect_identical(replicas.self_knn(params), single.self_knn(params),
-                       ("self, split by slots, k = " + std::to_string(params.k)).c_str());
-  }
-  if (dist::SplitRows::supported(po.devices)) {
-    const std::int64_t unit = dist::SplitRows::unit(po.devices, 8);
-    EXPECT_EQ(unit * 8 * 4 % (2 << 20), 0) << "a block boundary is a whole number of pages";
-    EXPECT_LT(2 * unit, 150001) << "the cloud must span several blocks";
-  }
-}
-
 TEST(Replicated, SelfRowsOfALatticeEqualTheWholeSearchCuda) {
   PCNN_REQUIRE_DEVICE();
   const std::vector<float> xyz = test::lattice(16);

@@ -438,6 +438,26 @@ TEST(IndexStaging, SmallChunksGiveTheSameRows) {
   }
 }
 
+// Pinned staging of more than 64 MB goes through two page-locked chunks of 32 MB, filled while
+// the other is copied: strided float points (96 MB) and float64 queries (70 MB) of several
+// chunks give the rows the caller's registered memory gives.
+TEST(IndexStaging, LargeTransfersGoThroughChunks) {
+  PCNN_REQUIRE_DEVICE();
+  const std::int64_t n = 3000000, m = 2900000;
+  const auto cloud = make_synthetic_cloud(SyntheticKind::uniform, n, 41);
+  std::vector<float> strided(static_cast<std::size_t>(n) * 8, -7.0f);
+  for (std::int64_t i = 0; i < n; ++i) std::copy_n(&cloud[3 * i], 3, &strided[8 * i]);
+  const auto q = make_synthetic_cloud(SyntheticKind::clustered, m, 42);
+  const std::vector<double> q64(q.begin(), q.end());
+  const PointsView refs = host_points(strided.data(), n, 8);
+  Index chunks(refs, cuda_options(Staging::pinned)), whole(refs, cuda_options(Staging::registered));
+  EXPECT_EQ(chunks.last_timings().upload_bytes, ((n - 1) * 8 + 3) * 4);
+  EXPECT_TRUE(same_knn(chunks.self_knn({4, true}), whole.self_knn({4, true})));
+  EXPECT_TRUE(same_knn(chunks.knn(host_points(q64.data(), m), {2}),
+                       whole.knn(host_points(q64.data(), m), {2})));
+  EXPECT_EQ(chunks.last_timings().staging, Staging::pinned);
+}
+
 TEST(IndexStaging, ACallersOwnRegistrationIsKept) {
   PCNN_REQUIRE_DEVICE();
   const Fixture& f = fixture();

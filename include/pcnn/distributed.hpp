@@ -153,8 +153,8 @@ struct DeviceRows {
 class PartitionedIndex {
  public:
   /// Partitions `points` (host memory, float32 or float64; copied in their type) and, unless
-  /// tiled, builds every part's index (CUDA: one after the other), or builds every replica (at
-  /// once on distinct devices, the points page-locked once for all).
+  /// tiled, builds every part's index (CUDA: one after the other), or builds every replica (one
+  /// after the other, the points page-locked once for all).
   /// @throws as pcnn::Index, and pcnn::invalid_argument_error for a device view or bad options
   /// (the replicated layout asked for on the CPU backend or with tiles).
   PartitionedIndex(PointsView points, PartitionedOptions options);
@@ -169,10 +169,7 @@ class PartitionedIndex {
   bool replicated() const;  ///< the layout chosen: replicas of the whole cloud
   const Partitioning& partitioning() const;
 
-  /// kNN of every indexed point (params.exclude_self allowed), rows × k into host memory.
-  /// Replicas on devices that map each other's memory (NVLink or PCIe peers) split it by slots
-  /// of the index's order, each writing its rows into one address range over the devices, then
-  /// each copying its block of rows to the host. (Here
+  /// kNN of every indexed point (params.exclude_self allowed), rows × k into host memory. (Here
   /// and below: when a search throws, the outputs' contents are unspecified.)
   void self_knn(const KnnParams& params, MatrixView<std::int32_t> indices,
                 MatrixView<float> sqdist);
