@@ -68,14 +68,13 @@ constexpr std::size_t kStageChunkWords = std::size_t{8} << 20;
 // How `automatic` moves `bytes` of pageable host memory on a discrete GPU: through the index's
 // page-locked buffer (one host copy; cheapest for small transfers), or by page-locking the
 // caller's memory for the call (no host copy; cheapest above a few MB, where the copy costs more
-// than the registration — bench/results/2026-11-22-staging-h200.md). Uploads of more than two
-// chunks go through the chunks, copied in by several threads while the other chunk travels:
-// 1.2 GB in 76 ms against 99-123 ms registered (H100, bench/results/2026-11-27-round12.md).
+// than the registration — bench/results/2026-11-22-staging-h200.md). Uploads through the chunks
+// were faster for an index built again and again (1.2 GB: 57-76 against 99-123 ms), slower in a
+// one-shot command (their first page-locked allocation): bench/results/2026-11-27-round12.md.
 constexpr std::size_t kRegisterFrom = std::size_t{8} << 20;
 
-Staging staging_for(Staging staging, std::size_t bytes, bool upload = false) {
+Staging staging_for(Staging staging, std::size_t bytes) {
   if (staging != Staging::automatic) return staging;
-  if (upload && bytes > 2 * kStageChunkWords * sizeof(float)) return Staging::pinned;
   return bytes >= kRegisterFrom ? Staging::registered : Staging::pinned;
 }
 
@@ -582,7 +581,7 @@ class CudaBackend final : public Index::Backend_ {
     const void* from = pts.address();
     detail::host_registration reg;
     const bool locked = detail::is_page_locked(from);
-    const Staging mode = staging_for(staging_, bytes, true);
+    const Staging mode = staging_for(staging_, bytes);
     t.staging = mode;  // what this transfer resolved to (a search: its results' mode, later)
     if (mapped_ || (mode == Staging::pinned && !locked)) {
       // The last copy out of the buffer is done, and (mapped) the last _async search reading it.

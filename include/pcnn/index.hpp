@@ -50,8 +50,7 @@ const char* to_string(Backend backend);
 /// inputs that are already page-locked are copied asynchronously whatever the mode.
 enum class Staging {
   automatic,   ///< mapped on integrated GPUs (Jetson: host and device share memory); else per
-               ///< transfer: pinned below 8 MB, registered from 8 MB, uploads of more than
-               ///< 64 MB pinned (through two 32 MB chunks)
+               ///< transfer: pinned below 8 MB, registered from 8 MB
   pageable,    ///< plain copies from and to ordinary memory (the driver stages them)
   pinned,      ///< through page-locked staging buffers the index keeps (cudaHostAlloc);
                ///< uploads of more than 64 MB through two 32 MB chunks of it
