@@ -86,6 +86,7 @@ struct RankStats {
   std::int64_t home_queries = 0;       ///< queries whose home is its part (replicated: its block)
   std::int64_t queries_forwarded = 0;  ///< of those, sent to at least one other rank
   std::int64_t queries_received = 0;   ///< other ranks' queries it searched
+  double startup_ms = 0;               ///< CUDA: its device's context start-up (at construction)
   double build_ms = 0, search_ms = 0;  ///< its index: build (at construction) and searches
   double exchange_ms = 0;              ///< the all-to-all exchanges
   double total_ms = 0;                 ///< the whole search call
