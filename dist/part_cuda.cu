@@ -188,4 +188,74 @@ PortableLock::~PortableLock() {
   if (ptr_) PCNN_CUDA_TRY_NO_THROW(cudaHostUnregister(ptr_));
 }
 
+SpreadPoints::SpreadPoints(PointsView points, const std::vector<int>& devices)
+    : points_(points), devices_(devices), copies_(devices.size(), nullptr) {
+  const int nd = static_cast<int>(devices.size());
+  const std::size_t bytes = points.count > 0
+                                ? static_cast<std::size_t>((points.count - 1) * points.stride + 3) *
+                                      static_cast<std::size_t>(points.scalar_bytes())
+                                : 0;
+  if (bytes == 0) return;
+  const auto* host = static_cast<const char*>(points.address());
+  // Share boundaries on page boundaries: the shares' registrations never share a page.
+  const auto base = reinterpret_cast<std::uintptr_t>(host);
+  std::vector<std::size_t> cut(static_cast<std::size_t>(nd) + 1, bytes);
+  cut[0] = 0;
+  for (int d = 1; d < nd; ++d) {
+    const std::uintptr_t at = (base + bytes * d / nd + 4095) & ~std::uintptr_t(4095);
+    cut[d] = std::min<std::size_t>(std::max<std::size_t>(at - base, cut[d - 1]), bytes);
+  }
+  try {
+    for_each(nd, true, [&](int d) {  // each device: its copy, its share uploaded
+      OnDevice on(devices[d]);
+      PCNN_CUDA_TRY(cudaMalloc(&copies_[d], bytes));
+      const std::size_t len = cut[d + 1] - cut[d];
+      if (len == 0) return;
+      const PortableLock lock(host + cut[d], len);
+      PCNN_CUDA_TRY(cudaMemcpy(static_cast<char*>(copies_[d]) + cut[d], host + cut[d], len,
+                               cudaMemcpyHostToDevice));
+    });
+    for_each(nd, true, [&](int d) {  // then the others' shares from their devices
+      OnDevice on(devices[d]);
+      for (int e = 0; e < nd; ++e)
+        if (e != d && cut[e + 1] > cut[e])
+          PCNN_CUDA_TRY(cudaMemcpyPeer(static_cast<char*>(copies_[d]) + cut[e], devices[d],
+                                       static_cast<const char*>(copies_[e]) + cut[e], devices[e],
+                                       cut[e + 1] - cut[e]));
+      PCNN_CUDA_TRY(cudaDeviceSynchronize());
+    });
+    for (int d = 0; d < nd; ++d) {  // a peer copy is ordered with both devices' work
+      OnDevice on(devices[d]);
+      PCNN_CUDA_TRY(cudaDeviceSynchronize());
+    }
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+SpreadPoints::~SpreadPoints() { release(); }
+
+void SpreadPoints::release() noexcept {
+  for (std::size_t d = 0; d < copies_.size(); ++d) {
+    if (!copies_[d]) continue;
+    int was = 0;
+    PCNN_CUDA_TRY_NO_THROW(cudaGetDevice(&was));
+    PCNN_CUDA_TRY_NO_THROW(cudaSetDevice(devices_[d]));
+    PCNN_CUDA_TRY_NO_THROW(cudaFree(copies_[d]));
+    PCNN_CUDA_TRY_NO_THROW(cudaSetDevice(was));
+    copies_[d] = nullptr;
+  }
+}
+
+PointsView SpreadPoints::on(int d) const {
+  PointsView v = points_;
+  v.memory = Memory::device;
+  if (v.data64)
+    v.data64 = static_cast<const double*>(copies_[static_cast<std::size_t>(d)]);
+  else
+    v.data = static_cast<const float*>(copies_[static_cast<std::size_t>(d)]);
+  return v;
+}
+
 }  // namespace pcnn::dist
