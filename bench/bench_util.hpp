@@ -32,8 +32,15 @@ namespace pcnn::bench {
 /// For crashes met on a GPU machine without a debugger: addr2line on this machine's binary
 /// turns the addresses (less the executable's base, in the mappings) into functions.
 inline void report_crashes() {
+  void* warm[1];
+  static_cast<void>(backtrace(warm, 1));  // loads what backtrace needs now, not in the handler
+  static char alt[1 << 16];               // a stack of its own: a stack overflow reports too
+  stack_t ss{};
+  ss.ss_sp = alt;
+  ss.ss_size = sizeof alt;
+  sigaltstack(&ss, nullptr);
   struct sigaction sa {};
-  sa.sa_flags = SA_RESETHAND;
+  sa.sa_flags = SA_RESETHAND | SA_ONSTACK;
   sa.sa_handler = [](int sig) {
     void* frames[64];
     const int n = backtrace(frames, 64);

@@ -3,10 +3,13 @@
 // the whole cloud per rank, each answering a contiguous block of the rows.
 #include "pcnn/mpi.hpp"
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <cstring>
 #include <exception>
 #include <numeric>
 #include <optional>
@@ -109,9 +112,44 @@ const std::vector<std::int64_t>& row_list(const Share& mine, std::vector<std::in
 // Rank r's block of `rows` rows: [rows * r / ranks, rows * (r + 1) / ranks).
 std::int64_t block_begin(std::int64_t rows, int r, int ranks) { return rows * r / ranks; }
 
+// Collective: the ranks of this rank's host on the same CUDA device (PCI address; 1 on the CPU
+// backend or when the address is not known).
+int ranks_on_my_device(MPI_Comm comm, const IndexOptions& options) {
+  char bus[32] = {0};
+  if (options.backend == Backend::cuda &&
+      cudaDeviceGetPCIBusId(bus, sizeof bus - 1, options.device) != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    bus[0] = 0;
+  }
+  MPI_Comm local;
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local),
+        "MPI_Comm_split_type");
+  int size = 1;
+  MPI_Comm_size(local, &size);
+  std::vector<char> all(static_cast<std::size_t>(size) * sizeof bus);
+  const int rc = MPI_Allgather(bus, sizeof bus, MPI_CHAR, all.data(), sizeof bus, MPI_CHAR, local);
+  MPI_Comm_free(&local);
+  check(rc, "MPI_Allgather (devices)");
+  if (!bus[0]) return 1;
+  int same = 0;
+  for (int r = 0; r < size; ++r) same += std::strncmp(bus, &all[r * sizeof bus], sizeof bus) == 0;
+  return std::max(same, 1);
+}
+
 }  // namespace
 
 struct DistributedIndex::Impl {
+  Impl() = default;
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  // The duplicated communicator, also when the constructor threw.
+  ~Impl() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (comm != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm);
+  }
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0, size = 1;
   std::int64_t n = 0;
@@ -119,7 +157,7 @@ struct DistributedIndex::Impl {
   std::vector<dist::Bounds> bounds;
   dist::Part part;
   std::optional<Index> whole;  // replicated: this rank's index of the whole cloud
-  int sharing = 1;             // CUDA: ranks of this host per device (at most)
+  int sharing = 1;             // CUDA: ranks of this host on this rank's device
   double startup_ms = 0;
   IndexOptions options;
   RankStats stats;
@@ -161,6 +199,16 @@ DistributedIndex::DistributedIndex(MPI_Comm comm, PointsView points, IndexOption
   check(MPI_Comm_dup(comm, &m.comm), "MPI_Comm_dup");
   MPI_Comm_rank(m.comm, &m.rank);
   MPI_Comm_size(m.comm, &m.size);
+  // The rank's place among the ranks of its host, on every rank (a collective call must not
+  // depend on what a rank resolved its backend to).
+  int local_rank = 0;
+  {
+    MPI_Comm local;
+    check(MPI_Comm_split_type(m.comm, MPI_COMM_TYPE_SHARED, m.rank, MPI_INFO_NULL, &local),
+          "MPI_Comm_split_type");
+    MPI_Comm_rank(local, &local_rank);
+    MPI_Comm_free(&local);
+  }
   collectively(m.comm, [&] {
     PCNN_EXPECTS(points.memory == Memory::host, "a distributed index takes points in host memory");
     PCNN_EXPECTS(points.count >= 0 && points.count <= INT32_MAX &&
@@ -171,24 +219,19 @@ DistributedIndex::DistributedIndex(MPI_Comm comm, PointsView points, IndexOption
       options.backend = query_device(options.device).available ? Backend::cuda : Backend::cpu;
     if (options.backend == Backend::cuda && !keep_device) {
       // The rank's place among the ranks of its host picks the device.
-      MPI_Comm local;
-      check(MPI_Comm_split_type(m.comm, MPI_COMM_TYPE_SHARED, m.rank, MPI_INFO_NULL, &local),
-            "MPI_Comm_split_type");
-      int local_rank = 0, local_size = 1;
-      MPI_Comm_rank(local, &local_rank);
-      MPI_Comm_size(local, &local_size);
-      MPI_Comm_free(&local);
       const int devices = device_count();
       if (devices == 0)
         throw no_device_error("rank " + std::to_string(m.rank) + ": no CUDA device");
       options.device = local_rank % devices;
-      m.sharing = (local_size + devices - 1) / devices;
     }
     // The context's start-up (hundreds of ms) apart from the build, as one process reports it.
     if (options.backend == Backend::cuda) m.startup_ms = initialize_device(options.device);
     m.options = options;
   });
-  // Every rank takes the same layout: replicas only if every rank's device holds the cloud.
+  // How many ranks of this host share its device (by PCI address: ordinals differ between
+  // ranks that see different devices), then the same layout on every rank: replicas only if
+  // every rank's device holds the cloud.
+  m.sharing = ranks_on_my_device(m.comm, m.options);
   int replicate =
       layout == Layout::replicated || (layout == Layout::automatic && m.fits_whole_cloud(points));
   check(MPI_Allreduce(MPI_IN_PLACE, &replicate, 1, MPI_INT, MPI_MIN, m.comm), "MPI_Allreduce");
@@ -212,13 +255,7 @@ DistributedIndex::DistributedIndex(MPI_Comm comm, PointsView points, IndexOption
   });
 }
 
-DistributedIndex::~DistributedIndex() {
-  if (impl_ && impl_->comm != MPI_COMM_NULL) {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&impl_->comm);
-  }
-}
+DistributedIndex::~DistributedIndex() = default;
 DistributedIndex::DistributedIndex(DistributedIndex&&) noexcept = default;
 DistributedIndex& DistributedIndex::operator=(DistributedIndex&&) noexcept = default;
 
@@ -237,10 +274,19 @@ void DistributedIndex::Impl::start_stats() {
   stats.build_ms = build_ms;
 }
 
+// Free device memory, shared by the ranks on the device, against 128 bytes a point.
 bool DistributedIndex::Impl::fits_whole_cloud(const PointsView& points) const {
   if (options.backend != Backend::cuda || options.memory) return false;
-  const DeviceInfo d = query_device(options.device);
-  return d.available && d.total_memory / sharing >= 128 * points.count;
+  std::size_t free_bytes = 0, total = 0;
+  int was = 0;
+  if (cudaGetDevice(&was) != cudaSuccess || cudaSetDevice(options.device) != cudaSuccess ||
+      cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    return false;
+  }
+  static_cast<void>(cudaSetDevice(was));
+  return static_cast<std::int64_t>(free_bytes / static_cast<std::size_t>(sharing)) >=
+         128 * points.count;
 }
 
 void DistributedIndex::Impl::check_queries(const PointsView* queries, bool exclude_self) const {
@@ -652,7 +698,7 @@ RankBlock DistributedIndex::redistribute(const RankRows& mine, std::int64_t rows
   std::vector<std::int64_t> made;
   const std::vector<std::int64_t>& list = row_list(mine, made);
   const int k = mine.result.k;
-  const auto begin = [&](int p) { return rows * p / m.size; };
+  const auto begin = [&](int p) { return block_begin(rows, p, m.size); };
   std::vector<int> send(static_cast<std::size_t>(m.size), 0), recv(send.size());
   RankBlock out;
   out.first = begin(m.rank);
@@ -708,7 +754,7 @@ RankRadiusBlock DistributedIndex::redistribute(const RankRadius& mine, std::int6
   std::vector<std::int64_t> made;
   const std::vector<std::int64_t>& list = row_list(mine, made);
   const RadiusResult& r = mine.result;
-  const auto begin = [&](int p) { return rows * p / m.size; };
+  const auto begin = [&](int p) { return block_begin(rows, p, m.size); };
   std::vector<int> send(static_cast<std::size_t>(m.size), 0), recv(send.size());
   std::vector<int> esend(send.size(), 0), erecv(send.size());
   std::vector<std::int64_t> sizes(list.size());

@@ -157,6 +157,14 @@ for cloud in "$sample" "$tmp/lattice.pcd" "$tmp/twice.pcd"; do
   run 2 0 "layout +replicated" -- radius "$cloud" -r $r --max-nn 9 --exclude-self --device cpu --layout replicated -o "$tmp/$tag.hrep.npy" --distances "$tmp/$tag.hrep_d.npy" --counts "$tmp/$tag.hrep_c.npy"
   for f in "" _d _c; do same "$tmp/$tag.h1$f.npy" "$tmp/$tag.hrep$f.npy" "$tag hybrid, 2 replicas, $f"; done
 done
+# More ranks than rows: a rank with an empty block writes nothing, and the rows are still whole.
+printf 'VERSION .7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 2\nHEIGHT 1\nVIEWPOINT 0 0 0 1 0 0 0\nPOINTS 2\nDATA ascii\n0 0 0\n1 0 0\n' >"$tmp/two.pcd"
+"$pcnn" knn "$tmp/two.pcd" -k 2 --device cpu -o "$tmp/two.one.npy" --distances "$tmp/two.one_d.npy" 2>/dev/null
+for lay in replicated spatial; do
+  run 3 0 "layout +$lay" -- knn "$tmp/two.pcd" -k 2 --device cpu --layout $lay -o "$tmp/two.$lay.npy" --distances "$tmp/two.${lay}_d.npy"
+  same "$tmp/two.one.npy" "$tmp/two.$lay.npy" "2 points on 3 ranks ($lay), indices"
+  same "$tmp/two.one_d.npy" "$tmp/two.${lay}_d.npy" "2 points on 3 ranks ($lay), distances"
+done
 run 2 0 "layout +replicated" -- knn "$tmp/f64.pcd" -k 7 --exclude-self --device cpu --layout replicated -o "$tmp/f64.rep.npy" --distances "$tmp/f64.rep_d.npy"
 same "$tmp/f64.one.npy" "$tmp/f64.rep.npy" "float64, 2 replicas, indices"
 same "$tmp/f64.one_d.npy" "$tmp/f64.rep_d.npy" "float64, 2 replicas, distances"

@@ -43,7 +43,8 @@ class peer_failure : public error {
 
 /// This rank's share of a search: the global rows it answered (ascending) and those rows.
 /// Replicated layout: `rows` is empty and the rank answered the contiguous rows
-/// [first, first + result.rows) (no list of 8 bytes a row is made).
+/// [first, first + result.rows) (the search makes no list of 8 bytes a row; use row(i)).
+/// A caller that reads `rows` directly must check for this: automatic picks replicas on GPUs.
 struct RankRows {
   std::vector<std::int64_t> rows;
   std::int64_t first = 0;
@@ -103,9 +104,13 @@ class DistributedIndex {
   /// `layout`: Layout::spatial, Layout::replicated (rank r answers rows
   /// [rows * r / ranks, rows * (r + 1) / ranks) of every search: the blocks redistribute()
   /// gives), or Layout::automatic: replicated on CUDA devices when every rank's device has room
-  /// for the whole cloud (128 bytes a point of free memory: the index and a search's scratch;
-  /// rows that do not fit go to the host in passes) and options.memory is not given, else
-  /// spatial. Every rank must pass the same layout.
+  /// for the whole cloud (128 bytes a point of its free memory, shared by the ranks of the host
+  /// on that device: the index and a search's scratch; rows that do not fit go to the host in
+  /// passes) and options.memory is not given, else spatial. Every rank must pass the same layout
+  /// (where they differ, spatial wins). Replicated also works on the CPU backend (every rank a
+  /// CPU index of the whole cloud), unlike PartitionedIndex's replicas, which are per device.
+  /// A replicated radius self-search counts the whole cloud on every rank (an index counts its
+  /// own rows only all at once): its count does not shrink with more ranks.
   DistributedIndex(MPI_Comm comm, PointsView points, IndexOptions options = {},
                    bool keep_device = false, Layout layout = Layout::automatic);
   ~DistributedIndex();
@@ -119,10 +124,11 @@ class DistributedIndex {
   bool replicated() const;    ///< the layout chosen: every rank indexes the whole cloud
   std::int64_t size() const;  ///< points of the whole cloud
 
-  /// Collective: the kNN of the points this rank's part holds (exclude_self allowed).
+  /// Collective: the kNN of the points this rank's part holds (replicated: of its block of the
+  /// cloud's points; exclude_self allowed).
   RankRows self_knn(const KnnParams& params);
   /// Collective: every rank passes the same whole query set; each answers the queries whose
-  /// home is its part.
+  /// home is its part (replicated: its block of the queries).
   RankRows knn(PointsView queries, const KnnParams& params);
   /// Replicated layout, collective: this rank's block of the kNN rows (self, or of the whole
   /// query set every rank passes) into the caller's host memory, block(rows).second -
@@ -136,11 +142,12 @@ class DistributedIndex {
   /// This rank's block [first, end) of a search's `rows` rows in the replicated layout.
   std::pair<std::int64_t, std::int64_t> block(std::int64_t rows) const;
   /// Collective: hybrid (the max_nn nearest within params.radius) of this rank's points, or of
-  /// the queries whose home is its part; result.k = max_nn.
+  /// the queries whose home is its part (replicated: its block); result.k = max_nn.
   RankRows self_hybrid(const HybridParams& params);
   RankRows hybrid(PointsView queries, const HybridParams& params);
   /// Collective: radius rows (every point within params.radius) of this rank's points, or of
-  /// the queries whose home is its part. The `_count` forms find the row sizes only (offsets).
+  /// the queries whose home is its part (replicated: its block). The `_count` forms find the
+  /// row sizes only (offsets).
   RankRadius self_radius(const RadiusParams& params);
   RankRadius radius(PointsView queries, const RadiusParams& params);
   RankRadius self_radius_count(const RadiusParams& params);
