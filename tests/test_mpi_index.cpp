@@ -1,0 +1,125 @@
+// pcnn::mpi::DistributedIndex under mpirun (CTest: 2 and 3 ranks, CPU backend, oversubscribed;
+// the CUDA backend too where a device is usable): both layouts, kNN, queries, radius and hybrid
+// against one pcnn::Index, byte for byte, through gather and redistribute; the replicated
+// layout's contiguous shares and its rows written into caller views. Exits 1 on any difference.
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "pcnn/device.hpp"
+#include "pcnn/index.hpp"
+#include "pcnn/mpi.hpp"
+#include "pcnn/testing/synthetic.hpp"
+#include "test_clouds.hpp"
+
+namespace {
+
+using namespace pcnn;
+
+int rank_ = 0, fails_ = 0;
+
+void expect(bool ok, const std::string& what) {
+  if (ok) return;
+  ++fails_;
+  std::fprintf(stderr, "rank %d: FAIL: %s\n", rank_, what.c_str());
+}
+
+bool same(const KnnResult& a, const KnnResult& b) {
+  return a.rows == b.rows && a.k == b.k && a.indices == b.indices &&
+         std::memcmp(a.sqdist.data(), b.sqdist.data(), a.sqdist.size() * sizeof(float)) == 0 &&
+         a.sqdist.size() == b.sqdist.size();
+}
+
+bool same(const RadiusResult& a, const RadiusResult& b) {
+  return a.rows == b.rows && a.offsets == b.offsets && a.indices == b.indices &&
+         a.sqdist.size() == b.sqdist.size() &&
+         std::memcmp(a.sqdist.data(), b.sqdist.data(), a.sqdist.size() * sizeof(float)) == 0;
+}
+
+// Rows [first, first + rows) of `all`.
+KnnResult rows_of(const KnnResult& all, std::int64_t first, std::int64_t rows) {
+  KnnResult r;
+  r.rows = rows;
+  r.k = all.k;
+  const std::size_t a = static_cast<std::size_t>(first * all.k),
+                    b = static_cast<std::size_t>((first + rows) * all.k);
+  r.indices.assign(all.indices.begin() + a, all.indices.begin() + b);
+  r.sqdist.assign(all.sqdist.begin() + a, all.sqdist.begin() + b);
+  return r;
+}
+
+void check_cloud(const std::vector<float>& xyz, const std::string& name, Backend backend) {
+  const std::int64_t n = static_cast<std::int64_t>(xyz.size() / 3);
+  const PointsView refs = host_points(xyz.data(), n);
+  const auto q = make_synthetic_cloud(SyntheticKind::clustered, 777, 3);
+  const PointsView qv = host_points(q.data(), 777);
+  IndexOptions io;
+  io.backend = backend;
+  Index one(refs, io);
+  const KnnParams kp{8, true};
+  const KnnResult want = one.self_knn(kp), want_q = one.knn(qv, {5});
+  const RadiusResult want_r = one.self_radius({1.5, true});
+  const HybridResult want_h = one.self_hybrid({1.5, 6, true});
+  for (const Layout layout : {Layout::spatial, Layout::replicated}) {
+    const std::string what = name + (layout == Layout::spatial ? ", spatial" : ", replicated") +
+                             (backend == Backend::cuda ? ", cuda" : ", cpu");
+    mpi::DistributedIndex d(MPI_COMM_WORLD, refs, io, false, layout);
+    expect(d.replicated() == (layout == Layout::replicated), what + ": layout");
+    const mpi::RankRows mine = d.self_knn(kp);
+    const KnnResult all = d.gather(mine, n, 0);
+    if (rank_ == 0) expect(same(all, want), what + ": self kNN gathered");
+    const mpi::RankBlock block = d.redistribute(mine, n);
+    expect(same(block.result, rows_of(want, block.first, block.result.rows)),
+           what + ": self kNN redistributed");
+    if (d.replicated()) {
+      const auto [first, end] = d.block(n);
+      expect(mine.rows.empty() && mine.first == first && mine.result.rows == end - first,
+             what + ": a replica's share is its block");
+      KnnResult into;
+      into.rows = end - first;
+      into.k = 8;
+      into.indices.assign(static_cast<std::size_t>(into.rows) * 8, -2);
+      into.sqdist.assign(into.indices.size(), -2.0f);
+      d.self_knn(kp, {into.indices.data(), into.rows, 8}, {into.sqdist.data(), into.rows, 8});
+      expect(same(into, rows_of(want, first, end - first)), what + ": rows into caller views");
+    }
+    const KnnResult all_q = d.gather(d.knn(qv, {5}), 777, 0);
+    if (rank_ == 0) expect(same(all_q, want_q), what + ": queries");
+    const RadiusResult all_r = d.gather(d.self_radius({1.5, true}), n, 0);
+    if (rank_ == 0) expect(same(all_r, want_r), what + ": radius");
+    const KnnResult all_h = d.gather(d.self_hybrid({1.5, 6, true}), n, 0);
+    if (rank_ == 0) expect(same(all_h, want_h.knn), what + ": hybrid");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  try {
+    // A clustered cloud in a 10 m box (radius 1.5: ~tens of neighbors), and a lattice with
+    // every point twice (ties and duplicates across every cut and block).
+    auto clustered = make_synthetic_cloud(SyntheticKind::clustered, 5003, 11);
+    for (float& c : clustered) c *= 0.1f;
+    std::vector<float> twice = test::lattice(9);
+    twice.insert(twice.end(), twice.begin(), twice.end());
+    std::vector<Backend> backends{Backend::cpu};
+    if (query_device().available) backends.push_back(Backend::cuda);
+    for (const Backend b : backends) {
+      check_cloud(clustered, "clustered", b);
+      check_cloud(twice, "lattice twice", b);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", rank_, e.what());
+    ++fails_;
+  }
+  int any = 0;
+  MPI_Allreduce(&fails_, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (rank_ == 0) std::printf("test_mpi_index: %s (%d failures)\n", any ? "FAILED" : "passed", any);
+  MPI_Finalize();
+  return any ? 1 : 0;
+}
