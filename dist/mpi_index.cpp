@@ -112,26 +112,20 @@ const std::vector<std::int64_t>& row_list(const Share& mine, std::vector<std::in
 // Rank r's block of `rows` rows: [rows * r / ranks, rows * (r + 1) / ranks).
 std::int64_t block_begin(std::int64_t rows, int r, int ranks) { return rows * r / ranks; }
 
-// Collective: the ranks of this rank's host on the same CUDA device (PCI address; 1 on the CPU
-// backend or when the address is not known).
-int ranks_on_my_device(MPI_Comm comm, const IndexOptions& options) {
+// Collective over `local` (the ranks of one host): those on the same CUDA device as this rank
+// (PCI address; 1 on the CPU backend or when the address is not known).
+int ranks_on_my_device(MPI_Comm local, const IndexOptions& options) {
   char bus[32] = {0};
   if (options.backend == Backend::cuda &&
       cudaDeviceGetPCIBusId(bus, sizeof bus - 1, options.device) != cudaSuccess) {
     static_cast<void>(cudaGetLastError());
     bus[0] = 0;
   }
-  MPI_Comm local;
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local),
-        "MPI_Comm_split_type");
   int size = 1;
   MPI_Comm_size(local, &size);
   std::vector<char> all(static_cast<std::size_t>(size) * sizeof bus);
-  const int rc = MPI_Allgather(bus, sizeof bus, MPI_CHAR, all.data(), sizeof bus, MPI_CHAR, local);
-  MPI_Comm_free(&local);
-  check(rc, "MPI_Allgather (devices)");
+  check(MPI_Allgather(bus, sizeof bus, MPI_CHAR, all.data(), sizeof bus, MPI_CHAR, local),
+        "MPI_Allgather (devices)");
   if (!bus[0]) return 1;
   int same = 0;
   for (int r = 0; r < size; ++r) same += std::strncmp(bus, &all[r * sizeof bus], sizeof bus) == 0;
@@ -201,14 +195,15 @@ DistributedIndex::DistributedIndex(MPI_Comm comm, PointsView points, IndexOption
   MPI_Comm_size(m.comm, &m.size);
   // The rank's place among the ranks of its host, on every rank (a collective call must not
   // depend on what a rank resolved its backend to).
+  MPI_Comm local;
+  check(MPI_Comm_split_type(m.comm, MPI_COMM_TYPE_SHARED, m.rank, MPI_INFO_NULL, &local),
+        "MPI_Comm_split_type");
+  struct FreeLocal {
+    MPI_Comm& c;
+    ~FreeLocal() { MPI_Comm_free(&c); }
+  } free_local{local};
   int local_rank = 0;
-  {
-    MPI_Comm local;
-    check(MPI_Comm_split_type(m.comm, MPI_COMM_TYPE_SHARED, m.rank, MPI_INFO_NULL, &local),
-          "MPI_Comm_split_type");
-    MPI_Comm_rank(local, &local_rank);
-    MPI_Comm_free(&local);
-  }
+  MPI_Comm_rank(local, &local_rank);
   collectively(m.comm, [&] {
     PCNN_EXPECTS(points.memory == Memory::host, "a distributed index takes points in host memory");
     PCNN_EXPECTS(points.count >= 0 && points.count <= INT32_MAX &&
@@ -231,7 +226,7 @@ DistributedIndex::DistributedIndex(MPI_Comm comm, PointsView points, IndexOption
   // How many ranks of this host share its device (by PCI address: ordinals differ between
   // ranks that see different devices), then the same layout on every rank: replicas only if
   // every rank's device holds the cloud.
-  m.sharing = ranks_on_my_device(m.comm, m.options);
+  m.sharing = ranks_on_my_device(local, m.options);
   int replicate =
       layout == Layout::replicated || (layout == Layout::automatic && m.fits_whole_cloud(points));
   check(MPI_Allreduce(MPI_IN_PLACE, &replicate, 1, MPI_INT, MPI_MIN, m.comm), "MPI_Allreduce");
