@@ -278,10 +278,19 @@ int run_command(int argc, char** argv) {
   auto* gen_cmd = app.add_subcommand("generate", "write a synthetic cloud as binary PCD");
   gen_cmd
       ->add_option("kind", gen.kind,
-                   "uniform, clustered, lidar, hotspot, or depth (an organized depth-camera "
-                   "scene with noise, holes and depth edges)")
+                   pcnn::synthetic_kind_names() +
+                       ", or depth (an organized depth-camera scene with noise, holes and depth "
+                       "edges)")
       ->required()
-      ->check(CLI::IsMember({"uniform", "clustered", "lidar", "hotspot", "depth"}));
+      ->check([](const std::string& kind) -> std::string {
+        if (kind == "depth") return {};
+        try {
+          pcnn::parse_synthetic_kind(kind);
+          return {};
+        } catch (const pcnn::error& e) {
+          return e.what();
+        }
+      });
   gen_cmd->add_option("--width", gen.width, "depth: columns")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));

@@ -514,7 +514,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "CPU backend threads (0: all)")->capture_default_str();
   app.add_option("--sizes", o.sizes, "sweep: comma-separated point counts")->capture_default_str();
   app.add_option("--ks", o.ks, "sweep: comma-separated k values")->capture_default_str();
-  app.add_option("--kinds", o.kinds, "sweep: uniform,clustered,lidar,hotspot")
+  app.add_option("--kinds", o.kinds, "sweep: comma-separated, of " + synthetic_kind_names())
       ->capture_default_str();
   app.add_option("--cpu-max", o.cpu_max, "sweep: largest n for the PCL baseline")
       ->capture_default_str();

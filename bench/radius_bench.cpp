@@ -115,7 +115,8 @@ int main(int argc, char** argv) {
   long long cpu_max = 1000000;
   std::string csv;
   app.add_option("--sizes", sizes, "comma-separated point counts")->capture_default_str();
-  app.add_option("--kinds", kinds, "uniform,hotspot,clustered,lidar")->capture_default_str();
+  app.add_option("--kinds", kinds, "comma-separated, of " + synthetic_kind_names())
+      ->capture_default_str();
   app.add_option("--modes", modes, "radius,countfill,hybrid")->capture_default_str();
   app.add_option("--device", device, "backend: auto, cuda or cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))

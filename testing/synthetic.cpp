@@ -1,8 +1,10 @@
-// Synthetic clouds: uniform, clustered, and a LiDAR-like scan of a simple scene.
+// Synthetic clouds: uniform, clustered, a LiDAR-like scan of a simple scene, and degenerate ones.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <random>
+#include <string>
+#include <utility>
 
 #include "pcnn/error.hpp"
 #include "pcnn/testing/synthetic.hpp"
@@ -98,7 +100,9 @@ double cast(const double o[3], const double d[3]) {
   return best <= kMaxRange ? best : INFINITY;
 }
 
-void lidar(std::int64_t n, std::mt19937_64& rng, std::vector<float>& out) {
+// `zeros`: a ray that misses is stored at the origin, as organized scans store their no-returns,
+// instead of being left out.
+void lidar(std::int64_t n, std::mt19937_64& rng, std::vector<float>& out, bool zeros) {
   constexpr int kBeams = 64;
   constexpr double kElevLo = -25.0 * kPi / 180, kElevHi = 3.0 * kPi / 180;
   // About a third of the rays of a full sweep miss everything (sky); size the sweep so that
@@ -117,6 +121,10 @@ void lidar(std::int64_t n, std::mt19937_64& rng, std::vector<float>& out) {
         const double d[3] = {std::cos(el) * std::cos(az), std::cos(el) * std::sin(az),
                              std::sin(el)};
         const double t = cast(o, d);
+        if (!std::isfinite(t) && zeros) {
+          out.insert(out.end(), {0.f, 0.f, 0.f});
+          ++made;
+        }
         if (!std::isfinite(t)) continue;
         const double r = t + noise(rng);
         for (int a = 0; a < 3; ++a) out.push_back(static_cast<float>(o[a] + r * d[a]));
@@ -127,7 +135,45 @@ void lidar(std::int64_t n, std::mt19937_64& rng, std::vector<float>& out) {
   }
 }
 
+// n / 50 uniform points, each stored 50 times; the copies of a point lie n / 50 apart in the
+// cloud's order.
+void repeated(std::int64_t n, std::mt19937_64& rng, std::vector<float>& out) {
+  const std::int64_t distinct = std::max<std::int64_t>(1, n / 50);
+  uniform(std::min(n, distinct), rng, out);
+  for (std::int64_t i = distinct; i < n; ++i)
+    for (int a = 0; a < 3; ++a)
+      out.push_back(out[static_cast<std::size_t>((i % distinct) * 3 + a)]);
+}
+
+// Uniform on a segment through the cube (`dims` 1) or on a tilted plane through it (`dims` 2).
+void flat(std::int64_t n, int dims, std::mt19937_64& rng, std::vector<float>& out) {
+  std::uniform_real_distribution<double> u(-kHalfExtent, kHalfExtent);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double s = u(rng), t = dims == 2 ? u(rng) : 0.0;
+    out.insert(out.end(), {static_cast<float>(0.8 * s), static_cast<float>(0.6 * s + 0.5 * t),
+                           static_cast<float>(0.3 * s - 0.7 * t)});
+  }
+}
+
+constexpr std::array<std::pair<SyntheticKind, const char*>, 9> kKinds = {{
+    {SyntheticKind::uniform, "uniform"},
+    {SyntheticKind::clustered, "clustered"},
+    {SyntheticKind::lidar, "lidar"},
+    {SyntheticKind::hotspot, "hotspot"},
+    {SyntheticKind::noreturns, "noreturns"},
+    {SyntheticKind::repeated, "repeated"},
+    {SyntheticKind::identical, "identical"},
+    {SyntheticKind::line, "line"},
+    {SyntheticKind::plane, "plane"},
+}};
+
 }  // namespace
+
+std::string synthetic_kind_names() {
+  std::string names;
+  for (const auto& k : kKinds) names += (names.empty() ? "" : ", ") + std::string(k.second);
+  return names;
+}
 
 std::vector<float> make_depth_scene(int width, int height, double noise, double holes,
                                     std::uint64_t seed, std::vector<float>* truth) {
@@ -169,24 +215,14 @@ std::vector<float> make_depth_scene(int width, int height, double noise, double 
 }
 
 SyntheticKind parse_synthetic_kind(const std::string& name) {
-  if (name == "uniform") return SyntheticKind::uniform;
-  if (name == "clustered") return SyntheticKind::clustered;
-  if (name == "lidar") return SyntheticKind::lidar;
-  if (name == "hotspot") return SyntheticKind::hotspot;
-  throw error("unknown synthetic cloud kind '" + name + "' (uniform, clustered, lidar or hotspot)");
+  for (const auto& k : kKinds)
+    if (name == k.second) return k.first;
+  throw error("unknown synthetic cloud kind '" + name + "' (" + synthetic_kind_names() + ")");
 }
 
 const char* to_string(SyntheticKind kind) {
-  switch (kind) {
-    case SyntheticKind::uniform:
-      return "uniform";
-    case SyntheticKind::clustered:
-      return "clustered";
-    case SyntheticKind::lidar:
-      return "lidar";
-    case SyntheticKind::hotspot:
-      return "hotspot";
-  }
+  for (const auto& k : kKinds)
+    if (kind == k.first) return k.second;
   return "?";
 }
 
@@ -203,10 +239,21 @@ std::vector<float> make_synthetic_cloud(SyntheticKind kind, std::int64_t n, std:
       clustered(n, rng, out);
       break;
     case SyntheticKind::lidar:
-      lidar(n, rng, out);
+    case SyntheticKind::noreturns:
+      lidar(n, rng, out, kind == SyntheticKind::noreturns);
       break;
     case SyntheticKind::hotspot:
       hotspot(n, rng, out);
+      break;
+    case SyntheticKind::repeated:
+      repeated(n, rng, out);
+      break;
+    case SyntheticKind::identical:
+      for (std::int64_t i = 0; i < n; ++i) out.insert(out.end(), {1.5f, -2.25f, 0.75f});
+      break;
+    case SyntheticKind::line:
+    case SyntheticKind::plane:
+      flat(n, kind == SyntheticKind::line ? 1 : 2, rng, out);
       break;
   }
   return out;

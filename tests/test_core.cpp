@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -121,7 +122,9 @@ TEST(CompareTies, SwappedTiedNeighborsAgreeButAreNotIdentical) {
 }
 
 TEST(Synthetic, DeterministicFiniteAndSized) {
-  for (auto kind : {SyntheticKind::uniform, SyntheticKind::clustered, SyntheticKind::lidar}) {
+  for (auto kind : {SyntheticKind::uniform, SyntheticKind::clustered, SyntheticKind::lidar,
+                    SyntheticKind::hotspot, SyntheticKind::noreturns, SyntheticKind::repeated,
+                    SyntheticKind::line, SyntheticKind::plane}) {
     const auto a = make_synthetic_cloud(kind, 5000, 3);
     const auto b = make_synthetic_cloud(kind, 5000, 3);
     const auto c = make_synthetic_cloud(kind, 5000, 4);
@@ -132,6 +135,33 @@ TEST(Synthetic, DeterministicFiniteAndSized) {
   }
   EXPECT_EQ(parse_synthetic_kind("lidar"), SyntheticKind::lidar);
   EXPECT_THROW(parse_synthetic_kind("torus"), error);
+  for (const std::string& name : {"uniform", "noreturns", "repeated", "identical", "line", "plane"})
+    EXPECT_EQ(to_string(parse_synthetic_kind(name)), name);
+}
+
+TEST(Synthetic, DegenerateKindsAreWhatTheySay) {
+  const auto zeros = [](const std::vector<float>& xyz) {
+    std::int64_t z = 0;
+    for (std::size_t i = 0; i < xyz.size(); i += 3)
+      z += xyz[i] == 0 && xyz[i + 1] == 0 && xyz[i + 2] == 0;
+    return z;
+  };
+  EXPECT_EQ(zeros(make_synthetic_cloud(SyntheticKind::lidar, 20000, 5)), 0);
+  const std::int64_t z = zeros(make_synthetic_cloud(SyntheticKind::noreturns, 20000, 5));
+  EXPECT_GT(z, 20000 / 20);  // the rays above the horizon miss: 7 % here
+  EXPECT_LT(z, 20000 / 4);
+  const auto rep = make_synthetic_cloud(SyntheticKind::repeated, 5000, 5);
+  std::set<std::array<float, 3>> distinct;
+  for (std::size_t i = 0; i < rep.size(); i += 3) distinct.insert({rep[i], rep[i + 1], rep[i + 2]});
+  EXPECT_EQ(distinct.size(), 100u);
+  const auto same = make_synthetic_cloud(SyntheticKind::identical, 1000, 5);
+  ASSERT_EQ(same.size(), 3000u);
+  for (std::size_t i = 3; i < same.size(); ++i) ASSERT_EQ(same[i], same[i % 3]);
+  const auto line = make_synthetic_cloud(SyntheticKind::line, 1000, 5);
+  for (std::size_t i = 0; i < line.size(); i += 3) {  // (0.8, 0.6, 0.3) s
+    EXPECT_NEAR(line[i + 1], 0.75f * line[i], 1e-4f);
+    EXPECT_NEAR(line[i + 2], 0.375f * line[i], 1e-4f);
+  }
 }
 
 TEST(Synthetic, LidarIsDenseNearTheSensor) {

@@ -16,9 +16,18 @@ enum class SyntheticKind {
   hotspot,    ///< uniform, with n / 320 points packed in a ball of 0.5 m radius at the center:
               ///< at 1M points and the radius that gives the uniform part 32 neighbors
               ///< (1.97 m), 0.3% of the queries have ~100x the mean neighborhood
+  noreturns,  ///< the LiDAR scan with its missed rays stored at the origin, as organized scans
+              ///< store no-returns: 5-10 % of the points identical
+  repeated,   ///< n / 50 uniform points, each stored 50 times
+  identical,  ///< every point the same
+  line,       ///< uniform on a segment through the cube
+  plane,      ///< uniform on a tilted plane through the cube
 };
 
-/// Parses "uniform", "clustered", "lidar" or "hotspot"; throws pcnn::error otherwise.
+/// The kinds' names, comma-separated, as parse_synthetic_kind takes them.
+std::string synthetic_kind_names();
+
+/// Parses a kind's name (synthetic_kind_names()); throws pcnn::error otherwise.
 SyntheticKind parse_synthetic_kind(const std::string& name);
 const char* to_string(SyntheticKind kind);
 
