@@ -263,6 +263,31 @@ class PortableLock {
   void* ptr_ = nullptr;
 };
 
+/// Host points copied into the memory of every one of several distinct devices, each device
+/// uploading a share (page-locked from its own thread) and taking the others' shares from their
+/// devices (peer copies: NVLink where the devices have it), all at once: the host's link to each
+/// device carries 1/n of the cloud instead of all of it. For replicas of one cloud.
+class SpreadPoints {
+ public:
+  /// Whether `devices` are at least two, distinct, and each may access every other's memory.
+  /// @throws pcnn::cuda_error
+  static bool possible(const std::vector<int>& devices);
+  /// `points` (host memory, float32 or float64, any stride); `devices` distinct.
+  /// @throws pcnn::cuda_error, pcnn::out_of_memory_error
+  SpreadPoints(PointsView points, const std::vector<int>& devices);
+  ~SpreadPoints();
+  SpreadPoints(const SpreadPoints&) = delete;
+  SpreadPoints& operator=(const SpreadPoints&) = delete;
+  /// The copy on devices[d]: a device view of the same count, stride and type.
+  PointsView on(int d) const;
+
+ private:
+  void release() noexcept;
+  PointsView points_;
+  std::vector<int> devices_;
+  std::vector<void*> copies_;
+};
+
 /// A part's answer to forwarded queries: rows × k exact distances and global indices (padded
 /// with +infinity / -1), for `m` packed queries `q` (never a self-search: exclude_self is off).
 struct Answer {

@@ -139,19 +139,29 @@ void PartitionedIndex::Impl::build_replicas(PointsView points) {
   built_ms.assign(static_cast<std::size_t>(nd), 0.0);
   // At once on distinct devices, one after the other where a device holds several replicas
   // (indexes built at once from several threads on one device hung in the driver: H100, driver
-  // 580). The points are page-locked once for every device (counted in every build): each index
-  // would otherwise lock and unlock them for its own upload, under the others' copies.
+  // 580). Distinct peer devices without a cap each upload a share of the points and take the
+  // others from their peers (dist::SpreadPoints, NVLink where the devices have it), then index
+  // their copy: the host sends the cloud once in all instead of once to each device. Otherwise the
+  // points are page-locked once for every device (counted in every build): each index would else
+  // lock and unlock them for its own upload, under the others' copies.
   const auto t = clock_type::now();
-  const dist::PortableLock lock_points(points.address(), view_bytes(&points));
   std::vector<int> sorted = options.devices;
   std::sort(sorted.begin(), sorted.end());
   const bool distinct = std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+  const bool spread = distinct && points.memory == Memory::host && options.max_device_memory == 0 &&
+                      !options.index.memory && dist::SpreadPoints::possible(options.devices);
+  std::optional<dist::SpreadPoints> copies;
+  std::optional<dist::PortableLock> lock_points;
+  if (spread)
+    copies.emplace(points, options.devices);
+  else
+    lock_points.emplace(points.address(), view_bytes(&points));
   dist::for_each(nd, distinct, [&](int d) {
     IndexOptions o = options.index;
     o.device = options.devices[static_cast<std::size_t>(d)];
     if (!o.memory && options.max_device_memory > 0)
       o.memory = make_limited_pool_resource(options.max_device_memory, o.device);
-    built[d].emplace(points, o);
+    built[d].emplace(copies ? copies->on(d) : points, o);
     built_ms[d] = ms_since(t);
   });
   for (std::optional<Index>& r : built) replicas.push_back(std::move(*r));

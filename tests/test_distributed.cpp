@@ -869,6 +869,40 @@ namespace {
 // What the replicated layout does, without it: shares of a self-search's rows (exact ties
 // everywhere on a lattice, k = 27 excluding self), first one index after the other, then eight
 // indexes of one device at once from eight threads.
+// Replicas on distinct devices upload a share of the points each and take the others' from
+// their peers (dist::SpreadPoints): strided float points starting mid-page and float64 points,
+// the same rows as one index, self and separate queries.
+TEST(Replicated, PointsSpreadOverTheDevicesEqualOneIndexCuda) {
+  PCNN_REQUIRE_DEVICE();
+  if (device_count() < 2) GTEST_SKIP() << "needs two CUDA devices, found " << device_count();
+  const std::int64_t n = 300007;
+  const auto cloud = make_synthetic_cloud(SyntheticKind::clustered, n, 51);
+  std::vector<float> strided(1 + static_cast<std::size_t>(n) * 5, 3.0f);
+  for (std::int64_t i = 0; i < n; ++i)
+    std::copy_n(&cloud[3 * i], 3, &strided[1 + 5 * i]);  // one float in: not page-aligned
+  std::vector<double> xyz64;
+  for (std::int64_t i = 0; i < n; ++i)
+    xyz64.insert(xyz64.end(), {512345.0 + cloud[3 * i] * 1e-3, 5412345.0 + cloud[3 * i + 1] * 1e-3,
+                               230.0 + cloud[3 * i + 2] * 1e-3});
+  const auto q = make_synthetic_cloud(SyntheticKind::uniform, 5001, 52);
+  IndexOptions io;
+  io.backend = Backend::cuda;
+  PartitionedOptions po;
+  po.index = io;
+  po.devices = {1, 0};
+  for (const PointsView refs :
+       {host_points(strided.data() + 1, n, 5), host_points(xyz64.data(), n)}) {
+    Index single(refs, io);
+    PartitionedIndex replicas(refs, po);
+    ASSERT_TRUE(replicas.replicated());
+    expect_identical(replicas.self_knn({8, true}), single.self_knn({8, true}),
+                     refs.is_double() ? "float64, self" : "strided, self");
+    if (!refs.is_double())
+      expect_identical(replicas.knn(host_points(q.data(), 5001), {5}),
+                       single.knn(host_points(q.data(), 5001), {5}), "strided, queries");
+  }
+}
+
 TEST(Replicated, SelfRowsOfALatticeEqualTheWholeSearchCuda) {
   PCNN_REQUIRE_DEVICE();
   const std::vector<float> xyz = test::lattice(16);
