@@ -248,8 +248,9 @@ class CudaBackend final : public Index::Backend_ {
       const Filter f = filter_of(d, scaled, stream);
       refs_perturbation_ = f.perturbation;
       refs_as_given_ = f.as_given;
-      index_ = detail::build_spatial_index(f.view.data, f.view.stride,
-                                           static_cast<int>(f.view.count), stream, ws_);
+      index_ =
+          detail::build_spatial_index(f.view.data, f.view.stride, static_cast<int>(f.view.count),
+                                      detail::ExactCoords{d.data, d.data64, d.stride}, stream, ws_);
       ev_[2].record(stream);
       // The coordinates as given, kept for the exact refinement and for searches of a range of
       // the indexed points: the staged copy, or a copy of the caller's device memory.

@@ -193,7 +193,7 @@ void tree_search_range(const SpatialIndex& index, const float4* queries, bool se
   a.bound = bound;
   a.evaluations = evaluations;
   a.query_offset = query_offset;
-  launch_exact(index.view(), a, ex, stream, mr);
+  launch_exact(index.knn_view(), a, ex, stream, mr);
 }
 
 TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries, KnnParams params,
@@ -227,7 +227,7 @@ TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries,
   TreeSearchStats stats;
   if (n_queries == 0) return stats;
 
-  const TreeView tree = index.view();
+  const TreeView tree = index.knn_view();
   if (out.rows_per_pass > 0)
     run_passes(tree, a, n_queries, out, ex, stream, mr, stats);
   else

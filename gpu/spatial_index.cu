@@ -1,5 +1,6 @@
 // Building the spatial index: bounds, curve keys, radix sort, cell and node boxes.
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 #include <cuda/cmath>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "detail/curve_key.cuh"
 #include "detail/spatial_index.cuh"
 #include "detail/warp_reduce.cuh"
+#include "pcnn/knn.hpp"
 
 namespace pcnn::detail {
 namespace {
@@ -55,25 +57,41 @@ __global__ void init_bounds_kernel(int* out) {
   }
   out[6] = 0;
   out[7] = 0;
+  out[8] = 0;
 }
 
-// Flags (out[7] = 1) a key bucket holding more than a cell of finite points that differ at the
-// curve's full resolution: the short sort left the order inside it to the input, so its cells
-// would be random samples of it. A far outlier squeezes a whole cloud into a few buckets of the
-// bounding cube's grid. Identical points (a scan's no-returns stored at the origin) share every
-// key bit, so no sort can order them: a bucket of them alone is left as it is. A bucket's first
-// and (cell + 1)-th points are compared at full resolution (`ids`: the sorted points' indices).
-__global__ void crowded_kernel(const std::uint64_t* __restrict__ keys, const int* __restrict__ ids,
-                               const float* __restrict__ xyz, std::int64_t stride,
-                               const float* __restrict__ bounds, int n, int* __restrict__ out) {
+// The points of a run of repeats that a kNN row may hold: its first kMaxK + 1 (see
+// spatial_index.cuh). A run of more is flagged, out[8] = 1, where a sorted position and the one
+// kRepeatRun after it hold the same key and the same filter coordinates (the points as stored
+// may still differ: the exact pass decides).
+constexpr int kRepeatRun = kMaxK + 1;
+
+// After the sort (`ids`: the sorted points' indices):
+// - Flags (out[7] = 1) a key bucket holding more than a cell of finite points that differ at
+//   the curve's full resolution (`check_crowded`): the short sort left the order inside it to
+//   the input, so its cells would be random samples of it. A far outlier squeezes a whole cloud
+//   into a few buckets of the bounding cube's grid. Identical points (a scan's no-returns stored
+//   at the origin) share every key bit, so no sort can order them: a bucket of them alone is left
+//   as it is. A bucket's first and (cell + 1)-th points are compared at full resolution.
+// - Flags (out[8] = 1) a possible run of shadows.
+__global__ void order_check_kernel(const std::uint64_t* __restrict__ keys,
+                                   const int* __restrict__ ids, const float* __restrict__ xyz,
+                                   std::int64_t stride, const float* __restrict__ bounds, int n,
+                                   bool check_crowded, int* __restrict__ out) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n - kCell) return;
   const std::uint64_t key = keys[i];
-  if (key == kInvalidKey || key != keys[i + kCell]) return;
+  if (key == kInvalidKey) return;
   const float* a = xyz + ids[i] * stride;
-  const float* b = xyz + ids[i + kCell] * stride;
-  if (curve_key(a[0], a[1], a[2], bounds) != curve_key(b[0], b[1], b[2], bounds))
-    out[7] = 1;  // any thread; the same value
+  if (check_crowded && key == keys[i + kCell]) {
+    const float* b = xyz + ids[i + kCell] * stride;
+    if (curve_key(a[0], a[1], a[2], bounds) != curve_key(b[0], b[1], b[2], bounds))
+      out[7] = 1;  // any thread; the same value
+  }
+  if (i < n - kRepeatRun && key == keys[i + kRepeatRun]) {
+    const float* b = xyz + ids[i + kRepeatRun] * stride;
+    if (a[0] == b[0] && a[1] == b[1] && a[2] == b[2]) out[8] = 1;
+  }
 }
 
 __global__ void decode_bounds_kernel(const int* in, float* bounds) {
@@ -97,7 +115,7 @@ __global__ void keys_kernel(const float* __restrict__ xyz, std::int64_t stride, 
 // still sorts last. Fewer bits, fewer radix passes of 8 bits: 100k points sort on 37 bits (5
 // passes) instead of 64 (8), 10M on 43 (6). Where a bucket still holds more than a cell of
 // points (a region over 2^23 times denser than the cube's mean: a far outlier), the build sorts
-// again on every bit (crowded_kernel). With 2^12 buckets a point, LiDAR scans' dense near field
+// again on every bit (order_check_kernel). With 2^12 buckets a point, LiDAR scans' dense near field
 // tripped that second sort and made their build slower than one full sort (round 8).
 // Order only: every search is exact whatever the order of the points.
 int key_low_bit(std::int64_t n) {
@@ -153,6 +171,123 @@ __global__ void node_boxes_kernel(const float4* __restrict__ child_lo,
   }
 }
 
+// Where a run of points stored with identical coordinates starts: each sorted position its own
+// index if it starts one, else 0 (a running maximum then gives every position its run's start).
+__global__ void run_heads_kernel(const float4* __restrict__ pts, int n, ExactCoords exact,
+                                 int* __restrict__ head) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  bool starts = i == 0;
+  if (!starts) {
+    const double3 a = exact.at(__float_as_int(pts[i].w)),
+                  b = exact.at(__float_as_int(pts[i - 1].w));
+    starts = a.x != b.x || a.y != b.y || a.z != b.z;  // -0 and 0 are one place: same distances
+  }
+  head[i] = starts ? i : 0;
+}
+
+struct MaxInt {
+  __device__ int operator()(int a, int b) const { return a > b ? a : b; }
+};
+
+// 1 where a sorted position is among its run's first kRepeatRun, else 0 (a shadow).
+__global__ void kept_kernel(const int* __restrict__ run_start, int n, int* __restrict__ kept) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) kept[i] = i - run_start[i] < kRepeatRun ? 1 : 0;
+}
+
+// Kept points to [0, n_knn), shadows to [n_knn, n), each in the order they had.
+__global__ void set_aside_kernel(const float4* __restrict__ pts,
+                                 const std::uint64_t* __restrict__ keys,
+                                 const int* __restrict__ kept, const int* __restrict__ before,
+                                 int n, int n_knn, float4* __restrict__ pts_out,
+                                 std::uint64_t* __restrict__ keys_out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int to = kept[i] ? before[i] : n_knn + (i - before[i]);
+  pts_out[to] = pts[i];
+  keys_out[to] = keys[i];
+}
+
+// Moves the shadows of runs of repeats behind the other finite points (spatial_index.cuh);
+// returns how many points are left before them. Synchronizes once.
+int set_aside_shadows(SpatialIndex& index, const ExactCoords& exact, cudaStream_t stream,
+                      DeviceMemoryResource& mr) {
+  const int n = index.n;
+  device_buffer<int> start(n, stream, mr), kept(n, stream, mr), before(n, stream, mr);
+  run_heads_kernel<<<cuda::ceil_div(n, kThreads), kThreads, 0, stream>>>(index.points.data(), n,
+                                                                         exact, start.data());
+  PCNN_CHECK_LAUNCH();
+  std::size_t scan_bytes = 0, sum_bytes = 0;
+  PCNN_CUDA_TRY(cub::DeviceScan::InclusiveScan(nullptr, scan_bytes, start.data(), start.data(),
+                                               MaxInt{}, n, stream));
+  PCNN_CUDA_TRY(
+      cub::DeviceScan::ExclusiveSum(nullptr, sum_bytes, kept.data(), before.data(), n, stream));
+  device_buffer<unsigned char> temp(std::max(scan_bytes, sum_bytes), stream, mr);
+  PCNN_CUDA_TRY(cub::DeviceScan::InclusiveScan(temp.data(), scan_bytes, start.data(), start.data(),
+                                               MaxInt{}, n, stream));
+  kept_kernel<<<cuda::ceil_div(n, kThreads), kThreads, 0, stream>>>(start.data(), n, kept.data());
+  PCNN_CHECK_LAUNCH();
+  PCNN_CUDA_TRY(
+      cub::DeviceScan::ExclusiveSum(temp.data(), sum_bytes, kept.data(), before.data(), n, stream));
+  int last[2] = {0, 0};  // before and kept of the last position
+  PCNN_CUDA_TRY(cudaMemcpyAsync(&last[0], before.data() + n - 1, sizeof(int),
+                                cudaMemcpyDeviceToHost, stream));
+  PCNN_CUDA_TRY(
+      cudaMemcpyAsync(&last[1], kept.data() + n - 1, sizeof(int), cudaMemcpyDeviceToHost, stream));
+  PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+  const int n_knn = last[0] + last[1];
+  if (n_knn == n) return n;
+  device_buffer<float4> pts(index.n_total, stream, mr);
+  device_buffer<std::uint64_t> keys(index.n_total, stream, mr);
+  set_aside_kernel<<<cuda::ceil_div(n, kThreads), kThreads, 0, stream>>>(
+      index.points.data(), index.keys.data(), kept.data(), before.data(), n, n_knn, pts.data(),
+      keys.data());
+  PCNN_CHECK_LAUNCH();
+  if (index.n_total > n) {  // the non-finite points stay last
+    PCNN_CUDA_TRY(cudaMemcpyAsync(pts.data() + n, index.points.data() + n,
+                                  (index.n_total - n) * sizeof(float4), cudaMemcpyDeviceToDevice,
+                                  stream));
+    PCNN_CUDA_TRY(cudaMemcpyAsync(keys.data() + n, index.keys.data() + n,
+                                  (index.n_total - n) * sizeof(std::uint64_t),
+                                  cudaMemcpyDeviceToDevice, stream));
+  }
+  std::swap(index.points, pts);
+  std::swap(index.keys, keys);
+  return n_knn;
+}
+
+// Level 0 holds one box per cell of `count` points; each level above one box per kFanout boxes
+// below, up to a level of at most kFanout boxes, which the search starts from.
+void build_levels(const float4* pts, int count, device_buffer<float4>& box_lo,
+                  device_buffer<float4>& box_hi, std::vector<int>& level_count,
+                  std::vector<int>& level_offset, cudaStream_t stream, DeviceMemoryResource& mr) {
+  int total = 0;
+  for (int c = (count + kCell - 1) / kCell; c > 0; c = (c + kFanout - 1) / kFanout) {
+    level_offset.push_back(total);
+    level_count.push_back(c);
+    total += c;
+    if (c <= kFanout) break;
+  }
+  box_lo.resize(total, stream, mr);
+  box_hi.resize(total, stream, mr);
+  const int levels = static_cast<int>(level_count.size());
+  for (int l = 0; l < levels; ++l) {
+    float4* lo = box_lo.data() + level_offset[l];
+    float4* hi = box_hi.data() + level_offset[l];
+    const int c = level_count[l];
+    if (l == 0) {
+      cell_boxes_kernel<<<cuda::ceil_div(c, kThreads / 32), kThreads, 0, stream>>>(pts, count, c,
+                                                                                   lo, hi);
+    } else {
+      node_boxes_kernel<<<cuda::ceil_div(c, kThreads / 32), kThreads, 0, stream>>>(
+          box_lo.data() + level_offset[l - 1], box_hi.data() + level_offset[l - 1],
+          level_count[l - 1], c, lo, hi);
+    }
+    PCNN_CHECK_LAUNCH();
+  }
+}
+
 // Sorts (key, index) pairs with CUB; returns the buffers holding the sorted result.
 void sort_pairs(device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, int n, int low_bit,
                 cudaStream_t stream, DeviceMemoryResource& mr) {
@@ -188,11 +323,26 @@ TreeView SpatialIndex::view() const {
   return v;
 }
 
+TreeView SpatialIndex::knn_view() const {
+  TreeView v = view();
+  if (knn_level_count.empty()) return v;
+  v.box_lo = knn_box_lo.data();
+  v.box_hi = knn_box_hi.data();
+  v.n = n_knn;
+  v.levels = static_cast<int>(knn_level_count.size());
+  for (int l = 0; l < kMaxLevels; ++l) {
+    v.level_count[l] = l < v.levels ? knn_level_count[l] : 0;
+    v.level_offset[l] = l < v.levels ? knn_level_offset[l] : 0;
+  }
+  return v;
+}
+
 SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_total,
-                                 cudaStream_t stream, DeviceMemoryResource& mr) {
+                                 const ExactCoords& exact, cudaStream_t stream,
+                                 DeviceMemoryResource& mr) {
   SpatialIndex index;
   index.n_total = n_total;
-  device_buffer<int> stats(8, stream, mr);  // bounds, finite count, crowded flag
+  device_buffer<int> stats(9, stream, mr);  // bounds, finite count, crowded and repeat flags
   index.bounds.resize(6, stream, mr);
   init_bounds_kernel<<<1, 1, 0, stream>>>(stats.data());
   PCNN_CHECK_LAUNCH();
@@ -215,19 +365,20 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
   };
   if (n_total > 0) {
     order(key_low_bit(n_total));
-    if (n_total > kCell && index.key_low_bit > 0) {
-      crowded_kernel<<<cuda::ceil_div(n_total - kCell, kThreads), kThreads, 0, stream>>>(
-          index.keys.data(), ids.data(), xyz, stride, index.bounds.data(), n_total, stats.data());
+    if (n_total > kCell) {
+      order_check_kernel<<<cuda::ceil_div(n_total - kCell, kThreads), kThreads, 0, stream>>>(
+          index.keys.data(), ids.data(), xyz, stride, index.bounds.data(), n_total,
+          index.key_low_bit > 0, stats.data());
       PCNN_CHECK_LAUNCH();
     }
   }
-  int count_crowded[2] = {0, 0};  // read together: the build's one round trip
-  PCNN_CUDA_TRY(cudaMemcpyAsync(count_crowded, stats.data() + 6, 2 * sizeof(int),
-                                cudaMemcpyDeviceToHost, stream));
+  int checks[3] = {0, 0, 0};  // count, crowded, repeats: read together, the build's round trip
+  PCNN_CUDA_TRY(
+      cudaMemcpyAsync(checks, stats.data() + 6, sizeof checks, cudaMemcpyDeviceToHost, stream));
   PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
-  index.n = count_crowded[0];
-  const int count = index.n;
-  if (count_crowded[1] != 0) order(0);
+  index.n = checks[0];
+  index.n_knn = index.n;
+  if (checks[1] != 0) order(0);
   if (n_total > 0) {
     index.points.resize(n_total, stream,
                         mr);  // after the sort, whose double buffers are gone by now
@@ -235,33 +386,14 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
         xyz, stride, n_total, ids.data(), index.points.data());
     PCNN_CHECK_LAUNCH();
   }
-
-  // Level 0 holds one box per cell; each level above one box per kFanout boxes below, up to a
-  // level of at most kFanout boxes, which the search starts from.
-  int total = 0;
-  for (int c = (count + kCell - 1) / kCell; c > 0; c = (c + kFanout - 1) / kFanout) {
-    index.level_offset.push_back(total);
-    index.level_count.push_back(c);
-    total += c;
-    if (c <= kFanout) break;
-  }
-  index.box_lo.resize(total, stream, mr);
-  index.box_hi.resize(total, stream, mr);
-  const int levels = static_cast<int>(index.level_count.size());
-  for (int l = 0; l < levels; ++l) {
-    float4* lo = index.box_lo.data() + index.level_offset[l];
-    float4* hi = index.box_hi.data() + index.level_offset[l];
-    const int c = index.level_count[l];
-    if (l == 0) {
-      cell_boxes_kernel<<<cuda::ceil_div(c, kThreads / 32), kThreads, 0, stream>>>(
-          index.points.data(), count, c, lo, hi);
-    } else {
-      node_boxes_kernel<<<cuda::ceil_div(c, kThreads / 32), kThreads, 0, stream>>>(
-          index.box_lo.data() + index.level_offset[l - 1],
-          index.box_hi.data() + index.level_offset[l - 1], index.level_count[l - 1], c, lo, hi);
-    }
-    PCNN_CHECK_LAUNCH();
-  }
+  // The flag, taken before any full sort, is a hint: set_aside_shadows finds the runs in the
+  // final order, on the points as stored.
+  if (checks[2] != 0) index.n_knn = set_aside_shadows(index, exact, stream, mr);
+  build_levels(index.points.data(), index.n, index.box_lo, index.box_hi, index.level_count,
+               index.level_offset, stream, mr);
+  if (index.n_knn < index.n)
+    build_levels(index.points.data(), index.n_knn, index.knn_box_lo, index.knn_box_hi,
+                 index.knn_level_count, index.knn_level_offset, stream, mr);
   return index;
 }
 

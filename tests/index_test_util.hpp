@@ -66,6 +66,8 @@ enum class Input {
   hotspot,
   lattice,     // integer lattice: every distance exact in float, ties everywhere
   duplicates,  // each point 8 times: exact ties at distance 0
+  noreturns,   // uniform, every third point at the origin (a scan's no-returns): long runs of
+               // repeats, whose shadows the CUDA index sets aside
   outliers,    // uniform in a 100 m cube, plus a few points kilometers away
   identical,   // every point the same
   plane,       // a tilted plane
@@ -94,6 +96,8 @@ inline const char* name(Input in) {
       return "outliers";
     case Input::identical:
       return "identical";
+    case Input::noreturns:
+      return "noreturns";
     case Input::plane:
       return "plane";
     case Input::line:
@@ -140,6 +144,11 @@ inline std::vector<float> make(Input in, int n, std::uint64_t seed) {
       return with_outliers(n, seed);
     case Input::identical:
       return std::vector<float>(static_cast<std::size_t>(n) * 3, 2.5f);
+    case Input::noreturns: {
+      std::vector<float> v = make_synthetic_cloud(SyntheticKind::uniform, n, seed);
+      for (std::size_t i = 0; i < v.size(); i += 9) std::fill_n(v.begin() + i, 3, 0.0f);
+      return v;
+    }
     case Input::plane:
       return plane(n, seed);
     case Input::line:

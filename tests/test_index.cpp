@@ -111,6 +111,10 @@ std::vector<SearchCase> search_cases() {
   add(Input::duplicates, 4000, kSelf, U, 20, 0.5, 0, 0, 54);
   add(Input::identical, 500, kSelf, U, 16, 0.0, 0, 0, 55);
   add(Input::identical, 300, kSelf, U, 128, 1.0, 0, 0, 56);
+  add(Input::noreturns, 4000, kSelf, U, 8, 2.0, 0, 0, 57);  // 1334 at the origin
+  add(Input::noreturns, 3000, kSelf, U, 128, 0.0, 0, 0, 58);
+  add(Input::noreturns, 3000, 1000, Input::noreturns, 64, 3.0, 0.1, 0, 59);
+  add(Input::noreturns, 2500, kSelf, U, 16, 4.0, 0, 1e6, 64);
   // Separate query sets.
   add(U, 4000, 1500, Input::clustered, 16, 6.0, 0, 0, 60);
   add(Input::lidar, 5000, 2000, Input::lidar, 1, 0.5, 0, 0, 61);

@@ -954,5 +954,78 @@ TEST(IndexBuild, AFarOutlierKeepsTheCellsTight) {
   EXPECT_TRUE(same_knn(r_far, on_cpu.self_knn(params)));
 }
 
+// Runs of repeats (spatial_index.cuh): a scan's no-returns stored at the origin, 20,000 among
+// 50,000 points, make no query scan the other copies (distance evaluations within 2x of the
+// cloud without them; every copy scanning every other was 8x), and every search still equals the
+// CPU backend's: kNN up to k = 128 (the last kept copy of a run), with and without the point
+// itself, hybrid, and radius (which returns every copy, shadows included), self and separate
+// queries.
+TEST(IndexRepeats, NoReturnsAtTheOriginSearchLikeOnePointAndEqualTheCpuBackend) {
+  PCNN_REQUIRE_DEVICE();
+  IndexOptions cpu;
+  cpu.backend = Backend::cpu;
+  const std::vector<float> clean = make_synthetic_cloud(SyntheticKind::uniform, 50000, 91);
+  std::vector<float> zeros = clean;
+  for (int i = 0; i < 20000; ++i) std::fill_n(zeros.begin() + 3 * (i * 5 / 2), 3, 0.0f);
+  const auto evaluations = [&](const std::vector<float>& xyz) {
+    Index index(view(xyz), cuda_options());
+    index.self_knn({8, true});
+    return index.last_timings().distance_evaluations;
+  };
+  const std::int64_t e_clean = evaluations(clean), e_zeros = evaluations(zeros);
+  EXPECT_GT(e_clean, 0);
+  EXPECT_LE(e_zeros, 2 * e_clean) << "clean " << e_clean << ", with the no-returns " << e_zeros;
+
+  Index gpu(view(zeros), cuda_options());
+  Index reference(view(zeros), cpu);
+  for (int k : {1, 8, 128})
+    for (bool exclude_self : {true, false}) {
+      const KnnParams p{k, exclude_self};
+      EXPECT_TRUE(same_knn(gpu.self_knn(p), reference.self_knn(p)))
+          << "k = " << k << (exclude_self ? ", the point excluded" : "");
+    }
+  const HybridParams h{3.0, 32, true};
+  EXPECT_TRUE(same_hybrid(gpu.self_hybrid(h), reference.self_hybrid(h)));
+  std::vector<float> queries = make_synthetic_cloud(SyntheticKind::uniform, 3000, 92);
+  for (int i = 0; i < 3000; i += 3) std::fill_n(queries.begin() + 3 * i, 3, 0.0f);
+  EXPECT_TRUE(same_knn(gpu.knn(view(queries), {128}), reference.knn(view(queries), {128})));
+  // Radius: fewer copies (each copy's row holds all the others).
+  std::vector<float> few = clean;
+  for (int i = 0; i < 1500; ++i) std::fill_n(few.begin() + 3 * (i * 31), 3, 0.0f);
+  Index gpu_few(view(few), cuda_options());
+  Index reference_few(view(few), cpu);
+  for (double r : {0.0, 2.0})
+    EXPECT_TRUE(same_radius(gpu_few.self_radius({r, true}), reference_few.self_radius({r, true})))
+        << "r = " << r;
+  EXPECT_TRUE(same_knn(gpu_few.self_knn({128, true}), reference_few.self_knn({128, true})));
+}
+
+// Repeats are points stored with identical coordinates, not points whose float filter is the
+// same: float64 points 1e-7 m apart at 1e6 m (one float) form two runs of 300, not one of 600,
+// and rows take the nearer run first.
+TEST(IndexRepeats, Float64PointsOneFloatApartAreTwoRuns) {
+  PCNN_REQUIRE_DEVICE();
+  IndexOptions cpu;
+  cpu.backend = Backend::cpu;
+  const std::vector<float> spread = make_synthetic_cloud(SyntheticKind::uniform, 20000, 93);
+  std::vector<double> xyz;
+  for (std::size_t i = 0; i < spread.size(); ++i)
+    xyz.push_back((i % 3 == 0 ? 1e6 : 2e6) + 10.0 * spread[i]);
+  for (double dx : {0.0, 1e-7})
+    for (int c = 0; c < 300; ++c) xyz.insert(xyz.end(), {1e6 + 100.1 + dx, 2e6 + 3.0, 2e6 - 7.0});
+  const PointsView v = host_points(xyz.data(), static_cast<std::int64_t>(xyz.size() / 3));
+  Index gpu(v, cuda_options());
+  Index reference(v, cpu);
+  for (int k : {8, 128})
+    for (bool exclude_self : {true, false}) {
+      const KnnParams p{k, exclude_self};
+      EXPECT_TRUE(same_knn(gpu.self_knn(p), reference.self_knn(p)))
+          << "k = " << k << (exclude_self ? ", the point excluded" : "");
+    }
+  const std::vector<double> near = {1e6 + 100.1 + 2e-7, 2e6 + 3.0, 2e6 - 7.0};
+  EXPECT_TRUE(same_knn(gpu.knn(host_points(near.data(), 1), {128}),
+                       reference.knn(host_points(near.data(), 1), {128})));
+}
+
 }  // namespace
 }  // namespace pcnn

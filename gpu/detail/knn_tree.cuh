@@ -118,7 +118,10 @@ struct CellRange {
 __device__ __forceinline__ CellRange first_cells(const TreeView& t, const TreeKnnArgs& a, int slot,
                                                  float4 q, unsigned valid) {
   const int cells = t.level_count[0];
-  const int home = a.self_search ? min(slot / kCell, cells - 1) : home_cell(t, q);
+  // A self-search's query at slot s is the index's point s, in cell s / kCell, unless it is a
+  // shadow (a repeat set aside behind the kNN hierarchy's points, spatial_index.cuh).
+  const bool own_cell = a.self_search && (slot < t.n || !finite3(q.x, q.y, q.z));
+  const int home = own_cell ? min(slot / kCell, cells - 1) : home_cell(t, q);
   const int lo = __shfl_sync(kFullMask, home, __ffs(valid) - 1);
   const int hi = __shfl_sync(kFullMask, home, 31 - __clz(valid));
   const int reach = cuda::ceil_div(a.k, kCell);
