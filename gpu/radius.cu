@@ -162,8 +162,14 @@ __global__ void radius_ties_kernel(const float4* __restrict__ queries, int slot_
 }
 
 constexpr int kThreads = 256;
-constexpr int kEntryBytes = 16;  // per neighbor on the device: key 8, index 4, distance 4
-constexpr int kSlotBytes = 36;   // per query: count, offset, row length and start (8 each), list 4
+// Per neighbor on the device: key 8, index 4, distance 4, and where its row is too long for a
+// warp, the two buffers of the segmented sort (8 each). A pass planned on 16 bytes an entry,
+// its rows all long (a scan's 72k no-returns at the origin, each within r = 0.04 of the
+// others), asked for 38 GB more in the sort with 8.5 GB left (H100).
+constexpr int kEntryBytes = 32;
+// Per query: count, offset, row length and start (8 each), list 4, and the long rows' length and
+// start (8 each).
+constexpr int kSlotBytes = 52;
 
 void exclusive_sum(const std::int64_t* in, std::int64_t* out, std::int64_t n, cudaStream_t stream,
                    DeviceMemoryResource& mr) {
@@ -203,34 +209,51 @@ __global__ void long_rows_len_kernel(const int* __restrict__ rows, int n_long,
   if (i <= n_long) out[i] = i < n_long ? len[rows[i]] : 0;
 }
 
+// The buffers of the long rows' sort, allocated once for all the passes of a fill, at the size
+// of the largest pass (`entries`) and of all its rows (`rows`): a block freed during a call is
+// only reused at the same size, so buffers sized pass by pass added up (a 1M-point scan's
+// no-returns: 17 GB a pass).
+struct LongRowBuffers {
+  device_buffer<std::uint64_t> a, b;
+  device_buffer<std::int64_t> len, compact;
+  void ensure(std::int64_t entries, int rows, cudaStream_t stream, DeviceMemoryResource& mr) {
+    if (a.size() > 0) return;
+    a.resize(entries, stream, mr);
+    b.resize(entries, stream, mr);
+    len.resize(rows + 1, stream, mr);
+    compact.resize(rows + 1, stream, mr);
+  }
+};
+
 // Rows too long for one warp (listed by radius_sort_kernel): gathered, sorted by CUB's segmented
 // sort, and written back as (index, distance).
 void sort_long_rows(int n_long, const int* d_rows, const std::int64_t* start,
                     const std::int64_t* len, const std::uint64_t* keys, std::int32_t* idx,
-                    float* dist, cudaStream_t stream, DeviceMemoryResource& mr) {
-  device_buffer<std::int64_t> long_len(n_long + 1, stream, mr), compact(n_long + 1, stream, mr);
+                    float* dist, LongRowBuffers& buf, cudaStream_t stream,
+                    DeviceMemoryResource& mr) {
+  std::int64_t* long_len = buf.len.data();
+  std::int64_t* compact = buf.compact.data();
   long_rows_len_kernel<<<cuda::ceil_div(n_long + 1, kThreads), kThreads, 0, stream>>>(
-      d_rows, n_long, len, long_len.data());
+      d_rows, n_long, len, long_len);
   PCNN_CHECK_LAUNCH();
-  exclusive_sum(long_len.data(), compact.data(), n_long + 1, stream, mr);
+  exclusive_sum(long_len, compact, n_long + 1, stream, mr);
   std::int64_t total = 0;
-  PCNN_CUDA_TRY(cudaMemcpyAsync(&total, compact.data() + n_long, sizeof total,
-                                cudaMemcpyDeviceToHost, stream));
+  PCNN_CUDA_TRY(
+      cudaMemcpyAsync(&total, compact + n_long, sizeof total, cudaMemcpyDeviceToHost, stream));
   PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
-  device_buffer<std::uint64_t> a(total, stream, mr), b(total, stream, mr);
-  long_rows_gather_kernel<<<n_long, kThreads, 0, stream>>>(d_rows, start, compact.data(), keys,
-                                                           a.data());
+  long_rows_gather_kernel<<<n_long, kThreads, 0, stream>>>(d_rows, start, compact, keys,
+                                                           buf.a.data());
   PCNN_CHECK_LAUNCH();
+  // Through a double buffer: the sort then needs no copy of the keys of its own in its scratch.
+  cub::DoubleBuffer<std::uint64_t> sorted(buf.a.data(), buf.b.data());
   std::size_t temp_bytes = 0;
-  PCNN_CUDA_TRY(cub::DeviceSegmentedSort::SortKeys(nullptr, temp_bytes, a.data(), b.data(), total,
-                                                   n_long, compact.data(), compact.data() + 1,
-                                                   stream));
+  PCNN_CUDA_TRY(cub::DeviceSegmentedSort::SortKeys(nullptr, temp_bytes, sorted, total, n_long,
+                                                   compact, compact + 1, stream));
   device_buffer<unsigned char> temp(temp_bytes, stream, mr);
-  PCNN_CUDA_TRY(cub::DeviceSegmentedSort::SortKeys(temp.data(), temp_bytes, a.data(), b.data(),
-                                                   total, n_long, compact.data(),
-                                                   compact.data() + 1, stream));
-  long_rows_scatter_kernel<<<n_long, kThreads, 0, stream>>>(d_rows, start, compact.data(), b.data(),
-                                                            idx, dist);
+  PCNN_CUDA_TRY(cub::DeviceSegmentedSort::SortKeys(temp.data(), temp_bytes, sorted, total, n_long,
+                                                   compact, compact + 1, stream));
+  long_rows_scatter_kernel<<<n_long, kThreads, 0, stream>>>(d_rows, start, compact,
+                                                            sorted.Current(), idx, dist);
   PCNN_CHECK_LAUNCH();
 }
 
@@ -344,6 +367,7 @@ RadiusTimes fill_passes(const TreeView& tree, RadiusArgs a, int n, const Counted
   device_buffer<std::int32_t> idx(most, stream, mr);
   device_buffer<float> dist(most, stream, mr);
   device_buffer<int> long_rows(n, stream, mr), long_count(1, stream, mr);
+  LongRowBuffers long_buf;
   std::vector<std::int32_t> h_idx(one_pass ? 0 : most), qid(one_pass ? 0 : n);
   std::vector<float> h_dist(h_idx.size());
 
@@ -374,9 +398,11 @@ RadiusTimes fill_passes(const TreeView& tree, RadiusArgs a, int n, const Counted
     PCNN_CUDA_TRY(
         cudaMemcpyAsync(&n_long, long_count.data(), sizeof(int), cudaMemcpyDeviceToHost, stream));
     PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
-    if (n_long > 0)
+    if (n_long > 0) {
+      long_buf.ensure(most, n, stream, mr);
       sort_long_rows(n_long, long_rows.data(), row_start.data(), len.data(), keys.data(),
-                     idx.data(), dist.data(), stream, mr);
+                     idx.data(), dist.data(), long_buf, stream, mr);
+    }
     radius_ties_kernel<<<cuda::ceil_div(rows, kThreads), kThreads, 0, stream>>>(
         queries, begin, rows, row_start.data(), len.data(), ex.refs, ex.queries, idx.data(),
         dist.data());

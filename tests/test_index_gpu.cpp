@@ -703,6 +703,28 @@ TEST(IndexMemory, ACapThatForcesPassesGivesOnePassResults) {
   EXPECT_LE(o.memory->stats().peak_bytes, built + (48 << 20));
 }
 
+// Rows too long for a warp are sorted in buffers of their own: passes must leave room for them.
+// 2,000 copies of one point among 20,000 (each copy's row holds the other 1,999: 4M entries,
+// 64 MB on the device at 16 bytes) under a cap of 96 MB for the search: planned on 16 bytes an
+// entry, one pass took the room and the long rows' sort then ran out of memory.
+TEST(IndexMemory, ACapThatForcesPassesOfLongRowsGivesOnePassResults) {
+  PCNN_REQUIRE_DEVICE();
+  std::vector<float> pts = make_synthetic_cloud(SyntheticKind::uniform, 20000, 23);
+  for (int i = 0; i < 2000; ++i) std::fill_n(pts.begin() + 3 * (i * 10), 3, 0.0f);
+  const PointsView v = view(pts);
+  IndexOptions cpu;
+  cpu.backend = Backend::cpu;
+  const RadiusResult want = Index(v, cpu).self_radius({0.5, true});
+  ASSERT_GT(want.offsets.back(), 2000 * 1999);
+  const std::int64_t built = Index(v, cuda_options()).memory_stats().device.peak_bytes;
+  IndexOptions o = cuda_options();
+  o.memory = make_limited_pool_resource(built + (96 << 20));
+  Index capped(v, o);
+  EXPECT_TRUE(same_radius(capped.self_radius({0.5, true}), want));
+  EXPECT_GT(capped.last_timings().passes, 1);
+  EXPECT_LE(o.memory->stats().peak_bytes, built + (96 << 20));
+}
+
 TEST(IndexMemory, MaxRowsPerPassGivesOnePassResults) {
   PCNN_REQUIRE_DEVICE();
   const std::vector<float> pts = make_synthetic_cloud(SyntheticKind::lidar, 50000, 18);
