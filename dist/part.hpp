@@ -272,8 +272,9 @@ class SpreadPoints {
   /// Whether `devices` are at least two, distinct, and each may access every other's memory.
   /// @throws pcnn::cuda_error
   static bool possible(const std::vector<int>& devices);
-  /// `points` (host memory, float32 or float64, any stride); `devices` distinct.
-  /// @throws pcnn::cuda_error, pcnn::out_of_memory_error
+  /// `points` (host memory, float32 or float64, any stride); `devices` distinct. Each device
+  /// holds a whole copy for the life of the object.
+  /// @throws pcnn::cuda_error, pcnn::out_of_memory_error (a device without room for the copy)
   SpreadPoints(PointsView points, const std::vector<int>& devices);
   ~SpreadPoints();
   SpreadPoints(const SpreadPoints&) = delete;
@@ -283,6 +284,7 @@ class SpreadPoints {
 
  private:
   void release() noexcept;
+  void release(int d) noexcept;
   PointsView points_;
   std::vector<int> devices_;
   std::vector<void*> copies_;

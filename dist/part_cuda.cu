@@ -5,10 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
 #include <climits>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <deque>
 
@@ -216,13 +214,16 @@ void upload_through_chunks(void* to, const char* from, std::size_t bytes, cudaSt
 
 // Device `device` may read and write the memory of `peer` for the life of the object (NVLink or
 // PCIe peer to peer): a cudaMemcpyPeer between them then goes directly instead of through host
-// memory. Access this object enabled is disabled again; access enabled before is left as it was.
+// memory. Access this object enabled is disabled again; access enabled before is left as it was
+// (access the caller enables while this object lives is disabled with it: process-wide state).
 class PeerAccess {
  public:
   PeerAccess(int device, int peer) : device_(device), peer_(peer) {
     OnDevice on(device);
     const cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
-    if (e == cudaErrorPeerAccessAlreadyEnabled) {
+    // Already enabled (by the caller: left as it is), or a device past its peers' limit (8
+    // without NVSwitch): the copies then go without, staged by the driver.
+    if (e == cudaErrorPeerAccessAlreadyEnabled || e == cudaErrorTooManyPeers) {
       static_cast<void>(cudaGetLastError());
       return;
     }
@@ -272,7 +273,7 @@ SpreadPoints::SpreadPoints(PointsView points, const std::vector<int>& devices)
                                 : 0;
   if (bytes == 0) return;
   const auto* host = static_cast<const char*>(points.address());
-  // Share boundaries on page boundaries: the shares' registrations never share a page.
+  // Shares cut on page boundaries (the host reads whole pages of each).
   const auto base = reinterpret_cast<std::uintptr_t>(host);
   std::vector<std::size_t> cut(static_cast<std::size_t>(nd) + 1, bytes);
   cut[0] = 0;
@@ -283,7 +284,17 @@ SpreadPoints::SpreadPoints(PointsView points, const std::vector<int>& devices)
   try {
     for_each(nd, true, [&](int d) {  // each device: its copy, its share uploaded
       OnDevice on(devices[d]);
-      PCNN_CUDA_TRY(cudaMalloc(&copies_[d], bytes));
+      const cudaError_t err = cudaMalloc(&copies_[d], bytes);
+      if (err == cudaErrorMemoryAllocation) {
+        static_cast<void>(cudaGetLastError());
+        copies_[d] = nullptr;
+        std::size_t free_bytes = 0, total = 0;
+        PCNN_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total));
+        detail::throw_out_of_memory("a copy of the points on device " + std::to_string(devices[d]),
+                                    static_cast<std::int64_t>(bytes),
+                                    static_cast<std::int64_t>(free_bytes));
+      }
+      PCNN_CUDA_TRY(err);
       const Stream stream;
       upload_through_chunks(static_cast<char*>(copies_[d]) + cut[d], host + cut[d],
                             cut[d + 1] - cut[d], stream.get());
@@ -294,14 +305,15 @@ SpreadPoints::SpreadPoints(PointsView points, const std::vector<int>& devices)
     for (int d = 0; d < nd; ++d)
       for (int e = 0; e < nd; ++e)
         if (e != d) access.emplace_back(devices[d], devices[e]);
-    for_each(nd, true, [&](int d) {
+    for_each(nd, true, [&](int d) {  // on a stream of each device's own: at once
       OnDevice on(devices[d]);
+      const Stream stream;
       for (int e = 0; e < nd; ++e)
         if (e != d && cut[e + 1] > cut[e])
-          PCNN_CUDA_TRY(cudaMemcpyPeer(static_cast<char*>(copies_[d]) + cut[e], devices[d],
-                                       static_cast<const char*>(copies_[e]) + cut[e], devices[e],
-                                       cut[e + 1] - cut[e]));
-      PCNN_CUDA_TRY(cudaDeviceSynchronize());
+          PCNN_CUDA_TRY(cudaMemcpyPeerAsync(static_cast<char*>(copies_[d]) + cut[e], devices[d],
+                                            static_cast<const char*>(copies_[e]) + cut[e],
+                                            devices[e], cut[e + 1] - cut[e], stream.get()));
+      PCNN_CUDA_TRY(cudaStreamSynchronize(stream.get()));
     });
     for (int d = 0; d < nd; ++d) {  // a peer copy is ordered with both devices' work
       OnDevice on(devices[d]);
@@ -316,15 +328,18 @@ SpreadPoints::SpreadPoints(PointsView points, const std::vector<int>& devices)
 SpreadPoints::~SpreadPoints() { release(); }
 
 void SpreadPoints::release() noexcept {
-  for (std::size_t d = 0; d < copies_.size(); ++d) {
-    if (!copies_[d]) continue;
-    int was = 0;
-    PCNN_CUDA_TRY_NO_THROW(cudaGetDevice(&was));
-    PCNN_CUDA_TRY_NO_THROW(cudaSetDevice(devices_[d]));
-    PCNN_CUDA_TRY_NO_THROW(cudaFree(copies_[d]));
-    PCNN_CUDA_TRY_NO_THROW(cudaSetDevice(was));
-    copies_[d] = nullptr;
-  }
+  for (std::size_t d = 0; d < copies_.size(); ++d) release(static_cast<int>(d));
+}
+
+void SpreadPoints::release(int d) noexcept {
+  void*& copy = copies_[static_cast<std::size_t>(d)];
+  if (!copy) return;
+  int was = 0;
+  PCNN_CUDA_TRY_NO_THROW(cudaGetDevice(&was));
+  PCNN_CUDA_TRY_NO_THROW(cudaSetDevice(devices_[static_cast<std::size_t>(d)]));
+  PCNN_CUDA_TRY_NO_THROW(cudaFree(copy));
+  PCNN_CUDA_TRY_NO_THROW(cudaSetDevice(was));
+  copy = nullptr;
 }
 
 PointsView SpreadPoints::on(int d) const {

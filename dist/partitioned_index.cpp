@@ -152,10 +152,16 @@ void PartitionedIndex::Impl::build_replicas(PointsView points) {
                       !options.index.memory && dist::SpreadPoints::possible(options.devices);
   std::optional<dist::SpreadPoints> copies;
   std::optional<dist::PortableLock> lock_points;
-  if (spread)
-    copies.emplace(points, options.devices);
-  else
-    lock_points.emplace(points.address(), view_bytes(&points));
+  if (spread) {
+    try {
+      copies.emplace(points, options.devices);
+    } catch (const out_of_memory_error&) {
+      // A device without room for a copy besides its index: the points are page-locked once
+      // and each index uploads them itself.
+      copies.reset();
+    }
+  }
+  if (!copies) lock_points.emplace(points.address(), view_bytes(&points));
   dist::for_each(nd, distinct, [&](int d) {
     IndexOptions o = options.index;
     o.device = options.devices[static_cast<std::size_t>(d)];

@@ -866,9 +866,6 @@ TEST(Replicated, RowsOnAnotherDeviceAreRefusedCuda) {
 namespace pcnn {
 namespace {
 
-// What the replicated layout does, without it: shares of a self-search's rows (exact ties
-// everywhere on a lattice, k = 27 excluding self), first one index after the other, then eight
-// indexes of one device at once from eight threads.
 // Replicas on distinct devices upload a share of the points each and take the others' from
 // their peers (dist::SpreadPoints): strided float points starting mid-page and float64 points,
 // the same rows as one index, self and separate queries.
@@ -903,6 +900,27 @@ TEST(Replicated, PointsSpreadOverTheDevicesEqualOneIndexCuda) {
   }
 }
 
+// Shares of more than two 32 MB chunks (the chunks reused): 11.2M points, 67 MB a device.
+TEST(Replicated, LargeSharesThroughTheChunksEqualOneIndexCuda) {
+  PCNN_REQUIRE_DEVICE();
+  if (device_count() < 2) GTEST_SKIP() << "needs two CUDA devices, found " << device_count();
+  const std::int64_t n = 11200000;
+  const auto cloud = make_synthetic_cloud(SyntheticKind::uniform, n, 53);
+  IndexOptions io;
+  io.backend = Backend::cuda;
+  PartitionedOptions po;
+  po.index = io;
+  po.devices = {0, 1};
+  const PointsView refs = host_points(cloud.data(), n);
+  PartitionedIndex replicas(refs, po);
+  ASSERT_TRUE(replicas.replicated());
+  expect_identical(replicas.self_knn({1, true}), Index(refs, io).self_knn({1, true}),
+                   "11.2M, self");
+}
+
+// What the replicated layout does, without it: shares of a self-search's rows (exact ties
+// everywhere on a lattice, k = 27 excluding self), first one index after the other, then eight
+// indexes of one device at once from eight threads.
 TEST(Replicated, SelfRowsOfALatticeEqualTheWholeSearchCuda) {
   PCNN_REQUIRE_DEVICE();
   const std::vector<float> xyz = test::lattice(16);
