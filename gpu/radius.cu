@@ -217,7 +217,11 @@ struct LongRowBuffers {
   device_buffer<std::uint64_t> a, b;
   device_buffer<std::int64_t> len, compact;
   void ensure(std::int64_t entries, int rows, cudaStream_t stream, DeviceMemoryResource& mr) {
-    if (a.size() > 0) return;
+    if (a.size() > 0) {  // one size for every pass of a fill
+      PCNN_EXPECTS(static_cast<std::int64_t>(a.size()) >= entries && len.size() > std::size_t(rows),
+                   "radius: the long rows' buffers are smaller than a pass");
+      return;
+    }
     a.resize(entries, stream, mr);
     b.resize(entries, stream, mr);
     len.resize(rows + 1, stream, mr);

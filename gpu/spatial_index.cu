@@ -386,9 +386,10 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
         xyz, stride, n_total, ids.data(), index.points.data());
     PCNN_CHECK_LAUNCH();
   }
-  // The flag, taken before any full sort, is a hint: set_aside_shadows finds the runs in the
-  // final order, on the points as stored.
-  if (checks[2] != 0) index.n_knn = set_aside_shadows(index, exact, stream, mr);
+  // The flag is a hint: set_aside_shadows finds the runs in the final order, on the points as
+  // stored. Taken before a full sort, it can miss copies that sat apart in a crowded bucket and
+  // come together after it: then the runs are looked for anyway (a far outlier's cloud).
+  if (checks[2] != 0 || checks[1] != 0) index.n_knn = set_aside_shadows(index, exact, stream, mr);
   build_levels(index.points.data(), index.n, index.box_lo, index.box_hi, index.level_count,
                index.level_offset, stream, mr);
   if (index.n_knn < index.n)

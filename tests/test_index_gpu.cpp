@@ -1008,6 +1008,15 @@ TEST(IndexRepeats, NoReturnsAtTheOriginSearchLikeOnePointAndEqualTheCpuBackend) 
     }
   const HybridParams h{3.0, 32, true};
   EXPECT_TRUE(same_hybrid(gpu.self_hybrid(h), reference.self_hybrid(h)));
+  // In passes of 7,000 rows (ranges of the self-search, shadows among them).
+  EXPECT_TRUE(same_knn(gpu.self_knn({16, true, 7000}), reference.self_knn({16, true})));
+  // With a far outlier, whose crowded buckets take the build's full re-sort: the copies are
+  // still set aside.
+  std::vector<float> far = zeros;
+  far.insert(far.end(), {1e5f, 1e5f, 1e5f});
+  EXPECT_LE(evaluations(far), 2 * e_clean);
+  Index gpu_far(view(far), cuda_options());
+  EXPECT_TRUE(same_knn(gpu_far.self_knn({8, true}), Index(view(far), cpu).self_knn({8, true})));
   std::vector<float> queries = make_synthetic_cloud(SyntheticKind::uniform, 3000, 92);
   for (int i = 0; i < 3000; i += 3) std::fill_n(queries.begin() + 3 * i, 3, 0.0f);
   EXPECT_TRUE(same_knn(gpu.knn(view(queries), {128}), reference.knn(view(queries), {128})));

@@ -34,8 +34,8 @@ inline constexpr int kMaxLevels = 8;  // enough for 2^31 points (6 levels) with 
 /// What the kernels need, by value.
 struct TreeView {
   const float4* points = nullptr;       // sorted; w = original index (int bits); finite ones first
-  const std::uint64_t* keys = nullptr;  // sorted curve keys, bits below key_low_bit cleared
-                                        // (finite points first)
+  const std::uint64_t* keys = nullptr;  // curve keys, bits below key_low_bit cleared, sorted
+                                        // over the kNN hierarchy's points (shadows after them)
   const float* bounds = nullptr;        // lo xyz, hi xyz of the finite points (device)
   const float4* box_lo = nullptr;       // all levels, level 0 (cells) first
   const float4* box_hi = nullptr;
@@ -51,7 +51,8 @@ struct SpatialIndex {
   int n_total = 0;      // points including non-finite ones (sorted after the finite ones)
   int n = 0;            // finite points
   int n_knn = 0;        // finite points a kNN row may hold: n less the shadows (sorted after)
-  int key_low_bit = 0;  // keys sorted on bits [key_low_bit, 64), the bits below cleared
+  int key_low_bit = 0;  // keys sorted on bits [key_low_bit, 64) over [0, n_knn), the bits
+                        // below cleared
   device_buffer<float4> points;
   device_buffer<std::uint64_t> keys;
   device_buffer<float> bounds;  // 6 floats

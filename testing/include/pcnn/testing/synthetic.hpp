@@ -16,8 +16,9 @@ enum class SyntheticKind {
   hotspot,    ///< uniform, with n / 320 points packed in a ball of 0.5 m radius at the center:
               ///< at 1M points and the radius that gives the uniform part 32 neighbors
               ///< (1.97 m), 0.3% of the queries have ~100x the mean neighborhood
-  noreturns,  ///< the LiDAR scan with its missed rays stored at the origin, as organized scans
-              ///< store no-returns: 5-10 % of the points identical
+  noreturns,  ///< the LiDAR-like sweep with its missed rays stored at the origin, as organized
+              ///< scans store no-returns (so n points cover less of a revolution): 5-10 % of
+              ///< the points identical
   repeated,   ///< n / 50 uniform points, each stored 50 times
   identical,  ///< every point the same
   line,       ///< uniform on a segment through the cube
