@@ -121,11 +121,13 @@ void lidar(std::int64_t n, std::mt19937_64& rng, std::vector<float>& out, bool z
         const double d[3] = {std::cos(el) * std::cos(az), std::cos(el) * std::sin(az),
                              std::sin(el)};
         const double t = cast(o, d);
-        if (!std::isfinite(t) && zeros) {
-          out.insert(out.end(), {0.f, 0.f, 0.f});
-          ++made;
+        if (!std::isfinite(t)) {  // a miss
+          if (zeros) {
+            out.insert(out.end(), {0.f, 0.f, 0.f});
+            ++made;
+          }
+          continue;
         }
-        if (!std::isfinite(t)) continue;
         const double r = t + noise(rng);
         for (int a = 0; a < 3; ++a) out.push_back(static_cast<float>(o[a] + r * d[a]));
         ++made;
