@@ -62,8 +62,8 @@ Staging resolve_staging(Staging staging, int ordinal) {
   return integrated && can_map ? Staging::mapped : Staging::automatic;
 }
 
-// Pinned staging of more than two of these (4-byte words: 32 MB) goes through two chunks.
-constexpr std::size_t kStageChunkWords = std::size_t{8} << 20;
+// Pinned staging of more than two chunks goes through them (detail::upload_through_chunks).
+constexpr std::size_t kStageChunkWords = detail::kUploadChunkBytes / sizeof(float);
 
 // How `automatic` moves `bytes` of pageable host memory on a discrete GPU: through the index's
 // page-locked buffer (one host copy; cheapest for small transfers), or by page-locking the
@@ -605,25 +605,16 @@ class CudaBackend final : public Index::Backend_ {
     return detail::moved_to_device(pts, dev.data());
   }
 
-  // Large pageable points through two page-locked chunks of the buffer: up to eight host
-  // threads fill one while the copy engine takes the other to the device (one thread copies
-  // ~10 GB/s, four ~20 GB/s, the link ~55 GB/s). The buffer stays two chunks whatever the cloud
-  // (not a page-locked copy of all of it).
+  // Large pageable points through two page-locked chunks of the buffer
+  // (detail::upload_through_chunks), which stays two chunks whatever the cloud (not a page-locked
+  // copy of all of it).
   PointsView stage_chunks(PointsView pts, const void* from, std::size_t words,
                           detail::device_buffer<float>& dev, detail::pinned_buffer<float>& pinned,
                           cudaStream_t stream, SearchTimings& t) {
     pinned.ensure(2 * kStageChunkWords);
     dev.resize(words, stream, ws_);
-    const auto* src = static_cast<const float*>(from);
-    for (std::size_t at = 0, c = 0; at < words; at += kStageChunkWords, ++c) {
-      const std::size_t n = std::min(kStageChunkWords, words - at);
-      float* slot = pinned.data() + (c % 2) * kStageChunkWords;
-      if (c >= 2) PCNN_CUDA_TRY(cudaEventSynchronize(chunk_sent_[c % 2].get()));
-      detail::parallel_copy({{slot, src + at, n * sizeof(float)}}, 8);
-      PCNN_CUDA_TRY(cudaMemcpyAsync(dev.data() + at, slot, n * sizeof(float),
-                                    cudaMemcpyHostToDevice, stream));
-      chunk_sent_[c % 2].record(stream);
-    }
+    detail::upload_through_chunks(dev.data(), from, words * sizeof(float),
+                                  reinterpret_cast<char*>(pinned.data()), chunk_sent_, stream);
     staged_.record(stream);
     t.upload_bytes += static_cast<std::int64_t>(words * sizeof(float));
     return detail::moved_to_device(pts, dev.data());
