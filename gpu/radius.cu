@@ -43,14 +43,9 @@ __global__ void radius_rows_kernel(const float4* __restrict__ queries, int slot_
   if (offsets) start[i] = offsets[qid];
 }
 
-__device__ __forceinline__ void split_key(std::uint64_t key, std::int32_t* idx, float* dist) {
-  *idx = static_cast<std::int32_t>(key & 0xffffffffu);
-  *dist = __uint_as_float(static_cast<unsigned>(key >> 32));
-}
-
-inline constexpr int kShortRow = 32;    // sorted in registers, one key per lane
-inline constexpr int kMediumRow = 256;  // sorted by cub::WarpMergeSort, up to 8 keys per lane
-// Longer rows are listed for a segmented sort.
+// Rows longer than kWarpRow (row_sort.cuh), listed by the fill kernel: up to kMediumRow sorted by
+// cub::WarpMergeSort, up to 8 keys per lane; longer ones listed again for a segmented sort.
+inline constexpr int kMediumRow = 256;
 
 // The keys of a medium row, kItems per lane: the warp merge sort's shared memory. Rows are short
 // enough that one warp sorts one, long enough that the lanes' merge (O(m log m) over the warp)
@@ -58,7 +53,6 @@ inline constexpr int kMediumRow = 256;  // sorted by cub::WarpMergeSort, up to 8
 template <int kItems>
 using RowSort = cub::WarpMergeSort<std::uint64_t, kItems, 32>;
 union RowSortStorage {
-  typename RowSort<2>::TempStorage two;
   typename RowSort<4>::TempStorage four;
   typename RowSort<8>::TempStorage eight;
 };
@@ -91,74 +85,59 @@ inline constexpr int kSmThreads = 1536;
 inline constexpr int kSmThreads = 1024;
 #endif
 
-/// One warp per row: sorts the row's keys and writes them as (index, distance) at the same
-/// positions. Rows longer than kMediumRow are appended to `long_rows` instead. Blocks enough to
-/// fill an SM (32 registers a thread on sm_90): the merge sort's 8 keys a lane fit without
-/// spilling, and rows are short, so occupancy is what hides their loads.
+/// Rows longer than kWarpRow (listed by the fill kernel), 32 to a warp: each row's keys sorted by
+/// the warp and written as (index, distance) at the same positions, then every row's ties
+/// ordered by a lane of its own. Rows longer than kMediumRow are appended to `long_rows` instead.
+/// The count is read on the device, over a fixed grid. Blocks enough to fill an SM (32 registers
+/// a thread on sm_90): the merge sort's 8 keys a lane fit without spilling, and rows are short,
+/// so occupancy is what hides their loads.
 __global__ void __launch_bounds__(kTreeWarps * 32, kSmThreads / (kTreeWarps * 32))
-    radius_sort_kernel(int n_rows, const std::int64_t* __restrict__ start,
-                       const std::int64_t* __restrict__ len, const std::uint64_t* __restrict__ keys,
+    radius_sort_kernel(const int* __restrict__ listed, const int* __restrict__ listed_count,
+                       const std::int64_t* __restrict__ start, const std::int64_t* __restrict__ len,
+                       const std::uint64_t* __restrict__ keys, const float4* __restrict__ queries,
+                       int slot_begin, ExactCoords refs, ExactCoords queries_exact,
                        std::int32_t* __restrict__ idx, float* __restrict__ dist,
                        int* __restrict__ long_rows, int* __restrict__ long_count) {
   __shared__ RowSortStorage storage_all[kTreeWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  const int row = blockIdx.x * kTreeWarps + warp;
-  if (row >= n_rows) return;
-  const std::int64_t s = start[row];
-  const int m = static_cast<int>(min(len[row], std::int64_t(INT_MAX)));
-  if (m <= kShortRow) {
-    const std::uint64_t v = warp_sort(lane < m ? keys[s + lane] : std::uint64_t(~0ull));
-    if (lane < m) split_key(v, idx + s + lane, dist + s + lane);
-  } else if (m <= 64) {
-    sort_medium_row<2>(storage_all[warp].two, m, s, keys, idx, dist);
-  } else if (m <= 128) {
-    sort_medium_row<4>(storage_all[warp].four, m, s, keys, idx, dist);
-  } else if (m <= kMediumRow) {
-    sort_medium_row<8>(storage_all[warp].eight, m, s, keys, idx, dist);
-  } else if (lane == 0) {
-    long_rows[atomicAdd(long_count, 1)] = row;
+  const int n = *listed_count;
+  for (int first = (blockIdx.x * kTreeWarps + warp) * 32; first < n;
+       first += gridDim.x * kTreeWarps * 32) {
+    const int mine = first + lane < n ? listed[first + lane] : -1;  // this lane's row
+    const std::int64_t s = mine >= 0 ? start[mine] : 0;
+    const int m = mine >= 0 ? static_cast<int>(min(len[mine], std::int64_t(INT_MAX))) : 0;
+    for (int r = 0; r < 32; ++r) {
+      const int rm = __shfl_sync(kFullMask, m, r);
+      const std::int64_t rs = __shfl_sync(kFullMask, s, r);
+      __syncwarp();  // the previous row's sort is done with the storage
+      if (rm == 0 || rm > kMediumRow) continue;
+      if (rm <= 128)
+        sort_medium_row<4>(storage_all[warp].four, rm, rs, keys, idx, dist);
+      else
+        sort_medium_row<8>(storage_all[warp].eight, rm, rs, keys, idx, dist);
+    }
+    if (m > kMediumRow) long_rows[atomicAdd(long_count, 1)] = mine;
+    __syncwarp();  // the rows are written
+    if (m > 0 && m <= kMediumRow)
+      order_ties(queries_exact.at(__float_as_int(queries[slot_begin + mine].w)), refs, idx + s,
+                 dist + s, m);
   }
 }
 
-/// One thread per row, after the sort: entries whose float distances are equal came out by index,
-/// but their exact distances may differ below float resolution. Each such run is put in
-/// (exact distance, index) order, as the contract and the CPU backend have it. Runs are short
-/// and rare, except on exact ties, where the exact distances are equal too and the check is one
-/// linear pass.
-__global__ void radius_ties_kernel(const float4* __restrict__ queries, int slot_begin, int n,
-                                   const std::int64_t* __restrict__ start,
-                                   const std::int64_t* __restrict__ len, ExactCoords refs,
-                                   ExactCoords queries_exact, std::int32_t* __restrict__ idx,
-                                   float* __restrict__ dist) {
-  const int row = blockIdx.x * blockDim.x + threadIdx.x;
-  if (row >= n) return;
-  const std::int64_t s = start[row], m = len[row];
-  double3 q;
-  bool have_q = false;
-  for (std::int64_t a = s, end = s + m; a < end;) {
-    std::int64_t b = a + 1;
-    while (b < end && dist[b] == dist[a]) ++b;
-    if (b - a > 1) {
-      if (!have_q) {
-        q = queries_exact.at(__float_as_int(queries[slot_begin + row].w));
-        have_q = true;
-      }
-      // Insertion sort by (exact distance, index); already in order for exact ties.
-      for (std::int64_t i = a + 1; i < b; ++i) {
-        const std::int32_t id = idx[i];
-        const double d = exact_sqdist(q, refs.at(id));
-        std::int64_t j = i;
-        while (j > a) {
-          const double pd = exact_sqdist(q, refs.at(idx[j - 1]));
-          if (pd < d || (pd == d && idx[j - 1] < id)) break;
-          idx[j] = idx[j - 1];
-          --j;
-        }
-        idx[j] = id;
-      }
-    }
-    a = b;
-  }
+/// One thread per long row (listed by radius_sort_kernel), after the segmented sort: its ties
+/// ordered (order_ties).
+__global__ void long_rows_ties_kernel(const int* __restrict__ rows, int n_long,
+                                      const std::int64_t* __restrict__ start,
+                                      const std::int64_t* __restrict__ len,
+                                      const float4* __restrict__ queries, int slot_begin,
+                                      ExactCoords refs, ExactCoords queries_exact,
+                                      std::int32_t* __restrict__ idx, float* __restrict__ dist) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n_long) return;
+  const int row = rows[i];
+  const std::int64_t s = start[row];
+  order_ties(queries_exact.at(__float_as_int(queries[slot_begin + row].w)), refs, idx + s, dist + s,
+             len[row]);
 }
 
 constexpr int kThreads = 256;
@@ -167,9 +146,9 @@ constexpr int kThreads = 256;
 // its rows all long (a scan's 72k no-returns at the origin, each within r = 0.04 of the
 // others), asked for 38 GB more in the sort with 8.5 GB left (H100).
 constexpr int kEntryBytes = 32;
-// Per query: count, offset, row length and start (8 each), list 4, and the long rows' length and
-// start (8 each).
-constexpr int kSlotBytes = 52;
+// Per query: count, offset, row length and start (8 each), the listed and the long rows (4 each),
+// and the long rows' length and start (8 each).
+constexpr int kSlotBytes = 56;
 
 void exclusive_sum(const std::int64_t* in, std::int64_t* out, std::int64_t n, cudaStream_t stream,
                    DeviceMemoryResource& mr) {
@@ -370,7 +349,9 @@ RadiusTimes fill_passes(const TreeView& tree, RadiusArgs a, int n, const Counted
   device_buffer<std::uint64_t> keys(most, stream, mr);
   device_buffer<std::int32_t> idx(most, stream, mr);
   device_buffer<float> dist(most, stream, mr);
-  device_buffer<int> long_rows(n, stream, mr), long_count(1, stream, mr);
+  // Rows longer than kWarpRow, then those longer than kMediumRow; [0] and [1] count them.
+  device_buffer<int> listed(n, stream, mr), long_rows(n, stream, mr), listed_counts(2, stream, mr);
+  const int sort_blocks = std::min(cuda::ceil_div(n, kTreeWarps * 32), 1024);
   LongRowBuffers long_buf;
   std::vector<std::int32_t> h_idx(one_pass ? 0 : most), qid(one_pass ? 0 : n);
   std::vector<float> h_dist(h_idx.size());
@@ -390,27 +371,32 @@ RadiusTimes fill_passes(const TreeView& tree, RadiusArgs a, int n, const Counted
     a.slot_end = end;
     a.row_start = row_start.data();
     a.keys = keys.data();
+    a.idx = idx.data();
+    a.dist = dist.data();
+    a.listed = listed.data();
+    a.listed_count = listed_counts.data();
+    PCNN_CUDA_TRY(cudaMemsetAsync(listed_counts.data(), 0, listed_counts.bytes(), stream));
     radius_tree_kernel<true>
         <<<cuda::ceil_div(rows, kTreeQueryBlock), kTreeQueryBlock, 0, stream>>>(tree, a);
     PCNN_CHECK_LAUNCH();
-    PCNN_CUDA_TRY(cudaMemsetAsync(long_count.data(), 0, sizeof(int), stream));
-    radius_sort_kernel<<<cuda::ceil_div(rows, kTreeWarps), kTreeWarps * 32, 0, stream>>>(
-        rows, row_start.data(), len.data(), keys.data(), idx.data(), dist.data(), long_rows.data(),
-        long_count.data());
+    radius_sort_kernel<<<sort_blocks, kTreeWarps * 32, 0, stream>>>(
+        listed.data(), listed_counts.data(), row_start.data(), len.data(), keys.data(), queries,
+        begin, ex.refs, ex.queries, idx.data(), dist.data(), long_rows.data(),
+        listed_counts.data() + 1);
     PCNN_CHECK_LAUNCH();
     int n_long = 0;
-    PCNN_CUDA_TRY(
-        cudaMemcpyAsync(&n_long, long_count.data(), sizeof(int), cudaMemcpyDeviceToHost, stream));
+    PCNN_CUDA_TRY(cudaMemcpyAsync(&n_long, listed_counts.data() + 1, sizeof(int),
+                                  cudaMemcpyDeviceToHost, stream));
     PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
     if (n_long > 0) {
       long_buf.ensure(most, n, stream, mr);
       sort_long_rows(n_long, long_rows.data(), row_start.data(), len.data(), keys.data(),
                      idx.data(), dist.data(), long_buf, stream, mr);
+      long_rows_ties_kernel<<<cuda::ceil_div(n_long, kThreads), kThreads, 0, stream>>>(
+          long_rows.data(), n_long, row_start.data(), len.data(), queries, begin, ex.refs,
+          ex.queries, idx.data(), dist.data());
+      PCNN_CHECK_LAUNCH();
     }
-    radius_ties_kernel<<<cuda::ceil_div(rows, kThreads), kThreads, 0, stream>>>(
-        queries, begin, rows, row_start.data(), len.data(), ex.refs, ex.queries, idx.data(),
-        dist.data());
-    PCNN_CHECK_LAUNCH();
     searched.record(stream);
     std::int32_t* to_idx = one_pass ? out_idx : h_idx.data();
     float* to_dist = one_pass ? out_dist : h_dist.data();

@@ -5,7 +5,9 @@
 // The count pass (WithinRadius<false>) counts each query's neighbors; after a prefix sum the fill
 // pass (WithinRadius<true>) repeats the walk and writes each neighbor as a 64-bit key (float bits
 // of the exact squared distance, then the index), so that sorting keys sorts by (distance,
-// index).
+// index). The fill's warp then sorts its rows itself (row_sort.cuh): a separate sort kernel read
+// every key back from memory (0.65 ms of a 2.7 ms search at 1M uniform points, 0.85 of 2.4 on
+// the LiDAR-like cloud, H100: bench/results/2026-11-27-round13.md).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,6 +17,7 @@
 
 #include "knn_tree.cuh"
 #include "radius_bound.cuh"
+#include "row_sort.cuh"
 #include "spatial_index.cuh"
 #include "topk.cuh"
 #include "tree_walk.cuh"
@@ -28,9 +31,13 @@ struct RadiusArgs {
   bool exclude_self = false;
   int query_offset = 0;  // exclude_self: query i is indexed point i + query_offset
   RadiusBound bound;
-  std::int64_t* counts = nullptr;             // count pass: per original query index
-  const std::int64_t* row_start = nullptr;    // fill pass: where slot s writes, at [s - slot_begin]
-  std::uint64_t* keys = nullptr;              // fill pass output
+  std::int64_t* counts = nullptr;           // count pass: per original query index
+  const std::int64_t* row_start = nullptr;  // fill pass: where slot s writes, at [s - slot_begin]
+  std::uint64_t* keys = nullptr;            // fill pass: the keys, at row_start
+  std::int32_t* idx = nullptr;              // fill pass: the sorted rows, at row_start
+  float* dist = nullptr;
+  int* listed = nullptr;        // fill pass: rows (slot - slot_begin) longer than kWarpRow ...
+  int* listed_count = nullptr;  // ... left to radius.cu's sort, and how many
   unsigned long long* evaluations = nullptr;  // lane-point distances computed
 };
 
@@ -57,6 +64,37 @@ struct WithinRadius {
   }
 };
 
+/// After the fill walk: the warp's rows (lane r's: `count` keys from `start`), each sorted by the
+/// whole warp when it has at most kWarpRow keys, else listed for radius.cu's sort. The next row
+/// is loaded before the current one is sorted (the keys were just written: an L2 round trip a
+/// row). The rows with ties are then ordered by their own lanes, side by side. Every lane must
+/// call it.
+__device__ __forceinline__ void sort_rows(const RadiusArgs& a, const WarpQueries& w,
+                                          std::int64_t start, std::int64_t count) {
+  const int lane = threadIdx.x & 31;
+  const int first_row = w.slot - lane - a.slot_begin;
+  const int m_lane = static_cast<int>(min(count, std::int64_t(INT_MAX)));
+  auto load = [&](int r) {
+    return load_warp_row(__shfl_sync(kFullMask, m_lane, r), __shfl_sync(kFullMask, start, r),
+                         a.keys);
+  };
+  __syncwarp();  // every lane's keys are written (global memory, ordered within the warp)
+  unsigned ties = 0;
+  WarpRow row = load(0);
+  for (int r = 0; r < 32; ++r) {
+    const WarpRow next = r < 31 ? load(r + 1) : WarpRow{};
+    if (row.m > kWarpRow) {
+      if (lane == 0) a.listed[atomicAdd(a.listed_count, 1)] = first_row + r;
+    } else if (row.m > 0 && sort_warp_row(row, a.idx, a.dist)) {
+      ties |= 1u << r;
+    }
+    row = next;
+  }
+  __syncwarp();  // the rows are written
+  if (ties >> lane & 1)
+    order_ties(a.bound.queries.at(w.qid), a.bound.refs, a.idx + start, a.dist + start, count);
+}
+
 template <bool kFill>
 __global__ void __launch_bounds__(kTreeWarps * 32) radius_tree_kernel(TreeView t, RadiusArgs a) {
   __shared__ float4 stage_all[kTreeWarps][kStage];
@@ -65,13 +103,16 @@ __global__ void __launch_bounds__(kTreeWarps * 32) radius_tree_kernel(TreeView t
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const WarpQueries w(t, a);
   WithinRadius<kFill> sink{w.q, a.exclude_self ? w.qid + a.query_offset : -1, a.bound, nullptr};
-  if (kFill && w.in_range) sink.out = a.keys + a.row_start[w.slot - a.slot_begin];
-  unsigned long long evals = radius_walk(t, w.q, w.active, a.bound.upper * kPruneSlack,
-                                         stage_all[warp], stack_all[warp], sink);
-  if (!kFill && w.in_range) a.counts[w.qid] = sink.count;
-  if (!kFill) {
-    evals = warp_all_reduce(evals, SumOp{});
-    if (lane == 0 && evals) atomicAdd(a.evaluations, evals);
+  const std::int64_t start = kFill && w.in_range ? a.row_start[w.slot - a.slot_begin] : 0;
+  if (kFill && w.in_range) sink.out = a.keys + start;
+  const unsigned long long evals = radius_walk(t, w.q, w.active, a.bound.upper * kPruneSlack,
+                                               stage_all[warp], stack_all[warp], sink);
+  if constexpr (kFill) {
+    sort_rows(a, w, start, sink.count);
+  } else {
+    if (w.in_range) a.counts[w.qid] = sink.count;
+    const unsigned long long warp_evals = warp_all_reduce(evals, SumOp{});
+    if (lane == 0 && warp_evals) atomicAdd(a.evaluations, warp_evals);
   }
 }
 

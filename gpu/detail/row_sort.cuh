@@ -1,0 +1,117 @@
+// Sorting a radius row: its neighbors, written by the fill walk as 64-bit keys (float bits of the
+// exact squared distance, then the index: radius_tree.cuh), put in (distance, index) order and
+// written as (index, distance).
+//
+// A row of up to kWarpRow keys is sorted by its warp right after the fill walk, in registers
+// (sort_warp_row); longer ones are listed for radius.cu's kernels (cub::WarpMergeSort up to 256,
+// a segmented sort above). Keys with equal float distances come out by index, but their exact
+// distances may differ below float resolution: order_ties then puts each such run in (exact
+// distance, index) order, as the contract and the CPU backend have it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "exact.cuh"
+#include "warp_reduce.cuh"
+#include "warp_sort.cuh"
+
+namespace pcnn::detail {
+
+inline constexpr int kWarpRow = 64;  // sorted by its warp after the fill walk, two keys a lane
+
+__device__ __forceinline__ void split_key(std::uint64_t key, std::int32_t* idx, float* dist) {
+  *idx = static_cast<std::int32_t>(key & 0xffffffffu);
+  *dist = __uint_as_float(static_cast<unsigned>(key >> 32));
+}
+
+/// The second half of a bitonic sort: the warp's 32 values, a bitonic sequence across the lanes,
+/// in ascending order.
+__device__ __forceinline__ std::uint64_t bitonic_merge(std::uint64_t v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int stride = 16; stride > 0; stride >>= 1) {
+    const std::uint64_t other = shfl_xor(v, stride);
+    v = (lane & stride) == 0 ? min(v, other) : max(v, other);
+  }
+  return v;
+}
+
+/// A row of m <= kWarpRow keys at keys[s, s + m) as the warp holds it: key `lane` in lo, key
+/// `lane + 32` in hi, ~0 past the end (sorts last: a NaN distance, which no neighbor has).
+struct WarpRow {
+  std::uint64_t lo = ~0ull, hi = ~0ull;
+  int m = 0;
+  std::int64_t s = 0;
+};
+
+/// Loads row (m, s), or nothing where m is 0 or above kWarpRow (m the same in every lane).
+__device__ __forceinline__ WarpRow load_warp_row(int m, std::int64_t s,
+                                                 const std::uint64_t* __restrict__ keys) {
+  const int lane = threadIdx.x & 31;
+  WarpRow r;
+  r.m = m;
+  r.s = s;
+  if (m > kWarpRow) return r;
+  if (lane < m) r.lo = keys[s + lane];
+  if (lane + 32 < m) r.hi = keys[s + lane + 32];
+  return r;
+}
+
+/// Sorts a loaded row and writes it as (index, distance) at idx/dist[s, s + m). Returns, in
+/// every lane, whether two of its entries share a float distance (order_ties is then due). Every
+/// lane must call it.
+__device__ __forceinline__ bool sort_warp_row(const WarpRow& row, std::int32_t* __restrict__ idx,
+                                              float* __restrict__ dist) {
+  const int lane = threadIdx.x & 31, m = row.m;
+  std::uint64_t lo = warp_sort(row.lo), hi = row.hi;
+  if (m > 32) {
+    // Two sorted halves: lo[i] against hi[31 - i] leaves the 32 smallest in lo and the rest in
+    // hi, each a bitonic sequence.
+    hi = __shfl_sync(kFullMask, warp_sort(hi), 31 - lane);
+    const std::uint64_t a = min(lo, hi), b = max(lo, hi);
+    lo = bitonic_merge(a);
+    hi = bitonic_merge(b);
+  }
+  // Entry p against entry p - 1, by their distance bits.
+  const unsigned d_lo = static_cast<unsigned>(lo >> 32), d_hi = static_cast<unsigned>(hi >> 32);
+  const unsigned before_lo = __shfl_up_sync(kFullMask, d_lo, 1);
+  const unsigned before_hi =
+      lane == 0 ? __shfl_sync(kFullMask, d_lo, 31) : __shfl_up_sync(kFullMask, d_hi, 1);
+  const bool tie =
+      (lane > 0 && lane < m && d_lo == before_lo) || (lane + 32 < m && d_hi == before_hi);
+  const std::int64_t s = row.s;
+  if (lane < m) split_key(lo, idx + s + lane, dist + s + lane);
+  if (lane + 32 < m) split_key(hi, idx + s + lane + 32, dist + s + lane + 32);
+  return __any_sync(kFullMask, tie);
+}
+
+/// Puts each run of equal float distances of a row sorted by (float distance, index) (m entries
+/// at idx/dist) in (exact distance, index) order, for the query `q` as stored. Runs are short and
+/// rare, except on exact ties, where the exact distances are equal too and the check is one
+/// linear pass.
+__device__ __forceinline__ void order_ties(double3 q, const ExactCoords& refs,
+                                           std::int32_t* __restrict__ idx,
+                                           const float* __restrict__ dist, std::int64_t m) {
+  for (std::int64_t a = 0; a < m;) {
+    std::int64_t b = a + 1;
+    while (b < m && dist[b] == dist[a]) ++b;
+    // Insertion sort by (exact distance, index); already in order for exact ties.
+    for (std::int64_t i = a + 1; i < b; ++i) {
+      const std::int32_t id = idx[i];
+      const double d = exact_sqdist(q, refs.at(id));
+      std::int64_t j = i;
+      while (j > a) {
+        const double pd = exact_sqdist(q, refs.at(idx[j - 1]));
+        if (pd < d || (pd == d && idx[j - 1] < id)) break;
+        idx[j] = idx[j - 1];
+        --j;
+      }
+      idx[j] = id;
+    }
+    a = b;
+  }
+}
+
+}  // namespace pcnn::detail
