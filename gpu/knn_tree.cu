@@ -55,17 +55,17 @@ template <int CAP>
 void launch(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
   constexpr int threads = kTreeWarps * 32;
   const int blocks = cuda::ceil_div(a.slot_end - a.slot_begin, threads);
-  constexpr int list_bytes = tree_list_bytes<CAP>();
+  constexpr int list_bytes = tree_list_bytes<CAP>(), hybrid_bytes = tree_list_bytes<CAP, true>();
   const bool hybrid = std::isfinite(a.bound.r2);
-  if (list_bytes > 48 * 1024) {  // above the default limit a kernel must opt in
+  if (list_bytes > 48 * 1024)  // above the default limit a kernel must opt in
     PCNN_CUDA_TRY(cudaFuncSetAttribute(knn_tree_kernel<CAP, false>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, list_bytes));
+  if (hybrid_bytes > 48 * 1024)
     PCNN_CUDA_TRY(cudaFuncSetAttribute(hybrid_tree_kernel<CAP>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, list_bytes));
-  }
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, hybrid_bytes));
   const int device = current_device(), sms = sm_count(device);
   if (hybrid) {
-    hybrid_tree_kernel<CAP><<<blocks, threads, list_bytes, stream>>>(tree, a);
+    hybrid_tree_kernel<CAP><<<blocks, threads, hybrid_bytes, stream>>>(tree, a);
     PCNN_CHECK_LAUNCH();
   } else {
     // In a launch of one wave, warps that finish their queries search the outliers while others

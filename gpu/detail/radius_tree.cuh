@@ -170,7 +170,7 @@ struct NearestHeap {
     sift_down(0, d, id);
     threshold = fminf(bound.upper, FilterError::widen(s.d(0), term));
   }
-  /// Sorts the list by (distance, position).
+  /// Sorts the list by (distance, position), alone (lists longer than a warp).
   __device__ void sort() {
     for (int i = 1; i < count; ++i) {
       const float d = s.d(i);
@@ -186,6 +186,33 @@ struct NearestHeap {
   }
 };
 
+/// Sorts every lane's list of up to 32 entries (`count` each, `s` as thread_list<CAP, true>
+/// gives it) by (distance, position), one list at a time by the whole warp: entry j in lane j,
+/// packed as a 64-bit key (the distance's bits, non-negative floats, then the position) and
+/// sorted through shuffles. Alone, each lane ran an insertion sort in shared memory: 20 % of the
+/// hybrid kernel's stalls at 1M uniform points, with 15 of 32 threads active (ncu source
+/// counters, bench/results/2026-11-27-round14.md). Every lane must call it.
+__device__ __forceinline__ void sort_lists(const SharedSlots& s, int count) {
+  const int lane = threadIdx.x & 31;
+  for (int r = 0; r < 32; ++r) {
+    const int m = __shfl_sync(kFullMask, count, r);
+    if (m < 2) continue;
+    SharedSlots list = s;  // lane r's
+    list.d_ += r - lane;
+    list.id_ += r - lane;
+    std::uint64_t key = ~0ull;
+    if (lane < m)
+      key = static_cast<std::uint64_t>(__float_as_uint(list.d(lane))) << 32 |
+            static_cast<std::uint32_t>(list.id(lane));
+    key = warp_sort(key);
+    if (lane < m) {
+      list.d(lane) = __uint_as_float(static_cast<unsigned>(key >> 32));
+      list.id(lane) = static_cast<int>(key & 0xffffffffu);
+    }
+  }
+  __syncwarp();  // every list is written before its lane reads it
+}
+
 template <int CAP>
 __global__ void __launch_bounds__(kTreeWarps * 32) hybrid_tree_kernel(TreeView t, TreeKnnArgs a) {
   __shared__ float4 stage_all[kTreeWarps][kStage];
@@ -193,16 +220,20 @@ __global__ void __launch_bounds__(kTreeWarps * 32) hybrid_tree_kernel(TreeView t
   if (!warp_has_queries(a)) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const WarpQueries w(t, a);
-  NearestHeap<CAP> sink{
-      w.q, a.exclude_self ? w.qid + a.query_offset : -1, a.bound, a.exact.term, thread_list<CAP>(),
-      a.k};
+  NearestHeap<CAP> sink{w.q,
+                        a.exclude_self ? w.qid + a.query_offset : -1,
+                        a.bound,
+                        a.exact.term,
+                        thread_list<CAP, true>(),
+                        a.k};
   unsigned long long evals = radius_walk(t, w.q, w.active, a.bound.upper * kPruneSlack,
                                          stage_all[warp], stack_all[warp], sink);
   bool flagged = false;
   float reach = 0.f;
+  if constexpr (CAP <= 32) sort_lists(sink.s, sink.count);
   if (w.in_range) {
     const std::size_t row = a.row(w.slot, w.qid);
-    sink.sort();
+    if constexpr (CAP > 32) sink.sort();
     flagged = !settle_row<CAP>(sink.s, sink.count, a.k, sink.spill, a.exact.query(w.q, w.qid),
                                a.exact, a.out_idx + row, a.out_dist + row, reach);
   }

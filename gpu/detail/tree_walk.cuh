@@ -57,15 +57,18 @@ __device__ __forceinline__ bool may_reach(float bound2, float limit) {
 /// would need no opt-in, but with many warps each holding a long list it is evicted to L2, and a
 /// 64-entry insertion then waits on L2 for every shifted entry: measured 12x slower than shared
 /// memory at k = 64.
-template <int CAP>
+///
+/// kPadded (the hybrid's lists): entries blockDim.x + 1 words apart instead, so that a warp can
+/// also read one lane's whole list at once without bank conflicts (sort_lists).
+template <int CAP, bool kPadded = false>
 constexpr int tree_list_bytes() {
-  return CAP * kTreeWarps * 32 * 8;
+  return CAP * (kTreeWarps * 32 + (kPadded ? 1 : 0)) * 8;
 }
-template <int CAP>
+template <int CAP, bool kPadded = false>
 __device__ __forceinline__ SharedSlots thread_list() {
   extern __shared__ float lists[];
-  return {lists + threadIdx.x, reinterpret_cast<int*>(lists + CAP * blockDim.x) + threadIdx.x,
-          static_cast<int>(blockDim.x)};
+  const int stride = blockDim.x + (kPadded ? 1 : 0);
+  return {lists + threadIdx.x, reinterpret_cast<int*>(lists + CAP * stride) + threadIdx.x, stride};
 }
 
 /// The warp's place: its queries are the slots [first, first + 32) of [slot_begin, slot_end).
