@@ -316,6 +316,35 @@ TEST_P(IndexBackend, RadiusRowsOfEveryLength) {
   for (int b = 0; b < 5; ++b) EXPECT_GT(in_band[b], 0) << "no row of up to " << band_top[b];
 }
 
+TEST_P(IndexBackend, FloatTiesPastAWarpOfARowAreOrderedExactly) {
+  // Two neighbors of the origin whose exact squared distances round to one float, the later
+  // index the nearer: the row must put it first. Behind 30 or 31 nearer ones they come 31st and
+  // 32nd, or 32nd and 33rd: across the two halves of a row the CUDA backend sorts in a warp, or
+  // in its second half, where a tie went unseen once (1 row in 1M).
+  const float b[3] = {1.0055584907531738f, 1.1130372285842896f, 0.f};
+  const float a[3] = {1.1093069314956665f, 1.0096721649169922f, 0.f};
+  auto sq = [](const float* p) {
+    return double(p[0]) * double(p[0]) + double(p[1]) * double(p[1]) + double(p[2]) * double(p[2]);
+  };
+  ASSERT_EQ(static_cast<float>(sq(a)), static_cast<float>(sq(b)));
+  ASSERT_LT(sq(a), sq(b));
+  for (int nearer : {30, 31}) {
+    SCOPED_TRACE(nearer);
+    std::vector<float> pts = {0.f, 0.f, 0.f};
+    for (int i = 1; i <= nearer; ++i)
+      pts.insert(pts.end(), {0.f, 0.f, 0.04f * static_cast<float>(i)});
+    pts.insert(pts.end(), b, b + 3);
+    pts.insert(pts.end(), a, a + 3);
+    const PointsView v = view(pts);
+    Index index(v, opts());
+    const RadiusResult got = index.self_radius({1.5});
+    ASSERT_EQ(got.count(0), nearer + 3);
+    EXPECT_EQ(got.indices[static_cast<std::size_t>(nearer + 1)], nearer + 2);  // a, then b
+    EXPECT_EQ(got.indices[static_cast<std::size_t>(nearer + 2)], nearer + 1);
+    test::expect_radius_rows(index, v, nullptr, 1.5);
+  }
+}
+
 TEST_P(IndexBackend, ForcedPassesGiveOnePassResults) {
   const std::vector<float> pts = make_synthetic_cloud(SyntheticKind::hotspot, 5000, 15);
   const std::vector<float> qs = make_synthetic_cloud(SyntheticKind::uniform, 3000, 17);

@@ -194,6 +194,7 @@ struct NearestHeap {
 /// counters, bench/results/2026-11-27-round14.md). Every lane must call it.
 __device__ __forceinline__ void sort_lists(const SharedSlots& s, int count) {
   const int lane = threadIdx.x & 31;
+  __syncwarp();  // every lane's last entries are written before another lane reads them
   for (int r = 0; r < 32; ++r) {
     const int m = __shfl_sync(kFullMask, count, r);
     if (m < 2) continue;
