@@ -46,6 +46,9 @@ __global__ void radius_rows_kernel(const float4* __restrict__ queries, int slot_
 // Rows longer than kWarpRow (row_sort.cuh), listed by the fill kernel: up to kMediumRow sorted by
 // cub::WarpMergeSort, up to 8 keys per lane; longer ones listed again for a segmented sort.
 inline constexpr int kMediumRow = 256;
+// Keys a query keeps in the collect pass (radius_query): its row when it has no more. Uniform
+// points with 31 neighbors on average have up to 63, a LiDAR-like scan's up to 74.
+inline constexpr int kCollect = kWarpRow;
 
 // The keys of a medium row, kItems per lane: the warp merge sort's shared memory. Rows are short
 // enough that one warp sorts one, long enough that the lanes' merge (O(m log m) over the warp)
@@ -138,6 +141,58 @@ __global__ void long_rows_ties_kernel(const int* __restrict__ rows, int n_long,
   const std::int64_t s = start[row];
   order_ties(queries_exact.at(__float_as_int(queries[slot_begin + row].w)), refs, idx + s, dist + s,
              len[row]);
+}
+
+/// After the collect pass: the rows of at most kCollect neighbors, 32 slots to a warp, sorted from
+/// the scratch (slot s's keys at s * kCollect) into idx/dist at their offsets, and their ties
+/// ordered by their own lanes. Longer rows (their neighbors only counted) are listed by slot for
+/// a fill of their own.
+__global__ void __launch_bounds__(kTreeWarps * 32) collected_sort_kernel(
+    const float4* __restrict__ queries, int n, const std::int64_t* __restrict__ counts,
+    const std::int64_t* __restrict__ offsets, const std::uint64_t* __restrict__ scratch,
+    ExactCoords refs, ExactCoords queries_exact, std::int32_t* __restrict__ idx,
+    float* __restrict__ dist, int* __restrict__ listed, int* __restrict__ listed_count) {
+  static_assert(kCollect <= kWarpRow, "a collected row is sorted by its warp");
+  const int lane = threadIdx.x & 31;
+  const int first = (blockIdx.x * kTreeWarps + threadIdx.x / 32) * 32;
+  if (first >= n) return;  // whole warps only
+  const int slot = first + lane;
+  const int qid = slot < n ? __float_as_int(queries[slot].w) : -1;
+  const std::int64_t m = qid >= 0 ? counts[qid] : 0, to = qid >= 0 ? offsets[qid] : 0;
+  const int m_lane = static_cast<int>(min(m, std::int64_t(INT_MAX)));
+  auto load = [&](int r) {
+    const int rm = __shfl_sync(kFullMask, m_lane, r);
+    return load_warp_row(rm > kCollect ? INT_MAX : rm, std::int64_t(first + r) * kCollect,
+                         __shfl_sync(kFullMask, to, r), scratch);
+  };
+  unsigned ties = 0;
+  WarpRow row = load(0);
+  for (int r = 0; r < 32; ++r) {
+    const WarpRow next = r < 31 ? load(r + 1) : WarpRow{};
+    if (row.m > kCollect) {
+      if (lane == 0) listed[atomicAdd(listed_count, 1)] = first + r;
+    } else if (row.m > 0 && sort_warp_row(row, idx, dist)) {
+      ties |= 1u << r;
+    }
+    row = next;
+  }
+  __syncwarp();  // the rows are written
+  if (ties >> lane & 1) order_ties(queries_exact.at(qid), refs, idx + to, dist + to, m);
+}
+
+/// After the collect pass, the rows it could not hold (more than kCollect neighbors): their
+/// lengths and starts by slot, and -1 as the start of every other slot (skipped by the fill).
+__global__ void longer_rows_kernel(const float4* __restrict__ queries, int n,
+                                   const std::int64_t* __restrict__ counts,
+                                   const std::int64_t* __restrict__ offsets,
+                                   std::int64_t* __restrict__ len,
+                                   std::int64_t* __restrict__ start) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int qid = __float_as_int(queries[i].w);
+  const bool longer = counts[qid] > kCollect;
+  len[i] = longer ? counts[qid] : 0;
+  start[i] = longer ? offsets[qid] : -1;
 }
 
 constexpr int kThreads = 256;
@@ -274,9 +329,11 @@ struct Counted {
 };
 
 // The count pass: fills `c` and copies the offsets (n + 1) to the host `h_offsets`.
-// Synchronizes.
+// Synchronizes. With `scratch` (kCollect keys a slot), the collect pass instead: the same walk
+// and counts, and each query's first kCollect neighbors' keys kept at slot * kCollect.
 RadiusTimes count_pass(const TreeView& tree, RadiusArgs a, int n, Counted& c,
-                       std::int64_t* h_offsets, cudaStream_t stream, DeviceMemoryResource& mr) {
+                       std::int64_t* h_offsets, std::uint64_t* scratch, cudaStream_t stream,
+                       DeviceMemoryResource& mr) {
   RadiusTimes times;
   cuda_event start, counted;
   start.record(stream);
@@ -289,8 +346,14 @@ RadiusTimes count_pass(const TreeView& tree, RadiusArgs a, int n, Counted& c,
   a.slot_end = n;
   a.counts = c.counts.data();
   a.evaluations = evaluations.data();
-  radius_tree_kernel<false>
-      <<<cuda::ceil_div(n, kTreeQueryBlock), kTreeQueryBlock, 0, stream>>>(tree, a);
+  const int blocks = cuda::ceil_div(n, kTreeQueryBlock);
+  if (scratch) {
+    a.keys = scratch;
+    a.capacity = kCollect;
+    radius_tree_kernel<RadiusPass::collect><<<blocks, kTreeQueryBlock, 0, stream>>>(tree, a);
+  } else {
+    radius_tree_kernel<RadiusPass::count><<<blocks, kTreeQueryBlock, 0, stream>>>(tree, a);
+  }
   PCNN_CHECK_LAUNCH();
   exclusive_sum(c.counts.data(), c.offsets.data(), n + 1, stream, mr);
   counted.record(stream);
@@ -303,6 +366,69 @@ RadiusTimes count_pass(const TreeView& tree, RadiusArgs a, int n, Counted& c,
   times.search_ms = counted.since(start);
   times.evaluations = static_cast<std::int64_t>(evals);
   return times;
+}
+
+// What a fill of rows needs on the device, allocated once for all its passes: the sorted rows
+// of the largest pass (`most` entries), its keys when a walk writes them, and per slot of `n`
+// the rows' lengths and starts and the lists of long rows.
+struct FillBuffers {
+  std::int64_t most;
+  int n;
+  device_buffer<std::uint64_t> keys;
+  device_buffer<std::int32_t> idx;
+  device_buffer<float> dist;
+  device_buffer<std::int64_t> len, row_start;
+  // Rows longer than kWarpRow, then those longer than kMediumRow; [0] and [1] count them.
+  device_buffer<int> listed, long_rows, listed_counts;
+  LongRowBuffers long_buf;
+  FillBuffers(std::int64_t most_, int n_, cudaStream_t stream, DeviceMemoryResource& mr)
+      : most(most_),
+        n(n_),
+        idx(most_, stream, mr),
+        dist(most_, stream, mr),
+        len(n_, stream, mr),
+        row_start(n_, stream, mr),
+        listed(n_, stream, mr),
+        long_rows(n_, stream, mr),
+        listed_counts(2, stream, mr) {}
+};
+
+// The fill of slots [begin, begin + rows) of a.queries, whose rows start at b.row_start[0, rows)
+// (lengths b.len): the walk writes their keys, and their rows are sorted into b.idx / b.dist,
+// ties ordered. Synchronizes once, to learn the long rows.
+void fill_rows(const TreeView& tree, RadiusArgs a, int begin, int rows, FillBuffers& b,
+               const ExactSearch& ex, cudaStream_t stream, DeviceMemoryResource& mr) {
+  if (b.keys.size() == 0) b.keys.resize(b.most, stream, mr);
+  a.slot_begin = begin;
+  a.slot_end = begin + rows;
+  a.row_start = b.row_start.data();
+  a.keys = b.keys.data();
+  a.idx = b.idx.data();
+  a.dist = b.dist.data();
+  a.listed = b.listed.data();
+  a.listed_count = b.listed_counts.data();
+  PCNN_CUDA_TRY(cudaMemsetAsync(b.listed_counts.data(), 0, b.listed_counts.bytes(), stream));
+  radius_tree_kernel<RadiusPass::fill>
+      <<<cuda::ceil_div(rows, kTreeQueryBlock), kTreeQueryBlock, 0, stream>>>(tree, a);
+  PCNN_CHECK_LAUNCH();
+  radius_sort_kernel<<<std::min(cuda::ceil_div(rows, kTreeWarps * 32), 1024), kTreeWarps * 32, 0,
+                       stream>>>(b.listed.data(), b.listed_counts.data(), b.row_start.data(),
+                                 b.len.data(), b.keys.data(), a.queries, begin, ex.refs, ex.queries,
+                                 b.idx.data(), b.dist.data(), b.long_rows.data(),
+                                 b.listed_counts.data() + 1);
+  PCNN_CHECK_LAUNCH();
+  int n_long = 0;
+  PCNN_CUDA_TRY(cudaMemcpyAsync(&n_long, b.listed_counts.data() + 1, sizeof(int),
+                                cudaMemcpyDeviceToHost, stream));
+  PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+  if (n_long == 0) return;
+  b.long_buf.ensure(b.most, b.n, stream, mr);
+  sort_long_rows(n_long, b.long_rows.data(), b.row_start.data(), b.len.data(), b.keys.data(),
+                 b.idx.data(), b.dist.data(), b.long_buf, stream, mr);
+  long_rows_ties_kernel<<<cuda::ceil_div(n_long, kThreads), kThreads, 0, stream>>>(
+      b.long_rows.data(), n_long, b.row_start.data(), b.len.data(), a.queries, begin, ex.refs,
+      ex.queries, b.idx.data(), b.dist.data());
+  PCNN_CHECK_LAUNCH();
 }
 
 // The fill passes after count_pass: row q (original query index) sorted into host memory
@@ -325,11 +451,11 @@ RadiusTimes fill_passes(const TreeView& tree, RadiusArgs a, int n, const Counted
   const bool one_pass = total <= capacity && max_slots >= n;
   std::vector<int> ends{n};
   std::vector<std::int64_t> all_len;
-  device_buffer<std::int64_t> len(n, stream, mr), row_start(n, stream, mr);
   if (!one_pass) {
     if (capacity < 1)
       throw_out_of_memory("a radius search of " + std::to_string(n) + " queries",
                           std::int64_t(n) * kSlotBytes + kEntryBytes, available);
+    device_buffer<std::int64_t> len(n, stream, mr);
     radius_rows_kernel<<<cuda::ceil_div(n, kThreads), kThreads, 0, stream>>>(
         queries, 0, n, c.counts.data(), nullptr, len.data(), nullptr);
     PCNN_CHECK_LAUNCH();
@@ -345,15 +471,8 @@ RadiusTimes fill_passes(const TreeView& tree, RadiusArgs a, int n, const Counted
     for (int s = static_cast<int>(first); s < ends[p] && !one_pass; ++s) e += all_len[s];
     pass_entries.push_back(one_pass ? total : e);
   }
-  const std::int64_t most = *std::max_element(pass_entries.begin(), pass_entries.end());
-  device_buffer<std::uint64_t> keys(most, stream, mr);
-  device_buffer<std::int32_t> idx(most, stream, mr);
-  device_buffer<float> dist(most, stream, mr);
-  // Rows longer than kWarpRow, then those longer than kMediumRow; [0] and [1] count them.
-  device_buffer<int> listed(n, stream, mr), long_rows(n, stream, mr), listed_counts(2, stream, mr);
-  const int sort_blocks = std::min(cuda::ceil_div(n, kTreeWarps * 32), 1024);
-  LongRowBuffers long_buf;
-  std::vector<std::int32_t> h_idx(one_pass ? 0 : most), qid(one_pass ? 0 : n);
+  FillBuffers b(*std::max_element(pass_entries.begin(), pass_entries.end()), n, stream, mr);
+  std::vector<std::int32_t> h_idx(one_pass ? 0 : b.most), qid(one_pass ? 0 : n);
   std::vector<float> h_dist(h_idx.size());
 
   int begin = 0;
@@ -363,46 +482,17 @@ RadiusTimes fill_passes(const TreeView& tree, RadiusArgs a, int n, const Counted
     cuda_event pass_start, searched, downloaded;
     pass_start.record(stream);
     radius_rows_kernel<<<cuda::ceil_div(rows, kThreads), kThreads, 0, stream>>>(
-        queries, begin, rows, c.counts.data(), one_pass ? c.offsets.data() : nullptr, len.data(),
-        row_start.data());
+        queries, begin, rows, c.counts.data(), one_pass ? c.offsets.data() : nullptr, b.len.data(),
+        b.row_start.data());
     PCNN_CHECK_LAUNCH();
-    if (!one_pass) exclusive_sum(len.data(), row_start.data(), rows, stream, mr);
-    a.slot_begin = begin;
-    a.slot_end = end;
-    a.row_start = row_start.data();
-    a.keys = keys.data();
-    a.idx = idx.data();
-    a.dist = dist.data();
-    a.listed = listed.data();
-    a.listed_count = listed_counts.data();
-    PCNN_CUDA_TRY(cudaMemsetAsync(listed_counts.data(), 0, listed_counts.bytes(), stream));
-    radius_tree_kernel<true>
-        <<<cuda::ceil_div(rows, kTreeQueryBlock), kTreeQueryBlock, 0, stream>>>(tree, a);
-    PCNN_CHECK_LAUNCH();
-    radius_sort_kernel<<<sort_blocks, kTreeWarps * 32, 0, stream>>>(
-        listed.data(), listed_counts.data(), row_start.data(), len.data(), keys.data(), queries,
-        begin, ex.refs, ex.queries, idx.data(), dist.data(), long_rows.data(),
-        listed_counts.data() + 1);
-    PCNN_CHECK_LAUNCH();
-    int n_long = 0;
-    PCNN_CUDA_TRY(cudaMemcpyAsync(&n_long, listed_counts.data() + 1, sizeof(int),
-                                  cudaMemcpyDeviceToHost, stream));
-    PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
-    if (n_long > 0) {
-      long_buf.ensure(most, n, stream, mr);
-      sort_long_rows(n_long, long_rows.data(), row_start.data(), len.data(), keys.data(),
-                     idx.data(), dist.data(), long_buf, stream, mr);
-      long_rows_ties_kernel<<<cuda::ceil_div(n_long, kThreads), kThreads, 0, stream>>>(
-          long_rows.data(), n_long, row_start.data(), len.data(), queries, begin, ex.refs,
-          ex.queries, idx.data(), dist.data());
-      PCNN_CHECK_LAUNCH();
-    }
+    if (!one_pass) exclusive_sum(b.len.data(), b.row_start.data(), rows, stream, mr);
+    fill_rows(tree, a, begin, rows, b, ex, stream, mr);
     searched.record(stream);
     std::int32_t* to_idx = one_pass ? out_idx : h_idx.data();
     float* to_dist = one_pass ? out_dist : h_dist.data();
-    PCNN_CUDA_TRY(cudaMemcpyAsync(to_idx, idx.data(), entries * sizeof(std::int32_t),
+    PCNN_CUDA_TRY(cudaMemcpyAsync(to_idx, b.idx.data(), entries * sizeof(std::int32_t),
                                   cudaMemcpyDeviceToHost, stream));
-    PCNN_CUDA_TRY(cudaMemcpyAsync(to_dist, dist.data(), entries * sizeof(float),
+    PCNN_CUDA_TRY(cudaMemcpyAsync(to_dist, b.dist.data(), entries * sizeof(float),
                                   cudaMemcpyDeviceToHost, stream));
     if (!one_pass)  // the original index of each query of the pass: the w word of its point
       PCNN_CUDA_TRY(cudaMemcpy2DAsync(qid.data(), sizeof(int), &queries[begin].w, sizeof(float4),
@@ -423,6 +513,49 @@ RadiusTimes fill_passes(const TreeView& tree, RadiusArgs a, int n, const Counted
     ++times.passes;
     begin = end;
   }
+  return times;
+}
+
+// After the collect pass (count_pass with a scratch): every row into host memory `out_idx` /
+// `out_dist` at h_offsets[q] (h_offsets[n] = total entries): rows of up to kCollect neighbors
+// sorted from the scratch, longer ones walked again and filled as the fill passes do.
+RadiusTimes finish_collected(const TreeView& tree, RadiusArgs a, int n, const Counted& c,
+                             const std::uint64_t* scratch, std::int64_t total,
+                             const ExactSearch& ex, std::int32_t* out_idx, float* out_dist,
+                             cudaStream_t stream, DeviceMemoryResource& mr) {
+  RadiusTimes times;
+  if (total == 0) return times;
+  cuda_event pass_start, searched, downloaded;
+  pass_start.record(stream);
+  FillBuffers b(total, n, stream, mr);
+  PCNN_CUDA_TRY(cudaMemsetAsync(b.listed_counts.data(), 0, b.listed_counts.bytes(), stream));
+  collected_sort_kernel<<<cuda::ceil_div(n, kTreeQueryBlock), kTreeQueryBlock, 0, stream>>>(
+      a.queries, n, c.counts.data(), c.offsets.data(), scratch, ex.refs, ex.queries, b.idx.data(),
+      b.dist.data(), b.listed.data(), b.listed_counts.data());
+  PCNN_CHECK_LAUNCH();
+  int longer = 0;
+  PCNN_CUDA_TRY(cudaMemcpyAsync(&longer, b.listed_counts.data(), sizeof(int),
+                                cudaMemcpyDeviceToHost, stream));
+  PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+  if (longer > 0) {
+    // Walked again where they are: a fill over every slot that skips the others, so that a warp
+    // walks for neighbors along the curve (gathered side by side, the longer rows of a LiDAR-like
+    // scan were far apart, and their fill took as long as the whole cloud's).
+    longer_rows_kernel<<<cuda::ceil_div(n, kThreads), kThreads, 0, stream>>>(
+        a.queries, n, c.counts.data(), c.offsets.data(), b.len.data(), b.row_start.data());
+    PCNN_CHECK_LAUNCH();
+    fill_rows(tree, a, 0, n, b, ex, stream, mr);
+  }
+  searched.record(stream);
+  PCNN_CUDA_TRY(cudaMemcpyAsync(out_idx, b.idx.data(), total * sizeof(std::int32_t),
+                                cudaMemcpyDeviceToHost, stream));
+  PCNN_CUDA_TRY(cudaMemcpyAsync(out_dist, b.dist.data(), total * sizeof(float),
+                                cudaMemcpyDeviceToHost, stream));
+  downloaded.record(stream);
+  PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+  times.search_ms = searched.since(pass_start);
+  times.download_ms = downloaded.since(searched);
+  times.passes = 1;
   return times;
 }
 
@@ -460,6 +593,40 @@ void report(SearchTimings* timings, cuda_event& start, cuda_event& uploaded, cud
   timings->distance_evaluations = count.evaluations;
 }
 
+// The count pass of a search that fills its rows next, as the collect pass where a scratch of
+// kCollect keys a query fits beside the rows (about as many entries again): then one walk
+// instead of two. Forced passes (max_rows_per_pass) keep the count and fill passes.
+RadiusTimes count_collecting(const TreeView& tree, const Prepared& p, const RadiusParams& params,
+                             Counted& c, std::int64_t* h_offsets,
+                             device_buffer<std::uint64_t>& scratch, cudaStream_t stream,
+                             DeviceMemoryResource& mr) {
+  const std::int64_t available = mr.available();
+  if (params.max_rows_per_pass <= 0 &&
+      std::int64_t(p.rows) * (kSlotBytes + 2 * kCollect * 8) <= available - available / 10)
+    scratch.resize(std::size_t(p.rows) * kCollect, stream, mr);
+  return count_pass(tree, p.args, p.rows, c, h_offsets,
+                    scratch.size() > 0 ? scratch.data() : nullptr, stream, mr);
+}
+
+// The rows after count_collecting into host memory `out_idx` / `out_dist` at h_offsets[q]: from
+// the scratch when the rows fit beside it on the device (planned on kEntryBytes an entry, as the
+// fill passes, for the rows longer than kCollect), else the fill passes. The scratch's memory
+// stays the call's until the call ends: the fill passes then plan without it.
+RadiusTimes fill_counted(const TreeView& tree, const Prepared& p, const RadiusParams& params,
+                         const Counted& c, const std::int64_t* h_offsets,
+                         device_buffer<std::uint64_t>& scratch, const ExactSearch& ex,
+                         std::int32_t* out_idx, float* out_dist, cudaStream_t stream,
+                         DeviceMemoryResource& mr) {
+  const std::int64_t total = h_offsets[p.rows], left = mr.available();
+  if (scratch.size() > 0 &&
+      total * kEntryBytes + std::int64_t(p.rows) * kSlotBytes <= left - left / 10)
+    return finish_collected(tree, p.args, p.rows, c, scratch.data(), total, ex, out_idx, out_dist,
+                            stream, mr);
+  scratch = device_buffer<std::uint64_t>();
+  return fill_passes(tree, p.args, p.rows, c, h_offsets, params.max_rows_per_pass, ex, out_idx,
+                     out_dist, stream, mr);
+}
+
 }  // namespace
 
 void check_radius_fits(std::int64_t working, std::int64_t rows, std::int64_t available) {
@@ -483,8 +650,9 @@ RadiusResult radius_query(const SpatialIndex& index, const PointsView* queries,
   if (p.rows == 0) return result;
   Counted c;
   const TreeView tree = index.view();
+  device_buffer<std::uint64_t> scratch;
   const RadiusTimes counted =
-      count_pass(tree, p.args, p.rows, c, result.offsets.data(), stream, mr);
+      count_collecting(tree, p, params, c, result.offsets.data(), scratch, stream, mr);
   // The counts say what the result needs: refused at once when host memory cannot hold it.
   const std::int64_t total = result.offsets[p.rows];
   const std::int64_t needed = total * std::int64_t(sizeof(std::int32_t) + sizeof(float));
@@ -496,9 +664,8 @@ RadiusResult radius_query(const SpatialIndex& index, const PointsView* queries,
                               needed, host);
   result.indices.resize(total);
   result.sqdist.resize(total);
-  const RadiusTimes filled =
-      fill_passes(tree, p.args, p.rows, c, result.offsets.data(), params.max_rows_per_pass, ex,
-                  result.indices.data(), result.sqdist.data(), stream, mr);
+  const RadiusTimes filled = fill_counted(tree, p, params, c, result.offsets.data(), scratch, ex,
+                                          result.indices.data(), result.sqdist.data(), stream, mr);
   report(timings, start, uploaded, built, counted, filled);
   return result;
 }
@@ -514,7 +681,8 @@ std::int64_t radius_count_query(const SpatialIndex& index, const PointsView* que
   h_offsets[0] = 0;
   if (p.rows == 0) return 0;
   Counted c;
-  const RadiusTimes counted = count_pass(index.view(), p.args, p.rows, c, h_offsets, stream, mr);
+  const RadiusTimes counted =
+      count_pass(index.view(), p.args, p.rows, c, h_offsets, nullptr, stream, mr);
   report(timings, start, uploaded, built, counted, RadiusTimes{});
   return h_offsets[p.rows];
 }
@@ -528,18 +696,19 @@ void radius_fill_query(const SpatialIndex& index, const PointsView* queries,
   cuda_event built;
   built.record(stream);
   if (p.rows == 0) return;
-  // Counted again (cheap next to the fill): the rows of this range, where its entries go, and
-  // the proof that the caller's offsets are this search's.
+  // Counted again, collecting where it can (then the one walk of the fill): the rows of this
+  // range, where its entries go, and the proof that the caller's offsets are this search's.
   Counted c;
   std::vector<std::int64_t> offsets(static_cast<std::size_t>(p.rows) + 1);
   const TreeView tree = index.view();
-  const RadiusTimes counted = count_pass(tree, p.args, p.rows, c, offsets.data(), stream, mr);
+  device_buffer<std::uint64_t> scratch;
+  const RadiusTimes counted =
+      count_collecting(tree, p, params, c, offsets.data(), scratch, stream, mr);
   for (int q = 0; q < p.rows; ++q)
     PCNN_EXPECTS(offsets[q + 1] - offsets[q] == given[q + 1] - given[q],
                  "radius_fill: the offsets are not those radius_count wrote for this search");
   const RadiusTimes filled =
-      fill_passes(tree, p.args, p.rows, c, offsets.data(), params.max_rows_per_pass, ex, out_idx,
-                  out_dist, stream, mr);
+      fill_counted(tree, p, params, c, offsets.data(), scratch, ex, out_idx, out_dist, stream, mr);
   report(timings, start, uploaded, built, counted, filled);
 }
 

@@ -21,9 +21,15 @@ struct RadiusBound {
   float upper = INFINITY;     // float distance above this: outside for certain
   double r2 = INFINITY;       // the exact test in between
   ExactCoords refs, queries;  // the caller's coordinates (queries by original query index)
+  // The filter coordinates are the caller's own (ExactSearch::filter_exact): exact distances
+  // then come from `q` and `p` themselves, not from the caller's arrays in original order (a
+  // random read for every neighbor a radius fill writes: with it, 1M uniform points' radius
+  // search took 2.09-2.12 ms instead of 1.91, H100).
+  bool filter_exact = false;
 
   /// The exact squared distance of query `q` and indexed point `p` (w: their original indices).
   __device__ __forceinline__ double exact(float4 q, float4 p) const {
+    if (filter_exact) return exact_sqdist(make_double3(q.x, q.y, q.z), make_double3(p.x, p.y, p.z));
     return exact_sqdist(queries.at(__float_as_int(q.w)), refs.at(__float_as_int(p.w)));
   }
   __device__ __forceinline__ bool contains(float4 q, float4 p, float d) const {
@@ -38,6 +44,7 @@ inline RadiusBound make_radius_bound(double r, const ExactSearch& ex) {
   RadiusBound b;
   b.refs = ex.refs;
   b.queries = ex.queries;
+  b.filter_exact = ex.filter_exact;
   if (std::isinf(r)) return b;
   b.r2 = r * r;
   b.lower = ex.err.certain_inside(b.r2);

@@ -2,12 +2,17 @@
 // (radius.cu); and the hybrid search, the k nearest within r. Result policies of the tree walk
 // (tree_walk.cuh) with a fixed opening reach: r from above.
 //
-// The count pass (WithinRadius<false>) counts each query's neighbors; after a prefix sum the fill
-// pass (WithinRadius<true>) repeats the walk and writes each neighbor as a 64-bit key (float bits
-// of the exact squared distance, then the index), so that sorting keys sorts by (distance,
-// index). The fill's warp then sorts its rows itself (row_sort.cuh): a separate sort kernel read
-// every key back from memory (0.65 ms of a 2.7 ms search at 1M uniform points, 0.85 of 2.4 on
-// the LiDAR-like cloud, H100: bench/results/2026-11-27-round13.md).
+// The count pass counts each query's neighbors; after a prefix sum the fill pass repeats the walk
+// and writes each neighbor as a 64-bit key (float bits of the exact squared distance, then the
+// index), so that sorting keys sorts by (distance, index). The fill's warp then sorts its rows
+// itself (row_sort.cuh): a separate sort kernel read every key back from memory (0.65 ms of a
+// 2.7 ms search at 1M uniform points, 0.85 of 2.4 on the LiDAR-like cloud, H100:
+// bench/results/2026-11-27-round13.md).
+//
+// The collect pass does both walks' work in one where it can (radius.cu, radius_query): it
+// counts every neighbor and keeps each query's first kCollect keys in a scratch of fixed rows,
+// sorted into place once the counts give the rows' offsets; only rows longer than that are
+// filled by a second walk, which skips every other slot.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,10 +36,13 @@ struct RadiusArgs {
   bool exclude_self = false;
   int query_offset = 0;  // exclude_self: query i is indexed point i + query_offset
   RadiusBound bound;
-  std::int64_t* counts = nullptr;           // count pass: per original query index
-  const std::int64_t* row_start = nullptr;  // fill pass: where slot s writes, at [s - slot_begin]
-  std::uint64_t* keys = nullptr;            // fill pass: the keys, at row_start
-  std::int32_t* idx = nullptr;              // fill pass: the sorted rows, at row_start
+  std::int64_t* counts = nullptr;  // count, collect: per original query index
+  // Fill pass: where slot s writes, at [s - slot_begin] (negative: nowhere, the slot is skipped).
+  const std::int64_t* row_start = nullptr;
+  // Fill: the keys, at row_start. Collect: `capacity` a slot, at (s - slot_begin) * capacity.
+  std::uint64_t* keys = nullptr;
+  std::int64_t capacity = INT64_MAX;  // collect: the keys a slot keeps (fill: no bound)
+  std::int32_t* idx = nullptr;        // fill pass: the sorted rows, at row_start
   float* dist = nullptr;
   int* listed = nullptr;        // fill pass: rows (slot - slot_begin) longer than kWarpRow ...
   int* listed_count = nullptr;  // ... left to radius.cu's sort, and how many
@@ -47,19 +55,25 @@ __device__ __forceinline__ std::uint64_t radius_key(const RadiusBound& bound, fl
          static_cast<std::uint32_t>(__float_as_int(p.w));
 }
 
-/// The radius result policy: counts (kFill false) or writes keys (kFill true) of every point
-/// within r.
-template <bool kFill>
+/// What a radius kernel does with the neighbors it finds: count them (the count pass), write
+/// them at the rows' starts and sort the rows (the fill pass after the count), or collect them
+/// up to a fixed number a query, counting them all (the collect pass, which spares a radius
+/// search its count pass: radius.cu).
+enum class RadiusPass { count, fill, collect };
+
+/// The radius result policy: counts, and writes the keys (up to `cap`) of every point within r.
+template <bool kWrite>
 struct WithinRadius {
   float4 q;
   int self;
   RadiusBound bound;
   std::uint64_t* out;
+  std::int64_t cap;
   std::int64_t count = 0;
   __device__ float limit() const { return bound.upper; }
   __device__ void hit(float4 p, float d, int) {
     if (__float_as_int(p.w) == self || !bound.contains(q, p, d)) return;
-    if (kFill) out[count] = radius_key(bound, q, p);
+    if (kWrite && count < cap) out[count] = radius_key(bound, q, p);
     ++count;
   }
 };
@@ -75,8 +89,8 @@ __device__ __forceinline__ void sort_rows(const RadiusArgs& a, const WarpQueries
   const int first_row = w.slot - lane - a.slot_begin;
   const int m_lane = static_cast<int>(min(count, std::int64_t(INT_MAX)));
   auto load = [&](int r) {
-    return load_warp_row(__shfl_sync(kFullMask, m_lane, r), __shfl_sync(kFullMask, start, r),
-                         a.keys);
+    const std::int64_t s = __shfl_sync(kFullMask, start, r);
+    return load_warp_row(__shfl_sync(kFullMask, m_lane, r), s, s, a.keys);
   };
   __syncwarp();  // every lane's keys are written (global memory, ordered within the warp)
   unsigned ties = 0;
@@ -95,17 +109,23 @@ __device__ __forceinline__ void sort_rows(const RadiusArgs& a, const WarpQueries
     order_ties(a.bound.queries.at(w.qid), a.bound.refs, a.idx + start, a.dist + start, count);
 }
 
-template <bool kFill>
+template <RadiusPass kPass>
 __global__ void __launch_bounds__(kTreeWarps * 32) radius_tree_kernel(TreeView t, RadiusArgs a) {
+  constexpr bool kFill = kPass == RadiusPass::fill, kCollect = kPass == RadiusPass::collect;
   __shared__ float4 stage_all[kTreeWarps][kStage];
   __shared__ int stack_all[kTreeWarps][kTreeStack];
   if (!warp_has_queries(a)) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const WarpQueries w(t, a);
-  WithinRadius<kFill> sink{w.q, a.exclude_self ? w.qid + a.query_offset : -1, a.bound, nullptr};
-  const std::int64_t start = kFill && w.in_range ? a.row_start[w.slot - a.slot_begin] : 0;
-  if (kFill && w.in_range) sink.out = a.keys + start;
-  const unsigned long long evals = radius_walk(t, w.q, w.active, a.bound.upper * kPruneSlack,
+  WithinRadius<kFill || kCollect> sink{w.q, a.exclude_self ? w.qid + a.query_offset : -1, a.bound,
+                                       nullptr, a.capacity};
+  // A fill's slot whose row start is negative has no row to fill: its lane only walks along.
+  const std::int64_t start = !w.in_range ? -1
+                             : kFill     ? a.row_start[w.slot - a.slot_begin]
+                                         : std::int64_t(w.slot - a.slot_begin) * a.capacity;
+  const bool active = w.active && (!kFill || start >= 0);
+  if ((kFill || kCollect) && active) sink.out = a.keys + start;
+  const unsigned long long evals = radius_walk(t, w.q, active, a.bound.upper * kPruneSlack,
                                                stage_all[warp], stack_all[warp], sink);
   if constexpr (kFill) {
     sort_rows(a, w, start, sink.count);

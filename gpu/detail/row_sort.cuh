@@ -38,28 +38,29 @@ __device__ __forceinline__ std::uint64_t bitonic_merge(std::uint64_t v) {
   return v;
 }
 
-/// A row of m <= kWarpRow keys at keys[s, s + m) as the warp holds it: key `lane` in lo, key
-/// `lane + 32` in hi, ~0 past the end (sorts last: a NaN distance, which no neighbor has).
+/// A row of m <= kWarpRow keys as the warp holds it: key `lane` in lo, key `lane + 32` in hi, ~0
+/// past the end (sorts last: a NaN distance, which no neighbor has); written at [to, to + m).
 struct WarpRow {
   std::uint64_t lo = ~0ull, hi = ~0ull;
   int m = 0;
-  std::int64_t s = 0;
+  std::int64_t to = 0;
 };
 
-/// Loads row (m, s), or nothing where m is 0 or above kWarpRow (m the same in every lane).
-__device__ __forceinline__ WarpRow load_warp_row(int m, std::int64_t s,
+/// Loads the row of m keys at keys[from, from + m), to be written at `to`; nothing where m is 0
+/// or above kWarpRow (m the same in every lane).
+__device__ __forceinline__ WarpRow load_warp_row(int m, std::int64_t from, std::int64_t to,
                                                  const std::uint64_t* __restrict__ keys) {
   const int lane = threadIdx.x & 31;
   WarpRow r;
   r.m = m;
-  r.s = s;
+  r.to = to;
   if (m > kWarpRow) return r;
-  if (lane < m) r.lo = keys[s + lane];
-  if (lane + 32 < m) r.hi = keys[s + lane + 32];
+  if (lane < m) r.lo = keys[from + lane];
+  if (lane + 32 < m) r.hi = keys[from + lane + 32];
   return r;
 }
 
-/// Sorts a loaded row and writes it as (index, distance) at idx/dist[s, s + m). Returns, in
+/// Sorts a loaded row and writes it as (index, distance) at idx/dist[to, to + m). Returns, in
 /// every lane, whether two of its entries share a float distance (order_ties is then due). Every
 /// lane must call it.
 __device__ __forceinline__ bool sort_warp_row(const WarpRow& row, std::int32_t* __restrict__ idx,
@@ -85,9 +86,9 @@ __device__ __forceinline__ bool sort_warp_row(const WarpRow& row, std::int32_t* 
   const unsigned before_hi = lane == 0 ? last_lo : up_hi;
   const bool tie =
       (lane > 0 && lane < m && d_lo == before_lo) || (lane + 32 < m && d_hi == before_hi);
-  const std::int64_t s = row.s;
-  if (lane < m) split_key(lo, idx + s + lane, dist + s + lane);
-  if (lane + 32 < m) split_key(hi, idx + s + lane + 32, dist + s + lane + 32);
+  const std::int64_t to = row.to;
+  if (lane < m) split_key(lo, idx + to + lane, dist + to + lane);
+  if (lane + 32 < m) split_key(hi, idx + to + lane + 32, dist + to + lane + 32);
   return __any_sync(kFullMask, tie);
 }
 
