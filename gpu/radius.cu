@@ -375,6 +375,7 @@ struct FillBuffers {
   std::int64_t most;
   int n;
   device_buffer<std::uint64_t> keys;
+  std::uint64_t* keys_at = nullptr;  // where the walk writes keys: `keys`, or a block lent
   device_buffer<std::int32_t> idx;
   device_buffer<float> dist;
   device_buffer<std::int64_t> len, row_start;
@@ -398,11 +399,14 @@ struct FillBuffers {
 // ties ordered. Synchronizes once, to learn the long rows.
 void fill_rows(const TreeView& tree, RadiusArgs a, int begin, int rows, FillBuffers& b,
                const ExactSearch& ex, cudaStream_t stream, DeviceMemoryResource& mr) {
-  if (b.keys.size() == 0) b.keys.resize(b.most, stream, mr);
+  if (!b.keys_at) {
+    b.keys.resize(b.most, stream, mr);
+    b.keys_at = b.keys.data();
+  }
   a.slot_begin = begin;
   a.slot_end = begin + rows;
   a.row_start = b.row_start.data();
-  a.keys = b.keys.data();
+  a.keys = b.keys_at;
   a.idx = b.idx.data();
   a.dist = b.dist.data();
   a.listed = b.listed.data();
@@ -413,7 +417,7 @@ void fill_rows(const TreeView& tree, RadiusArgs a, int begin, int rows, FillBuff
   PCNN_CHECK_LAUNCH();
   radius_sort_kernel<<<std::min(cuda::ceil_div(rows, kTreeWarps * 32), 1024), kTreeWarps * 32, 0,
                        stream>>>(b.listed.data(), b.listed_counts.data(), b.row_start.data(),
-                                 b.len.data(), b.keys.data(), a.queries, begin, ex.refs, ex.queries,
+                                 b.len.data(), b.keys_at, a.queries, begin, ex.refs, ex.queries,
                                  b.idx.data(), b.dist.data(), b.long_rows.data(),
                                  b.listed_counts.data() + 1);
   PCNN_CHECK_LAUNCH();
@@ -423,7 +427,7 @@ void fill_rows(const TreeView& tree, RadiusArgs a, int begin, int rows, FillBuff
   PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
   if (n_long == 0) return;
   b.long_buf.ensure(b.most, b.n, stream, mr);
-  sort_long_rows(n_long, b.long_rows.data(), b.row_start.data(), b.len.data(), b.keys.data(),
+  sort_long_rows(n_long, b.long_rows.data(), b.row_start.data(), b.len.data(), b.keys_at,
                  b.idx.data(), b.dist.data(), b.long_buf, stream, mr);
   long_rows_ties_kernel<<<cuda::ceil_div(n_long, kThreads), kThreads, 0, stream>>>(
       b.long_rows.data(), n_long, b.row_start.data(), b.len.data(), a.queries, begin, ex.refs,
@@ -520,7 +524,7 @@ RadiusTimes fill_passes(const TreeView& tree, RadiusArgs a, int n, const Counted
 // `out_dist` at h_offsets[q] (h_offsets[n] = total entries): rows of up to kCollect neighbors
 // sorted from the scratch, longer ones walked again and filled as the fill passes do.
 RadiusTimes finish_collected(const TreeView& tree, RadiusArgs a, int n, const Counted& c,
-                             const std::uint64_t* scratch, std::int64_t total,
+                             device_buffer<std::uint64_t>& scratch, std::int64_t total,
                              const ExactSearch& ex, std::int32_t* out_idx, float* out_dist,
                              cudaStream_t stream, DeviceMemoryResource& mr) {
   RadiusTimes times;
@@ -530,8 +534,8 @@ RadiusTimes finish_collected(const TreeView& tree, RadiusArgs a, int n, const Co
   FillBuffers b(total, n, stream, mr);
   PCNN_CUDA_TRY(cudaMemsetAsync(b.listed_counts.data(), 0, b.listed_counts.bytes(), stream));
   collected_sort_kernel<<<cuda::ceil_div(n, kTreeQueryBlock), kTreeQueryBlock, 0, stream>>>(
-      a.queries, n, c.counts.data(), c.offsets.data(), scratch, ex.refs, ex.queries, b.idx.data(),
-      b.dist.data(), b.listed.data(), b.listed_counts.data());
+      a.queries, n, c.counts.data(), c.offsets.data(), scratch.data(), ex.refs, ex.queries,
+      b.idx.data(), b.dist.data(), b.listed.data(), b.listed_counts.data());
   PCNN_CHECK_LAUNCH();
   int longer = 0;
   PCNN_CUDA_TRY(cudaMemcpyAsync(&longer, b.listed_counts.data(), sizeof(int),
@@ -544,6 +548,9 @@ RadiusTimes finish_collected(const TreeView& tree, RadiusArgs a, int n, const Co
     longer_rows_kernel<<<cuda::ceil_div(n, kThreads), kThreads, 0, stream>>>(
         a.queries, n, c.counts.data(), c.offsets.data(), b.len.data(), b.row_start.data());
     PCNN_CHECK_LAUNCH();
+    // Their keys over the scratch where it holds every row's (its rows are sorted out of it
+    // already, in stream order): no second block of `total` keys.
+    if (static_cast<std::int64_t>(scratch.size()) >= total) b.keys_at = scratch.data();
     fill_rows(tree, a, 0, n, b, ex, stream, mr);
   }
   searched.record(stream);
@@ -620,8 +627,8 @@ RadiusTimes fill_counted(const TreeView& tree, const Prepared& p, const RadiusPa
   const std::int64_t total = h_offsets[p.rows], left = mr.available();
   if (scratch.size() > 0 &&
       total * kEntryBytes + std::int64_t(p.rows) * kSlotBytes <= left - left / 10)
-    return finish_collected(tree, p.args, p.rows, c, scratch.data(), total, ex, out_idx, out_dist,
-                            stream, mr);
+    return finish_collected(tree, p.args, p.rows, c, scratch, total, ex, out_idx, out_dist, stream,
+                            mr);
   scratch = device_buffer<std::uint64_t>();
   return fill_passes(tree, p.args, p.rows, c, h_offsets, params.max_rows_per_pass, ex, out_idx,
                      out_dist, stream, mr);
