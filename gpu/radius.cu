@@ -31,16 +31,19 @@ namespace {
 
 /// Row layout of the slots [slot_begin, slot_begin + n): each row's length (from the counts per
 /// original index) and, when `offsets` is given, its start (the offset of its original index).
+/// Rows of at most `longer_than` entries (after the collect pass: kCollect; else -1) get length
+/// 0 and start -1, which the fill kernel skips.
 __global__ void radius_rows_kernel(const float4* __restrict__ queries, int slot_begin, int n,
                                    const std::int64_t* __restrict__ counts,
                                    const std::int64_t* __restrict__ offsets,
-                                   std::int64_t* __restrict__ len,
+                                   std::int64_t longer_than, std::int64_t* __restrict__ len,
                                    std::int64_t* __restrict__ start) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int qid = __float_as_int(queries[slot_begin + i].w);
-  len[i] = counts[qid];
-  if (offsets) start[i] = offsets[qid];
+  const bool row = counts[qid] > longer_than;
+  len[i] = row ? counts[qid] : 0;
+  if (offsets) start[i] = row ? offsets[qid] : -1;
 }
 
 // Rows longer than kWarpRow (row_sort.cuh), listed by the fill kernel: up to kMediumRow sorted by
@@ -178,21 +181,6 @@ __global__ void __launch_bounds__(kTreeWarps * 32) collected_sort_kernel(
   }
   __syncwarp();  // the rows are written
   if (ties >> lane & 1) order_ties(queries_exact.at(qid), refs, idx + to, dist + to, m);
-}
-
-/// After the collect pass, the rows it could not hold (more than kCollect neighbors): their
-/// lengths and starts by slot, and -1 as the start of every other slot (skipped by the fill).
-__global__ void longer_rows_kernel(const float4* __restrict__ queries, int n,
-                                   const std::int64_t* __restrict__ counts,
-                                   const std::int64_t* __restrict__ offsets,
-                                   std::int64_t* __restrict__ len,
-                                   std::int64_t* __restrict__ start) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const int qid = __float_as_int(queries[i].w);
-  const bool longer = counts[qid] > kCollect;
-  len[i] = longer ? counts[qid] : 0;
-  start[i] = longer ? offsets[qid] : -1;
 }
 
 constexpr int kThreads = 256;
@@ -461,7 +449,7 @@ RadiusTimes fill_passes(const TreeView& tree, RadiusArgs a, int n, const Counted
                           std::int64_t(n) * kSlotBytes + kEntryBytes, available);
     device_buffer<std::int64_t> len(n, stream, mr);
     radius_rows_kernel<<<cuda::ceil_div(n, kThreads), kThreads, 0, stream>>>(
-        queries, 0, n, c.counts.data(), nullptr, len.data(), nullptr);
+        queries, 0, n, c.counts.data(), nullptr, -1, len.data(), nullptr);
     PCNN_CHECK_LAUNCH();
     all_len.resize(n);
     PCNN_CUDA_TRY(
@@ -486,8 +474,8 @@ RadiusTimes fill_passes(const TreeView& tree, RadiusArgs a, int n, const Counted
     cuda_event pass_start, searched, downloaded;
     pass_start.record(stream);
     radius_rows_kernel<<<cuda::ceil_div(rows, kThreads), kThreads, 0, stream>>>(
-        queries, begin, rows, c.counts.data(), one_pass ? c.offsets.data() : nullptr, b.len.data(),
-        b.row_start.data());
+        queries, begin, rows, c.counts.data(), one_pass ? c.offsets.data() : nullptr, -1,
+        b.len.data(), b.row_start.data());
     PCNN_CHECK_LAUNCH();
     if (!one_pass) exclusive_sum(b.len.data(), b.row_start.data(), rows, stream, mr);
     fill_rows(tree, a, begin, rows, b, ex, stream, mr);
@@ -545,8 +533,9 @@ RadiusTimes finish_collected(const TreeView& tree, RadiusArgs a, int n, const Co
     // Walked again where they are: a fill over every slot that skips the others, so that a warp
     // walks for neighbors along the curve (gathered side by side, the longer rows of a LiDAR-like
     // scan were far apart, and their fill took as long as the whole cloud's).
-    longer_rows_kernel<<<cuda::ceil_div(n, kThreads), kThreads, 0, stream>>>(
-        a.queries, n, c.counts.data(), c.offsets.data(), b.len.data(), b.row_start.data());
+    radius_rows_kernel<<<cuda::ceil_div(n, kThreads), kThreads, 0, stream>>>(
+        a.queries, 0, n, c.counts.data(), c.offsets.data(), kCollect, b.len.data(),
+        b.row_start.data());
     PCNN_CHECK_LAUNCH();
     // Their keys over the scratch where it holds every row's (its rows are sorted out of it
     // already, in stream order): no second block of `total` keys.
