@@ -69,10 +69,11 @@ void warm_up(int ordinal, WarmUp kind, int k) {
   else if (kind == WarmUp::hybrid)
     static_cast<void>(index.self_hybrid({0.25, kk, true}));
   else {
-    // Each kernel a radius command may run is loaded at its first launch: the count (the command
-    // counts first), the one walk that keeps what it counts, and the second walk of rows longer
-    // than it keeps (r = 0.5: ~130 neighbors a point). With rows of ~17 only, a LiDAR-like
-    // scan's command loaded the last ones in its search.
+    // Kernels load at their first launch. The command counts first, then fills with the one walk
+    // that keeps what it counts and a second walk for the rows longer than that: r = 0.5 gives
+    // rows both under and over 64 here (up to ~130 inside the cube). With rows of ~17 only, a
+    // LiDAR-like scan's command loaded the longer rows' kernels in its search. (Rows over 256,
+    // and the fill passes that replace the one walk where memory is short, still load late.)
     std::vector<std::int64_t> offsets(257);
     static_cast<void>(index.self_radius_count({0.5, true}, {offsets.data(), 257}));
     static_cast<void>(index.self_radius({0.5, true}));

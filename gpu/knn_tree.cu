@@ -55,7 +55,8 @@ template <int CAP>
 void launch(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
   constexpr int threads = kTreeWarps * 32;
   const int blocks = cuda::ceil_div(a.slot_end - a.slot_begin, threads);
-  constexpr int list_bytes = tree_list_bytes<CAP>(), hybrid_bytes = tree_list_bytes<CAP, true>();
+  constexpr int list_bytes = tree_list_bytes<CAP>(),
+                hybrid_bytes = tree_list_bytes<CAP, (CAP <= 32)>();
   const bool hybrid = std::isfinite(a.bound.r2);
   if (list_bytes > 48 * 1024)  // above the default limit a kernel must opt in
     PCNN_CUDA_TRY(cudaFuncSetAttribute(knn_tree_kernel<CAP, false>,

@@ -19,7 +19,6 @@
 #include "detail/search.cuh"
 #include "detail/spatial_index.cuh"
 #include "detail/upload.cuh"
-#include "detail/warp_sort.cuh"
 #include "pcnn/device.hpp"
 #include "pcnn/error.hpp"
 #include "pcnn/memory.hpp"
@@ -49,7 +48,8 @@ __global__ void radius_rows_kernel(const float4* __restrict__ queries, int slot_
 // Rows longer than kWarpRow (row_sort.cuh), listed by the fill kernel: up to kMediumRow sorted by
 // cub::WarpMergeSort, up to 8 keys per lane; longer ones listed again for a segmented sort.
 inline constexpr int kMediumRow = 256;
-// Keys a query keeps in the collect pass (radius_query): its row when it has no more. Uniform
+// Keys a query keeps in the collect pass (radius_query, radius_fill_query): its row when it has
+// no more. Uniform
 // points with 31 neighbors on average have up to 63, a LiDAR-like scan's up to 74.
 inline constexpr int kCollect = kWarpRow;
 
@@ -589,25 +589,28 @@ void report(SearchTimings* timings, cuda_event& start, cuda_event& uploaded, cud
   timings->distance_evaluations = count.evaluations;
 }
 
-// The count pass of a search that fills its rows next, as the collect pass where a scratch of
-// kCollect keys a query fits beside the rows (about as many entries again): then one walk
-// instead of two. Forced passes (max_rows_per_pass) keep the count and fill passes.
+// The count pass of a search that fills its rows next, as the collect pass where the scratch of
+// kCollect keys a query fits with rows of kCollect entries beside it (planned as the fill
+// passes plan, kEntryBytes an entry): then one walk instead of two. Where it does not, memory is
+// short, and the count and fill passes keep all of it: a scratch given up for them would stay
+// the call's until it ends. Forced passes (max_rows_per_pass) keep the two walks too.
 RadiusTimes count_collecting(const TreeView& tree, const Prepared& p, const RadiusParams& params,
                              Counted& c, std::int64_t* h_offsets,
                              device_buffer<std::uint64_t>& scratch, cudaStream_t stream,
                              DeviceMemoryResource& mr) {
   const std::int64_t available = mr.available();
   if (params.max_rows_per_pass <= 0 &&
-      std::int64_t(p.rows) * (kSlotBytes + 2 * kCollect * 8) <= available - available / 10)
+      std::int64_t(p.rows) * (kSlotBytes + kCollect * (8 + kEntryBytes)) <=
+          available - available / 10)
     scratch.resize(std::size_t(p.rows) * kCollect, stream, mr);
   return count_pass(tree, p.args, p.rows, c, h_offsets,
                     scratch.size() > 0 ? scratch.data() : nullptr, stream, mr);
 }
 
 // The rows after count_collecting into host memory `out_idx` / `out_dist` at h_offsets[q]: from
-// the scratch when the rows fit beside it on the device (planned on kEntryBytes an entry, as the
-// fill passes, for the rows longer than kCollect), else the fill passes. The scratch's memory
-// stays the call's until the call ends: the fill passes then plan without it.
+// the scratch when every row fits beside it on the device (total entries at kEntryBytes, as the
+// fill passes plan, which covers the rows longer than kCollect), else the fill passes (rows of
+// more than kCollect entries on average), which then plan without the scratch's memory.
 RadiusTimes fill_counted(const TreeView& tree, const Prepared& p, const RadiusParams& params,
                          const Counted& c, const std::int64_t* h_offsets,
                          device_buffer<std::uint64_t>& scratch, const ExactSearch& ex,

@@ -302,8 +302,9 @@ TEST_P(IndexBackend, HybridIsTheRadiusSearchCutAtMaxNn) {
 
 TEST_P(IndexBackend, RadiusRowsOfEveryLength) {
   // Rows of every length at once: empty, short, a few hundred, over a thousand. The CUDA backend
-  // sorts each band its own way: in the fill kernel one key a lane up to 32 and two up to 64, a
-  // warp merge sort of 4 or 8 keys a lane up to 128 and 256, a segmented sort above.
+  // sorts each band its own way: by a warp, one key a lane up to 32 and two up to 64 (from the
+  // collect pass's scratch, or in the fill kernel), a warp merge sort of 4 or 8 keys a lane up to
+  // 128 and 256, a segmented sort above.
   const std::vector<float> pts = make_synthetic_cloud(SyntheticKind::clustered, 5000, 14);
   const PointsView v = view(pts);
   Index index(v, opts());
@@ -320,7 +321,9 @@ TEST_P(IndexBackend, FloatTiesPastAWarpOfARowAreOrderedExactly) {
   // Two neighbors of the origin whose exact squared distances round to one float, the later
   // index the nearer: the row must put it first. Behind 30 or 31 nearer ones they come 31st and
   // 32nd, or 32nd and 33rd: across the two halves of a row the CUDA backend sorts in a warp, or
-  // in its second half, where a tie went unseen once (1 row in 1M).
+  // in its second half, where a tie went unseen once (1 row in 1M). Behind 62 and 300, in rows
+  // sorted by the warp merge sort and by the segmented sort. Each through the one-walk search
+  // and through the count and fill passes (forced by max_rows_per_pass).
   const float b[3] = {1.0055584907531738f, 1.1130372285842896f, 0.f};
   const float a[3] = {1.1093069314956665f, 1.0096721649169922f, 0.f};
   auto sq = [](const float* p) {
@@ -328,19 +331,22 @@ TEST_P(IndexBackend, FloatTiesPastAWarpOfARowAreOrderedExactly) {
   };
   ASSERT_EQ(static_cast<float>(sq(a)), static_cast<float>(sq(b)));
   ASSERT_LT(sq(a), sq(b));
-  for (int nearer : {30, 31}) {
+  for (int nearer : {30, 31, 62, 300}) {
     SCOPED_TRACE(nearer);
     std::vector<float> pts = {0.f, 0.f, 0.f};
-    for (int i = 1; i <= nearer; ++i)
-      pts.insert(pts.end(), {0.f, 0.f, 0.04f * static_cast<float>(i)});
+    for (int i = 1; i <= nearer; ++i)  // on the z axis, within 1.4 of the origin
+      pts.insert(pts.end(), {0.f, 0.f, 1.4f * static_cast<float>(i) / static_cast<float>(nearer)});
     pts.insert(pts.end(), b, b + 3);
     pts.insert(pts.end(), a, a + 3);
     const PointsView v = view(pts);
     Index index(v, opts());
-    const RadiusResult got = index.self_radius({1.5});
-    ASSERT_EQ(got.count(0), nearer + 3);
-    EXPECT_EQ(got.indices[static_cast<std::size_t>(nearer + 1)], nearer + 2);  // a, then b
-    EXPECT_EQ(got.indices[static_cast<std::size_t>(nearer + 2)], nearer + 1);
+    for (std::int64_t passes : {0, 1}) {
+      const RadiusResult got = index.self_radius({1.5, false, passes});
+      ASSERT_EQ(got.count(0), nearer + 3);
+      EXPECT_EQ(got.indices[static_cast<std::size_t>(nearer + 1)], nearer + 2);  // a, then b
+      EXPECT_EQ(got.indices[static_cast<std::size_t>(nearer + 2)], nearer + 1);
+      EXPECT_TRUE(same_radius(got, reference_radius(v, nullptr, {1.5})));
+    }
     test::expect_radius_rows(index, v, nullptr, 1.5);
   }
 }

@@ -9,7 +9,8 @@
 // 2.7 ms search at 1M uniform points, 0.85 of 2.4 on the LiDAR-like cloud, H100:
 // bench/results/2026-11-27-round13.md).
 //
-// The collect pass does both walks' work in one where it can (radius.cu, radius_query): it
+// The collect pass does both walks' work in one where it can (radius.cu: radius_query and
+// radius_fill_query): it
 // counts every neighbor and keeps each query's first kCollect keys in a scratch of fixed rows,
 // sorted into place once the counts give the rows' offsets; only rows longer than that are
 // filled by a second walk, which skips every other slot.
@@ -245,7 +246,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32) hybrid_tree_kernel(TreeView t
                         a.exclude_self ? w.qid + a.query_offset : -1,
                         a.bound,
                         a.exact.term,
-                        thread_list<CAP, true>(),
+                        thread_list<CAP, (CAP <= 32)>(),
                         a.k};
   unsigned long long evals = radius_walk(t, w.q, w.active, a.bound.upper * kPruneSlack,
                                          stage_all[warp], stack_all[warp], sink);

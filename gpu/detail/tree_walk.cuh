@@ -58,8 +58,8 @@ __device__ __forceinline__ bool may_reach(float bound2, float limit) {
 /// 64-entry insertion then waits on L2 for every shifted entry: measured 12x slower than shared
 /// memory at k = 64.
 ///
-/// kPadded (the hybrid's lists): entries blockDim.x + 1 words apart instead, so that a warp can
-/// also read one lane's whole list at once without bank conflicts (sort_lists).
+/// kPadded (the hybrid's lists of up to 32): entries blockDim.x + 1 words apart instead, so that
+/// a warp can also read one lane's whole list at once without bank conflicts (sort_lists).
 template <int CAP, bool kPadded = false>
 constexpr int tree_list_bytes() {
   return CAP * (kTreeWarps * 32 + (kPadded ? 1 : 0)) * 8;
