@@ -148,14 +148,16 @@ __global__ void long_rows_ties_kernel(const int* __restrict__ rows, int n_long,
 
 /// After the collect pass: the rows of at most kCollect neighbors, 32 slots to a warp, sorted from
 /// the scratch (slot s's keys at s * kCollect) into idx/dist at their offsets, and their ties
-/// ordered by their own lanes. Longer rows (their neighbors only counted) are listed by slot for
-/// a fill of their own.
-__global__ void __launch_bounds__(kTreeWarps * 32) collected_sort_kernel(
-    const float4* __restrict__ queries, int n, const std::int64_t* __restrict__ counts,
-    const std::int64_t* __restrict__ offsets, const std::uint64_t* __restrict__ scratch,
-    ExactCoords refs, ExactCoords queries_exact, std::int32_t* __restrict__ idx,
-    float* __restrict__ dist, int* __restrict__ listed, int* __restrict__ listed_count) {
-  static_assert(kCollect <= kWarpRow, "a collected row is sorted by its warp");
+/// ordered by their own lanes. Longer rows (their neighbors only counted) are counted in
+/// `longer`, for a fill of their own.
+__global__ void __launch_bounds__(kTreeWarps * 32)
+    collected_sort_kernel(const float4* __restrict__ queries, int n,
+                          const std::int64_t* __restrict__ counts,
+                          const std::int64_t* __restrict__ offsets,
+                          const std::uint64_t* __restrict__ scratch, ExactCoords refs,
+                          ExactCoords queries_exact, std::int32_t* __restrict__ idx,
+                          float* __restrict__ dist, int* __restrict__ longer) {
+  static_assert(kCollect == kWarpRow, "a collected row is loaded and sorted by its warp whole");
   const int lane = threadIdx.x & 31;
   const int first = (blockIdx.x * kTreeWarps + threadIdx.x / 32) * 32;
   if (first >= n) return;  // whole warps only
@@ -164,8 +166,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32) collected_sort_kernel(
   const std::int64_t m = qid >= 0 ? counts[qid] : 0, to = qid >= 0 ? offsets[qid] : 0;
   const int m_lane = static_cast<int>(min(m, std::int64_t(INT_MAX)));
   auto load = [&](int r) {
-    const int rm = __shfl_sync(kFullMask, m_lane, r);
-    return load_warp_row(rm > kCollect ? INT_MAX : rm, std::int64_t(first + r) * kCollect,
+    return load_warp_row(__shfl_sync(kFullMask, m_lane, r), std::int64_t(first + r) * kCollect,
                          __shfl_sync(kFullMask, to, r), scratch);
   };
   unsigned ties = 0;
@@ -173,7 +174,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32) collected_sort_kernel(
   for (int r = 0; r < 32; ++r) {
     const WarpRow next = r < 31 ? load(r + 1) : WarpRow{};
     if (row.m > kCollect) {
-      if (lane == 0) listed[atomicAdd(listed_count, 1)] = first + r;
+      if (lane == 0) atomicAdd(longer, 1);
     } else if (row.m > 0 && sort_warp_row(row, idx, dist)) {
       ties |= 1u << r;
     }
@@ -523,7 +524,7 @@ RadiusTimes finish_collected(const TreeView& tree, RadiusArgs a, int n, const Co
   PCNN_CUDA_TRY(cudaMemsetAsync(b.listed_counts.data(), 0, b.listed_counts.bytes(), stream));
   collected_sort_kernel<<<cuda::ceil_div(n, kTreeQueryBlock), kTreeQueryBlock, 0, stream>>>(
       a.queries, n, c.counts.data(), c.offsets.data(), scratch.data(), ex.refs, ex.queries,
-      b.idx.data(), b.dist.data(), b.listed.data(), b.listed_counts.data());
+      b.idx.data(), b.dist.data(), b.listed_counts.data());
   PCNN_CHECK_LAUNCH();
   int longer = 0;
   PCNN_CUDA_TRY(cudaMemcpyAsync(&longer, b.listed_counts.data(), sizeof(int),
