@@ -10,6 +10,7 @@
 
 #include "detail/cuda_try.cuh"
 #include "detail/knn_tree.cuh"
+#include "detail/plan.cuh"
 #include "detail/radius_tree.cuh"
 #include "detail/refine.cuh"
 #include "detail/search.cuh"
@@ -31,6 +32,63 @@ int sm_count(int device) {
   int sms = 0;
   PCNN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   return sms;
+}
+
+/// The hybrid search's first walk: each query's neighbors within r counted and, up to kCollect,
+/// their keys collected (as the radius collect pass does); then the warp sorts each row that
+/// holds them all and writes its first k. Rows with more neighbors are left to
+/// hybrid_tree_kernel (a.collected). Against the heap walk alone, this keeps no list in shared
+/// memory and sorts whole rows by the warp: the heap, once a lane's list was full, took 28 % of
+/// that kernel's stalls with 1.3-1.4 threads of 32 active (bench/results/2026-11-27-round14.md).
+/// The keys hold exact distances, so no row needs the float search's settling.
+__global__ void __launch_bounds__(kTreeWarps * 32)
+    hybrid_collect_kernel(TreeView t, TreeKnnArgs a) {
+  __shared__ float4 stage_all[kTreeWarps][kStage];
+  __shared__ int stack_all[kTreeWarps][kTreeStack];
+  if (!warp_has_queries(a)) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const WarpQueries w(t, a);
+  const int first = w.slot - lane - a.slot_begin;  // the warp's first slot in the launch
+  std::uint64_t* const rows = a.collect + std::int64_t(first) * kCollect;
+  WithinRadius<true> sink{w.q, a.exclude_self ? w.qid + a.query_offset : -1, a.bound,
+                          rows + lane * kCollect, kCollect};
+  unsigned long long evals = radius_walk(t, w.q, w.active, a.bound.upper * kPruneSlack,
+                                         stage_all[warp], stack_all[warp], sink);
+  const int m_lane = static_cast<int>(min(sink.count, std::int64_t(INT_MAX)));
+  if (w.in_range) a.collected[first + lane] = m_lane;
+  // Rows past the launch's end are not loaded (m 0) nor written.
+  const int m_row = w.in_range ? m_lane : -1;
+  auto load = [&](int r) {
+    return load_warp_row(max(__shfl_sync(kFullMask, m_row, r), 0), std::int64_t(r) * kCollect, 0,
+                         rows);
+  };
+  __syncwarp();  // every lane's keys are written (global memory, ordered within the warp)
+  unsigned ties = 0;
+  WarpRow row = load(0);
+  for (int r = 0; r < 32; ++r) {
+    WarpRow next = r < 31 ? load(r + 1) : WarpRow{};
+    const int m = __shfl_sync(kFullMask, m_row, r);
+    if (m >= 0 && m <= kCollect) {
+      sort_row_keys(row);
+      const std::size_t out = a.row(w.slot - lane + r, __shfl_sync(kFullMask, w.qid, r));
+      if (write_hybrid_row(row, a.k, a.out_idx + out, a.out_dist + out, rows + r * kCollect))
+        ties |= 1u << r;
+    }
+    row = next;
+  }
+  __syncwarp();  // the rows with ties are in their spares
+  if (ties >> lane & 1) {
+    auto* idx = reinterpret_cast<std::int32_t*>(sink.out);
+    auto* dist = reinterpret_cast<float*>(sink.out) + kCollect;
+    order_ties(a.bound.queries.at(w.qid), a.bound.refs, idx, dist, m_lane);
+    const std::size_t out = a.row(w.slot, w.qid);
+    for (int e = 0; e < a.k; ++e) {
+      a.out_idx[out + e] = e < m_lane ? idx[e] : -1;
+      a.out_dist[out + e] = e < m_lane ? dist[e] : INFINITY;
+    }
+  }
+  evals = warp_all_reduce(evals, SumOp{});
+  if (lane == 0 && evals) atomicAdd(a.evaluations, evals);
 }
 
 // Whether `blocks` blocks of knn_tree_kernel<CAP, true> are resident at once on the device: a
@@ -66,6 +124,12 @@ void launch(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, hybrid_bytes));
   const int device = current_device(), sms = sm_count(device);
   if (hybrid) {
+    if (a.collect) {
+      hybrid_collect_kernel<<<blocks, threads, 0, stream>>>(tree, a);
+      PCNN_CHECK_LAUNCH();
+    }
+    // Every row, or after the collect walk the rows it could not hold (none, mostly: its warps
+    // then only read their counts).
     hybrid_tree_kernel<CAP><<<blocks, threads, hybrid_bytes, stream>>>(tree, a);
     PCNN_CHECK_LAUNCH();
   } else {
@@ -131,6 +195,19 @@ void launch_exact(const TreeView& tree, TreeKnnArgs a, const ExactSearch& ex, cu
   a.exact.group_count = group_count.data();
   a.exact.reach = reach.data();
   a.exact.refined = a.evaluations ? a.evaluations + 1 : nullptr;
+  // A hybrid search collects first where its scratch fits (kCollect keys and a count a query),
+  // else the heap walk alone: as exact, and slower (1M points, max_nn 32, H100: 2.96 against
+  // 1.70 ms uniform, 2.28 against 1.90 LiDAR-like; bench/results/2026-11-27-round15.md).
+  device_buffer<std::uint64_t> collect;
+  device_buffer<int> collected;
+  const std::int64_t available = mr.available();
+  if (std::isfinite(a.bound.r2) && std::int64_t(slots) * (kCollect * 8 + 4) <=
+                                       available - available / 10 - working_reserve(available)) {
+    collect.resize(std::size_t(slots) * kCollect, stream, mr);
+    collected.resize(slots, stream, mr);
+    a.collect = collect.data();
+    a.collected = collected.data();
+  }
   with_capacity(a.k, [&](auto cap) { launch<decltype(cap)::value>(tree, a, stream); });
 }
 

@@ -48,10 +48,6 @@ __global__ void radius_rows_kernel(const float4* __restrict__ queries, int slot_
 // Rows longer than kWarpRow (row_sort.cuh), listed by the fill kernel: up to kMediumRow sorted by
 // cub::WarpMergeSort, up to 8 keys per lane; longer ones listed again for a segmented sort.
 inline constexpr int kMediumRow = 256;
-// Keys a query keeps in the collect pass (radius_query, radius_fill_query): its row when it has
-// no more. Uniform points with 31 neighbors on average have up to 63, a LiDAR-like scan's up to
-// 74.
-inline constexpr int kCollect = kWarpRow;
 
 // The keys of a medium row, kItems per lane: the warp merge sort's shared memory. Rows are short
 // enough that one warp sorts one, long enough that the lanes' merge (O(m log m) over the warp)

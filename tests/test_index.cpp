@@ -315,29 +315,42 @@ TEST_P(IndexBackend, RadiusRowsOfEveryLength) {
   for (std::int64_t q = 0; q < got.rows; ++q)
     ++in_band[std::lower_bound(band_top, band_top + 5, got.count(q)) - band_top];
   for (int b = 0; b < 5; ++b) EXPECT_GT(in_band[b], 0) << "no row of up to " << band_top[b];
+  // Hybrid rows of every length: the CUDA backend collects rows of up to 64 and sorts them by a
+  // warp, and walks the longer ones again with a heap, in the same warps.
+  for (int max_nn : {16, 100})
+    EXPECT_TRUE(
+        same_hybrid(index.self_hybrid({6.0, max_nn}), reference_hybrid(v, nullptr, {6.0, max_nn})))
+        << "max_nn " << max_nn;
 }
 
-TEST_P(IndexBackend, FloatTiesPastAWarpOfARowAreOrderedExactly) {
-  // Two neighbors of the origin whose exact squared distances round to one float, the later
-  // index the nearer: the row must put it first. Behind 30 or 31 nearer ones they come 31st and
-  // 32nd, or 32nd and 33rd: across the two halves of a row the CUDA backend sorts in a warp, or
-  // in its second half, where a tie went unseen once (1 row in 1M). Behind 62 and 300, in rows
-  // sorted by the warp merge sort and by the segmented sort. Each through the one-walk search
-  // and through the count and fill passes (forced by max_rows_per_pass).
+// Two points whose exact squared distances to the origin round to one float, the later index
+// (a) the nearer, behind `nearer` points on the z axis within 1.4 of the origin: the origin is
+// point 0, the axis points 1..nearer, b nearer + 1, a nearer + 2.
+std::vector<float> float_tie_cloud(int nearer) {
   const float b[3] = {1.0055584907531738f, 1.1130372285842896f, 0.f};
   const float a[3] = {1.1093069314956665f, 1.0096721649169922f, 0.f};
   auto sq = [](const float* p) {
     return double(p[0]) * double(p[0]) + double(p[1]) * double(p[1]) + double(p[2]) * double(p[2]);
   };
-  ASSERT_EQ(static_cast<float>(sq(a)), static_cast<float>(sq(b)));
-  ASSERT_LT(sq(a), sq(b));
+  EXPECT_EQ(static_cast<float>(sq(a)), static_cast<float>(sq(b)));
+  EXPECT_LT(sq(a), sq(b));
+  std::vector<float> pts = {0.f, 0.f, 0.f};
+  for (int i = 1; i <= nearer; ++i)
+    pts.insert(pts.end(), {0.f, 0.f, 1.4f * static_cast<float>(i) / static_cast<float>(nearer)});
+  pts.insert(pts.end(), b, b + 3);
+  pts.insert(pts.end(), a, a + 3);
+  return pts;
+}
+
+TEST_P(IndexBackend, FloatTiesPastAWarpOfARowAreOrderedExactly) {
+  // The exactly nearer of the two tied points must come first. Behind 30 or 31 nearer ones they
+  // come 31st and 32nd, or 32nd and 33rd: across the two halves of a row the CUDA backend sorts
+  // in a warp, or in its second half, where a tie went unseen once (1 row in 1M). Behind 62 and
+  // 300, in rows sorted by the warp merge sort and by the segmented sort. Each through the
+  // one-walk search and through the count and fill passes (forced by max_rows_per_pass).
   for (int nearer : {30, 31, 62, 300}) {
     SCOPED_TRACE(nearer);
-    std::vector<float> pts = {0.f, 0.f, 0.f};
-    for (int i = 1; i <= nearer; ++i)  // on the z axis, within 1.4 of the origin
-      pts.insert(pts.end(), {0.f, 0.f, 1.4f * static_cast<float>(i) / static_cast<float>(nearer)});
-    pts.insert(pts.end(), b, b + 3);
-    pts.insert(pts.end(), a, a + 3);
+    const std::vector<float> pts = float_tie_cloud(nearer);
     const PointsView v = view(pts);
     Index index(v, opts());
     for (std::int64_t passes : {0, 1}) {
@@ -348,6 +361,30 @@ TEST_P(IndexBackend, FloatTiesPastAWarpOfARowAreOrderedExactly) {
       EXPECT_TRUE(same_radius(got, reference_radius(v, nullptr, {1.5})));
     }
     test::expect_radius_rows(index, v, nullptr, 1.5);
+  }
+}
+
+TEST_P(IndexBackend, HybridCutsAFloatTieByTheExactDistance) {
+  // max_nn ends a row between the two tied points: it keeps the exactly nearer one (a), though
+  // b has the smaller index; one more keeps both, a first. Rows of 33, 34, 63 and 64 (sorted by
+  // a warp from the collect walk's keys), 65 and 103 (the heap walk); max_nn 120 pads past 64.
+  for (int nearer : {30, 31, 60, 61, 62, 100}) {
+    SCOPED_TRACE(nearer);
+    const std::vector<float> pts = float_tie_cloud(nearer);
+    const PointsView v = view(pts);
+    Index index(v, opts());
+    for (int max_nn : {nearer + 2, nearer + 3, 120}) {
+      if (max_nn > 120) continue;
+      SCOPED_TRACE(max_nn);
+      const HybridResult got = index.self_hybrid({1.5, max_nn});
+      ASSERT_EQ(got.counts[0], std::min(nearer + 3, max_nn));
+      const auto at = [&](int j) { return got.knn.indices[static_cast<std::size_t>(j)]; };
+      EXPECT_EQ(at(nearer + 1), nearer + 2);  // a
+      if (max_nn > nearer + 2) {
+        EXPECT_EQ(at(nearer + 2), nearer + 1);  // then b
+      }
+      EXPECT_TRUE(same_hybrid(got, reference_hybrid(v, nullptr, {1.5, max_nn})));
+    }
   }
 }
 

@@ -59,6 +59,11 @@ struct TreeKnnArgs {
   // entries [0, listed) are read, after the search kernel.
   int* outliers = nullptr;
   unsigned long long* evaluations = nullptr;
+  // Hybrid search, where the scratch fits (knn_tree.cu): the collect walk keeps each query's
+  // first kCollect neighbors within r, at [(slot - slot_begin) * kCollect], and their count, at
+  // [slot - slot_begin]; the heap walk then takes only the rows with more.
+  std::uint64_t* collect = nullptr;
+  int* collected = nullptr;
 
   __device__ std::size_t row(int slot, int qid) const {
     return static_cast<std::size_t>(out_slot_base < 0 ? qid : slot - out_slot_base) * k;

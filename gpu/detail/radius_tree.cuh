@@ -50,6 +50,11 @@ struct RadiusArgs {
   unsigned long long* evaluations = nullptr;  // lane-point distances computed
 };
 
+// Keys a query keeps in the collect pass (radius.cu's radius_query and radius_fill_query, and
+// the hybrid search's hybrid_collect_kernel): its row when it has no more. Uniform points with
+// 31 neighbors on average have up to 63, a LiDAR-like scan's up to 74.
+inline constexpr int kCollect = kWarpRow;
+
 __device__ __forceinline__ std::uint64_t radius_key(const RadiusBound& bound, float4 q, float4 p) {
   const float d = __double2float_rn(bound.exact(q, p));
   return (static_cast<std::uint64_t>(__float_as_uint(d)) << 32) |
@@ -242,18 +247,21 @@ __global__ void __launch_bounds__(kTreeWarps * 32) hybrid_tree_kernel(TreeView t
   if (!warp_has_queries(a)) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const WarpQueries w(t, a);
+  // After the collect walk, only the rows it could not hold.
+  const bool mine = !a.collected || (w.in_range && a.collected[w.slot - a.slot_begin] > kCollect);
+  if (a.collected && !__any_sync(kFullMask, mine)) return;
   NearestHeap<CAP> sink{w.q,
                         a.exclude_self ? w.qid + a.query_offset : -1,
                         a.bound,
                         a.exact.term,
                         thread_list<CAP, (CAP <= 32)>(),
                         a.k};
-  unsigned long long evals = radius_walk(t, w.q, w.active, a.bound.upper * kPruneSlack,
+  unsigned long long evals = radius_walk(t, w.q, w.active && mine, a.bound.upper * kPruneSlack,
                                          stage_all[warp], stack_all[warp], sink);
   bool flagged = false;
   float reach = 0.f;
   if constexpr (CAP <= 32) sort_lists(sink.s, sink.count);
-  if (w.in_range) {
+  if (w.in_range && mine) {
     const std::size_t row = a.row(w.slot, w.qid);
     if constexpr (CAP > 32) sink.sort();
     flagged = !settle_row<CAP>(sink.s, sink.count, a.k, sink.spill, a.exact.query(w.q, w.qid),
@@ -262,6 +270,35 @@ __global__ void __launch_bounds__(kTreeWarps * 32) hybrid_tree_kernel(TreeView t
   flag_rows(a.exact, a.slot_begin, w.slot - lane, flagged, reach);
   evals = warp_all_reduce(evals, SumOp{});
   if (lane == 0 && evals) atomicAdd(a.evaluations, evals);
+}
+
+/// A hybrid row from its sorted collected keys (`row`, m <= kCollect of them): its first k as
+/// (index, distance) at idx/dist, -1 / +inf past m. Where two of its first k + 1 entries share a
+/// float distance, the whole row goes to `spare` instead (kCollect indices, then kCollect
+/// distances: its own scratch row, already loaded), for order_ties; returns whether it did.
+/// Every lane must call it.
+__device__ __forceinline__ bool write_hybrid_row(const WarpRow& row, int k,
+                                                 std::int32_t* __restrict__ idx,
+                                                 float* __restrict__ dist,
+                                                 std::uint64_t* __restrict__ spare) {
+  const int lane = threadIdx.x & 31, m = row.m;
+  if (row_has_ties(row, min(m, k + 1))) {
+    auto* spare_idx = reinterpret_cast<std::int32_t*>(spare);
+    auto* spare_dist = reinterpret_cast<float*>(spare) + kCollect;
+    __syncwarp();  // every lane has loaded the row before its keys are overwritten
+    if (lane < m) split_key(row.lo, spare_idx + lane, spare_dist + lane);
+    if (lane + 32 < m) split_key(row.hi, spare_idx + lane + 32, spare_dist + lane + 32);
+    return true;
+  }
+  for (int e = lane; e < k; e += 32) {
+    if (e < m)
+      split_key(e < 32 ? row.lo : row.hi, idx + e, dist + e);
+    else {
+      idx[e] = -1;
+      dist[e] = INFINITY;
+    }
+  }
+  return false;
 }
 
 }  // namespace pcnn::detail

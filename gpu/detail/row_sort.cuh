@@ -60,23 +60,27 @@ __device__ __forceinline__ WarpRow load_warp_row(int m, std::int64_t from, std::
   return r;
 }
 
-/// Sorts a loaded row and writes it as (index, distance) at idx/dist[to, to + m). Returns, in
-/// every lane, whether two of its entries share a float distance (order_ties is then due). Every
-/// lane must call it.
-__device__ __forceinline__ bool sort_warp_row(const WarpRow& row, std::int32_t* __restrict__ idx,
-                                              float* __restrict__ dist) {
-  const int lane = threadIdx.x & 31, m = row.m;
-  std::uint64_t lo = warp_sort(row.lo), hi = row.hi;
-  if (m > 32) {
+/// Sorts a loaded row in place (entry `lane` in lo, `lane + 32` in hi). Every lane must call it.
+__device__ __forceinline__ void sort_row_keys(WarpRow& row) {
+  const int lane = threadIdx.x & 31;
+  row.lo = warp_sort(row.lo);
+  if (row.m > 32) {
     // Two sorted halves: lo[i] against hi[31 - i] leaves the 32 smallest in lo and the rest in
     // hi, each a bitonic sequence.
-    hi = __shfl_sync(kFullMask, warp_sort(hi), 31 - lane);
-    const std::uint64_t a = min(lo, hi), b = max(lo, hi);
-    lo = bitonic_merge(a);
-    hi = bitonic_merge(b);
+    const std::uint64_t hi = __shfl_sync(kFullMask, warp_sort(row.hi), 31 - lane);
+    const std::uint64_t a = min(row.lo, hi), b = max(row.lo, hi);
+    row.lo = bitonic_merge(a);
+    row.hi = bitonic_merge(b);
   }
+}
+
+/// Whether two of the first `m` entries of a sorted row share a float distance (order_ties is
+/// then due for them). Every lane must call it, with the same `m`.
+__device__ __forceinline__ bool row_has_ties(const WarpRow& row, int m) {
+  const int lane = threadIdx.x & 31;
   // Entry p against entry p - 1, by their distance bits.
-  const unsigned d_lo = static_cast<unsigned>(lo >> 32), d_hi = static_cast<unsigned>(hi >> 32);
+  const unsigned d_lo = static_cast<unsigned>(row.lo >> 32),
+                 d_hi = static_cast<unsigned>(row.hi >> 32);
   // Every lane takes part in every shuffle: a shuffle in one branch of a lane-dependent
   // condition would name lanes that do not execute it (a tie across entries 31 and 32 went
   // unseen, 1 row in 1M, H100).
@@ -86,10 +90,20 @@ __device__ __forceinline__ bool sort_warp_row(const WarpRow& row, std::int32_t* 
   const unsigned before_hi = lane == 0 ? last_lo : up_hi;
   const bool tie =
       (lane > 0 && lane < m && d_lo == before_lo) || (lane + 32 < m && d_hi == before_hi);
-  const std::int64_t to = row.to;
-  if (lane < m) split_key(lo, idx + to + lane, dist + to + lane);
-  if (lane + 32 < m) split_key(hi, idx + to + lane + 32, dist + to + lane + 32);
   return __any_sync(kFullMask, tie);
+}
+
+/// Sorts a loaded row and writes it as (index, distance) at idx/dist[to, to + m). Returns, in
+/// every lane, whether two of its entries share a float distance (order_ties is then due). Every
+/// lane must call it.
+__device__ __forceinline__ bool sort_warp_row(WarpRow row, std::int32_t* __restrict__ idx,
+                                              float* __restrict__ dist) {
+  const int lane = threadIdx.x & 31, m = row.m;
+  sort_row_keys(row);
+  const std::int64_t to = row.to;
+  if (lane < m) split_key(row.lo, idx + to + lane, dist + to + lane);
+  if (lane + 32 < m) split_key(row.hi, idx + to + lane + 32, dist + to + lane + 32);
+  return row_has_ties(row, m);
 }
 
 /// Puts each run of equal float distances of a row sorted by (float distance, index) (m entries
