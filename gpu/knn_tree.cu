@@ -34,14 +34,16 @@ int sm_count(int device) {
   return sms;
 }
 
-/// The hybrid search's first walk: each query's neighbors within r counted and, up to kCollect,
-/// their keys collected (as the radius collect pass does); then the warp sorts each row that
-/// holds them all and writes its first k. Rows with more neighbors are left to
-/// hybrid_tree_kernel (a.collected). Against the heap walk alone, this keeps no list in shared
-/// memory and sorts whole rows by the warp: the heap, once a lane's list was full, took 28 % of
-/// that kernel's stalls with 1.3-1.4 threads of 32 active (bench/results/2026-11-27-round14.md).
-/// The keys hold exact distances, so no row needs the float search's settling.
-__global__ void __launch_bounds__(kTreeWarps * 32)
+/// The hybrid search (max_nn <= kCollectRoom) as a collect walk: each lane writes the keys of
+/// its query's points within r to its scratch row (NearestCollect; make_room cuts a row that
+/// would overflow back to its nearest), then the warp sorts each row and writes its first max_nn.
+/// Rows it could not cut are left to hybrid_tree_kernel (a.collected). Against the heap walk
+/// alone, this keeps no list in shared memory and sorts whole rows by the warp: the heap, once
+/// a lane's list was full, took 28 % of that kernel's stalls with 1.3-1.4 threads of 32 active
+/// (bench/results/2026-11-27-round14.md). The keys hold exact distances, so no row needs the
+/// float search's settling.
+// 8 blocks an SM: 64 registers, without spilling (unbounded, make_room inlined took 96).
+__global__ void __launch_bounds__(kTreeWarps * 32, 8)
     hybrid_collect_kernel(TreeView t, TreeKnnArgs a) {
   __shared__ float4 stage_all[kTreeWarps][kStage];
   __shared__ int stack_all[kTreeWarps][kTreeStack];
@@ -50,11 +52,12 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
   const WarpQueries w(t, a);
   const int first = w.slot - lane - a.slot_begin;  // the warp's first slot in the launch
   std::uint64_t* const rows = a.collect + std::int64_t(first) * kCollect;
-  WithinRadius<true> sink{w.q, a.exclude_self ? w.qid + a.query_offset : -1, a.bound,
-                          rows + lane * kCollect, kCollect};
-  unsigned long long evals = radius_walk(t, w.q, w.active, a.bound.upper * kPruneSlack,
-                                         stage_all[warp], stack_all[warp], sink);
-  const int m_lane = static_cast<int>(min(sink.count, std::int64_t(INT_MAX)));
+  NearestCollect sink{w.q, a.exclude_self ? w.qid + a.query_offset : -1, a.bound,
+                      rows + lane * kCollect, a.bound.upper};
+  unsigned long long evals =
+      radius_walk(t, w.q, w.active, a.bound.upper * kPruneSlack, stage_all[warp], stack_all[warp],
+                  sink, [&](int n) { make_room(sink, n, rows, a.k, a.exact.err); });
+  const int m_lane = sink.over ? kCollect + 1 : sink.count;
   if (w.in_range) a.collected[first + lane] = m_lane;
   // Rows past the launch's end are not loaded (m 0) nor written.
   const int m_row = w.in_range ? m_lane : -1;
@@ -195,14 +198,16 @@ void launch_exact(const TreeView& tree, TreeKnnArgs a, const ExactSearch& ex, cu
   a.exact.group_count = group_count.data();
   a.exact.reach = reach.data();
   a.exact.refined = a.evaluations ? a.evaluations + 1 : nullptr;
-  // A hybrid search collects first where its scratch fits (kCollect keys and a count a query),
-  // else the heap walk alone: as exact, and slower (1M points, max_nn 32, H100: 2.96 against
-  // 1.70 ms uniform, 2.28 against 1.90 LiDAR-like; bench/results/2026-11-27-round15.md).
+  // A hybrid search of max_nn <= kCollectRoom collects first where its scratch fits (kCollect
+  // keys and a count a query), else the heap walk alone: as exact, and slower (1M points,
+  // max_nn 32, H100: 2.97 against 1.72 ms uniform, 2.28 against 1.51 LiDAR-like;
+  // bench/results/2026-11-27-round15.md).
   device_buffer<std::uint64_t> collect;
   device_buffer<int> collected;
-  const std::int64_t available = mr.available();
-  if (std::isfinite(a.bound.r2) && std::int64_t(slots) * (kCollect * 8 + 4) <=
-                                       available - available / 10 - working_reserve(available)) {
+  const std::int64_t available =
+      std::isfinite(a.bound.r2) && a.k <= kCollectRoom ? mr.available() : 0;
+  if (std::int64_t(slots) * (kCollect * 8 + 4) <=
+      available - available / 10 - working_reserve(available)) {
     collect.resize(std::size_t(slots) * kCollect, stream, mr);
     collected.resize(slots, stream, mr);
     a.collect = collect.data();

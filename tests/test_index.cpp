@@ -315,8 +315,8 @@ TEST_P(IndexBackend, RadiusRowsOfEveryLength) {
   for (std::int64_t q = 0; q < got.rows; ++q)
     ++in_band[std::lower_bound(band_top, band_top + 5, got.count(q)) - band_top];
   for (int b = 0; b < 5; ++b) EXPECT_GT(in_band[b], 0) << "no row of up to " << band_top[b];
-  // Hybrid rows of every length: the CUDA backend collects rows of up to 64 and sorts them by a
-  // warp, and walks the longer ones again with a heap, in the same warps.
+  // Hybrid rows of every length: at max_nn 16 the CUDA backend collects each row, cutting the
+  // ones that fill up on the way, and sorts them by a warp; at 100 it walks with a heap.
   for (int max_nn : {16, 100})
     EXPECT_TRUE(
         same_hybrid(index.self_hybrid({6.0, max_nn}), reference_hybrid(v, nullptr, {6.0, max_nn})))
@@ -324,9 +324,10 @@ TEST_P(IndexBackend, RadiusRowsOfEveryLength) {
 }
 
 // Two points whose exact squared distances to the origin round to one float, the later index
-// (a) the nearer, behind `nearer` points on the z axis within 1.4 of the origin: the origin is
-// point 0, the axis points 1..nearer, b nearer + 1, a nearer + 2.
-std::vector<float> float_tie_cloud(int nearer) {
+// (a) the nearer, behind `nearer` points on the z axis within 1.4 of the origin and before
+// `farther` ones between 1.6 and 1.95: the origin is point 0, the axis points 1..nearer, b
+// nearer + 1, a nearer + 2, then the farther ones.
+std::vector<float> float_tie_cloud(int nearer, int farther = 0) {
   const float b[3] = {1.0055584907531738f, 1.1130372285842896f, 0.f};
   const float a[3] = {1.1093069314956665f, 1.0096721649169922f, 0.f};
   auto sq = [](const float* p) {
@@ -339,6 +340,9 @@ std::vector<float> float_tie_cloud(int nearer) {
     pts.insert(pts.end(), {0.f, 0.f, 1.4f * static_cast<float>(i) / static_cast<float>(nearer)});
   pts.insert(pts.end(), b, b + 3);
   pts.insert(pts.end(), a, a + 3);
+  for (int i = 0; i < farther; ++i)
+    pts.insert(pts.end(),
+               {0.f, 0.f, 1.6f + 0.35f * static_cast<float>(i) / static_cast<float>(farther)});
   return pts;
 }
 
@@ -366,24 +370,28 @@ TEST_P(IndexBackend, FloatTiesPastAWarpOfARowAreOrderedExactly) {
 
 TEST_P(IndexBackend, HybridCutsAFloatTieByTheExactDistance) {
   // max_nn ends a row between the two tied points: it keeps the exactly nearer one (a), though
-  // b has the smaller index; one more keeps both, a first. Rows of 33, 34, 63 and 64 (sorted by
-  // a warp from the collect walk's keys), 65 and 103 (the heap walk); max_nn 120 pads past 64.
-  for (int nearer : {30, 31, 60, 61, 62, 100}) {
-    SCOPED_TRACE(nearer);
-    const std::vector<float> pts = float_tie_cloud(nearer);
-    const PointsView v = view(pts);
-    Index index(v, opts());
-    for (int max_nn : {nearer + 2, nearer + 3, 120}) {
-      if (max_nn > 120) continue;
-      SCOPED_TRACE(max_nn);
-      const HybridResult got = index.self_hybrid({1.5, max_nn});
-      ASSERT_EQ(got.counts[0], std::min(nearer + 3, max_nn));
-      const auto at = [&](int j) { return got.knn.indices[static_cast<std::size_t>(j)]; };
-      EXPECT_EQ(at(nearer + 1), nearer + 2);  // a
-      if (max_nn > nearer + 2) {
-        EXPECT_EQ(at(nearer + 2), nearer + 1);  // then b
+  // b has the smaller index; one more keeps both, a first. Rows of up to 64 are cut once, at
+  // the end (the CUDA backend's collect walk, max_nn <= 32); longer ones also on the way, each
+  // time a cell's hits would overflow the 64, keeping every point tied with the cut's last
+  // (max_nn + 1 of them here): where that leaves no room for the cell, the heap walk takes the
+  // row. max_nn 100 always takes the heap walk.
+  for (int nearer : {20, 29, 30}) {
+    for (int farther : {0, 40, 300}) {
+      SCOPED_TRACE(std::to_string(nearer) + " nearer, " + std::to_string(farther) + " farther");
+      const std::vector<float> pts = float_tie_cloud(nearer, farther);
+      const PointsView v = view(pts);
+      Index index(v, opts());
+      for (int max_nn : {nearer + 2, nearer + 3, 100}) {
+        SCOPED_TRACE(max_nn);
+        const HybridResult got = index.self_hybrid({2.0, max_nn});
+        ASSERT_EQ(got.counts[0], std::min(nearer + 3 + farther, max_nn));
+        const auto at = [&](int j) { return got.knn.indices[static_cast<std::size_t>(j)]; };
+        EXPECT_EQ(at(nearer + 1), nearer + 2);  // a
+        if (max_nn > nearer + 2) {
+          EXPECT_EQ(at(nearer + 2), nearer + 1);  // then b
+        }
+        EXPECT_TRUE(same_hybrid(got, reference_hybrid(v, nullptr, {2.0, max_nn})));
       }
-      EXPECT_TRUE(same_hybrid(got, reference_hybrid(v, nullptr, {1.5, max_nn})));
     }
   }
 }

@@ -117,20 +117,20 @@ __device__ __forceinline__ void sort_rows(const RadiusArgs& a, const WarpQueries
 
 template <RadiusPass kPass>
 __global__ void __launch_bounds__(kTreeWarps * 32) radius_tree_kernel(TreeView t, RadiusArgs a) {
-  constexpr bool kFill = kPass == RadiusPass::fill, kCollect = kPass == RadiusPass::collect;
+  constexpr bool kFill = kPass == RadiusPass::fill, kCollecting = kPass == RadiusPass::collect;
   __shared__ float4 stage_all[kTreeWarps][kStage];
   __shared__ int stack_all[kTreeWarps][kTreeStack];
   if (!warp_has_queries(a)) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const WarpQueries w(t, a);
-  WithinRadius<kFill || kCollect> sink{w.q, a.exclude_self ? w.qid + a.query_offset : -1, a.bound,
-                                       nullptr, a.capacity};
+  WithinRadius<kFill || kCollecting> sink{w.q, a.exclude_self ? w.qid + a.query_offset : -1,
+                                          a.bound, nullptr, a.capacity};
   // A fill's slot whose row start is negative has no row to fill: its lane only walks along.
   const std::int64_t start = !w.in_range ? -1
                              : kFill     ? a.row_start[w.slot - a.slot_begin]
                                          : std::int64_t(w.slot - a.slot_begin) * a.capacity;
   const bool active = w.active && (!kFill || start >= 0);
-  if ((kFill || kCollect) && active) sink.out = a.keys + start;
+  if ((kFill || kCollecting) && active) sink.out = a.keys + start;
   const unsigned long long evals = radius_walk(t, w.q, active, a.bound.upper * kPruneSlack,
                                                stage_all[warp], stack_all[warp], sink);
   if constexpr (kFill) {
@@ -272,11 +272,89 @@ __global__ void __launch_bounds__(kTreeWarps * 32) hybrid_tree_kernel(TreeView t
   if (lane == 0 && evals) atomicAdd(a.evaluations, evals);
 }
 
-/// A hybrid row from its sorted collected keys (`row`, m <= kCollect of them): its first k as
-/// (index, distance) at idx/dist, -1 / +inf past m. Where two of its first k + 1 entries share a
-/// float distance, the whole row goes to `spare` instead (kCollect indices, then kCollect
-/// distances: its own scratch row, already loaded), for order_ties; returns whether it did.
-/// Every lane must call it.
+/// The largest max_nn the hybrid's collect walk serves: a row cut to it (and its ties) has room
+/// left for a cell's hits, mostly.
+inline constexpr int kCollectRoom = kCollect - kCell;
+
+/// The hybrid's collect policy (knn_tree.cu's hybrid_collect_kernel): the keys of the points
+/// within r, written to the lane's scratch row of kCollect. Before a cell's hits would overflow
+/// a row, make_room cuts it back to its nearest and lowers the lane's threshold, as a k-list
+/// does, so that a generous radius with max_nn as the real bound is walked as a k-nearest search
+/// is. A row that cannot be cut (its k-th nearest tied in float with more than the room the
+/// cell needs) is `over`: its lane stops (a limit below every distance) and the heap walk takes
+/// the row.
+struct NearestCollect {
+  float4 q;
+  int self;
+  RadiusBound bound;
+  std::uint64_t* out;
+  float threshold;  // bound.upper, then lowered by make_room
+  int count = 0;
+  bool over = false;
+  __device__ float limit() const { return over ? -1.f : threshold; }
+  __device__ void hit(float4 p, float d, int) {
+    // After a cut, hits of the cell beyond the new threshold are no longer wanted.
+    if (over || d > threshold || __float_as_int(p.w) == self || !bound.contains(q, p, d)) return;
+    if (count < kCollect)
+      out[count++] = radius_key(bound, q, p);
+    else
+      over = true;  // make_room left no room: not reached, a guard
+  }
+};
+
+/// Before a cell's `n` hits are offered: each row of the warp (lane r's at rows + r * kCollect)
+/// that they would overflow is sorted by the warp and cut to its k nearest (k <= kCollectRoom)
+/// and every key tied with the k-th by float distance. A point it drops has a larger float
+/// distance than k kept ones, so a larger exact distance: it is in no row. The lane's threshold
+/// becomes the largest filter distance (FilterError::reach) of a point no farther than the k-th
+/// kept, whose exact distance is below the next float up from its key's: every point that may
+/// still enter the row is offered. Rows only cut when they must: cutting at every cell that
+/// might fill one (a row of more than 32) made 1M uniform points' search 2.35 ms instead of 1.70
+/// (H100, bench/results/2026-11-27-round15.md). Every lane must call it.
+__device__ __forceinline__ void make_room(NearestCollect& c, int n, std::uint64_t* rows, int k,
+                                          const FilterError& err) {
+  unsigned full = __ballot_sync(kFullMask, !c.over && c.count + n > kCollect);
+  if (!full) return;
+  const int lane = threadIdx.x & 31;
+  __syncwarp();  // every lane's keys are written (global memory, ordered within the warp)
+  while (full) {
+    const int r = __ffs(full) - 1;
+    full &= full - 1;
+    WarpRow row =
+        load_warp_row(__shfl_sync(kFullMask, c.count, r), std::int64_t(r) * kCollect, 0, rows);
+    sort_row_keys(row);
+    const unsigned kth = static_cast<unsigned>(__shfl_sync(kFullMask, row.lo, k - 1) >> 32);
+    const int keep =
+        k +
+        __popc(__ballot_sync(
+            kFullMask, lane >= k && lane < row.m && static_cast<unsigned>(row.lo >> 32) == kth)) +
+        __popc(__ballot_sync(kFullMask,
+                             lane + 32 < row.m && static_cast<unsigned>(row.hi >> 32) == kth));
+    const bool fits = keep + __shfl_sync(kFullMask, n, r) <= kCollect;
+    __syncwarp();  // every lane has loaded the row before it is written over
+    if (fits) {
+      if (lane < keep) rows[std::int64_t(r) * kCollect + lane] = row.lo;
+      if (lane + 32 < keep) rows[std::int64_t(r) * kCollect + lane + 32] = row.hi;
+    }
+    if (lane == r) {
+      if (fits) {
+        c.count = keep;
+        c.threshold =
+            fminf(c.threshold,
+                  err.reach(static_cast<double>(nextafterf(__uint_as_float(kth), INFINITY))));
+      } else {
+        c.over = true;
+      }
+    }
+  }
+  __syncwarp();  // the cut rows are written before their lanes add to them
+}
+
+/// A hybrid row from its sorted collected keys (`row`, m <= kCollect of them): its first k (<=
+/// kCollectRoom) as (index, distance) at idx/dist, -1 / +inf past m. Where two of its first
+/// k + 1 entries share a float distance, the whole row goes to `spare` instead (kCollect
+/// indices, then kCollect distances: its own scratch row, already loaded), for order_ties;
+/// returns whether it did. Every lane must call it.
 __device__ __forceinline__ bool write_hybrid_row(const WarpRow& row, int k,
                                                  std::int32_t* __restrict__ idx,
                                                  float* __restrict__ dist,
@@ -290,13 +368,11 @@ __device__ __forceinline__ bool write_hybrid_row(const WarpRow& row, int k,
     if (lane + 32 < m) split_key(row.hi, spare_idx + lane + 32, spare_dist + lane + 32);
     return true;
   }
-  for (int e = lane; e < k; e += 32) {
-    if (e < m)
-      split_key(e < 32 ? row.lo : row.hi, idx + e, dist + e);
-    else {
-      idx[e] = -1;
-      dist[e] = INFINITY;
-    }
+  if (lane < min(m, k)) {
+    split_key(row.lo, idx + lane, dist + lane);
+  } else if (lane < k) {
+    idx[lane] = -1;
+    dist[lane] = INFINITY;
   }
   return false;
 }

@@ -12,8 +12,8 @@
 // What a hit means is the result policy's business: a policy has `limit()`, the lane's current
 // float threshold (it may only shrink), and `hit(p, d, pos)`, called for each staged point p with
 // d = point_dist2(q, p) <= limit(); `pos` is p's position in the index's sorted points. The
-// policies are NearestList (knn_tree.cuh), WithinRadius and NearestHeap (radius_tree.cuh) and
-// ExactSink (refine.cuh).
+// policies are NearestList (knn_tree.cuh), WithinRadius, NearestCollect and NearestHeap
+// (radius_tree.cuh) and ExactSink (refine.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -117,21 +117,30 @@ __device__ __forceinline__ void stage_cell(float4* stage, float4 p, int cell) {
   __syncwarp();
 }
 
-/// Scans the staged cell for one query. The hot loop only computes distances and marks the
-/// points within the limit in a bit mask (no branches, so lanes never wait on each other there);
-/// the marked points are then offered one by one. Hits are rare per lane, but some lane of 32
-/// hits often: a per-point branch would make the whole warp wait on each of them.
-template <class Policy>
-__device__ __forceinline__ void scan_cell(const float4* stage, float4 q, Policy& policy) {
-  const float limit = policy.limit();
+/// The points of the staged cell within `limit` of query `q`, as a bit mask. The hot loop only
+/// computes distances and marks them (no branches, so lanes never wait on each other there);
+/// offer_hits then offers the marked points one by one. Hits are rare per lane, but some lane of
+/// 32 hits often: a per-point branch would make the whole warp wait on each of them.
+__device__ __forceinline__ unsigned cell_hits(const float4* stage, float4 q, float limit) {
   unsigned hits = 0;
 #pragma unroll
   for (int j = 0; j < kCell; ++j) hits |= (point_dist2(q, stage[j]) <= limit ? 1u : 0u) << j;
+  return hits;
+}
+template <class Policy>
+__device__ __forceinline__ void offer_hits(const float4* stage, float4 q, unsigned hits,
+                                           Policy& policy) {
   while (hits) {
     const int j = __ffs(hits) - 1;
     hits &= hits - 1;
     policy.hit(stage[j], point_dist2(q, stage[j]), __float_as_int(stage[kCell].w) + j);
   }
+}
+
+/// Scans the staged cell for one query.
+template <class Policy>
+__device__ __forceinline__ void scan_cell(const float4* stage, float4 q, Policy& policy) {
+  offer_hits(stage, q, cell_hits(stage, q, policy.limit()), policy);
 }
 
 /// The walk of the box hierarchy for one warp: yields the cells that some lane's query may need,
@@ -260,13 +269,21 @@ class CellWalk {
   float cell_near_ = INFINITY;  // kNearest: this lane's cell's distance to the queries' center
 };
 
+/// What radius_walk calls before each cell's hits are offered, by default: nothing.
+struct NoOfferHook {
+  __device__ void operator()(int) const {}
+};
+
 /// The walk with a fixed opening `reach` (squared, slack included) for the warp's 32 queries,
-/// each lane scanning the cells its own query may reach. Returns the lane's distance
-/// evaluations.
-template <class Policy>
+/// each lane scanning the cells its own query may reach. Before a cell's hits are offered,
+/// every lane calls `before_offers(its hits in the cell)`: a policy may make room there,
+/// warp-synchronously, and lower its limit (its hit() then sees points beyond the new limit
+/// too). Returns the lane's distance evaluations.
+template <class Policy, class BeforeOffers = NoOfferHook>
 __device__ __forceinline__ unsigned long long radius_walk(const TreeView& t, float4 q, bool active,
                                                           float reach, float4* stage, int* stack,
-                                                          Policy& policy) {
+                                                          Policy& policy,
+                                                          BeforeOffers before_offers = {}) {
   if (!__any_sync(kFullMask, active)) return 0;
   CellWalk<false> walk(t, stack);
   walk.start(q, active, policy.limit(), reach);
@@ -276,10 +293,13 @@ __device__ __forceinline__ unsigned long long radius_walk(const TreeView& t, flo
     const int cell = walk.next(q, active, policy.limit(), near);
     if (cell < 0) break;
     stage_cell(stage, load_cell(t, cell), cell);
+    unsigned hits = 0;
     if (near) {
       evals += kCell;
-      scan_cell(stage, q, policy);
+      hits = cell_hits(stage, q, policy.limit());
     }
+    before_offers(__popc(hits));
+    offer_hits(stage, q, hits, policy);
   }
   return evals;
 }
