@@ -325,7 +325,8 @@ TEST_P(IndexBackend, RadiusRowsOfEveryLength) {
 
 // Two points whose exact squared distances to the origin round to one float, the later index
 // (a) the nearer, behind `nearer` points on the z axis within 1.4 of the origin and before
-// `farther` ones between 1.6 and 1.95: the origin is point 0, the axis points 1..nearer, b
+// `farther` ones on the x axis between 1.6 and 1.95 (beside a and b along the index's curve,
+// so that they come in the same cells): the origin is point 0, the axis points 1..nearer, b
 // nearer + 1, a nearer + 2, then the farther ones.
 std::vector<float> float_tie_cloud(int nearer, int farther = 0) {
   const float b[3] = {1.0055584907531738f, 1.1130372285842896f, 0.f};
@@ -342,7 +343,7 @@ std::vector<float> float_tie_cloud(int nearer, int farther = 0) {
   pts.insert(pts.end(), a, a + 3);
   for (int i = 0; i < farther; ++i)
     pts.insert(pts.end(),
-               {0.f, 0.f, 1.6f + 0.35f * static_cast<float>(i) / static_cast<float>(farther)});
+               {1.6f + 0.35f * static_cast<float>(i) / static_cast<float>(farther), 0.f, 0.f});
   return pts;
 }
 

@@ -701,7 +701,7 @@ TEST(IndexMemory, ACapThatForcesPassesGivesOnePassResults) {
   }
   EXPECT_TRUE(same_radius(off.data(), idx.data(), dist.data(), 200000, radius_free));
   EXPECT_LE(o.memory->stats().peak_bytes, built + (48 << 20));
-  // Hybrid: uncapped, each query's first 64 neighbors are collected (516 bytes a query, 103 MB);
+  // Hybrid: uncapped, each query's nearest are collected (516 bytes a query, 103 MB);
   // capped, passes of ~100k rows (27 MB) leave ~20 MB, short of their 52 MB of scratch, and the
   // heap walk alone searches them. Both are the radius rows cut at max_nn.
   const HybridResult hybrid_free = free_index.self_hybrid({3.0, 32, true});

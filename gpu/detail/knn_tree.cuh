@@ -59,9 +59,10 @@ struct TreeKnnArgs {
   // entries [0, listed) are read, after the search kernel.
   int* outliers = nullptr;
   unsigned long long* evaluations = nullptr;
-  // Hybrid search, where the scratch fits (knn_tree.cu): the collect walk keeps each query's
-  // first kCollect neighbors within r, at [(slot - slot_begin) * kCollect], and their count, at
-  // [slot - slot_begin]; the heap walk then takes only the rows with more.
+  // Hybrid search of max_nn <= kCollectRoom, where the scratch fits (knn_tree.cu): the collect
+  // walk keeps up to kCollect keys of each query's nearest within r, at [(slot - slot_begin) *
+  // kCollect], and how many, at [slot - slot_begin] (kCollect + 1: a row it could not cut); the
+  // heap walk then takes only those rows.
   std::uint64_t* collect = nullptr;
   int* collected = nullptr;
 

@@ -50,9 +50,10 @@ struct RadiusArgs {
   unsigned long long* evaluations = nullptr;  // lane-point distances computed
 };
 
-// Keys a query keeps in the collect pass (radius.cu's radius_query and radius_fill_query, and
-// the hybrid search's hybrid_collect_kernel): its row when it has no more. Uniform points with
-// 31 neighbors on average have up to 63, a LiDAR-like scan's up to 74.
+// Keys a query keeps in the collect pass (radius.cu's radius_query and radius_fill_query: its
+// row when it has no more; uniform points with 31 neighbors on average have up to 63, a
+// LiDAR-like scan's up to 74), and in the hybrid's collect walk (hybrid_collect_kernel: its
+// nearest, cut to max_nn whenever a cell's hits would overflow them).
 inline constexpr int kCollect = kWarpRow;
 
 __device__ __forceinline__ std::uint64_t radius_key(const RadiusBound& bound, float4 q, float4 p) {
@@ -275,14 +276,15 @@ __global__ void __launch_bounds__(kTreeWarps * 32) hybrid_tree_kernel(TreeView t
 /// The largest max_nn the hybrid's collect walk serves: a row cut to it (and its ties) has room
 /// left for a cell's hits, mostly.
 inline constexpr int kCollectRoom = kCollect - kCell;
+static_assert(kCollectRoom <= 32, "make_room and write_hybrid_row keep max_nn keys, one a lane");
 
 /// The hybrid's collect policy (knn_tree.cu's hybrid_collect_kernel): the keys of the points
 /// within r, written to the lane's scratch row of kCollect. Before a cell's hits would overflow
 /// a row, make_room cuts it back to its nearest and lowers the lane's threshold, as a k-list
 /// does, so that a generous radius with max_nn as the real bound is walked as a k-nearest search
-/// is. A row that cannot be cut (its k-th nearest tied in float with more than the room the
-/// cell needs) is `over`: its lane stops (a limit below every distance) and the heap walk takes
-/// the row.
+/// is. A row whose cut leaves no room for the cell's hits (its k nearest and the keys tied with
+/// the k-th in float, with the hits, over kCollect) is `over`: its lane stops (a limit below
+/// every distance) and the heap walk takes the row.
 struct NearestCollect {
   float4 q;
   int self;

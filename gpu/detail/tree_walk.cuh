@@ -11,7 +11,8 @@
 //
 // What a hit means is the result policy's business: a policy has `limit()`, the lane's current
 // float threshold (it may only shrink), and `hit(p, d, pos)`, called for each staged point p with
-// d = point_dist2(q, p) <= limit(); `pos` is p's position in the index's sorted points. The
+// d = point_dist2(q, p) <= limit() (the limit as the cell's scan began: radius_walk's hook may
+// lower it before the hits are offered); `pos` is p's position in the index's sorted points. The
 // policies are NearestList (knn_tree.cuh), WithinRadius, NearestCollect and NearestHeap
 // (radius_tree.cuh) and ExactSink (refine.cuh).
 #pragma once
