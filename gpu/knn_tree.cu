@@ -66,19 +66,13 @@ __global__ void __launch_bounds__(kTreeWarps * 32, 8)
                          rows);
   };
   __syncwarp();  // every lane's keys are written (global memory, ordered within the warp)
-  unsigned ties = 0;
-  WarpRow row = load(0);
-  for (int r = 0; r < 32; ++r) {
-    WarpRow next = r < 31 ? load(r + 1) : WarpRow{};
+  const unsigned ties = for_each_warp_row(load, [&](int r, WarpRow row) {
     const int m = __shfl_sync(kFullMask, m_row, r);
-    if (m >= 0 && m <= kCollect) {
-      sort_row_keys(row);
-      const std::size_t out = a.row(w.slot - lane + r, __shfl_sync(kFullMask, w.qid, r));
-      if (write_hybrid_row(row, a.k, a.out_idx + out, a.out_dist + out, rows + r * kCollect))
-        ties |= 1u << r;
-    }
-    row = next;
-  }
+    const std::size_t out = a.row(w.slot - lane + r, __shfl_sync(kFullMask, w.qid, r));
+    if (m < 0 || m > kCollect) return false;
+    sort_row_keys(row);
+    return write_hybrid_row(row, a.k, a.out_idx + out, a.out_dist + out, rows + r * kCollect);
+  });
   __syncwarp();  // the rows with ties are in their spares
   if (ties >> lane & 1) {
     auto* idx = reinterpret_cast<std::int32_t*>(sink.out);

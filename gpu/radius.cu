@@ -165,17 +165,13 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
     return load_warp_row(__shfl_sync(kFullMask, m_lane, r), std::int64_t(first + r) * kCollect,
                          __shfl_sync(kFullMask, to, r), scratch);
   };
-  unsigned ties = 0;
-  WarpRow row = load(0);
-  for (int r = 0; r < 32; ++r) {
-    const WarpRow next = r < 31 ? load(r + 1) : WarpRow{};
+  const unsigned ties = for_each_warp_row(load, [&](int, const WarpRow& row) {
     if (row.m > kCollect) {
       if (lane == 0) atomicAdd(longer, 1);
-    } else if (row.m > 0 && sort_warp_row(row, idx, dist)) {
-      ties |= 1u << r;
+      return false;
     }
-    row = next;
-  }
+    return row.m > 0 && sort_warp_row(row, idx, dist);
+  });
   __syncwarp();  // the rows are written
   if (ties >> lane & 1) order_ties(queries_exact.at(qid), refs, idx + to, dist + to, m);
 }

@@ -100,17 +100,13 @@ __device__ __forceinline__ void sort_rows(const RadiusArgs& a, const WarpQueries
     return load_warp_row(__shfl_sync(kFullMask, m_lane, r), s, s, a.keys);
   };
   __syncwarp();  // every lane's keys are written (global memory, ordered within the warp)
-  unsigned ties = 0;
-  WarpRow row = load(0);
-  for (int r = 0; r < 32; ++r) {
-    const WarpRow next = r < 31 ? load(r + 1) : WarpRow{};
+  const unsigned ties = for_each_warp_row(load, [&](int r, const WarpRow& row) {
     if (row.m > kWarpRow) {
       if (lane == 0) a.listed[atomicAdd(a.listed_count, 1)] = first_row + r;
-    } else if (row.m > 0 && sort_warp_row(row, a.idx, a.dist)) {
-      ties |= 1u << r;
+      return false;
     }
-    row = next;
-  }
+    return row.m > 0 && sort_warp_row(row, a.idx, a.dist);
+  });
   __syncwarp();  // the rows are written
   if (ties >> lane & 1)
     order_ties(a.bound.queries.at(w.qid), a.bound.refs, a.idx + start, a.dist + start, count);

@@ -107,6 +107,22 @@ __device__ __forceinline__ bool sort_warp_row(WarpRow row, std::int32_t* __restr
   return row_has_ties(row, m);
 }
 
+/// The warp's 32 rows, one after the other: `load(r)` loads row r (load_warp_row), the next one
+/// before the current one is handled (the keys were just written: an L2 round trip a row), and
+/// `handle(r, row)` sorts and writes it, returning whether order_ties is due for it. Returns
+/// those rows as lane bits. Every lane must call it.
+template <class Load, class Handle>
+__device__ __forceinline__ unsigned for_each_warp_row(Load load, Handle handle) {
+  unsigned ties = 0;
+  WarpRow row = load(0);
+  for (int r = 0; r < 32; ++r) {
+    const WarpRow next = r < 31 ? load(r + 1) : WarpRow{};
+    if (handle(r, row)) ties |= 1u << r;
+    row = next;
+  }
+  return ties;
+}
+
 /// Puts each run of equal float distances of a row sorted by (float distance, index) (m entries
 /// at idx/dist) in (exact distance, index) order, for the query `q` as stored. Runs are short and
 /// rare, except on exact ties, where the exact distances are equal too and the check is one
