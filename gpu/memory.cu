@@ -295,8 +295,20 @@ PoolResource::PoolResource(int ordinal) : impl_(std::make_unique<Impl>()) {
   PCNN_CUDA_TRY(cudaMemPoolSetAttribute(impl_->pool, cudaMemPoolAttrReleaseThreshold, &keep));
 }
 
+// The pool is destroyed only once the device is idle, so that no free into it is still queued
+// (an index's workspace frees its blocks on the default stream just before). cudaMemPoolDestroy
+// may be called with frees pending, but with indexes made and dropped on two threads the driver
+// (580.159, H100) then crashed or hung in the next index's cudaMallocFromPoolAsync or
+// cudaStreamSynchronize: in 14 of 22 test processes (100 rounds each), and in none of 16 with this
+// synchronization (bench/results/2026-11-27-round16.md).
 PoolResource::~PoolResource() {
-  if (impl_ && impl_->pool) PCNN_CUDA_TRY_NO_THROW(cudaMemPoolDestroy(impl_->pool));
+  if (!impl_ || !impl_->pool) return;
+  int previous = -1;
+  if (cudaGetDevice(&previous) == cudaSuccess && previous != impl_->device)
+    static_cast<void>(cudaSetDevice(impl_->device));
+  PCNN_CUDA_TRY_NO_THROW(cudaDeviceSynchronize());
+  PCNN_CUDA_TRY_NO_THROW(cudaMemPoolDestroy(impl_->pool));
+  if (previous >= 0 && previous != impl_->device) static_cast<void>(cudaSetDevice(previous));
 }
 
 void* PoolResource::allocate(std::size_t bytes, cudaStream_t stream) {

@@ -849,6 +849,40 @@ TEST(IndexStreams, TwoThreadsWithTheirOwnStreamsAndIndexes) {
   EXPECT_EQ(w[1].failure, "");
 }
 
+// Each index owns a memory pool, destroyed with it. Two threads making and dropping indexes
+// while the next index is made: the driver (580.159) crashed in cudaMallocFromPoolAsync or
+// cudaStreamSynchronize of a new index in ~1 of 100 such rounds while pools were destroyed with
+// their last frees still queued (bench/results/2026-11-27-round16.md). A crash fails the test.
+TEST(IndexStreams, IndexesMadeAndDroppedOnTwoThreadsLeaveTheNextOneWorking) {
+  PCNN_REQUIRE_DEVICE();
+  const std::vector<float> pts[2] = {make_synthetic_cloud(SyntheticKind::lidar, 3000, 405),
+                                     make_synthetic_cloud(SyntheticKind::uniform, 2000, 406)};
+  const KnnResult want[2] = {reference_knn(view(pts[0]), nullptr, {6, true}),
+                             reference_knn(view(pts[1]), nullptr, {6, true})};
+  const RadiusResult near[2] = {reference_radius(view(pts[0]), nullptr, {1.0}),
+                                reference_radius(view(pts[1]), nullptr, {1.0})};
+  std::string failure[2];
+  auto run = [&](int t) {
+    try {
+      Index index(view(pts[t]), cuda_options());
+      if (auto r = same_knn(index.self_knn({6, true}), want[t]); !r) failure[t] = r.message();
+      index.build(view(pts[t]));
+      if (auto r = same_radius(index.self_radius({1.0}), near[t]); !r) failure[t] = r.message();
+    } catch (const std::exception& e) {
+      failure[t] = std::string("threw: ") + e.what();
+    }
+  };
+  for (int round = 0; round < 200 && failure[0].empty() && failure[1].empty(); ++round) {
+    std::thread t0(run, 0), t1(run, 1);
+    t0.join();
+    t1.join();
+    Index next(view(pts[round % 2]), cuda_options());
+    ASSERT_TRUE(same_knn(next.self_knn({6, true}), want[round % 2])) << "round " << round;
+  }
+  EXPECT_EQ(failure[0], "");
+  EXPECT_EQ(failure[1], "");
+}
+
 TEST(IndexStreams, OutlivesTheStreamItWasBuiltOn) {
   PCNN_REQUIRE_DEVICE();
   const std::vector<float> map = make_synthetic_cloud(SyntheticKind::uniform, 20000, 96);
