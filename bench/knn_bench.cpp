@@ -320,22 +320,25 @@ void print_allocations(const IndexMemoryStats& first, const IndexMemoryStats& la
 // The medians of a call's parts over the timed frames (Index::last_timings): the device time of
 // each part (CUDA events) and the call's wall clock, whose difference is the host's share.
 struct CallParts {
-  std::vector<double> upload, order, search, download, total;
+  std::vector<double> upload, order, search, download, total, evaluations, refined;
   Staging staging = Staging::automatic;
-  void add(const SearchTimings& t) {
+  void add(const SearchTimings& t, long long rows) {
     upload.push_back(t.upload_ms);
     order.push_back(t.build_ms);
     search.push_back(t.search_ms);
     download.push_back(t.download_ms);
     total.push_back(t.total_ms);
+    evaluations.push_back(double(t.distance_evaluations) / double(std::max(rows, 1LL)));
+    refined.push_back(double(t.refined_rows));
     staging = t.staging;
   }
   void print(const char* call, const char* order_name) const {
     std::printf(
         "    %s (%s staging), medians: upload %.3f, %s %.3f, search %.3f, download %.3f ms "
-        "(device time, events); call wall clock %.3f ms\n",
+        "(device time, events); call wall clock %.3f ms; distance evaluations a query %.1f, "
+        "rows refined %.0f\n",
         call, to_string(staging), median(upload), order_name, median(order), median(search),
-        median(download), median(total));
+        median(download), median(total), median(evaluations), median(refined));
   }
 };
 
@@ -379,8 +382,8 @@ int run_frame_loop(const Options& o, Backend backend) {
         first = index.memory_stats();
         continue;
       }
-      build_parts.add(built);
-      query_parts.add(index.last_timings());
+      build_parts.add(built, n);
+      query_parts.add(index.last_timings(), n);
       frame.push_back(std::chrono::duration<double, std::milli>(t2 - t0).count());
       build.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
       query.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
@@ -425,7 +428,7 @@ int run_frame_loop(const Options& o, Backend backend) {
         continue;
       }
       frame.push_back(ms);
-      parts.add(index.last_timings());
+      parts.add(index.last_timings(), m);
     }
     std::printf(
         "  map of %lld points indexed once (Index::build: median %.3f ms of %d after a "
