@@ -335,10 +335,13 @@ struct CallParts {
   void print(const char* call, const char* order_name) const {
     std::printf(
         "    %s (%s staging), medians: upload %.3f, %s %.3f, search %.3f, download %.3f ms "
-        "(device time, events); call wall clock %.3f ms; distance evaluations a query %.1f, "
-        "rows refined %.0f\n",
+        "(device time, events); call wall clock %.3f ms",
         call, to_string(staging), median(upload), order_name, median(order), median(search),
-        median(download), median(total), median(evaluations), median(refined));
+        median(download), median(total));
+    if (median(evaluations) > 0)  // searches only
+      std::printf("; distance evaluations a query %.1f, rows refined %.0f", median(evaluations),
+                  median(refined));
+    std::printf("\n");
   }
 };
 
