@@ -15,6 +15,7 @@
 #include "core/parallel_copy.hpp"
 #include "detail/cuda_try.cuh"
 #include "detail/device_buffer.cuh"
+#include "detail/device_scope.cuh"
 #include "detail/normals.cuh"
 #include "detail/plan.cuh"
 #include "detail/radius_bound.cuh"
@@ -203,13 +204,10 @@ class CudaBackend final : public Index::Backend_ {
   ~CudaBackend() override {
     if (!aux_) return;
     // On the index's device (without throwing: a destructor), whichever thread destroys it.
-    int previous = -1;
-    if (cudaGetDevice(&previous) == cudaSuccess && previous != options_.device)
-      static_cast<void>(cudaSetDevice(options_.device));
+    const detail::DeviceScope on(options_.device);
     PCNN_CUDA_TRY_NO_THROW(cudaEventSynchronize(async_done_.get()));  // _async work on any stream
     PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(aux_));
     PCNN_CUDA_TRY_NO_THROW(cudaStreamDestroy(aux_));
-    if (previous >= 0 && previous != options_.device) static_cast<void>(cudaSetDevice(previous));
   }
 
   Backend kind() const override { return Backend::cuda; }

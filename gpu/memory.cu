@@ -11,6 +11,7 @@
 
 #include "detail/cuda_try.cuh"
 #include "detail/device_buffer.cuh"
+#include "detail/device_scope.cuh"
 #include "pcnn/device.hpp"
 #include "pcnn/memory.hpp"
 
@@ -295,20 +296,17 @@ PoolResource::PoolResource(int ordinal) : impl_(std::make_unique<Impl>()) {
   PCNN_CUDA_TRY(cudaMemPoolSetAttribute(impl_->pool, cudaMemPoolAttrReleaseThreshold, &keep));
 }
 
-// The pool is destroyed only once the device is idle, so that no free into it is still queued
-// (an index's workspace frees its blocks on the default stream just before). cudaMemPoolDestroy
-// may be called with frees pending, but with indexes made and dropped on two threads the driver
-// (580.159, H100) then crashed or hung in the next index's cudaMallocFromPoolAsync or
-// cudaStreamSynchronize: in 14 of 22 test processes (100 rounds each), and in none of 16 with this
-// synchronization (bench/results/2026-11-27-round16.md).
+// The pool is destroyed only once its device is idle, so that no free into it is still queued
+// (an index's workspace frees its blocks just before, on the default stream of the pool's device:
+// see deallocate). cudaMemPoolDestroy may be called with frees pending, but with indexes made
+// and dropped on two threads the driver (580.159, H100) then crashed or hung in the next index's
+// cudaMallocFromPoolAsync or cudaStreamSynchronize: in 14 of 22 test processes (100 rounds each),
+// and in none of 16 with this synchronization (bench/results/2026-11-27-round16.md).
 PoolResource::~PoolResource() {
   if (!impl_ || !impl_->pool) return;
-  int previous = -1;
-  if (cudaGetDevice(&previous) == cudaSuccess && previous != impl_->device)
-    static_cast<void>(cudaSetDevice(impl_->device));
+  const detail::DeviceScope on(impl_->device);
   PCNN_CUDA_TRY_NO_THROW(cudaDeviceSynchronize());
   PCNN_CUDA_TRY_NO_THROW(cudaMemPoolDestroy(impl_->pool));
-  if (previous >= 0 && previous != impl_->device) static_cast<void>(cudaSetDevice(previous));
 }
 
 void* PoolResource::allocate(std::size_t bytes, cudaStream_t stream) {
@@ -326,10 +324,16 @@ void* PoolResource::allocate(std::size_t bytes, cudaStream_t stream) {
 }
 
 void PoolResource::deallocate(void* ptr, std::size_t bytes, cudaStream_t stream) noexcept {
-  if (impl_->pool)
-    PCNN_CUDA_TRY_NO_THROW(cudaFreeAsync(ptr, stream));
-  else
-    PCNN_CUDA_TRY_NO_THROW(cudaFree(ptr));
+  {
+    // From the pool's device, whichever device the caller is on (an index of device 1 dropped
+    // from a thread on device 0): a null stream is then that device's default stream, and the
+    // destructor's wait covers the free.
+    const detail::DeviceScope on(impl_->device);
+    if (impl_->pool)
+      PCNN_CUDA_TRY_NO_THROW(cudaFreeAsync(ptr, stream));
+    else
+      PCNN_CUDA_TRY_NO_THROW(cudaFree(ptr));
+  }
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->stats.current_bytes -= static_cast<std::int64_t>(bytes);
 }
@@ -353,6 +357,7 @@ MemoryStats PoolResource::stats() const {
 
 void PoolResource::trim() {
   if (!impl_->pool) return;
+  const detail::DeviceScope on(impl_->device);
   PCNN_CUDA_TRY(cudaDeviceSynchronize());
   PCNN_CUDA_TRY(cudaMemPoolTrimTo(impl_->pool, 0));
 }

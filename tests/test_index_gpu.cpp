@@ -849,10 +849,11 @@ TEST(IndexStreams, TwoThreadsWithTheirOwnStreamsAndIndexes) {
   EXPECT_EQ(w[1].failure, "");
 }
 
-// Each index owns a memory pool, destroyed with it. Two threads making and dropping indexes
-// while the next index is made: the driver (580.159) crashed in cudaMallocFromPoolAsync or
-// cudaStreamSynchronize of a new index in ~1 of 100 such rounds while pools were destroyed with
-// their last frees still queued (bench/results/2026-11-27-round16.md). A crash fails the test.
+// Each index owns a memory pool, destroyed with it. Two threads make and drop indexes, then the
+// next one is made: the driver (580.159) crashed in cudaMallocFromPoolAsync or
+// cudaStreamSynchronize of that next index, or hung, in ~1 of 100 such rounds while pools were
+// destroyed with their last frees still queued (bench/results/2026-11-27-round16.md). A crash
+// fails the test, a hang the test's time limit (tests/CMakeLists.txt).
 TEST(IndexStreams, IndexesMadeAndDroppedOnTwoThreadsLeaveTheNextOneWorking) {
   PCNN_REQUIRE_DEVICE();
   const std::vector<float> pts[2] = {make_synthetic_cloud(SyntheticKind::lidar, 3000, 405),
@@ -862,18 +863,23 @@ TEST(IndexStreams, IndexesMadeAndDroppedOnTwoThreadsLeaveTheNextOneWorking) {
   const RadiusResult near[2] = {reference_radius(view(pts[0]), nullptr, {1.0}),
                                 reference_radius(view(pts[1]), nullptr, {1.0})};
   std::string failure[2];
-  auto run = [&](int t) {
+  auto run = [&](int t, int round) {
+    const std::string at = "round " + std::to_string(round) + ", ";
     try {
       Index index(view(pts[t]), cuda_options());
-      if (auto r = same_knn(index.self_knn({6, true}), want[t]); !r) failure[t] = r.message();
+      if (auto r = same_knn(index.self_knn({6, true}), want[t]); !r) {
+        failure[t] = at + "self_knn: " + r.message();
+        return;
+      }
       index.build(view(pts[t]));
-      if (auto r = same_radius(index.self_radius({1.0}), near[t]); !r) failure[t] = r.message();
+      if (auto r = same_radius(index.self_radius({1.0}), near[t]); !r)
+        failure[t] = at + "self_radius: " + r.message();
     } catch (const std::exception& e) {
-      failure[t] = std::string("threw: ") + e.what();
+      failure[t] = at + "threw: " + e.what();
     }
   };
   for (int round = 0; round < 200 && failure[0].empty() && failure[1].empty(); ++round) {
-    std::thread t0(run, 0), t1(run, 1);
+    std::thread t0(run, 0, round), t1(run, 1, round);
     t0.join();
     t1.join();
     Index next(view(pts[round % 2]), cuda_options());

@@ -49,11 +49,13 @@ void validate(const RorParams& params);
 
 /// @param[in] pts points in host memory
 /// @throws pcnn::error for mean_k outside 1..128 or a cloud of no more than mean_k finite
-///         points; pcnn::cuda_error on device failures. Synchronizes with `stream`.
+///         points; pcnn::cuda_error on device failures. Synchronizes with `stream`, and
+///         returns once the device is idle (the call's memory pool goes: see PoolResource).
 FilterResult gpu_statistical_outlier_removal(PointsView pts, SorParams params,
                                              cudaStream_t stream = nullptr);
 
 /// @throws pcnn::error for radius <= 0 or not finite, or min_neighbors outside 0..128.
+/// Synchronizes as gpu_statistical_outlier_removal does.
 FilterResult gpu_radius_outlier_removal(PointsView pts, RorParams params,
                                         cudaStream_t stream = nullptr);
 

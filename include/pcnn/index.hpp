@@ -65,8 +65,9 @@ const char* to_string(Staging staging);
 struct IndexOptions {
   Backend backend = Backend::automatic;
   int device = 0;  ///< CUDA device ordinal
-  /// Device memory for the index and its searches; null: a pool the index creates and owns.
-  /// Share one resource between indexes to give them one budget (see LimitedResource).
+  /// Device memory for the index and its searches; null: a pool the index creates and owns
+  /// (destroying the index then waits for all work on its device: see PoolResource). Share one
+  /// resource between indexes to give them one budget (see LimitedResource).
   std::shared_ptr<DeviceMemoryResource> memory;
   Staging staging = Staging::automatic;
   /// Queries per chunk when results go to host memory in chunks over two streams (download of

@@ -41,8 +41,8 @@ class DeviceMemoryResource {
 
 /// A pool of device memory of its own on device `ordinal` (cudaMemPoolCreate), keeping freed
 /// memory cached for reuse until the resource is destroyed or trim() is called. Falls back to
-/// cudaMalloc/cudaFree where the device has no memory pools. Its destructor waits until the
-/// device is idle (cudaDeviceSynchronize), then destroys the pool.
+/// cudaMalloc/cudaFree where the device has no memory pools. With a pool, its destructor waits
+/// for all work on its device (cudaDeviceSynchronize), then destroys the pool.
 /// @throws pcnn::no_device_error when the device is not usable.
 class PoolResource : public DeviceMemoryResource {
  public:

@@ -100,7 +100,7 @@ std::vector<float> gpu_smooth_organized(PointsView pts, int width, int height,
                                         cudaStream_t stream = nullptr);
 
 /// Smooths an unorganized cloud on the GPU (neighbors from a pcnn::Index on the device, computed
-/// once).
+/// once). Returns once the device is idle (the call's memory pool goes: see PoolResource).
 std::vector<float> gpu_smooth_unorganized(PointsView pts, const UnorganizedSmoothParams& params,
                                           SmoothTimings* timings = nullptr,
                                           cudaStream_t stream = nullptr);
