@@ -300,8 +300,9 @@ PoolResource::PoolResource(int ordinal) : impl_(std::make_unique<Impl>()) {
 // (an index's workspace frees its blocks just before, on the default stream of the pool's device:
 // see deallocate). cudaMemPoolDestroy may be called with frees pending, but with indexes made
 // and dropped on two threads the driver (580.159, H100) then crashed or hung in the next index's
-// cudaMallocFromPoolAsync or cudaStreamSynchronize: in 14 of 22 test processes (100 rounds each),
-// and in none of 16 with this synchronization (bench/results/2026-11-27-round16.md).
+// cudaMallocFromPoolAsync or cudaStreamSynchronize: in 14 of 22 test processes (each repeating
+// the two-thread test and the next one 100 times), and in none of 16 with this synchronization
+// (bench/results/2026-11-27-round16.md).
 PoolResource::~PoolResource() {
   if (!impl_ || !impl_->pool) return;
   const detail::DeviceScope on(impl_->device);

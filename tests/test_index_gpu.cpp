@@ -851,8 +851,8 @@ TEST(IndexStreams, TwoThreadsWithTheirOwnStreamsAndIndexes) {
 
 // Each index owns a memory pool, destroyed with it. Two threads make and drop indexes, then the
 // next one is made: the driver (580.159) crashed in cudaMallocFromPoolAsync or
-// cudaStreamSynchronize of that next index, or hung, in ~1 of 100 such rounds while pools were
-// destroyed with their last frees still queued (bench/results/2026-11-27-round16.md). A crash
+// cudaStreamSynchronize of that next index, or hung, while pools were destroyed with their last
+// frees still queued: in 3 of 3 runs of this test (bench/results/2026-11-27-round16.md). A crash
 // fails the test, a hang the test's time limit (tests/CMakeLists.txt).
 TEST(IndexStreams, IndexesMadeAndDroppedOnTwoThreadsLeaveTheNextOneWorking) {
   PCNN_REQUIRE_DEVICE();

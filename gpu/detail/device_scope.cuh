@@ -7,13 +7,17 @@ namespace pcnn::detail {
 
 /// Makes `device` the calling thread's current device for the scope, then restores the previous
 /// one. Never throws: where the current device cannot be read or set (the runtime unloading at
-/// exit, say), nothing is switched and the error is cleared.
+/// exit, say), nothing is switched and that error is cleared (a caller's pending error is not).
 class DeviceScope {
  public:
   explicit DeviceScope(int device) noexcept {
-    if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != device)
-      switched_ = cudaSetDevice(device) == cudaSuccess;
-    static_cast<void>(cudaGetLastError());
+    if (cudaGetDevice(&previous_) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      return;
+    }
+    if (previous_ == device) return;
+    switched_ = cudaSetDevice(device) == cudaSuccess;
+    if (!switched_) static_cast<void>(cudaGetLastError());
   }
   ~DeviceScope() {
     if (switched_) static_cast<void>(cudaSetDevice(previous_));
