@@ -299,10 +299,10 @@ PoolResource::PoolResource(int ordinal) : impl_(std::make_unique<Impl>()) {
 // The pool is destroyed only once its device is idle, so that no free into it is still queued
 // (an index's workspace frees its blocks just before, on the default stream of the pool's device:
 // see deallocate). cudaMemPoolDestroy may be called with frees pending, but with indexes made
-// and dropped on two threads the driver (580.159, H100) then crashed or hung in the next index's
+// and dropped on two threads the driver (580.159, H100) then crashed in the next index's
 // cudaMallocFromPoolAsync or cudaStreamSynchronize: in 14 of 22 test processes (each repeating
 // the two-thread test and the next one 100 times), and in none of 16 with this synchronization
-// (bench/results/2026-11-27-round16.md).
+// (bench/results/2026-11-27-round16.md). Once it also hung.
 PoolResource::~PoolResource() {
   if (!impl_ || !impl_->pool) return;
   const detail::DeviceScope on(impl_->device);

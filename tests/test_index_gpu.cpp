@@ -850,10 +850,10 @@ TEST(IndexStreams, TwoThreadsWithTheirOwnStreamsAndIndexes) {
 }
 
 // Each index owns a memory pool, destroyed with it. Two threads make and drop indexes, then the
-// next one is made: the driver (580.159) crashed in cudaMallocFromPoolAsync or
-// cudaStreamSynchronize of that next index, or hung, while pools were destroyed with their last
-// frees still queued: in 3 of 3 runs of this test (bench/results/2026-11-27-round16.md). A crash
-// fails the test, a hang the test's time limit (tests/CMakeLists.txt).
+// next one is made. While pools were destroyed with their last frees still queued, this test
+// died of SIGSEGV or SIGFPE or hung in 3 of 3 runs on an H100 (driver 580.159;
+// bench/results/2026-11-27-round16.md). A crash fails the test, a hang the test's time limit
+// (tests/CMakeLists.txt).
 TEST(IndexStreams, IndexesMadeAndDroppedOnTwoThreadsLeaveTheNextOneWorking) {
   PCNN_REQUIRE_DEVICE();
   const std::vector<float> pts[2] = {make_synthetic_cloud(SyntheticKind::lidar, 3000, 405),

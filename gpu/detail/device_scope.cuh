@@ -7,7 +7,8 @@ namespace pcnn::detail {
 
 /// Makes `device` the calling thread's current device for the scope, then restores the previous
 /// one. Never throws: where the current device cannot be read or set (the runtime unloading at
-/// exit, say), nothing is switched and that error is cleared (a caller's pending error is not).
+/// exit, say), nothing is switched and the failed call's error is cleared; on success no error
+/// is touched (a caller's pending one stays).
 class DeviceScope {
  public:
   explicit DeviceScope(int device) noexcept {
@@ -20,7 +21,7 @@ class DeviceScope {
     if (!switched_) static_cast<void>(cudaGetLastError());
   }
   ~DeviceScope() {
-    if (switched_) static_cast<void>(cudaSetDevice(previous_));
+    if (switched_ && cudaSetDevice(previous_) != cudaSuccess) static_cast<void>(cudaGetLastError());
   }
   DeviceScope(const DeviceScope&) = delete;
   DeviceScope& operator=(const DeviceScope&) = delete;

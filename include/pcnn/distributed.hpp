@@ -149,7 +149,8 @@ struct DeviceRows {
 /// A cloud split into spatial parts, each with its own pcnn::Index, or replicated on every device
 /// (see Layout); kNN, radius and hybrid results byte-identical to one pcnn::Index over the whole
 /// cloud. Host points in; results into host memory or, replicated, kept on each device
-/// (DeviceRows). Move-only.
+/// (DeviceRows). Move-only. Where its indexes own their pools (no `index.memory`), dropping it,
+/// or a tile's index after its search, waits for all work on that device (see PoolResource).
 class PartitionedIndex {
  public:
   /// Partitions `points` (host memory, float32 or float64; copied in their type) and, unless

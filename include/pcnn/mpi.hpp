@@ -113,6 +113,8 @@ class DistributedIndex {
   /// own rows only all at once): its count does not shrink with more ranks.
   DistributedIndex(MPI_Comm comm, PointsView points, IndexOptions options = {},
                    bool keep_device = false, Layout layout = Layout::automatic);
+  /// With the CUDA backend and no options.memory, waits for all work on the rank's device (its
+  /// index's pool goes: see PoolResource).
   ~DistributedIndex();
   DistributedIndex(DistributedIndex&&) noexcept;
   DistributedIndex& operator=(DistributedIndex&&) noexcept;
