@@ -13,6 +13,7 @@
 #include "dist/part.hpp"
 #include "gpu/detail/cuda_try.cuh"
 #include "gpu/detail/device_buffer.cuh"
+#include "gpu/detail/device_scope.cuh"
 #include "gpu/detail/upload.cuh"
 
 namespace pcnn::dist {
@@ -25,21 +26,6 @@ __global__ void map_to_global(std::int32_t* idx, std::int64_t n, const std::int3
     if (v >= 0) idx[i] = gid[v];
   }
 }
-
-// The calling thread's device for the length of a scope.
-class OnDevice {
- public:
-  explicit OnDevice(int device) {
-    PCNN_CUDA_TRY(cudaGetDevice(&previous_));
-    if (previous_ != device) PCNN_CUDA_TRY(cudaSetDevice(device));
-  }
-  ~OnDevice() { PCNN_CUDA_TRY_NO_THROW(cudaSetDevice(previous_)); }
-  OnDevice(const OnDevice&) = delete;
-  OnDevice& operator=(const OnDevice&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 // Device or page-locked host memory freed on every way out.
 template <class T, bool Host>
@@ -115,7 +101,7 @@ void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParam
                      int threads, std::int32_t* out_idx, float* out_d, const GlobalRows& how) {
   if (m <= 0) return;
   const int k = params.k;
-  const OnDevice on(part.index->options().device);
+  const pcnn::detail::DeviceScope on(part.index->options().device);
   const std::int64_t chunk =
       how.call_rows > 0 ? std::min(how.call_rows, m) : rows_per_call(m, k, how.sharing);
   // Rows come back in pieces of 32 MB of indices (and as much of distances) through two
@@ -210,7 +196,7 @@ void upload_through_chunks(void* to, const char* from, std::size_t bytes, cudaSt
 class PeerAccess {
  public:
   PeerAccess(int device, int peer) : device_(device), peer_(peer) {
-    OnDevice on(device);
+    pcnn::detail::DeviceScope on(device);
     const cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
     // Already enabled (by the caller: left as it is), or a device past its peers' limit (8
     // without NVSwitch): the copies then go without, staged by the driver.
@@ -274,7 +260,7 @@ SpreadPoints::SpreadPoints(PointsView points, const std::vector<int>& devices)
   }
   try {
     for_each(nd, true, [&](int d) {  // each device: its copy, its share uploaded
-      OnDevice on(devices[d]);
+      pcnn::detail::DeviceScope on(devices[d]);
       const cudaError_t err = cudaMalloc(&copies_[d], bytes);
       if (err == cudaErrorMemoryAllocation) {
         static_cast<void>(cudaGetLastError());
@@ -297,7 +283,7 @@ SpreadPoints::SpreadPoints(PointsView points, const std::vector<int>& devices)
       for (int e = 0; e < nd; ++e)
         if (e != d) access.emplace_back(devices[d], devices[e]);
     for_each(nd, true, [&](int d) {  // on a stream of each device's own: at once
-      OnDevice on(devices[d]);
+      pcnn::detail::DeviceScope on(devices[d]);
       const Stream stream;
       for (int e = 0; e < nd; ++e)
         if (e != d && cut[e + 1] > cut[e])
@@ -307,7 +293,7 @@ SpreadPoints::SpreadPoints(PointsView points, const std::vector<int>& devices)
       PCNN_CUDA_TRY(cudaStreamSynchronize(stream.get()));
     });
     for (int d = 0; d < nd; ++d) {  // a peer copy is ordered with both devices' work
-      OnDevice on(devices[d]);
+      pcnn::detail::DeviceScope on(devices[d]);
       PCNN_CUDA_TRY(cudaDeviceSynchronize());
     }
   } catch (...) {

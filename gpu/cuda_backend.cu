@@ -35,24 +35,6 @@ double ms_since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
 }
 
-// Makes the index's device current for one call and gives the caller's back afterwards.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    PCNN_CUDA_TRY(cudaGetDevice(&previous_));
-    if (previous_ != device) PCNN_CUDA_TRY(cudaSetDevice(device));
-  }
-  ~DeviceGuard() {
-    int now = previous_;
-    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-};
-
 // `automatic` stays automatic on a discrete GPU (chosen per transfer, see staging_for), and
 // becomes mapped on an integrated one (Jetson), where host memory is the device's.
 Staging resolve_staging(Staging staging, int ordinal) {
@@ -195,7 +177,7 @@ class CudaBackend final : public Index::Backend_ {
         queries_host_(mapped_, &ws_.host),
         idx_host_(mapped_, &ws_.host),
         dist_host_(mapped_, &ws_.host) {
-    DeviceGuard guard(o.device);
+    detail::DeviceScope guard(o.device);
     PCNN_CUDA_TRY(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, o.device));
     PCNN_CUDA_TRY(cudaStreamCreateWithFlags(&aux_, cudaStreamNonBlocking));
     SearchTimings t;
@@ -204,7 +186,7 @@ class CudaBackend final : public Index::Backend_ {
   ~CudaBackend() override {
     if (!aux_) return;
     // On the index's device (without throwing: a destructor), whichever thread destroys it.
-    const detail::DeviceScope on(options_.device);
+    const detail::DeviceScope on(options_.device, std::nothrow);
     PCNN_CUDA_TRY_NO_THROW(cudaEventSynchronize(async_done_.get()));  // _async work on any stream
     PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(aux_));
     PCNN_CUDA_TRY_NO_THROW(cudaStreamDestroy(aux_));
@@ -225,7 +207,7 @@ class CudaBackend final : public Index::Backend_ {
   }
 
   void build(PointsView points, cudaStream_t stream, SearchTimings& t) override {
-    DeviceGuard guard(options_.device);
+    detail::DeviceScope guard(options_.device);
     const auto t0 = clock_type::now();
     t = start_timings();
     // Wait for whatever still runs on this index (the last _async call, on whichever stream, and
@@ -302,7 +284,7 @@ class CudaBackend final : public Index::Backend_ {
 
   RadiusResult radius(const PointsView* queries, const RadiusParams& params, cudaStream_t stream,
                       SearchTimings& t) override {
-    DeviceGuard guard(options_.device);
+    detail::DeviceScope guard(options_.device);
     const auto t0 = clock_type::now();
     t = start_timings();
     const std::int64_t rows = queries ? queries->count : index_.n_total;
@@ -326,7 +308,7 @@ class CudaBackend final : public Index::Backend_ {
   std::int64_t radius_count(const PointsView* queries, const RadiusParams& params,
                             ArrayView<std::int64_t> offsets, cudaStream_t stream,
                             SearchTimings& t) override {
-    DeviceGuard guard(options_.device);
+    detail::DeviceScope guard(options_.device);
     const auto t0 = clock_type::now();
     t = start_timings();
     const std::int64_t rows = queries ? queries->count : index_.n_total;
@@ -357,7 +339,7 @@ class CudaBackend final : public Index::Backend_ {
   void radius_fill(const PointsView* queries, std::int64_t first_row, const RadiusParams& params,
                    ArrayView<const std::int64_t> offsets, ArrayView<std::int32_t> indices,
                    ArrayView<float> sqdist, cudaStream_t stream, SearchTimings& t) override {
-    DeviceGuard guard(options_.device);
+    detail::DeviceScope guard(options_.device);
     const auto t0 = clock_type::now();
     t = start_timings();
     const std::int64_t rows = offsets.size - 1;
@@ -411,7 +393,7 @@ class CudaBackend final : public Index::Backend_ {
 
   void normals(const NormalParams& p, MatrixView<float> normals, ArrayView<float> curvature,
                cudaStream_t stream, SearchTimings& search, NormalTimings& t) override {
-    DeviceGuard guard(options_.device);
+    detail::DeviceScope guard(options_.device);
     const std::int64_t n = index_.n_total;
     t.passes = 0;
     if (n == 0) return;
@@ -624,7 +606,7 @@ class CudaBackend final : public Index::Backend_ {
   void dense(const PointsView* queries, int query_offset, const KnnParams& params, double radius,
              MatrixView<std::int32_t> indices, MatrixView<float> sqdist, cudaStream_t stream,
              bool sync, SearchTimings& timings) {
-    DeviceGuard guard(options_.device);
+    detail::DeviceScope guard(options_.device);
     const auto t0 = clock_type::now();
     // An _async call leaves the last synchronizing call's timings as they are.
     SearchTimings t = start_timings();
@@ -1042,7 +1024,7 @@ std::unique_ptr<Index::Backend_> make_cuda_backend(const IndexOptions& options) 
   // The backend's events and staging are made by its members' constructors, before its own
   // body runs: on the index's device, whatever device the calling thread has (an index of
   // device 1 made from a thread on device 0 had device-0 events: invalid resource handle).
-  DeviceGuard guard(options.device);
+  detail::DeviceScope guard(options.device);
   return std::make_unique<CudaBackend>(options);
 }
 }  // namespace detail

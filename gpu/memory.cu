@@ -305,7 +305,7 @@ PoolResource::PoolResource(int ordinal) : impl_(std::make_unique<Impl>()) {
 // (bench/results/2026-11-27-round16.md). Once it also hung.
 PoolResource::~PoolResource() {
   if (!impl_ || !impl_->pool) return;
-  const detail::DeviceScope on(impl_->device);
+  const detail::DeviceScope on(impl_->device, std::nothrow);
   PCNN_CUDA_TRY_NO_THROW(cudaDeviceSynchronize());
   PCNN_CUDA_TRY_NO_THROW(cudaMemPoolDestroy(impl_->pool));
 }
@@ -329,7 +329,7 @@ void PoolResource::deallocate(void* ptr, std::size_t bytes, cudaStream_t stream)
     // From the pool's device, whichever device the caller is on (an index of device 1 dropped
     // from a thread on device 0): a null stream is then that device's default stream, and the
     // destructor's wait covers the free.
-    const detail::DeviceScope on(impl_->device);
+    const detail::DeviceScope on(impl_->device, std::nothrow);
     if (impl_->pool)
       PCNN_CUDA_TRY_NO_THROW(cudaFreeAsync(ptr, stream));
     else
