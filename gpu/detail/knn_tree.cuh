@@ -400,7 +400,10 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
     // only after the first range is fully scanned, because it decides outliers from the radii
     // that range gives. (The kernel's locals and this one loop, rather than a loop per source,
     // keep the registers at 64: see knn_blocks_per_sm.)
-    auto next_cell = [&]() -> int {
+    // `near`: whether this lane's query may reach the cell (every active lane, in the first
+    // range).
+    auto next_cell = [&](bool& near) -> int {
+      near = active;
       if (range <= c1) return range++;
       if (!walking) {
         walking = true;
@@ -413,29 +416,34 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
         if (!__any_sync(kFullMask, active)) return -1;
         walk.start(q, active, list.limit());
       }
-      return walk.next(q, active, list.limit());
+      return walk.next(q, active, list.limit(), near);
     };
     // Software pipeline: the next cell is chosen, and its load issued, before the current one is
     // scanned, so the load's latency overlaps the scan (-2: not chosen yet, where the walk
     // starts). Choosing it with the limits from before the scan is conservative (limits only
     // shrink).
-    int cell = next_cell();
+    bool near;
+    int cell = next_cell(near);
     float4 p = load_cell(t, cell);
     while (cell >= 0) {
       int following = -2;
+      bool near_next;
       float4 p_next;
       if (range <= c1 || walking) {
-        following = next_cell();
+        following = next_cell(near_next);
         p_next = load_cell(t, following);
       }
       stage_cell(stage, p, cell);
-      evals += kCell * __popc(__ballot_sync(kFullMask, active));
-      if (active) scan_cell(stage, q, list);
+      int near_lanes;
+      const unsigned hits = lane_cell_hits(stage, p, q, list.limit(), near, near_lanes);
+      evals += kCell * near_lanes;
+      offer_hits(stage, q, hits, list);
       if (following == -2) {
-        following = next_cell();
+        following = next_cell(near_next);
         p_next = load_cell(t, following);
       }
       cell = following;
+      near = near_next;
       p = p_next;
     }
   }

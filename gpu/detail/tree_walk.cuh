@@ -138,10 +138,42 @@ __device__ __forceinline__ void offer_hits(const float4* stage, float4 q, unsign
   }
 }
 
-/// Scans the staged cell for one query.
-template <class Policy>
-__device__ __forceinline__ void scan_cell(const float4* stage, float4 q, Policy& policy) {
-  offer_hits(stage, q, cell_hits(stage, q, policy.limit()), policy);
+/// Up to this many lanes that may reach a cell, the cell is scanned transposed
+/// (cell_hits_transposed) rather than by rows (cell_hits). A row scan costs the warp kCell
+/// distance passes however few lanes need the cell; the transposed scan costs one pass and four
+/// shuffles for each lane that does. Cells beside a warp's own, and a sparse scan's cells in a
+/// dense map, are reached by a few lanes each.
+inline constexpr int kTransposedLanes = 12;
+
+/// The hits of every lane in `near` (a mask of lanes) in the warp's cell, lane = point: `p` is
+/// this lane's point of the cell (what it staged), and each lane of the mask in turn has its
+/// query's distance to all 32 points computed at once. The distances are point_dist2 of the same
+/// operands as the row scan's, so the two give the same hits. Warp-synchronous.
+__device__ __forceinline__ unsigned cell_hits_transposed(float4 p, float4 q, float limit,
+                                                         unsigned near) {
+  const int lane = threadIdx.x & 31;
+  unsigned mine = 0;
+  while (near) {
+    const int j = __ffs(near) - 1;
+    near &= near - 1;
+    const float4 qj = make_float4(__shfl_sync(kFullMask, q.x, j), __shfl_sync(kFullMask, q.y, j),
+                                  __shfl_sync(kFullMask, q.z, j), 0.f);
+    const unsigned hits =
+        __ballot_sync(kFullMask, point_dist2(qj, p) <= __shfl_sync(kFullMask, limit, j));
+    if (lane == j) mine = hits;
+  }
+  return mine;
+}
+
+/// This lane's hits in the staged cell (`p`: the lane's point of it) where `near` (its query may
+/// reach the cell), else none: by rows, or transposed where few lanes are near. Returns how many
+/// lanes are near. Warp-synchronous.
+__device__ __forceinline__ unsigned lane_cell_hits(const float4* stage, float4 p, float4 q,
+                                                   float limit, bool near, int& near_lanes) {
+  const unsigned mask = __ballot_sync(kFullMask, near);
+  near_lanes = __popc(mask);
+  if (near_lanes <= kTransposedLanes) return cell_hits_transposed(p, q, limit, mask);
+  return near ? cell_hits(stage, q, limit) : 0u;
 }
 
 /// The walk of the box hierarchy for one warp: yields the cells that some lane's query may need,
@@ -293,12 +325,11 @@ __device__ __forceinline__ unsigned long long radius_walk(const TreeView& t, flo
     bool near;
     const int cell = walk.next(q, active, policy.limit(), near);
     if (cell < 0) break;
-    stage_cell(stage, load_cell(t, cell), cell);
-    unsigned hits = 0;
-    if (near) {
-      evals += kCell;
-      hits = cell_hits(stage, q, policy.limit());
-    }
+    const float4 p = load_cell(t, cell);
+    stage_cell(stage, p, cell);
+    if (near) evals += kCell;
+    int near_lanes;
+    const unsigned hits = lane_cell_hits(stage, p, q, policy.limit(), near, near_lanes);
     before_offers(__popc(hits));
     offer_hits(stage, q, hits, policy);
   }
