@@ -120,6 +120,7 @@ inline constexpr int kFirstSpan = 16;
 /// kFirstSpan cells (a jump of the curve), the range is the middle lane's.
 struct CellRange {
   int first, last;
+  int home;  // this lane's home cell
 };
 __device__ __forceinline__ CellRange first_cells(const TreeView& t, const TreeKnnArgs& a, int slot,
                                                  float4 q, unsigned valid) {
@@ -131,9 +132,10 @@ __device__ __forceinline__ CellRange first_cells(const TreeView& t, const TreeKn
   const int lo = __shfl_sync(kFullMask, home, __ffs(valid) - 1);
   const int hi = __shfl_sync(kFullMask, home, 31 - __clz(valid));
   const int reach = cuda::ceil_div(a.k, kCell);
-  if (lo <= hi && hi - lo <= kFirstSpan) return {max(lo - reach, 0), min(hi + reach, cells - 1)};
+  if (lo <= hi && hi - lo <= kFirstSpan)
+    return {max(lo - reach, 0), min(hi + reach, cells - 1), home};
   const int center = __shfl_sync(kFullMask, home, (valid >> 16) & 1 ? 16 : __ffs(valid) - 1);
-  return {max(center - reach, 0), min(center + reach, cells - 1)};
+  return {max(center - reach, 0), min(center + reach, cells - 1), home};
 }
 
 /// The groups whose nearest points seed a list's limit (seed_limit): one per list slot, up to 16
@@ -158,44 +160,64 @@ __device__ __forceinline__ float kth_smallest(const float (&v)[G], int k) {
   return kth;
 }
 
-/// Seeds each lane's limit before the first range is scanned for real. Without it, the first cell
-/// scanned offers the list all of its points (the list is empty, its limit infinite), the next
-/// ones most of theirs, and each offer is an insertion into the list in shared memory, lane by
-/// lane: at 1M uniform points and k = 8 the offers took over half of the kernel's instructions
-/// (ncu source counters, bench/results/2026-11-27-round11.md). Here every point of the first
-/// range goes to one of G groups by its lane in the cell; the nearest of each group (the query
-/// itself excluded) are G distinct points, so the k-th smallest of the groups' nearest bounds
-/// the k-th nearest distance from above (TopK::bound). The scan then offers only what lies
-/// within that bound: 15 points a query instead of 40 at k = 8, 1.2 instead of 10 at k = 1 (a
-/// CPU model of the scan over 200k uniform points), for one more pass of distance computations
-/// over the range. Warp-synchronous.
+/// Seeds each lane's limit before the first range is scanned. Without it, the first cell scanned
+/// offers the list all of its points (the list is empty, its limit infinite), the next ones most
+/// of theirs, and each offer is an insertion into the list in shared memory, lane by lane: at 1M
+/// uniform points and k = 8 the offers took over half of the kernel's instructions (ncu source
+/// counters, bench/results/2026-11-27-round11.md). Here each lane takes the points of its own
+/// home cell and of the cells on either side of it, and puts each in one of G groups by its place
+/// in its cell; the nearest of each group (the query itself excluded) are G distinct points, so
+/// the k-th smallest of the groups' nearest bounds the k-th nearest distance from above
+/// (TopK::bound). The scan then offers only what lies within that bound, and skips the cells of
+/// the first range that the bound does not reach. Where the warp's queries share one home (a
+/// self-search), the cells are staged once and read by every lane at once; otherwise (a warp of
+/// scan points against a denser map spans several cells) each lane reads its own. Seeded from
+/// the whole first range by the warp, such a warp computed every lane's distance to a dozen map
+/// cells twice; seeded from the home cell alone, k = 8 and 16 were 7 % slower (a looser bound:
+/// more offers), except for a list of one, which is seeded from its home cell alone
+/// (bench/results/2026-11-27-round17.md).
 template <int CAP>
-__device__ __forceinline__ void seed_limit(const TreeView& t, CellRange range, float4* stage,
-                                           float4 q, bool active, NearestList<CAP>& list,
+__device__ __forceinline__ void seed_limit(const TreeView& t, int home, float4* stage, float4 q,
+                                           bool active, NearestList<CAP>& list,
                                            unsigned long long& evals) {
   constexpr int G = seed_groups<CAP>();
   if constexpr (G > 0) {
+    constexpr int kSide = CAP == 1 ? 0 : 1;
+    const int cells = t.level_count[0];
+    const int first = max(home - kSide, 0), last = min(home + kSide, cells - 1);
+    const int end = min((last + 1) * kCell, t.n);  // past this lane's last point
+    evals += __reduce_add_sync(kFullMask, active ? static_cast<unsigned>(end - first * kCell) : 0u);
     float nearest[G];
 #pragma unroll
     for (int g = 0; g < G; ++g) nearest[g] = INFINITY;
-    float4 p = load_cell(t, range.first);
-    for (int cell = range.first; cell <= range.last; ++cell) {
-      const float4 next = load_cell(t, cell < range.last ? cell + 1 : -1);
-      stage_cell(stage, p, cell);
-      evals += kCell * __popc(__ballot_sync(kFullMask, active));
-      if (active) {
-        // Rolled over the groups' rounds where G is large, to spare registers.
+    // Point j of a round into group g (past the last point: NaN, which fminf passes over).
+    auto take = [&](int g, float4 c) {
+      if (__float_as_int(c.w) != list.self) nearest[g] = fminf(nearest[g], point_dist2(q, c));
+    };
+    if (__all_sync(kFullMask, home == __shfl_sync(kFullMask, home, 0))) {
+      // One home for the warp (a self-search, or dense queries): its cells staged once, each
+      // read by every lane at once.
+      float4 p = load_cell(t, first);
+      for (int cell = first; cell <= last; ++cell) {
+        const float4 next = load_cell(t, cell < last ? cell + 1 : -1);
+        stage_cell(stage, p, cell);
+        if (active) {
+          // Rolled over the groups' rounds where G is large, to spare registers.
 #pragma unroll(G >= 4 ? 1 : 4 / G)
-        for (int j = 0; j < kCell; j += G) {
+          for (int j = 0; j < kCell; j += G) {
 #pragma unroll
-          for (int g = 0; g < G; ++g) {
-            const float4 c = stage[j + g];  // past the last point: NaN, which fminf passes over
-            const float d = __float_as_int(c.w) == list.self ? INFINITY : point_dist2(q, c);
-            nearest[g] = fminf(nearest[g], d);
+            for (int g = 0; g < G; ++g) take(g, stage[j + g]);
           }
         }
+        p = next;
       }
-      p = next;
+    } else if (active) {
+#pragma unroll(G >= 4 ? 1 : 4 / G)
+      for (int j = first * kCell; j < end; j += G) {
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+          if (j + g < end) take(g, t.points[j + g]);
+      }
     }
     if (active) list.best.bound(kth_smallest(nearest, list.best.k), list.term);
   }
@@ -390,7 +412,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
   const unsigned valid = __ballot_sync(kFullMask, active);
   if (valid) {
     const CellRange first = first_cells(t, a, slot, q, valid);
-    seed_limit(t, first, stage, q, active, list, evals);
+    seed_limit(t, first.home, stage, q, active, list, evals);
     const int c0 = first.first, c1 = first.last;
     CellWalk<true> walk(t, stack_all[warp], c0, c1);
     bool walking = false;
@@ -400,11 +422,15 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
     // only after the first range is fully scanned, because it decides outliers from the radii
     // that range gives. (The kernel's locals and this one loop, rather than a loop per source,
     // keep the registers at 64: see knn_blocks_per_sm.)
-    // `near`: whether this lane's query may reach the cell (every active lane, in the first
-    // range).
+    // `near`: whether this lane's query may reach the cell. Cells of the first range that no
+    // lane may reach are passed over.
     auto next_cell = [&](bool& near) -> int {
-      near = active;
-      if (range <= c1) return range++;
+      while (range <= c1) {
+        const int at = t.level_offset[0] + range;
+        near = active && may_reach(box_dist2(q, t.box_lo[at], t.box_hi[at]), list.limit());
+        if (__any_sync(kFullMask, near)) return range++;
+        ++range;
+      }
       if (!walking) {
         walking = true;
         if (is_outlier(t, list.limit(), active, valid)) {
