@@ -4,12 +4,15 @@
 // 32; a warp serves the 32 self-queries of one cell and scans every cell that some lane's sphere
 // may reach (gpu/detail/tree_walk.cuh). For a synthetic cloud, this model counts per warp:
 //   cells   the cells whose box some lane's final k-th-neighbor sphere reaches: the fewest cells
-//           any walk of that index can scan (the kernel's evaluations a query are ~32 times it);
+//           any walk of that index can scan (the kernel's evaluations a query were ~32 times it
+//           while every lane scanned every cell; since round 17 only the lanes whose sphere may
+//           reach a cell scan it, and only they are counted);
 //   offers  points offered to a lane's list (within its current k-th distance when scanned),
 //           scanning the first range (home cell +- 1) then those cells nearest first, with the
-//           lists empty at the start or seeded as knn_tree.cuh's seed_limit does: G groups, G the
-//           list's capacity (k rounded up to a power of two), where it is at most --max-seed-cap
-//           (the kernel's 16; "-" above).
+//           lists empty at the start or seeded as knn_tree.cuh's seed_limit does for a
+//           self-search: from the home cell +- 1 (the kernel seeds a list of one from the home
+//           cell alone), G groups, G the list's capacity (k rounded up to a power of two), where
+//           it is at most --max-seed-cap (the kernel's 16; "-" above).
 // Both for Morton (Z-order) keys and for the Hilbert keys the index uses. The exact neighbors come
 // from pcnn's CPU backend. Compiled by nvcc for curve_key.cuh's host functions; runs on the host.
 #include <CLI/CLI.hpp>

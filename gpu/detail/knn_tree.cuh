@@ -177,16 +177,20 @@ __device__ __forceinline__ float kth_smallest(const float (&v)[G], int k) {
 /// more offers), except for a list of one, which is seeded from its home cell alone
 /// (bench/results/2026-11-27-round17.md).
 template <int CAP>
-__device__ __forceinline__ void seed_limit(const TreeView& t, int home, float4* stage, float4 q,
-                                           bool active, NearestList<CAP>& list,
+__device__ __forceinline__ void seed_limit(const TreeView& t, CellRange range, float4* stage,
+                                           float4 q, bool active, NearestList<CAP>& list,
                                            unsigned long long& evals) {
   constexpr int G = seed_groups<CAP>();
   if constexpr (G > 0) {
     constexpr int kSide = CAP == 1 ? 0 : 1;
-    const int cells = t.level_count[0];
+    const int home = range.home, cells = t.level_count[0];
     const int first = max(home - kSide, 0), last = min(home + kSide, cells - 1);
     const int end = min((last + 1) * kCell, t.n);  // past this lane's last point
-    evals += __reduce_add_sync(kFullMask, active ? static_cast<unsigned>(end - first * kCell) : 0u);
+    // A lane whose home lies outside the first range (across a jump of the curve, see
+    // first_cells) is left unseeded, so that the range gives it the large first radius that
+    // lists it as an outlier, rather than dragging the warp's walk across the jump.
+    active = active && home >= range.first && home <= range.last;
+    evals += warp_sum(active ? end - first * kCell : 0);
     float nearest[G];
 #pragma unroll
     for (int g = 0; g < G; ++g) nearest[g] = INFINITY;
@@ -412,7 +416,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
   const unsigned valid = __ballot_sync(kFullMask, active);
   if (valid) {
     const CellRange first = first_cells(t, a, slot, q, valid);
-    seed_limit(t, first.home, stage, q, active, list, evals);
+    seed_limit(t, first, stage, q, active, list, evals);
     const int c0 = first.first, c1 = first.last;
     CellWalk<true> walk(t, stack_all[warp], c0, c1);
     bool walking = false;
@@ -420,11 +424,12 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
     // Cells come from the first range, then the walk; next_cell yields them one at a time so
     // that the scan, and the list update inside it, exists once in the kernel. The walk starts
     // only after the first range is fully scanned, because it decides outliers from the radii
-    // that range gives. (The kernel's locals and this one loop, rather than a loop per source,
-    // keep the registers at 64: see knn_blocks_per_sm.)
+    // that range gives: a call `ahead` of the current cell's scan that runs out of the range
+    // returns -2 (not chosen yet) instead of starting it. (The kernel's locals and this one loop,
+    // rather than a loop per source, keep the registers at 64: see knn_blocks_per_sm.)
     // `near`: whether this lane's query may reach the cell. Cells of the first range that no
     // lane may reach are passed over.
-    auto next_cell = [&](bool& near) -> int {
+    auto next_cell = [&](bool& near, bool ahead) -> int {
       while (range <= c1) {
         const int at = t.level_offset[0] + range;
         near = active && may_reach(box_dist2(q, t.box_lo[at], t.box_hi[at]), list.limit());
@@ -432,6 +437,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
         ++range;
       }
       if (!walking) {
+        if (ahead) return -2;
         walking = true;
         if (is_outlier(t, list.limit(), active, valid)) {
           const int listed = atomicAdd(a.outliers, 1);
@@ -448,15 +454,15 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
     // scanned, so the load's latency overlaps the scan (-2: not chosen yet, where the walk
     // starts). Choosing it with the limits from before the scan is conservative (limits only
     // shrink).
-    bool near;
-    int cell = next_cell(near);
+    bool near = false;
+    int cell = next_cell(near, false);
     float4 p = load_cell(t, cell);
     while (cell >= 0) {
       int following = -2;
-      bool near_next;
+      bool near_next = false;
       float4 p_next;
       if (range <= c1 || walking) {
-        following = next_cell(near_next);
+        following = next_cell(near_next, true);
         p_next = load_cell(t, following);
       }
       stage_cell(stage, p, cell);
@@ -465,7 +471,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
       evals += kCell * near_lanes;
       offer_hits(stage, q, hits, list);
       if (following == -2) {
-        following = next_cell(near_next);
+        following = next_cell(near_next, false);
         p_next = load_cell(t, following);
       }
       cell = following;

@@ -5,9 +5,11 @@
 // want mostly the same cells). CellWalk walks the box hierarchy from the top for the whole warp:
 // a node is opened when any lane's sphere (its current limit) may reach the node's box, and its
 // children are pushed when they may reach the box around the warp's queries grown by the
-// opening reach. It yields cells one at a time; a cell is staged once in shared memory and every
-// lane scans it for its own query (broadcast reads). Pruning is conservative (kPruneSlack covers
-// float rounding), so what a scan can find does not depend on the order of the cells.
+// opening reach. It yields cells one at a time, each with the lanes whose query may reach it
+// (`near`); a cell is staged once in shared memory and scanned for those lanes only: by rows
+// (each lane its own query, broadcast reads) or, where few lanes are near, transposed (lane =
+// point, lane_cell_hits). Pruning is conservative (kPruneSlack covers float rounding), so what a
+// scan can find does not depend on the order of the cells.
 //
 // What a hit means is the result policy's business: a policy has `limit()`, the lane's current
 // float threshold (it may only shrink), and `hit(p, d, pos)`, called for each staged point p with
@@ -183,9 +185,10 @@ __device__ __forceinline__ unsigned lane_cell_hits(const float4* stage, float4 p
 /// kNearest (the k-nearest search, whose lists start wide and shrink as they fill): the reach
 /// for opening children is taken from the lanes' current limits at each opening; the cells of a
 /// node are yielded nearest the warp's queries first and the children of a node are popped in
-/// curve order, so that the lists settle early; the cells [skip_first, skip_last] (scanned
-/// before the walk) are never yielded. Otherwise the reach is fixed at start() and cells come in
-/// the order of the hierarchy.
+/// curve order, so that the lists settle early; the cells [skip_first, skip_last] (the first
+/// range: scanned before the walk, or passed over where no lane could reach them with a limit at
+/// least as large as the walk's) are never yielded. Otherwise the reach is fixed at start() and
+/// cells come in the order of the hierarchy.
 template <bool kNearest>
 class CellWalk {
  public:
