@@ -186,9 +186,11 @@ __device__ __forceinline__ void seed_limit(const TreeView& t, CellRange range, f
     const int home = range.home, cells = t.level_count[0];
     const int first = max(home - kSide, 0), last = min(home + kSide, cells - 1);
     const int end = min((last + 1) * kCell, t.n);  // past this lane's last point
-    // A lane whose home lies outside the first range (across a jump of the curve, see
-    // first_cells) is left unseeded, so that the range gives it the large first radius that
-    // lists it as an outlier, rather than dragging the warp's walk across the jump.
+    // A lane whose home lies outside the first range (homes spanning more than kFirstSpan
+    // cells, see first_cells) is left unseeded: its first radius and list then come from the
+    // range, which lists it as an outlier where that radius is far above its warp-mates'. Seeded
+    // from its own home instead, it was walked with the warp: the map frame's search was 0.06 ms
+    // faster that way (bench/results/2026-11-27-round17.md, section 6), not yet adopted.
     active = active && home >= range.first && home <= range.last;
     evals += warp_sum(active ? end - first * kCell : 0);
     float nearest[G];
