@@ -187,11 +187,10 @@ __device__ __forceinline__ void seed_limit(const TreeView& t, CellRange range, f
     const int first = max(home - kSide, 0), last = min(home + kSide, cells - 1);
     const int end = min((last + 1) * kCell, t.n);  // past this lane's last point
     // A lane whose home lies outside the first range (homes spanning more than kFirstSpan
-    // cells, see first_cells) is left unseeded: its first radius and list then come from the
-    // range, which lists it as an outlier where that radius is far above its warp-mates'. Seeded
-    // from its own home instead, it was walked with the warp: the map frame's search was 0.06 ms
-    // faster that way (bench/results/2026-11-27-round17.md, section 6), not yet adopted.
-    active = active && home >= range.first && home <= range.last;
+    // cells, see first_cells) is seeded from its own home too, so that its first radius is its
+    // own, not the range's: it is then walked with the warp instead of listed as an outlier.
+    // A walk does not grow with the gap between such lanes: a node is opened only where some
+    // lane's own sphere reaches its box.
     evals += warp_sum(active ? end - first * kCell : 0);
     float nearest[G];
 #pragma unroll
