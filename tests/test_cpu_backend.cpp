@@ -542,6 +542,42 @@ TEST(CpuBackend, ClusteredAndFarQueries) {
               backend->radius(&qv, rp, nullptr, t), "radius");
 }
 
+// Queries off the cloud: a noisy ground plane, and queries in a cube around it (most in the air
+// above it or below it, some past its edges), so that many locate to the same leaves, far from
+// them; such runs are split into small groups, or searched alone.
+TEST(CpuBackend, QueriesOffTheCloud) {
+  Cloud refs;
+  std::mt19937_64 rng(61);
+  std::uniform_real_distribution<float> ground(0.f, 20.f), noise(-0.02f, 0.02f), air(-10.f, 30.f),
+      height(-20.f, 20.f);
+  for (int i = 0; i < 4000; ++i) {
+    refs.data.push_back(ground(rng));
+    refs.data.push_back(ground(rng));
+    refs.data.push_back(noise(rng));
+  }
+  Cloud queries;
+  for (int i = 0; i < 2500; ++i) {
+    queries.data.push_back(air(rng));
+    queries.data.push_back(air(rng));
+    queries.data.push_back(height(rng));
+  }
+  auto backend = make(2);
+  SearchTimings t;
+  backend->build(refs.view(), nullptr, t);
+  const PointsView qv = queries.view();
+  for (int k : {1, 8, 33}) {
+    Dense got(queries.count(), k);
+    KnnParams p;
+    p.k = k;
+    backend->knn(&qv, 0, p, got.iv(), got.dv(), nullptr, true, t);
+    expect_same(reference_dense(refs, &queries, k, false), got, "k=" + std::to_string(k));
+  }
+  RadiusParams rp;
+  rp.radius = 6.0;
+  expect_same(reference_radius(refs, &queries, rp.radius, false),
+              backend->radius(&qv, rp, nullptr, t), "radius");
+}
+
 TEST(CpuBackend, ThreadCountDoesNotChangeResults) {
   const Cloud refs = make_cloud(Shape::lattice, 3000, 31);
   const Cloud queries = make_cloud(Shape::lattice, 5000, 32);  // enough to be ordered by leaf
