@@ -102,6 +102,16 @@ bool one_wave(int blocks, int device, int sms) {
   return blocks <= fit * sms;
 }
 
+/// Lists every slot of the launch as an outlier (few queries: each searched by a warp of its own).
+__global__ void list_all_kernel(TreeKnnArgs a) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x, slots = a.slot_end - a.slot_begin;
+  if (i == 0) {
+    a.outliers[0] = slots;
+    a.outliers[1] = 0;
+  }
+  if (i < slots) a.outliers[kOutlierCounters + i] = ~(a.slot_begin + i);
+}
+
 // One launch over the slots [a.slot_begin, a.slot_end), then the outliers it found, then the
 // gather of the rows either flagged (no host round trip: those kernels read their counts on the
 // device). A hybrid search (a radius bound) takes the fixed-radius walk instead, which has no
@@ -128,6 +138,21 @@ void launch(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
     // Every row, or after the collect walk the rows it could not hold (none, mostly: its warps
     // then only read their counts).
     hybrid_tree_kernel<CAP><<<blocks, threads, hybrid_bytes, stream>>>(tree, a);
+    PCNN_CHECK_LAUNCH();
+  } else if (a.slot_end - a.slot_begin <= std::int64_t(a.few_per_sm) * sms && tree.levels > 0) {
+    // Few queries (kFewQueriesPerSm): a warp each (search_outlier), every query listed as an
+    // outlier. Both kernels of the shared walk are loaded here too, so that a larger search
+    // later does not load them: with lazy loading, a command whose small warm-up search took this
+    // way paid ~0.35 ms at its first shared walk.
+    cudaFuncAttributes attributes;
+    PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, knn_tree_kernel<CAP, false>));
+    if constexpr (claims_outliers<CAP>())
+      PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, knn_tree_kernel<CAP, true>));
+    const int slots = a.slot_end - a.slot_begin;
+    list_all_kernel<<<cuda::ceil_div(slots, threads), threads, 0, stream>>>(a);
+    PCNN_CHECK_LAUNCH();
+    knn_tree_outlier_kernel<CAP>
+        <<<cuda::ceil_div(slots, kTreeWarps), threads, 0, stream>>>(tree, a);
     PCNN_CHECK_LAUNCH();
   } else {
     // In a launch of one wave, warps that finish their queries search the outliers while others
@@ -263,6 +288,7 @@ void tree_search_range(const SpatialIndex& index, const float4* queries, bool se
   a.slot_end = slot_end;
   a.self_search = self_search;
   a.k = params.k;
+  a.few_per_sm = params.few_queries_per_sm < 0 ? kFewQueriesPerSm : params.few_queries_per_sm;
   a.exclude_self = params.exclude_self;
   a.out_idx = d_idx;
   a.out_dist = d_dist;
@@ -289,6 +315,7 @@ TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries,
   a.slot_end = n_queries;
   a.self_search = queries == nullptr;
   a.k = params.k;
+  a.few_per_sm = params.few_queries_per_sm < 0 ? kFewQueriesPerSm : params.few_queries_per_sm;
   a.exclude_self = params.exclude_self;
   a.bound = bound;
   a.out_idx = out.d_idx;

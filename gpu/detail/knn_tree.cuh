@@ -38,6 +38,12 @@
 namespace pcnn::detail {
 
 inline constexpr float kOutlierRatio = 64.f;  // squared-radius ratio that marks an outlier lane
+/// KnnParams::few_queries_per_sm's automatic value: about two waves of warps, a warp a query.
+/// 5k queries against 1M points on an H100 (132 SMs), a warp each against 32 to a warp: 0.45-0.48
+/// against 2.5-3.2 ms for queries off or sparse on the cloud, 0.20 against 0.51 uniform, 2.0
+/// against 12.4 at k = 32; but 0.40 against 0.31 ms for a sparse LiDAR-like scan at k = 8. 100k
+/// queries a warp each took 5.0 ms against 0.31 (bench/results/2026-11-28-round18.md).
+inline constexpr int kFewQueriesPerSm = 64;
 
 /// What one launch of the tree kNN kernels searches and where it writes.
 struct TreeKnnArgs {
@@ -46,6 +52,7 @@ struct TreeKnnArgs {
   bool self_search = false;          // the queries are the index's own points
   int k = 1;
   bool exclude_self = false;
+  int few_per_sm = 0;      // launches of at most this many queries per SM: a warp a query
   int out_slot_base = -1;  // < 0: row = original query index; else row = slot - out_slot_base
   int query_offset = 0;    // exclude_self: query i is reference i + query_offset
   RadiusBound bound;       // hybrid search: only points within the radius

@@ -17,6 +17,11 @@ struct KnnParams {
   /// (see DeviceMemoryResource::available), else in passes over the queries. A value > 0 caps the
   /// queries per pass (rounded up to a multiple of 128), e.g. to bound the memory a call takes.
   std::int64_t max_rows_per_pass = 0;
+  /// CUDA backend: a search (or pass) of at most this many queries per multiprocessor gives each
+  /// query a warp of its own. Searched 32 to a warp, a few thousand queries leave most of the
+  /// GPU idle, and scattered ones make each warp walk the cells of all its queries. < 0:
+  /// automatic (64); 0: never.
+  int few_queries_per_sm = -1;
 };
 
 /// Dense kNN results for `rows` queries: row q holds `k` neighbor indices into the indexed
