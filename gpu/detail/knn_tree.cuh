@@ -309,15 +309,20 @@ __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, i
   TopK<CAP> best;
   best.init(a.k);
   unsigned long long evals = 0;
-  int sp = push_nearest_last(t, q, best.limit, t.levels - 1, 0, t.level_count[t.levels - 1], stack,
-                             bounds, 0);
+  // A query that is not finite has no neighbors (its row is padding, as for an inactive lane
+  // of knn_tree_kernel): with an infinite coordinate every distance is infinite, which the list
+  // would otherwise take.
+  int sp = finite3(q.x, q.y, q.z) ? push_nearest_last(t, q, best.limit, t.levels - 1, 0,
+                                                      t.level_count[t.levels - 1], stack, bounds, 0)
+                                  : 0;
   while (sp > 0) {
     --sp;
     const int e = stack[sp];
-    __syncwarp();
+    const float stored = bounds ? bounds[sp] : 0.f;
+    __syncwarp();  // every lane has read the entry before any lane pushes over it
     const int level = node_level(e), index = node_index(e);
     const int at = t.level_offset[level] + index;
-    const float bound = bounds ? bounds[sp] : box_dist2(q, t.box_lo[at], t.box_hi[at]);
+    const float bound = bounds ? stored : box_dist2(q, t.box_lo[at], t.box_hi[at]);
     if (!may_reach(bound, best.limit)) continue;
     if (level > 0) {
       const int first = index * kFanout;
