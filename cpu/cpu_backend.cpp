@@ -502,12 +502,13 @@ class QueryOrder {
   // Groups of the separate queries [b, e) of the search order, all located in `leaf`. A group
   // walks the tree pruned by its box and its worst bound, so its queries must be close together
   // and near the leaf. A run is halved along the widest axis of its box until each part holds at
-  // most kMaxGroup queries, spans no more than the leaf's box, and lies within half the leaf's
-  // size of it; a query farther out goes alone. Queries off the cloud (in the air above a scan,
-  // between clusters) locate by the thousand to the same nearest leaf, tens of metres apart, and
-  // a far query's sphere grazes the cloud, so a box around several of them pruned nothing: cut in
-  // arrival order into groups of 32, 100k uniform queries against a 1M-point LiDAR-like cloud
-  // took 3.2-4.7 s on two cores (bench/results/2026-11-28-round18.md).
+  // most kMaxGroup queries, spans no more than the leaf's box, and, unless its queries coincide,
+  // lies within half the leaf's size of it: far queries go alone. Queries off the cloud (in the
+  // air above a scan, between clusters) locate by the thousand to the same nearest leaf, tens of
+  // metres apart, and a far query's sphere grazes the cloud, so a box around several of them
+  // pruned nothing: cut in arrival order into groups of 32, 100k uniform queries against a
+  // 1M-point LiDAR-like cloud took 10.9-12.6 s on two cores (bench/results/2026-11-28-round18.md).
+  // Copies of one far query share their walk exactly, so they stay together.
   void split_run(std::int64_t b, std::int64_t e, std::int32_t leaf) {
     const std::uint32_t node = tree_.first_leaf() + static_cast<std::uint32_t>(leaf);
     const NodePair<T>& pair = tree_.pair(node >> 1);
@@ -536,7 +537,8 @@ class QueryOrder {
     for (int a = 1; a < 3; ++a)
       if (hi[a] - lo[a] > hi[axis] - lo[axis]) axis = a;
     if (queries_ && e - b > 1 &&
-        (e - b > kMaxGroup || hi[axis] - lo[axis] > side || 4 * far2 > side * side)) {
+        (e - b > kMaxGroup || hi[axis] - lo[axis] > side ||
+         (4 * far2 > side * side && hi[axis] > lo[axis]))) {
       const auto coord = [&](std::int32_t row) {
         const Xyz p = read_point(*queries_, row);
         return axis == 0 ? p.x : axis == 1 ? p.y : p.z;

@@ -976,12 +976,15 @@ TEST(IndexOutliers, ScansQueriesOutsideTheMapAndSelfSearchEqualTheCpuBackend) {
                          const char* what, const IndexOptions& gpu = cuda_options()) {
     const PointsView m = view(map);
     Index gpu_index(m, gpu), cpu_index(m, cpu);
-    if (queries) {
-      const PointsView q = view(*queries);
-      EXPECT_TRUE(same_knn(gpu_index.knn(q, {k}), cpu_index.knn(q, {k}))) << what << ", k = " << k;
-    } else {
-      EXPECT_TRUE(same_knn(gpu_index.self_knn({k, true}), cpu_index.self_knn({k, true})))
-          << what << ", k = " << k;
+    // Passes of 5,000 rows give each query a warp by default (few_queries_per_sm); 0 keeps them
+    // on the search kernel, whose outlier claims this test is about.
+    const PointsView q = queries ? view(*queries) : PointsView{};
+    const KnnResult want = queries ? cpu_index.knn(q, {k}) : cpu_index.self_knn({k, true});
+    for (int few : {-1, 0}) {
+      KnnParams p{k, !queries};
+      p.few_queries_per_sm = few;
+      EXPECT_TRUE(same_knn(queries ? gpu_index.knn(q, p) : gpu_index.self_knn(p), want))
+          << what << ", k = " << k << ", few_queries_per_sm " << few;
     }
   };
   const std::vector<float> map = make_synthetic_cloud(SyntheticKind::lidar, 200000, 71);
@@ -1065,6 +1068,7 @@ TEST(IndexRepeats, NoReturnsAtTheOriginSearchLikeOnePointAndEqualTheCpuBackend) 
   EXPECT_TRUE(same_hybrid(gpu.self_hybrid(h), reference.self_hybrid(h)));
   // In passes of 7,000 rows (ranges of the self-search, shadows among them).
   EXPECT_TRUE(same_knn(gpu.self_knn({16, true, 7000}), reference.self_knn({16, true})));
+  EXPECT_TRUE(same_knn(gpu.self_knn({16, true, 7000, 0}), reference.self_knn({16, true})));
   // With a far outlier, whose crowded buckets take the build's full re-sort: the copies are
   // still set aside.
   std::vector<float> far = zeros;
@@ -1074,7 +1078,9 @@ TEST(IndexRepeats, NoReturnsAtTheOriginSearchLikeOnePointAndEqualTheCpuBackend) 
   EXPECT_TRUE(same_knn(gpu_far.self_knn({8, true}), Index(view(far), cpu).self_knn({8, true})));
   std::vector<float> queries = make_synthetic_cloud(SyntheticKind::uniform, 3000, 92);
   for (int i = 0; i < 3000; i += 3) std::fill_n(queries.begin() + 3 * i, 3, 0.0f);
-  EXPECT_TRUE(same_knn(gpu.knn(view(queries), {128}), reference.knn(view(queries), {128})));
+  const KnnResult want128 = reference.knn(view(queries), {128});
+  EXPECT_TRUE(same_knn(gpu.knn(view(queries), {128}), want128));
+  EXPECT_TRUE(same_knn(gpu.knn(view(queries), {128, false, 0, 0}), want128));  // search kernel
   // Radius: fewer copies (each copy's row holds all the others).
   std::vector<float> few = clean;
   for (int i = 0; i < 1500; ++i) std::fill_n(few.begin() + 3 * (i * 31), 3, 0.0f);

@@ -41,8 +41,8 @@ __device__ __forceinline__ void bitonic_network(Step step) {
   }
 }
 
-/// The warp's 32 values (float or 64-bit unsigned) in ascending order: lane i returns the i-th.
-/// min/max keep it branch-free (one instruction each for floats).
+/// The warp's 32 values (float, int or 64-bit unsigned) in ascending order: lane i returns the
+/// i-th. min/max keep it branch-free (one instruction each for floats).
 template <class T>
 __device__ __forceinline__ T warp_sort(T v) {
   bitonic_network([&](int stride, bool keep_first) {

@@ -20,7 +20,8 @@ struct KnnParams {
   /// CUDA backend: a search (or pass) of at most this many queries per multiprocessor gives each
   /// query a warp of its own. Searched 32 to a warp, a few thousand queries leave most of the
   /// GPU idle, and scattered ones make each warp walk the cells of all its queries. < 0:
-  /// automatic (64); 0: never.
+  /// automatic (64); 0: never. (PartitionedIndex and DistributedIndex search their parts with
+  /// the automatic value.)
   int few_queries_per_sm = -1;
 };
 
