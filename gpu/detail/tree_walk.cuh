@@ -296,10 +296,11 @@ class CellWalk {
       // off the cloud: above a scan, between clusters, whose home cells along the curve lie far
       // away) scanned far nodes before near ones: 100k uniform queries against a 1M-point
       // LiDAR-like cloud evaluated 729 distances a query instead of 434 (2.92-2.99 against
-      // 2.62-2.65 ms on an H100; 5k queries 10-50 m above it: 4.50 against 2.53 ms). It costs
-      // 1M self-searches at k = 1 ~7 % (registers; out of line it was slower still) and gains
-      // 5 % on clustered clouds (bench/results/2026-11-28-round18.md). The key is the gap's bits
-      // with the lane in the low five (finite gaps >= 0 order as ints).
+      // 2.62-2.65 ms on an H100; 5k queries 10-50 m above it: 4.50 against 2.53 ms). It gains
+      // 5 % on clustered clouds and costs 1M self-searches at k = 1 ~7 %, for a reason not found:
+      // sorting only where more than 4 or 8 children pass, a rolled sort (no spills) and one out
+      // of line cost the same or more (bench/results/2026-11-28-round18.md). The key is the gap's
+      // bits with the lane in the low five (finite gaps >= 0 order as ints).
       if (pushed > 1 && __any_sync(kFullMask, pass && gap > 0.f)) {
         const int key = warp_sort(pass ? (__float_as_int(gap) & ~31) | lane : INT_MAX);
         if (lane < pushed)
