@@ -187,10 +187,10 @@ __device__ __forceinline__ unsigned lane_cell_hits(const float4* stage, float4 p
 /// for opening children is taken from the lanes' current limits at each opening; the cells of a
 /// node are yielded nearest the warp's queries first and the children of a node are popped
 /// nearest first too (those overlapping the queries' box in curve order), so that the lists
-/// settle early; the cells [skip_first, skip_last] (the first
-/// range: scanned before the walk, or passed over where no lane could reach them with a limit at
-/// least as large as the walk's) are never yielded. Otherwise the reach is fixed at start() and
-/// cells come in the order of the hierarchy.
+/// settle early; the cells [skip_first, skip_last] (the first range: scanned before the walk, or
+/// passed over where no lane could reach them with a limit at least as large as the walk's) are
+/// never yielded. Otherwise the reach is fixed at start() and cells come in the order of the
+/// hierarchy.
 template <bool kNearest>
 class CellWalk {
  public:
