@@ -510,6 +510,7 @@ class QueryOrder {
   // 1M-point LiDAR-like cloud took 10.9-12.6 s on two cores (bench/results/2026-11-28-round18.md).
   // Copies of one far query share their walk exactly, so they stay together.
   void split_run(std::int64_t b, std::int64_t e, std::int32_t leaf) {
+    if (!queries_ || e - b <= 1) return add_groups(b, e, leaf);  // slices of a self-search: leaves
     const std::uint32_t node = tree_.first_leaf() + static_cast<std::uint32_t>(leaf);
     const NodePair<T>& pair = tree_.pair(node >> 1);
     const int c = node & 1;
@@ -519,26 +520,24 @@ class QueryOrder {
       lo[a] = HUGE_VAL;
       hi[a] = -HUGE_VAL;
     }
-    if (queries_ && e - b > 1)
-      for (std::int64_t i = b; i < e; ++i) {
-        const Xyz p = read_point(*queries_, order_[i]);
-        const double q[3] = {p.x, p.y, p.z};
-        double gap2 = 0;
-        for (int a = 0; a < 3; ++a) {
-          lo[a] = std::min(lo[a], q[a]);
-          hi[a] = std::max(hi[a], q[a]);
-          const double gap =
-              std::max({double(pair.lo[a][c]) - q[a], q[a] - double(pair.hi[a][c]), 0.0});
-          gap2 += gap * gap;
-        }
-        far2 = std::max(far2, gap2);
+    for (std::int64_t i = b; i < e; ++i) {
+      const Xyz p = read_point(*queries_, order_[i]);
+      const double q[3] = {p.x, p.y, p.z};
+      double gap2 = 0;
+      for (int a = 0; a < 3; ++a) {
+        lo[a] = std::min(lo[a], q[a]);
+        hi[a] = std::max(hi[a], q[a]);
+        const double gap =
+            std::max({double(pair.lo[a][c]) - q[a], q[a] - double(pair.hi[a][c]), 0.0});
+        gap2 += gap * gap;
       }
+      far2 = std::max(far2, gap2);
+    }
     int axis = 0;
     for (int a = 1; a < 3; ++a)
       if (hi[a] - lo[a] > hi[axis] - lo[axis]) axis = a;
-    if (queries_ && e - b > 1 &&
-        (e - b > kMaxGroup || hi[axis] - lo[axis] > side ||
-         (4 * far2 > side * side && hi[axis] > lo[axis]))) {
+    if (e - b > kMaxGroup || hi[axis] - lo[axis] > side ||
+        (4 * far2 > side * side && hi[axis] > lo[axis])) {
       const auto coord = [&](std::int32_t row) {
         const Xyz p = read_point(*queries_, row);
         return axis == 0 ? p.x : axis == 1 ? p.y : p.z;
@@ -550,6 +549,11 @@ class QueryOrder {
       split_run(mid, e, leaf);
       return;
     }
+    add_groups(b, e, leaf);
+  }
+
+  // Queries [b, e) in groups of kMaxGroup, from `leaf`.
+  void add_groups(std::int64_t b, std::int64_t e, std::int32_t leaf) {
     for (std::int64_t g = b; g < e; g += kMaxGroup) {
       group_start_.push_back(g);
       group_leaf_.push_back(leaf);

@@ -274,6 +274,16 @@ void run_passes(const TreeView& tree, TreeKnnArgs a, int n_queries, const KnnOut
   }
 }
 
+// What a launch takes from the caller's parameters.
+TreeKnnArgs knn_args(const KnnParams& params, const RadiusBound& bound) {
+  TreeKnnArgs a;
+  a.k = params.k;
+  a.exclude_self = params.exclude_self;
+  a.few_per_sm = params.few_queries_per_sm < 0 ? kFewQueriesPerSm : params.few_queries_per_sm;
+  a.bound = bound;
+  return a;
+}
+
 }  // namespace
 
 void tree_search_range(const SpatialIndex& index, const float4* queries, bool self_search,
@@ -282,18 +292,14 @@ void tree_search_range(const SpatialIndex& index, const float4* queries, bool se
                        unsigned long long* evaluations, int query_offset, const ExactSearch& ex,
                        cudaStream_t stream, DeviceMemoryResource& mr) {
   if (slot_end <= slot_begin) return;
-  TreeKnnArgs a;
+  TreeKnnArgs a = knn_args(params, bound);
   a.queries = queries;
   a.slot_begin = slot_begin;
   a.slot_end = slot_end;
   a.self_search = self_search;
-  a.k = params.k;
-  a.few_per_sm = params.few_queries_per_sm < 0 ? kFewQueriesPerSm : params.few_queries_per_sm;
-  a.exclude_self = params.exclude_self;
   a.out_idx = d_idx;
   a.out_dist = d_dist;
   a.outliers = outliers;
-  a.bound = bound;
   a.evaluations = evaluations;
   a.query_offset = query_offset;
   launch_exact(index.knn_view(), a, ex, stream, mr);
@@ -309,15 +315,11 @@ TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries,
                                   static_cast<int>(queries->count), stream, mr);
   const int n_queries = queries ? static_cast<int>(queries->count) : index.n_total;
 
-  TreeKnnArgs a;
+  TreeKnnArgs a = knn_args(params, bound);
   a.queries = queries ? sorted_queries.data() : index.points.data();
   a.slot_begin = 0;
   a.slot_end = n_queries;
   a.self_search = queries == nullptr;
-  a.k = params.k;
-  a.few_per_sm = params.few_queries_per_sm < 0 ? kFewQueriesPerSm : params.few_queries_per_sm;
-  a.exclude_self = params.exclude_self;
-  a.bound = bound;
   a.out_idx = out.d_idx;
   a.out_dist = out.d_dist;
   a.query_offset = out.query_offset;
