@@ -381,7 +381,10 @@ int main(int argc, char** argv) {
         parts = index.parts();
         if (r == runs)
           say("  layout: %s; home search %.1f ms, boundary and merge %.1f ms\n",
-              index.replicated() ? "replicated" : "spatial", tm.home_ms, tm.boundary_ms);
+              !index.replicated() ? "spatial"
+              : tm.by_position    ? "replicated, self-search cut along the order"
+                                  : "replicated, self-search cut by rows",
+              tm.home_ms, tm.boundary_ms);
         if (r == runs)
           for (const PartStats& p : tm.parts)
             say("  part on device %d: %lld points, %lld forwarded, %lld received, build %.1f ms, "

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "core/row_shares.hpp"
 #include "pcnn/error.hpp"
 #include "pcnn/index.hpp"
 #include "pcnn/normals.hpp"
@@ -53,6 +54,26 @@ struct Index::Backend_ {
                            const RadiusParams& params, ArrayView<const std::int64_t> offsets,
                            ArrayView<std::int32_t> indices, ArrayView<float> sqdist,
                            cudaStream_t stream, SearchTimings& t) = 0;
+
+  /// Replicas of one cloud on several devices (dist/part_cuda.cu): the dense self-search rows of
+  /// the indexed points at positions [begin, end) of the index's own order (0 <= begin <= end <=
+  /// size()), each row written where `to` puts its original index (device memory of this
+  /// device, or of peers this device may access). Replicas built from the same points order them
+  /// the same, so positions cut the cloud into pieces of the curve, each searched as coherently
+  /// as the whole. `radius` bounds a hybrid search (+infinity: kNN). Synchronizes. CUDA only.
+  virtual void self_dense_positions(std::int64_t begin, std::int64_t end, const KnnParams& params,
+                                    double radius, const detail::RowShares& to, cudaStream_t stream,
+                                    SearchTimings& t) {
+    static_cast<void>(begin), static_cast<void>(end), static_cast<void>(params);
+    static_cast<void>(radius), static_cast<void>(to), static_cast<void>(stream);
+    static_cast<void>(t);
+    throw invalid_argument_error("searches by position need the CUDA backend");
+  }
+  /// The original index of the indexed point at position `pos` of the index's order. CUDA only.
+  virtual std::int64_t original_index_at(std::int64_t pos) {
+    static_cast<void>(pos);
+    throw invalid_argument_error("positions need the CUDA backend");
+  }
 
   /// Normals and curvature of every indexed point (core/normals.cpp has checked the parameters
   /// and that the outputs are size() × 3 and size(), both in one memory the backend can write).

@@ -290,6 +290,26 @@ class SpreadPoints {
   std::vector<void*> copies_;
 };
 
+/// Where a share of a dense result's rows goes: host or device memory, rows × k each.
+struct RowsPlace {
+  std::int32_t* idx = nullptr;
+  float* dist = nullptr;
+};
+
+/// The self-search of replicas of one cloud on distinct devices, cut along the index's order:
+/// replica d searches the points at positions [rows d / n, rows (d + 1) / n) of its index — a
+/// piece of the curve, as coherent as the whole self-search, where a contiguous share of the
+/// rows of a cloud stored in random order is scattered over all of it — and writes each row into
+/// the device that owns it (rows [rows d / n, rows (d + 1) / n) by original index: device d),
+/// its own memory or a peer's. Once every search has ended, each device copies its share to
+/// places[d]. Adds each device's time to ms[d]. Replicas may share a device. False, having done
+/// nothing, where it cannot run: fewer than 2 or more than 8 replicas, distinct devices without
+/// peer access to each other, replicas that order the points differently, or a device without
+/// room for its share.
+bool self_search_by_position(std::vector<Index>& replicas, const std::vector<int>& devices,
+                             const DenseSearch& search, std::int64_t rows,
+                             const std::vector<RowsPlace>& places, std::vector<double>& ms);
+
 /// A part's answer to forwarded queries: rows × k exact distances and global indices (padded
 /// with +infinity / -1), for `m` packed queries `q` (never a self-search: exclude_self is off).
 struct Answer {

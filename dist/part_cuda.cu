@@ -5,11 +5,15 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <optional>
 
+#include "core/backend.hpp"
 #include "dist/part.hpp"
 #include "gpu/detail/cuda_try.cuh"
 #include "gpu/detail/device_buffer.cuh"
@@ -202,11 +206,14 @@ class PeerAccess {
     // without NVSwitch): the copies then go without, staged by the driver.
     if (e == cudaErrorPeerAccessAlreadyEnabled || e == cudaErrorTooManyPeers) {
       static_cast<void>(cudaGetLastError());
+      usable_ = e == cudaErrorPeerAccessAlreadyEnabled;
       return;
     }
     PCNN_CUDA_TRY(e);
-    enabled_ = true;
+    enabled_ = usable_ = true;
   }
+  /// Whether kernels on `device` may now write `peer`'s memory (cudaMalloc'd).
+  bool usable() const { return usable_; }
   ~PeerAccess() {
     if (!enabled_) return;
     int was = 0;
@@ -223,7 +230,7 @@ class PeerAccess {
 
  private:
   int device_, peer_;
-  bool enabled_ = false;
+  bool enabled_ = false, usable_ = false;
 };
 
 }  // namespace
@@ -327,6 +334,88 @@ PointsView SpreadPoints::on(int d) const {
   else
     v.data = static_cast<const float*>(copies_[static_cast<std::size_t>(d)]);
   return v;
+}
+
+bool self_search_by_position(std::vector<Index>& replicas, const std::vector<int>& devices,
+                             const DenseSearch& search, std::int64_t rows,
+                             const std::vector<RowsPlace>& places, std::vector<double>& ms) {
+  const int nd = static_cast<int>(replicas.size());
+  if (nd < 2 || nd > pcnn::detail::RowShares::kMax || rows <= 0 || rows > INT32_MAX ||
+      static_cast<int>(devices.size()) != nd || static_cast<int>(places.size()) != nd)
+    return false;
+  for (int d = 0; d < nd; ++d)  // replicas on one device write its memory; others, their peers'
+    for (int e = 0; e < nd; ++e) {
+      int can = 1;
+      if (devices[d] != devices[e])
+        PCNN_CUDA_TRY(cudaDeviceCanAccessPeer(&can, devices[d], devices[e]));
+      if (!can) return false;
+    }
+  const auto cut = [&](int d) { return rows * d / nd; };
+  using pcnn::detail::IndexAccess;
+  // The replicas must order the points the same (they do, built alike from the same points):
+  // checked where the positions are cut.
+  for (int d = 1; d < nd; ++d) {
+    const std::int64_t id = IndexAccess::backend(replicas[0]).original_index_at(cut(d));
+    for (int e = 1; e < nd; ++e)
+      if (IndexAccess::backend(replicas[e]).original_index_at(cut(d)) != id) return false;
+  }
+  // Each device's share of the rows in memory of its own that its peers may write (cudaMalloc),
+  // when the device has room for it besides a search's scratch (a pass of an eighth of its
+  // positions, ~64 bytes a row, and a margin).
+  const int k = search.k;
+  std::vector<std::optional<Buffer<std::int32_t, false>>> idx(nd);
+  std::vector<std::optional<Buffer<float, false>>> dist(nd);
+  for (int d = 0; d < nd; ++d) {
+    const pcnn::detail::DeviceScope on(devices[d]);
+    const std::int64_t m = cut(d + 1) - cut(d);
+    std::size_t free_bytes = 0, total = 0;
+    PCNN_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total));
+    if (static_cast<double>(free_bytes) < 8.0 * k * m + 8.0 * m + (512 << 20)) return false;
+    idx[d].emplace(m * k);
+    dist[d].emplace(m * k);
+  }
+  std::deque<PeerAccess> access;  // every pair, until every share is in its place
+  for (int d = 0; d < nd; ++d)
+    for (int e = 0; e < nd; ++e)
+      if (devices[e] != devices[d] && !access.emplace_back(devices[d], devices[e]).usable())
+        return false;
+  pcnn::detail::RowShares to;
+  to.count = nd;
+  for (int d = 0; d <= nd; ++d) to.first[d] = static_cast<int>(cut(d));
+  for (int d = 0; d < nd; ++d) {
+    to.idx[d] = idx[d]->get();
+    to.dist[d] = dist[d]->get();
+  }
+  const KnnParams params{search.k, search.exclude_self};
+  const double radius = search.hybrid ? search.radius : INFINITY;
+  using clock_type = std::chrono::steady_clock;
+  const auto since = [](clock_type::time_point t) {
+    return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
+  };
+  for_each(nd, true, [&](int d) {
+    const auto t = clock_type::now();
+    const pcnn::detail::DeviceScope on(devices[d]);
+    const Stream stream;
+    Index& r = replicas[static_cast<std::size_t>(d)];
+    IndexAccess::backend(r).self_dense_positions(cut(d), cut(d + 1), params, radius, to,
+                                                 stream.get(), IndexAccess::timings(r));
+    ms[static_cast<std::size_t>(d)] += since(t);
+  });
+  // Every device's search has ended: each share is whole, and goes to its place.
+  for_each(nd, true, [&](int d) {
+    const auto t = clock_type::now();
+    const pcnn::detail::DeviceScope on(devices[d]);
+    const Stream stream;
+    const std::size_t bytes = static_cast<std::size_t>(cut(d + 1) - cut(d)) * k * 4;
+    if (bytes == 0) return;
+    PCNN_CUDA_TRY(
+        cudaMemcpyAsync(places[d].idx, to.idx[d], bytes, cudaMemcpyDefault, stream.get()));
+    PCNN_CUDA_TRY(
+        cudaMemcpyAsync(places[d].dist, to.dist[d], bytes, cudaMemcpyDefault, stream.get()));
+    PCNN_CUDA_TRY(cudaStreamSynchronize(stream.get()));
+    ms[static_cast<std::size_t>(d)] += since(t);
+  });
+  return true;
 }
 
 }  // namespace pcnn::dist

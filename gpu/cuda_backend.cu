@@ -151,15 +151,22 @@ __global__ void filter_kernel(const T* __restrict__ xyz, std::int64_t stride, in
   }
 }
 
-// Rows of the non-finite queries (slots from `first` on): no neighbors.
+// Rows of the non-finite queries (slots [first, n)): no neighbors. Into `idx` / `dist` by
+// original index, or with `shares` (count > 0) into the share holding the row.
 __global__ void empty_rows_kernel(const float4* __restrict__ sorted, int first, int n, int k,
-                                  std::int32_t* __restrict__ idx, float* __restrict__ dist) {
+                                  std::int32_t* idx, float* dist, detail::RowShares shares) {
   const int s = first + blockIdx.x * blockDim.x + threadIdx.x;
   if (s >= n) return;
-  const std::size_t row = static_cast<std::size_t>(__float_as_int(sorted[s].w)) * k;
+  const int row = __float_as_int(sorted[s].w);
+  if (shares.count > 0) {
+    shares.at(row, k, idx, dist);
+  } else {
+    idx += static_cast<std::size_t>(row) * k;
+    dist += static_cast<std::size_t>(row) * k;
+  }
   for (int j = 0; j < k; ++j) {
-    idx[row + j] = -1;
-    dist[row + j] = INFINITY;
+    idx[j] = -1;
+    dist[j] = INFINITY;
   }
 }
 
@@ -280,6 +287,63 @@ class CudaBackend final : public Index::Backend_ {
     }
     const PointsView rows = self_rows(first_row, indices.rows);
     dense(&rows, static_cast<int>(first_row), kp, params.radius, indices, sqdist, stream, true, t);
+  }
+
+  void self_dense_positions(std::int64_t begin, std::int64_t end, const KnnParams& params,
+                            double radius, const detail::RowShares& to, cudaStream_t stream,
+                            SearchTimings& timings) override {
+    PCNN_EXPECTS(begin >= 0 && begin <= end && end <= index_.n_total && to.count > 0,
+                 "self_dense_positions: positions out of range or no shares");
+    detail::DeviceScope guard(options_.device);
+    const auto t0 = clock_type::now();
+    SearchTimings t = start_timings();
+    try {
+      const StagedQueries sq;  // a self-search: nothing to stage
+      const detail::ExactSearch ex = exact_search(sq);
+      const detail::RadiusBound bound = detail::make_radius_bound(radius, ex);
+      const float4* sorted = index_.points.data();
+      // Finite points first, non-finite ones (empty rows) after them.
+      const std::int64_t finite = std::clamp<std::int64_t>(index_.n, begin, end);
+      if (end > finite) {
+        empty_rows_kernel<<<static_cast<int>(cuda::ceil_div(end - finite, 256)), 256, 0, stream>>>(
+            sorted, static_cast<int>(finite), static_cast<int>(end), params.k, nullptr, nullptr,
+            to);
+        PCNN_CHECK_LAUNCH();
+      }
+      const std::int64_t per = std::max<std::int64_t>(1, pass_rows(finite - begin));
+      detail::device_buffer<int> outliers(detail::tree_outlier_ints(per), stream, ws_);
+      detail::device_buffer<unsigned long long> evals(2, stream, ws_);
+      PCNN_CUDA_TRY(cudaMemsetAsync(evals.data(), 0, evals.bytes(), stream));
+      ev_[2].record(stream);
+      for (std::int64_t p = begin; p < finite; p += per)
+        detail::tree_search_range(index_, sorted, true, static_cast<int>(p),
+                                  static_cast<int>(std::min(finite, p + per)), params, bound,
+                                  nullptr, nullptr, outliers.data(), evals.data(), 0, ex, stream,
+                                  ws_, &to);
+      ev_[3].record(stream);
+      unsigned long long counts[2] = {0, 0};
+      PCNN_CUDA_TRY(
+          cudaMemcpyAsync(counts, evals.data(), sizeof counts, cudaMemcpyDeviceToHost, stream));
+      PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+      t.search_ms = ev_[3].since(ev_[2]);
+      t.distance_evaluations = static_cast<std::int64_t>(counts[0]);
+      t.refined_rows = static_cast<std::int64_t>(counts[1]);
+    } catch (...) {
+      abandon_call(stream);
+      throw;
+    }
+    finish_sync_call(stream, t, t0);
+    timings = t;
+  }
+
+  std::int64_t original_index_at(std::int64_t pos) override {
+    PCNN_EXPECTS(pos >= 0 && pos < index_.n_total, "original_index_at: position out of range");
+    detail::DeviceScope guard(options_.device);
+    float4 p;
+    PCNN_CUDA_TRY(cudaMemcpy(&p, index_.points.data() + pos, sizeof p, cudaMemcpyDeviceToHost));
+    std::int32_t id;
+    std::memcpy(&id, &p.w, sizeof id);
+    return id;
   }
 
   RadiusResult radius(const PointsView* queries, const RadiusParams& params, cudaStream_t stream,
@@ -497,6 +561,18 @@ class CudaBackend final : public Index::Backend_ {
     PointsView v = exact_view_.slice(first_row, rows);
     v.memory = Memory::device;
     return v;
+  }
+
+  // The rows of a pass of a search of `rows` rows in curve order. A pass of fewer rows than a few
+  // waves of the search kernel (an SM holds 8 blocks of kTreeQueryBlock queries) ends in a long
+  // tail: at 1M rows, eight passes of 125k searched in 4.8 ms what one launch searches in 1.8 ms
+  // (H100, 132 SMs: a wave is 135k rows). So: four waves at least, and no more than eight passes.
+  std::int64_t pass_rows(std::int64_t rows) const {
+    const std::int64_t waves = std::int64_t(4) * sms_ * 8 * detail::kTreeQueryBlock;
+    const std::int64_t per = options_.chunk_rows > 0
+                                 ? options_.chunk_rows
+                                 : std::max<std::int64_t>(waves, (rows + 7) / 8);
+    return std::min<std::int64_t>(cuda::round_up(per, detail::kTreeQueryBlock), rows);
   }
 
   // Whether `v` is a range of the index's own copy of the points (self_rows; an empty one may
@@ -893,14 +969,7 @@ class CudaBackend final : public Index::Backend_ {
                                         static_cast<int>(rows), s0, ws_);
     const float4* sorted = d_queries ? sorted_buf.data() : index_.points.data();
     ev_[2].record(s0);
-    // A pass of fewer rows than a few waves of the search kernel (an SM holds 8 blocks of
-    // kTreeQueryBlock queries) ends in a long tail: at 1M rows, eight passes of 125k searched in
-    // 4.8 ms what one launch searches in 1.8 ms (H100, 132 SMs: a wave is 135k rows). So: four
-    // waves at least, and no more than eight passes.
-    const std::int64_t waves = std::int64_t(4) * sms_ * 8 * detail::kTreeQueryBlock;
-    std::int64_t per = options_.chunk_rows > 0 ? options_.chunk_rows
-                                               : std::max<std::int64_t>(waves, (rows + 7) / 8);
-    per = std::min<std::int64_t>(cuda::round_up(per, detail::kTreeQueryBlock), rows);
+    const std::int64_t per = pass_rows(rows);
     const int chunks = static_cast<int>(cuda::ceil_div(rows, per));
     const std::size_t cells = static_cast<std::size_t>(rows) * k;
     detail::device_buffer<std::int32_t> all_idx(mapped_ ? 0 : cells, s0, ws_);
@@ -931,7 +1000,7 @@ class CudaBackend final : public Index::Backend_ {
     }
     if (finite < rows) {
       empty_rows_kernel<<<blocks, 256, 0, s0>>>(sorted, finite, static_cast<int>(rows), k,
-                                                d_out_idx, d_out_dist);
+                                                d_out_idx, d_out_dist, detail::RowShares{});
       PCNN_CHECK_LAUNCH();
     }
     const int passes = finite > 0 ? static_cast<int>((finite + per - 1) / per) : 0;

@@ -68,20 +68,20 @@ __global__ void __launch_bounds__(kTreeWarps * 32, 8)
   __syncwarp();  // every lane's keys are written (global memory, ordered within the warp)
   const unsigned ties = for_each_warp_row(load, [&](int r, WarpRow row) {
     const int m = __shfl_sync(kFullMask, m_row, r);
-    const std::size_t out = a.row(w.slot - lane + r, __shfl_sync(kFullMask, w.qid, r));
+    const auto o = a.out(w.slot - lane + r, __shfl_sync(kFullMask, w.qid, r));
     if (m < 0 || m > kCollect) return false;
     sort_row_keys(row);
-    return write_hybrid_row(row, a.k, a.out_idx + out, a.out_dist + out, rows + r * kCollect);
+    return write_hybrid_row(row, a.k, o.idx, o.dist, rows + r * kCollect);
   });
   __syncwarp();  // the rows with ties are in their spares
   if (ties >> lane & 1) {
     auto* idx = reinterpret_cast<std::int32_t*>(sink.out);
     auto* dist = reinterpret_cast<float*>(sink.out) + kCollect;
     order_ties(a.bound.queries.at(w.qid), a.bound.refs, idx, dist, m_lane);
-    const std::size_t out = a.row(w.slot, w.qid);
+    const auto o = a.out(w.slot, w.qid);
     for (int e = 0; e < a.k; ++e) {
-      a.out_idx[out + e] = e < m_lane ? idx[e] : -1;
-      a.out_dist[out + e] = e < m_lane ? dist[e] : INFINITY;
+      o.idx[e] = e < m_lane ? idx[e] : -1;
+      o.dist[e] = e < m_lane ? dist[e] : INFINITY;
     }
   }
   evals = warp_all_reduce(evals, SumOp{});
@@ -290,7 +290,7 @@ void tree_search_range(const SpatialIndex& index, const float4* queries, bool se
                        int slot_begin, int slot_end, KnnParams params, const RadiusBound& bound,
                        std::int32_t* d_idx, float* d_dist, int* outliers,
                        unsigned long long* evaluations, int query_offset, const ExactSearch& ex,
-                       cudaStream_t stream, DeviceMemoryResource& mr) {
+                       cudaStream_t stream, DeviceMemoryResource& mr, const RowShares* shares) {
   if (slot_end <= slot_begin) return;
   TreeKnnArgs a = knn_args(params, bound);
   a.queries = queries;
@@ -302,6 +302,7 @@ void tree_search_range(const SpatialIndex& index, const float4* queries, bool se
   a.outliers = outliers;
   a.evaluations = evaluations;
   a.query_offset = query_offset;
+  if (shares) a.shares = *shares;
   launch_exact(index.knn_view(), a, ex, stream, mr);
 }
 

@@ -150,6 +150,8 @@ void run_case(const Case& c, Backend backend) {
     EXPECT_EQ(parted.parts(), c.parts);
     const KnnResult got = c.queries ? parted.knn(qv, params) : parted.self_knn(params);
     expect_identical(got, want, name(layout));
+    // Replicas cut a self-search along their order, here on one device.
+    EXPECT_EQ(parted.last_timings().by_position, layout == Layout::replicated && !c.queries);
   }
   // And the single index is the exact reference (so the comparison above means exactness).
   const KnnResult exact = reference_knn(refs, c.queries ? &qv : nullptr, params);
@@ -696,9 +698,12 @@ TEST(Replicated, RowsKeptOnTheDevicesEqualHostRowsCuda) {
   };
   const KnnParams self{9, true}, sep{5};
   const HybridParams hself{2.0, 12, true}, hsep{6.0, 7};
-  expect_identical(
-      on_devices(5003, 9, [&](const auto& s) { replicas.self_knn_on_devices(self, s); }),
-      replicas.self_knn(self), "self kNN on the devices");
+  expect_identical(on_devices(5003, 9,
+                              [&](const auto& s) {
+                                replicas.self_knn_on_devices(self, s);
+                                EXPECT_TRUE(replicas.last_timings().by_position);
+                              }),
+                   replicas.self_knn(self), "self kNN on the devices");
   expect_identical(on_devices(1301, 5, [&](const auto& s) { replicas.knn_on_devices(qv, sep, s); }),
                    replicas.knn(qv, sep), "kNN of queries on the devices");
   expect_identical(
@@ -709,6 +714,49 @@ TEST(Replicated, RowsKeptOnTheDevicesEqualHostRowsCuda) {
       replicas.hybrid(qv, hsep).knn, "hybrid of queries on the devices");
   // And the host rows are one index's (so the comparisons above mean exactness).
   expect_identical(replicas.self_knn(self), reference_knn(refs, nullptr, self), "vs reference");
+}
+
+// Replicas' self-search cut along the index's order (each replica searches a piece of the curve
+// and writes every row into the share of the device owning it): one index's rows byte for byte,
+// for kNN of several k with and without exclude_self and for hybrid, on a cloud with exact copies
+// and non-finite points; two replicas on one device, and where two devices exist, three
+// replicas on two devices (peers writing each other's memory).
+TEST(Replicated, SelfSearchCutAlongTheOrderEqualsOneIndexCuda) {
+  PCNN_REQUIRE_DEVICE();
+  auto xyz = make_synthetic_cloud(SyntheticKind::clustered, 200003, 61);
+  xyz.insert(xyz.end(), xyz.begin(), xyz.begin() + 3 * 5000);  // exact copies of 5,000 points
+  test::poison(xyz, 0.01, 62);
+  const auto n = static_cast<std::int64_t>(xyz.size() / 3);
+  const PointsView refs = host_points(xyz.data(), n);
+  IndexOptions io;
+  io.backend = Backend::cuda;
+  Index single(refs, io);
+  // A radius that cuts some rows short of max_nn and fills others: the median 8th distance.
+  KnnResult eight = single.self_knn(KnnParams{8, true});
+  std::vector<float> d8;
+  for (std::int64_t r = 0; r < n; ++r)
+    if (std::isfinite(eight.sqdist[r * 8 + 7])) d8.push_back(eight.sqdist[r * 8 + 7]);
+  ASSERT_FALSE(d8.empty());
+  std::nth_element(d8.begin(), d8.begin() + d8.size() / 2, d8.end());
+  const HybridParams hybrid{std::sqrt(double(d8[d8.size() / 2])), 16, true};
+  std::vector<std::vector<int>> device_sets = {{0, 0}};
+  if (device_count() >= 2) device_sets.push_back({1, 0, 1});
+  for (const std::vector<int>& devices : device_sets) {
+    PartitionedOptions po;
+    po.index = io;
+    po.devices = devices;
+    po.layout = Layout::replicated;
+    PartitionedIndex replicas(refs, po);
+    const std::string on = std::to_string(devices.size()) + " replicas";
+    for (const KnnParams p : {KnnParams{1, false}, KnnParams{8, true}, KnnParams{40, false}}) {
+      expect_identical(replicas.self_knn(p), single.self_knn(p),
+                       (on + ", k = " + std::to_string(p.k)).c_str());
+      EXPECT_TRUE(replicas.last_timings().by_position) << on;
+    }
+    expect_identical(replicas.self_hybrid(hybrid).knn, single.self_hybrid(hybrid).knn,
+                     (on + ", hybrid").c_str());
+    EXPECT_TRUE(replicas.last_timings().by_position) << on;
+  }
 }
 
 // A CUDA part's rows made global on the device are the same in one call and one piece as in

@@ -24,6 +24,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "core/row_shares.hpp"
 #include "curve_key.cuh"
 #include "distance.cuh"
 #include "radius_bound.cuh"
@@ -61,6 +62,7 @@ struct TreeKnnArgs {
   SettleArgs exact;        // the rows are settled exactly (refine.cuh)
   std::int32_t* out_idx = nullptr;
   float* out_dist = nullptr;
+  RowShares shares;  // count > 0: rows go to these shares instead of out_idx / out_dist
   // The outliers: kOutlierCounters counters, [0] listed, [1] claimed for a search (claimed <=
   // listed), [2] blocks of the search kernel started; then the list, slot s as ~s. A claiming
   // launch (one that reads the list while it is written) clears the list too, 0 meaning listed
@@ -75,8 +77,20 @@ struct TreeKnnArgs {
   std::uint64_t* collect = nullptr;
   int* collected = nullptr;
 
-  __device__ std::size_t row(int slot, int qid) const {
-    return static_cast<std::size_t>(out_slot_base < 0 ? qid : slot - out_slot_base) * k;
+  struct Out {
+    std::int32_t* idx;
+    float* dist;
+  };
+  /// Where the row of the query at `slot` (original index `qid`) goes.
+  __device__ Out out(int slot, int qid) const {
+    Out o;
+    if (shares.count > 0) {
+      shares.at(qid, k, o.idx, o.dist);
+      return o;
+    }
+    const std::size_t r =
+        static_cast<std::size_t>(out_slot_base < 0 ? qid : slot - out_slot_base) * k;
+    return {out_idx + r, out_dist + r};
   }
 };
 
@@ -348,9 +362,9 @@ __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, i
   bool flagged = false;
   float reach = 0.f;
   if (lane == 0) {
-    const std::size_t row = a.row(slot, qid);
+    const auto o = a.out(slot, qid);
     flagged = !settle_row<CAP>(best.s, best.count(), a.k, best.spill, a.exact.query(q, qid),
-                               a.exact, a.out_idx + row, a.out_dist + row, reach);
+                               a.exact, o.idx, o.dist, reach);
     atomicAdd(a.evaluations, evals);
   }
   flag_rows(a.exact, a.slot_begin, slot, flagged, reach);
@@ -498,10 +512,9 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
   bool flagged = false;
   float reach = 0.f;
   if (slot < a.slot_end && !outlier) {
-    const std::size_t row = a.row(slot, qid);
-    flagged =
-        !settle_row<CAP>(list.best.s, list.best.count(), a.k, list.best.spill,
-                         a.exact.query(q, qid), a.exact, a.out_idx + row, a.out_dist + row, reach);
+    const auto o = a.out(slot, qid);
+    flagged = !settle_row<CAP>(list.best.s, list.best.count(), a.k, list.best.spill,
+                               a.exact.query(q, qid), a.exact, o.idx, o.dist, reach);
   }
   flag_rows(a.exact, a.slot_begin, first_slot, flagged, reach);
   if (lane == 0 && evals) atomicAdd(a.evaluations, evals);
@@ -555,8 +568,8 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
     const float reach = warp_max(sink.reach);
     radius_walk(t, q, on, reach * kPruneSlack, stage_all[warp], stack_all[warp], sink);
     if (on) {
-      const std::size_t row = a.row(slot, qid);
-      sink.list.write(a.out_idx + row, a.out_dist + row);
+      const auto o = a.out(slot, qid);
+      sink.list.write(o.idx, o.dist);
     }
   }
 }

@@ -259,10 +259,10 @@ __global__ void __launch_bounds__(kTreeWarps * 32) hybrid_tree_kernel(TreeView t
   float reach = 0.f;
   if constexpr (CAP <= 32) sort_lists(sink.s, sink.count);
   if (w.in_range && mine) {
-    const std::size_t row = a.row(w.slot, w.qid);
+    const auto o = a.out(w.slot, w.qid);
     if constexpr (CAP > 32) sink.sort();
     flagged = !settle_row<CAP>(sink.s, sink.count, a.k, sink.spill, a.exact.query(w.q, w.qid),
-                               a.exact, a.out_idx + row, a.out_dist + row, reach);
+                               a.exact, o.idx, o.dist, reach);
   }
   flag_rows(a.exact, a.slot_begin, w.slot - lane, flagged, reach);
   evals = warp_all_reduce(evals, SumOp{});

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "core/row_shares.hpp"
 #include "device_buffer.cuh"
 #include "exact.cuh"
 #include "pcnn/index.hpp"
@@ -61,12 +62,14 @@ inline std::int64_t tree_outlier_ints(std::int64_t slots) { return kOutlierCount
 /// One launch of the tree kNN over the sorted queries [slot_begin, slot_end) (the index's own
 /// points when `self_search`), rows written by original query index; `outliers` holds
 /// tree_outlier_ints(slot_end - slot_begin) ints; with exclude_self, query i is indexed point
-/// i + query_offset. Does not synchronize.
+/// i + query_offset; `shares` given, rows go to those shares instead of d_idx / d_dist. Does not
+/// synchronize.
 void tree_search_range(const SpatialIndex& index, const float4* queries, bool self_search,
                        int slot_begin, int slot_end, KnnParams params, const RadiusBound& bound,
                        std::int32_t* d_idx, float* d_dist, int* outliers,
                        unsigned long long* evaluations, int query_offset, const ExactSearch& ex,
-                       cudaStream_t stream, DeviceMemoryResource& mr);
+                       cudaStream_t stream, DeviceMemoryResource& mr,
+                       const RowShares* shares = nullptr);
 
 /// Throws pcnn::out_of_memory_error when `working` bytes plus the per-query memory of a radius
 /// search of `rows` queries exceed `available`.

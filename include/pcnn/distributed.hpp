@@ -131,12 +131,16 @@ struct PartitionedTimings {
   double total_ms = 0;      ///< build + search
   std::int64_t queries_forwarded = 0;
   bool replicated = false;  ///< the layout in use: replicas (true) or spatial parts
+  /// Replicas' last dense self-search: each replica searched a piece of the index's order and
+  /// wrote its rows into the devices owning them (true), or each searched its share of the rows
+  /// as a separate query set (false: devices that cannot write each other's memory).
+  bool by_position = false;
   std::vector<PartStats> parts;
 };
 
 /// One device's share of a dense search's rows kept in that device's memory (the replicated
-/// layout): rows [first_row, first_row + rows) of the whole result, rows × k, written by the
-/// replica on `device` into its own memory. For pipelines that go on on each GPU: no row crosses
+/// layout): rows [first_row, first_row + rows) of the whole result, rows × k, in memory of
+/// `device`. For pipelines that go on on each GPU: no row crosses
 /// host memory, which bounds the throughput of several GPUs writing rows to one host.
 struct DeviceRows {
   int device = 0;                    ///< CUDA device ordinal
