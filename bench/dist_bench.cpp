@@ -335,6 +335,10 @@ int main(int argc, char** argv) {
         if (r > 0) t_one_search.push_back(ms_since(t_search));
       }
       if (on_devices && check) rows_on_device->copy_to(one, 0);
+      const SearchTimings& st = index.last_timings();
+      say("# one device's last run: search kernels %.1f ms, rows to the host %.1f ms (device "
+          "time, overlapping), %.0f distance evaluations a query\n",
+          st.search_ms, st.download_ms, double(st.distance_evaluations) / double(n));
     }
     const char* into = on_devices ? "rows kept in device memory" : "rows into host memory";
     const double one_ms = median(t_one), one_search = median(t_one_search);

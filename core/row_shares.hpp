@@ -1,6 +1,6 @@
 // The rows of one dense result cut into contiguous shares, each in arrays of its own: replicas of
 // one cloud on several devices write every row into the share of the device that owns it
-// (dist/part_cuda.cu, self_search_by_position). Plain data, passed to the kernels by value.
+// (dist::ShareExchange, dist/part_cuda.cu). Plain data, passed to the kernels by value.
 #pragma once
 
 #include <cstddef>

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -296,19 +297,34 @@ struct RowsPlace {
   float* dist = nullptr;
 };
 
-/// The self-search of replicas of one cloud on distinct devices, cut along the index's order:
-/// replica d searches the points at positions [rows d / n, rows (d + 1) / n) of its index — a
-/// piece of the curve, as coherent as the whole self-search, where a contiguous share of the
-/// rows of a cloud stored in random order is scattered over all of it — and writes each row into
-/// the device that owns it (rows [rows d / n, rows (d + 1) / n) by original index: device d),
-/// its own memory or a peer's. Once every search has ended, each device copies its share to
-/// places[d]. Adds each device's time to ms[d]. Replicas may share a device. False, having done
-/// nothing, where it cannot run: fewer than 2 or more than 8 replicas, distinct devices without
-/// peer access to each other, replicas that order the points differently, or a device without
-/// room for its share.
-bool self_search_by_position(std::vector<Index>& replicas, const std::vector<int>& devices,
-                             const DenseSearch& search, std::int64_t rows,
-                             const std::vector<RowsPlace>& places, std::vector<double>& ms);
+/// The self-search of replicas of one cloud, cut along the index's order: replica d searches
+/// the points at positions [rows d / n, rows (d + 1) / n) of its index — a piece of the curve, as
+/// coherent as the whole self-search, where a contiguous share of the rows of a cloud stored in
+/// random order is scattered over all of it — and writes each row into the share of the replica
+/// that owns it (rows [rows d / n, rows (d + 1) / n) by original index: replica d), in its own
+/// device's memory or a peer's. Once every search has ended, each device copies its share to its
+/// place. Kept between searches: every pair of distinct devices' peer access, enabled at the
+/// first search and disabled with this object (process-wide state: access the caller enables
+/// meanwhile goes with it), and each share's device buffers (rows × k × 8 bytes over the
+/// devices), grown as needed.
+class ShareExchange {
+ public:
+  /// The replicas' devices, in replica order (a device may hold several).
+  explicit ShareExchange(std::vector<int> devices);
+  ~ShareExchange();
+  ShareExchange(const ShareExchange&) = delete;
+  ShareExchange& operator=(const ShareExchange&) = delete;
+  /// Searches, and copies replica d's share of the rows to places[d] (host or device memory);
+  /// adds each device's time to ms[d]. False, having searched nothing, where it cannot run:
+  /// fewer than 2 or more than 8 replicas, distinct devices without peer access to each other,
+  /// replicas that order the points differently, or a device without room for its share.
+  bool self_search(std::vector<Index>& replicas, const DenseSearch& search, std::int64_t rows,
+                   const std::vector<RowsPlace>& places, std::vector<double>& ms);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 /// A part's answer to forwarded queries: rows × k exact distances and global indices (padded
 /// with +infinity / -1), for `m` packed queries `q` (never a self-search: exclude_self is off).

@@ -336,20 +336,74 @@ PointsView SpreadPoints::on(int d) const {
   return v;
 }
 
-bool self_search_by_position(std::vector<Index>& replicas, const std::vector<int>& devices,
-                             const DenseSearch& search, std::int64_t rows,
-                             const std::vector<RowsPlace>& places, std::vector<double>& ms) {
-  const int nd = static_cast<int>(replicas.size());
-  if (nd < 2 || nd > pcnn::detail::RowShares::kMax || rows <= 0 || rows > INT32_MAX ||
-      static_cast<int>(devices.size()) != nd || static_cast<int>(places.size()) != nd)
-    return false;
-  for (int d = 0; d < nd; ++d)  // replicas on one device write its memory; others, their peers'
-    for (int e = 0; e < nd; ++e) {
-      int can = 1;
-      if (devices[d] != devices[e])
-        PCNN_CUDA_TRY(cudaDeviceCanAccessPeer(&can, devices[d], devices[e]));
+struct ShareExchange::Impl {
+  std::vector<int> devices;
+  std::deque<PeerAccess> access;  // every ordered pair of distinct devices, once enabled
+  bool enabled = false;
+  struct Share {
+    std::optional<Buffer<std::int32_t, false>> idx;
+    std::optional<Buffer<float, false>> dist;
+    std::int64_t cells = 0;  // what the buffers hold
+  };
+  std::deque<Share> shares;  // (Buffer does not move)
+
+  // Whether every device may write every other's memory (enabling it the first time).
+  bool peers() {
+    if (enabled) return true;
+    std::vector<std::pair<int, int>> pairs;
+    for (const int d : devices)
+      for (const int e : devices)
+        if (d != e) pairs.emplace_back(d, e);
+    std::sort(pairs.begin(), pairs.end());
+    pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+    for (const auto& [d, e] : pairs) {
+      int can = 0;
+      PCNN_CUDA_TRY(cudaDeviceCanAccessPeer(&can, d, e));
       if (!can) return false;
     }
+    std::deque<PeerAccess> made;
+    for (const auto& [d, e] : pairs)
+      if (!made.emplace_back(d, e).usable()) return false;  // past a device's peer limit
+    access = std::move(made);
+    enabled = true;
+    return true;
+  }
+
+  // Share d's buffers for `cells` entries each: kept from an earlier call, or allocated where
+  // the device has room besides a search's scratch (a pass of an eighth of its rows at ~64 bytes
+  // a row, and a margin).
+  bool reserve(int d, std::int64_t cells, std::int64_t rows) {
+    Share& s = shares[static_cast<std::size_t>(d)];
+    if (s.cells >= cells) return true;
+    const pcnn::detail::DeviceScope on(devices[static_cast<std::size_t>(d)]);
+    s.idx.reset();
+    s.dist.reset();
+    s.cells = 0;
+    std::size_t free_bytes = 0, total = 0;
+    PCNN_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total));
+    if (static_cast<double>(free_bytes) < 8.0 * cells + 8.0 * rows + (512 << 20)) return false;
+    s.idx.emplace(cells);
+    s.dist.emplace(cells);
+    s.cells = cells;
+    return true;
+  }
+};
+
+ShareExchange::ShareExchange(std::vector<int> devices) : impl_(std::make_unique<Impl>()) {
+  impl_->shares.resize(devices.size());
+  impl_->devices = std::move(devices);
+}
+
+ShareExchange::~ShareExchange() = default;
+
+bool ShareExchange::self_search(std::vector<Index>& replicas, const DenseSearch& search,
+                                std::int64_t rows, const std::vector<RowsPlace>& places,
+                                std::vector<double>& ms) {
+  Impl& m = *impl_;
+  const int nd = static_cast<int>(replicas.size());
+  if (nd < 2 || nd > pcnn::detail::RowShares::kMax || rows <= 0 || rows > INT32_MAX ||
+      static_cast<int>(m.devices.size()) != nd || static_cast<int>(places.size()) != nd)
+    return false;
   const auto cut = [&](int d) { return rows * d / nd; };
   using pcnn::detail::IndexAccess;
   // The replicas must order the points the same (they do, built alike from the same points):
@@ -359,32 +413,17 @@ bool self_search_by_position(std::vector<Index>& replicas, const std::vector<int
     for (int e = 1; e < nd; ++e)
       if (IndexAccess::backend(replicas[e]).original_index_at(cut(d)) != id) return false;
   }
-  // Each device's share of the rows in memory of its own that its peers may write (cudaMalloc),
-  // when the device has room for it besides a search's scratch (a pass of an eighth of its
-  // positions, ~64 bytes a row, and a margin).
+  if (!m.peers()) return false;
   const int k = search.k;
-  std::vector<std::optional<Buffer<std::int32_t, false>>> idx(nd);
-  std::vector<std::optional<Buffer<float, false>>> dist(nd);
-  for (int d = 0; d < nd; ++d) {
-    const pcnn::detail::DeviceScope on(devices[d]);
-    const std::int64_t m = cut(d + 1) - cut(d);
-    std::size_t free_bytes = 0, total = 0;
-    PCNN_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total));
-    if (static_cast<double>(free_bytes) < 8.0 * k * m + 8.0 * m + (512 << 20)) return false;
-    idx[d].emplace(m * k);
-    dist[d].emplace(m * k);
-  }
-  std::deque<PeerAccess> access;  // every pair, until every share is in its place
   for (int d = 0; d < nd; ++d)
-    for (int e = 0; e < nd; ++e)
-      if (devices[e] != devices[d] && !access.emplace_back(devices[d], devices[e]).usable())
-        return false;
+    if (!m.reserve(d, (cut(d + 1) - cut(d)) * k, cut(d + 1) - cut(d))) return false;
   pcnn::detail::RowShares to;
   to.count = nd;
   for (int d = 0; d <= nd; ++d) to.first[d] = static_cast<int>(cut(d));
   for (int d = 0; d < nd; ++d) {
-    to.idx[d] = idx[d]->get();
-    to.dist[d] = dist[d]->get();
+    const Impl::Share& s = m.shares[static_cast<std::size_t>(d)];
+    to.idx[d] = s.idx->get();
+    to.dist[d] = s.dist->get();
   }
   const KnnParams params{search.k, search.exclude_self};
   const double radius = search.hybrid ? search.radius : INFINITY;
@@ -394,7 +433,7 @@ bool self_search_by_position(std::vector<Index>& replicas, const std::vector<int
   };
   for_each(nd, true, [&](int d) {
     const auto t = clock_type::now();
-    const pcnn::detail::DeviceScope on(devices[d]);
+    const pcnn::detail::DeviceScope on(m.devices[static_cast<std::size_t>(d)]);
     const Stream stream;
     Index& r = replicas[static_cast<std::size_t>(d)];
     IndexAccess::backend(r).self_dense_positions(cut(d), cut(d + 1), params, radius, to,
@@ -404,10 +443,10 @@ bool self_search_by_position(std::vector<Index>& replicas, const std::vector<int
   // Every device's search has ended: each share is whole, and goes to its place.
   for_each(nd, true, [&](int d) {
     const auto t = clock_type::now();
-    const pcnn::detail::DeviceScope on(devices[d]);
-    const Stream stream;
     const std::size_t bytes = static_cast<std::size_t>(cut(d + 1) - cut(d)) * k * 4;
     if (bytes == 0) return;
+    const pcnn::detail::DeviceScope on(m.devices[static_cast<std::size_t>(d)]);
+    const Stream stream;
     PCNN_CUDA_TRY(
         cudaMemcpyAsync(places[d].idx, to.idx[d], bytes, cudaMemcpyDefault, stream.get()));
     PCNN_CUDA_TRY(

@@ -40,6 +40,7 @@ struct PartitionedIndex::Impl {
   int threads_per_part = 1;
   PartitionedTimings timings;
   std::vector<Index> replicas;  // the replicated layout: one whole index per device
+  std::unique_ptr<dist::ShareExchange> exchange;  // replicas' self-searches cut along the order
 
   // The queries of one search by home part: the output rows and packed coordinates (a
   // self-search's are the parts' own points).
@@ -173,6 +174,7 @@ void PartitionedIndex::Impl::build_replicas(PointsView points) {
     built_ms[d] = ms_since(t);
   });
   for (std::optional<Index>& r : built) replicas.push_back(std::move(*r));
+  exchange = std::make_unique<dist::ShareExchange>(options.devices);
   timings.replicated = true;
 }
 
@@ -237,7 +239,7 @@ void PartitionedIndex::Impl::dense_replicas(const PointsView* queries,
   finish_replicas(t_start);
 }
 
-// A self-search cut along the replicas' order (dist::self_search_by_position), where the devices
+// A self-search cut along the replicas' order (dist::ShareExchange), where the devices
 // may write each other's memory. Rows of a cloud stored in random order, cut into contiguous
 // shares, are each scattered over the whole cloud: every replica then searched a sparse, sorted
 // half of it (200M points, k = 8, two H100s: 1.47-1.56x one device's search; round 13).
@@ -250,8 +252,7 @@ bool PartitionedIndex::Impl::self_by_position(const dist::DenseSearch& search, s
     places[static_cast<std::size_t>(d)] = {iv.data, dv.data};
   }
   std::vector<double> ms(static_cast<std::size_t>(nd), 0.0);
-  if (!dist::self_search_by_position(replicas, options.devices, search, rows, places, ms))
-    return false;
+  if (!exchange->self_search(replicas, search, rows, places, ms)) return false;
   for (int d = 0; d < nd; ++d)
     timings.parts[static_cast<std::size_t>(d)].search_ms += ms[static_cast<std::size_t>(d)];
   timings.by_position = true;

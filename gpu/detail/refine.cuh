@@ -75,6 +75,38 @@ struct SettleArgs {
   }
 };
 
+/// Writes a row: entries j < count as id(j) and d(j), the rest -1 and +inf; 16 bytes a store
+/// where k and both pointers allow it. A row written into a peer device's memory (replicas,
+/// RowShares) crosses NVLink a store at a time: four bytes a store made a 200M-point self-search
+/// on two H100s 30 % slower than with every row local (bench/results/2026-11-28-round19.md).
+template <class Id, class D>
+__device__ __forceinline__ void write_row(std::int32_t* out_idx, float* out_dist, int k, int count,
+                                          Id&& id, D&& d) {
+  const auto bits =
+      reinterpret_cast<std::uintptr_t>(out_idx) | reinterpret_cast<std::uintptr_t>(out_dist);
+  if ((k & 3) == 0 && (bits & 15) == 0) {
+    for (int j = 0; j < k; j += 4) {
+      int4 i4;
+      float4 d4;
+      i4.x = j < count ? id(j) : -1;
+      i4.y = j + 1 < count ? id(j + 1) : -1;
+      i4.z = j + 2 < count ? id(j + 2) : -1;
+      i4.w = j + 3 < count ? id(j + 3) : -1;
+      d4.x = j < count ? d(j) : INFINITY;
+      d4.y = j + 1 < count ? d(j + 1) : INFINITY;
+      d4.z = j + 2 < count ? d(j + 2) : INFINITY;
+      d4.w = j + 3 < count ? d(j + 3) : INFINITY;
+      *reinterpret_cast<int4*>(out_idx + j) = i4;
+      *reinterpret_cast<float4*>(out_dist + j) = d4;
+    }
+    return;
+  }
+  for (int j = 0; j < k; ++j) {
+    out_idx[j] = j < count ? id(j) : -1;
+    out_dist[j] = j < count ? d(j) : INFINITY;
+  }
+}
+
 /// Up to CAP entries sorted by (exact distance, index), in the thread's own arrays.
 template <int CAP>
 struct ExactList {
@@ -95,10 +127,9 @@ struct ExactList {
   }
   /// The row: indices and exact distances rounded to float, -1 / +inf padded.
   __device__ __forceinline__ void write(std::int32_t* out_idx, float* out_dist) const {
-    for (int i = 0; i < k; ++i) {
-      out_idx[i] = i < count ? id[i] : -1;
-      out_dist[i] = i < count ? __double2float_rn(d[i]) : INFINITY;
-    }
+    write_row(
+        out_idx, out_dist, k, count, [&](int i) { return id[i]; },
+        [&](int i) { return __double2float_rn(d[i]); });
   }
 };
 
@@ -138,10 +169,8 @@ __device__ __forceinline__ bool settle_row(Slots& s, int count, int k, const Spi
     if (extra && !isnan(spill.d2) && !(spill.d2 > reach)) return false;
   }
   if (in_order && !extra) {
-    for (int j = 0; j < k; ++j) {
-      out_idx[j] = j < count ? s.id(j) : -1;
-      out_dist[j] = j < count ? s.d(j) : INFINITY;
-    }
+    write_row(
+        out_idx, out_dist, k, count, [&](int j) { return s.id(j); }, [&](int j) { return s.d(j); });
     return true;
   }
   ExactList<CAP> list;  // rare: from the caller's arrays, by original index
