@@ -276,7 +276,8 @@ class SpreadPoints {
   /// `points` (host memory, float32 or float64, any stride); `devices` distinct. Each device
   /// holds a whole copy for the life of the object.
   /// @throws pcnn::cuda_error, pcnn::out_of_memory_error (a device without room for the copy)
-  SpreadPoints(PointsView points, const std::vector<int>& devices);
+  /// `peers_enabled`: every pair's peer access is on already (ShareExchange), left as it is.
+  SpreadPoints(PointsView points, const std::vector<int>& devices, bool peers_enabled = false);
   ~SpreadPoints();
   SpreadPoints(const SpreadPoints&) = delete;
   SpreadPoints& operator=(const SpreadPoints&) = delete;
@@ -314,6 +315,8 @@ class ShareExchange {
   ~ShareExchange();
   ShareExchange(const ShareExchange&) = delete;
   ShareExchange& operator=(const ShareExchange&) = delete;
+  /// Enables every pair's peer access now (the first search would); whether it could.
+  bool enable_peers();
   /// Searches, and copies replica d's share of the rows to places[d] (host or device memory);
   /// adds each device's time to ms[d]. False, having searched nothing, where it cannot run:
   /// fewer than 2 or more than 8 replicas, distinct devices without peer access to each other,

@@ -248,7 +248,7 @@ bool SpreadPoints::possible(const std::vector<int>& devices) {
   return true;
 }
 
-SpreadPoints::SpreadPoints(PointsView points, const std::vector<int>& devices)
+SpreadPoints::SpreadPoints(PointsView points, const std::vector<int>& devices, bool peers_enabled)
     : points_(points), devices_(devices), copies_(devices.size(), nullptr) {
   const int nd = static_cast<int>(devices.size());
   const std::size_t bytes = points.count > 0
@@ -286,7 +286,7 @@ SpreadPoints::SpreadPoints(PointsView points, const std::vector<int>& devices)
     // Then the others' shares, straight from their devices. Every pair's access stays enabled
     // until every copy is done: a copy may run on either device's engines.
     std::deque<PeerAccess> access;
-    for (int d = 0; d < nd; ++d)
+    for (int d = 0; d < nd && !peers_enabled; ++d)
       for (int e = 0; e < nd; ++e)
         if (e != d) access.emplace_back(devices[d], devices[e]);
     for_each(nd, true, [&](int d) {  // on a stream of each device's own: at once
@@ -396,6 +396,8 @@ ShareExchange::ShareExchange(std::vector<int> devices) : impl_(std::make_unique<
 
 ShareExchange::~ShareExchange() = default;
 
+bool ShareExchange::enable_peers() { return impl_->peers(); }
+
 bool ShareExchange::self_search(std::vector<Index>& replicas, const DenseSearch& search,
                                 std::int64_t rows, const std::vector<RowsPlace>& places,
                                 std::vector<double>& ms) {
@@ -415,8 +417,12 @@ bool ShareExchange::self_search(std::vector<Index>& replicas, const DenseSearch&
   }
   if (!m.peers()) return false;
   const int k = search.k;
-  for (int d = 0; d < nd; ++d)
-    if (!m.reserve(d, (cut(d + 1) - cut(d)) * k, cut(d + 1) - cut(d))) return false;
+  std::vector<char> room(static_cast<std::size_t>(nd), 0);
+  for_each(nd, true, [&](int d) {  // at once: cudaMalloc of GBs takes milliseconds
+    room[static_cast<std::size_t>(d)] =
+        m.reserve(d, (cut(d + 1) - cut(d)) * k, cut(d + 1) - cut(d));
+  });
+  if (std::find(room.begin(), room.end(), 0) != room.end()) return false;
   pcnn::detail::RowShares to;
   to.count = nd;
   for (int d = 0; d <= nd; ++d) to.first[d] = static_cast<int>(cut(d));

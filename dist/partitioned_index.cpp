@@ -155,9 +155,13 @@ void PartitionedIndex::Impl::build_replicas(PointsView points) {
                       !options.index.memory && dist::SpreadPoints::possible(options.devices);
   std::optional<dist::SpreadPoints> copies;
   std::optional<dist::PortableLock> lock_points;
+  // Peer access for the searches cut along the order, enabled once here (~2.5 ms on two H100s
+  // holding 200M-point indexes) instead of in the first search; the spread then finds it on.
+  exchange = std::make_unique<dist::ShareExchange>(options.devices);
+  const bool peers = distinct && options.devices.size() > 1 && exchange->enable_peers();
   if (spread) {
     try {
-      copies.emplace(points, options.devices);
+      copies.emplace(points, options.devices, peers);
     } catch (const out_of_memory_error&) {
       // A device without room for a copy besides its index: the points are page-locked once
       // and each index uploads them itself.
@@ -174,7 +178,6 @@ void PartitionedIndex::Impl::build_replicas(PointsView points) {
     built_ms[d] = ms_since(t);
   });
   for (std::optional<Index>& r : built) replicas.push_back(std::move(*r));
-  exchange = std::make_unique<dist::ShareExchange>(options.devices);
   timings.replicated = true;
 }
 

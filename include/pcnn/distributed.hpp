@@ -1,7 +1,7 @@
 // pcnn — one cloud split into spatial parts, each with its own index: several GPUs of one process,
 // a reference cloud larger than one device (parts searched one after the other as tiles), and the
 // building blocks the MPI layer (pcnn/mpi.hpp) uses across ranks. Or, on several GPUs, replicas
-// of the whole cloud, each searching a contiguous share of the rows (Layout::replicated).
+// of the whole cloud, each searching a share of it (Layout::replicated).
 //
 //   pcnn::PartitionedOptions o;
 //   o.devices = {0, 1};                                  // one part per GPU, searched at once
@@ -88,8 +88,14 @@ Box bounding_box(PointsView points, const std::vector<std::int32_t>& ids);
 enum class Layout {
   automatic,   ///< replicated on CUDA devices when untiled and uncapped, else spatial
   spatial,     ///< spatial parts, one per device: clouds larger than one device
-  replicated,  ///< every device indexes the whole cloud and searches a contiguous share of the
-               ///< rows: no boundary traffic, no merge (the cloud must fit every device)
+  replicated,  ///< every device indexes the whole cloud and searches a share of it: no boundary
+               ///< traffic, no merge (the cloud must fit every device). A dense self-search is
+               ///< cut along the index's order, each device writing rows into the device owning
+               ///< them, where every device may write every other's memory: peer access is then
+               ///< enabled for the life of the index (process-wide state) and each device keeps
+               ///< its share of the rows' buffers (rows × k × 8 bytes in all) between searches.
+               ///< Otherwise, and for separate queries, each searches a contiguous share of the
+               ///< rows.
 };
 
 struct PartitionedOptions {
