@@ -276,8 +276,7 @@ class SpreadPoints {
   /// `points` (host memory, float32 or float64, any stride); `devices` distinct. Each device
   /// holds a whole copy for the life of the object.
   /// @throws pcnn::cuda_error, pcnn::out_of_memory_error (a device without room for the copy)
-  /// `peers_enabled`: every pair's peer access is on already (ShareExchange), left as it is.
-  SpreadPoints(PointsView points, const std::vector<int>& devices, bool peers_enabled = false);
+  SpreadPoints(PointsView points, const std::vector<int>& devices);
   ~SpreadPoints();
   SpreadPoints(const SpreadPoints&) = delete;
   SpreadPoints& operator=(const SpreadPoints&) = delete;
@@ -299,15 +298,15 @@ struct RowsPlace {
 };
 
 /// The self-search of replicas of one cloud, cut along the index's order: replica d searches
-/// the points at positions [rows d / n, rows (d + 1) / n) of its index — a piece of the curve, as
-/// coherent as the whole self-search, where a contiguous share of the rows of a cloud stored in
-/// random order is scattered over all of it — and writes each row into the share of the replica
-/// that owns it (rows [rows d / n, rows (d + 1) / n) by original index: replica d), in its own
-/// device's memory or a peer's. Once every search has ended, each device copies its share to its
-/// place. Kept between searches: every pair of distinct devices' peer access, enabled at the
-/// first search and disabled with this object (process-wide state: access the caller enables
-/// meanwhile goes with it), and each share's device buffers (rows × k × 8 bytes over the
-/// devices), grown as needed.
+/// a run of positions of its index (the finite points cut evenly; the non-finite ones, sorted
+/// last, to the last replica) — a piece of the curve, as coherent as the whole self-search, where
+/// a contiguous share of the rows of a cloud stored in random order is scattered over all of it
+/// — and writes each row into the share of the replica that owns it (rows [first[d], first[d +
+/// 1]) by original index: replica d), in its own device's memory or another's. Once every search
+/// has ended, each device copies its share to its place. The shares live in memory pools of this
+/// object's own, one per device, that the other devices may write (cudaMemPoolSetAccess: no
+/// process-wide state such as peer access is changed), kept between searches and grown as
+/// needed (rows × k × 8 bytes over the devices).
 class ShareExchange {
  public:
   /// The replicas' devices, in replica order (a device may hold several).
@@ -315,14 +314,14 @@ class ShareExchange {
   ~ShareExchange();
   ShareExchange(const ShareExchange&) = delete;
   ShareExchange& operator=(const ShareExchange&) = delete;
-  /// Enables every pair's peer access now (the first search would); whether it could.
-  bool enable_peers();
-  /// Searches, and copies replica d's share of the rows to places[d] (host or device memory);
-  /// adds each device's time to ms[d]. False, having searched nothing, where it cannot run:
-  /// fewer than 2 or more than 8 replicas, distinct devices without peer access to each other,
-  /// replicas that order the points differently, or a device without room for its share.
-  bool self_search(std::vector<Index>& replicas, const DenseSearch& search, std::int64_t rows,
-                   const std::vector<RowsPlace>& places, std::vector<double>& ms);
+  /// Searches, and copies replica d's share of the rows (`first`: n + 1 boundaries, the last the
+  /// rows) to places[d] (host or device memory); adds each device's time to ms[d]. False, having
+  /// searched nothing, where it cannot run: fewer than 2 or more than 8 replicas, no rows,
+  /// devices without memory pools or that cannot reach each other's memory, replicas whose
+  /// orders differ where the positions are cut, or a device without room for its shares.
+  bool self_search(std::vector<Index>& replicas, const DenseSearch& search,
+                   const std::vector<std::int64_t>& first, const std::vector<RowsPlace>& places,
+                   std::vector<double>& ms);
 
  private:
   struct Impl;

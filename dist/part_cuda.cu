@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <map>
+#include <memory>
 #include <optional>
 
 #include "core/backend.hpp"
@@ -206,14 +208,11 @@ class PeerAccess {
     // without NVSwitch): the copies then go without, staged by the driver.
     if (e == cudaErrorPeerAccessAlreadyEnabled || e == cudaErrorTooManyPeers) {
       static_cast<void>(cudaGetLastError());
-      usable_ = e == cudaErrorPeerAccessAlreadyEnabled;
       return;
     }
     PCNN_CUDA_TRY(e);
-    enabled_ = usable_ = true;
+    enabled_ = true;
   }
-  /// Whether kernels on `device` may now write `peer`'s memory (cudaMalloc'd).
-  bool usable() const { return usable_; }
   ~PeerAccess() {
     if (!enabled_) return;
     int was = 0;
@@ -230,7 +229,7 @@ class PeerAccess {
 
  private:
   int device_, peer_;
-  bool enabled_ = false, usable_ = false;
+  bool enabled_ = false;
 };
 
 }  // namespace
@@ -248,7 +247,7 @@ bool SpreadPoints::possible(const std::vector<int>& devices) {
   return true;
 }
 
-SpreadPoints::SpreadPoints(PointsView points, const std::vector<int>& devices, bool peers_enabled)
+SpreadPoints::SpreadPoints(PointsView points, const std::vector<int>& devices)
     : points_(points), devices_(devices), copies_(devices.size(), nullptr) {
   const int nd = static_cast<int>(devices.size());
   const std::size_t bytes = points.count > 0
@@ -286,7 +285,7 @@ SpreadPoints::SpreadPoints(PointsView points, const std::vector<int>& devices, b
     // Then the others' shares, straight from their devices. Every pair's access stays enabled
     // until every copy is done: a copy may run on either device's engines.
     std::deque<PeerAccess> access;
-    for (int d = 0; d < nd && !peers_enabled; ++d)
+    for (int d = 0; d < nd; ++d)
       for (int e = 0; e < nd; ++e)
         if (e != d) access.emplace_back(devices[d], devices[e]);
     for_each(nd, true, [&](int d) {  // on a stream of each device's own: at once
@@ -336,56 +335,157 @@ PointsView SpreadPoints::on(int d) const {
   return v;
 }
 
+namespace {
+
+// Device memory of one device that other devices' kernels may write: a memory pool of the
+// exchange's own with access granted to them (cudaMemPoolSetAccess, the pool's state, where
+// cudaDeviceEnablePeerAccess would change the process's), holding freed memory until destroyed.
+class SharedPool {
+ public:
+  SharedPool(int device, const std::vector<int>& writers) : device_(device) {
+    const pcnn::detail::DeviceScope on(device);
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypeNone;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    PCNN_CUDA_TRY(cudaMemPoolCreate(&pool_, &props));
+    std::vector<int> others = writers;
+    std::sort(others.begin(), others.end());
+    others.erase(std::unique(others.begin(), others.end()), others.end());
+    std::vector<cudaMemAccessDesc> access;
+    for (const int w : others)
+      if (w != device) {
+        cudaMemAccessDesc a{};
+        a.location.type = cudaMemLocationTypeDevice;
+        a.location.id = w;
+        a.flags = cudaMemAccessFlagsProtReadWrite;
+        access.push_back(a);
+      }
+    const cudaError_t e =
+        access.empty() ? cudaSuccess : cudaMemPoolSetAccess(pool_, access.data(), access.size());
+    if (e != cudaSuccess) {
+      static_cast<void>(cudaMemPoolDestroy(pool_));
+      PCNN_CUDA_TRY(e);
+    }
+  }
+  ~SharedPool() {
+    const pcnn::detail::DeviceScope on(device_, std::nothrow);
+    PCNN_CUDA_TRY_NO_THROW(cudaDeviceSynchronize());
+    PCNN_CUDA_TRY_NO_THROW(cudaMemPoolDestroy(pool_));
+  }
+  SharedPool(const SharedPool&) = delete;
+  SharedPool& operator=(const SharedPool&) = delete;
+  // `bytes` of the pool, or null where the device has not that much.
+  void* allocate(std::size_t bytes, cudaStream_t stream) {
+    void* p = nullptr;
+    const cudaError_t e = cudaMallocFromPoolAsync(&p, bytes, pool_, stream);
+    if (e == cudaErrorMemoryAllocation) {
+      static_cast<void>(cudaGetLastError());
+      return nullptr;
+    }
+    PCNN_CUDA_TRY(e);
+    return p;
+  }
+
+ private:
+  int device_;
+  cudaMemPool_t pool_ = nullptr;
+};
+
+}  // namespace
+
 struct ShareExchange::Impl {
   std::vector<int> devices;
-  std::deque<PeerAccess> access;  // every ordered pair of distinct devices, once enabled
-  bool enabled = false;
+  int usable = -1;  // every device may write every other's memory (-1: not asked yet)
+  // One pool per distinct device, then each share's two buffers in its device's pool (the pools
+  // destroyed last: a pool's destructor waits for its device).
+  std::map<int, std::unique_ptr<SharedPool>> pools;
   struct Share {
-    std::optional<Buffer<std::int32_t, false>> idx;
-    std::optional<Buffer<float, false>> dist;
+    std::int32_t* idx = nullptr;
+    float* dist = nullptr;
     std::int64_t cells = 0;  // what the buffers hold
   };
-  std::deque<Share> shares;  // (Buffer does not move)
+  std::vector<Share> shares;
 
-  // Whether every device may write every other's memory (enabling it the first time).
-  bool peers() {
-    if (enabled) return true;
-    std::vector<std::pair<int, int>> pairs;
-    for (const int d : devices)
-      for (const int e : devices)
-        if (d != e) pairs.emplace_back(d, e);
-    std::sort(pairs.begin(), pairs.end());
-    pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
-    for (const auto& [d, e] : pairs) {
-      int can = 0;
-      PCNN_CUDA_TRY(cudaDeviceCanAccessPeer(&can, d, e));
-      if (!can) return false;
+  ~Impl() {
+    for (std::size_t d = 0; d < shares.size(); ++d) release(static_cast<int>(d));
+  }
+  void release(int d) noexcept {
+    Share& s = shares[static_cast<std::size_t>(d)];
+    if (!s.idx && !s.dist) return;
+    const pcnn::detail::DeviceScope on(devices[static_cast<std::size_t>(d)], std::nothrow);
+    for (void* p : {static_cast<void*>(s.idx), static_cast<void*>(s.dist)})
+      if (p) PCNN_CUDA_TRY_NO_THROW(cudaFreeAsync(p, nullptr));
+    PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(nullptr));
+    s = Share{};
+  }
+
+  // Whether the devices can write each other's memory (asked once; pools made then).
+  bool possible() {
+    if (usable >= 0) return usable != 0;
+    usable = 0;
+    for (const int d : devices) {
+      int pools_supported = 0;
+      PCNN_CUDA_TRY(cudaDeviceGetAttribute(&pools_supported, cudaDevAttrMemoryPoolsSupported, d));
+      if (!pools_supported) return false;
+      for (const int e : devices) {
+        int can = 1;
+        if (d != e) PCNN_CUDA_TRY(cudaDeviceCanAccessPeer(&can, e, d));
+        if (!can) return false;
+      }
     }
-    std::deque<PeerAccess> made;
-    for (const auto& [d, e] : pairs)
-      if (!made.emplace_back(d, e).usable()) return false;  // past a device's peer limit
-    access = std::move(made);
-    enabled = true;
+    for (const int d : devices)
+      if (!pools.count(d)) pools.emplace(d, std::make_unique<SharedPool>(d, devices));
+    usable = 1;
     return true;
   }
 
-  // Share d's buffers for `cells` entries each: kept from an earlier call, or allocated where
-  // the device has room besides a search's scratch (a pass of an eighth of its rows at ~64 bytes
-  // a row, and a margin).
-  bool reserve(int d, std::int64_t cells, std::int64_t rows) {
-    Share& s = shares[static_cast<std::size_t>(d)];
-    if (s.cells >= cells) return true;
-    const pcnn::detail::DeviceScope on(devices[static_cast<std::size_t>(d)]);
-    s.idx.reset();
-    s.dist.reset();
-    s.cells = 0;
-    std::size_t free_bytes = 0, total = 0;
-    PCNN_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total));
-    if (static_cast<double>(free_bytes) < 8.0 * cells + 8.0 * rows + (512 << 20)) return false;
-    s.idx.emplace(cells);
-    s.dist.emplace(cells);
-    s.cells = cells;
-    return true;
+  // The shares' buffers for cells[d] entries each, kept from an earlier call or allocated, where
+  // each device has room besides a search's scratch (a pass of an eighth of its rows at ~64
+  // bytes a row, and a margin); the shares of one device checked together, each device at once.
+  bool reserve(const std::vector<std::int64_t>& cells, const std::vector<std::int64_t>& rows) {
+    std::vector<int> distinct = devices;
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    std::vector<char> room(distinct.size(), 1);
+    for_each(static_cast<int>(distinct.size()), true, [&](int i) {
+      const int device = distinct[static_cast<std::size_t>(i)];
+      const pcnn::detail::DeviceScope on(device);
+      double need = 512.0 * (1 << 20);
+      std::vector<int> grow;
+      for (std::size_t d = 0; d < devices.size(); ++d)
+        if (devices[d] == device) {
+          need += 8.0 * static_cast<double>(rows[d]);
+          if (shares[d].cells < cells[d]) {
+            release(static_cast<int>(d));
+            need += 8.0 * static_cast<double>(cells[d]);
+            grow.push_back(static_cast<int>(d));
+          }
+        }
+      std::size_t free_bytes = 0, total = 0;
+      PCNN_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total));
+      if (static_cast<double>(free_bytes) < need) {
+        room[static_cast<std::size_t>(i)] = 0;
+        return;
+      }
+      const Stream stream;
+      for (const int d : grow) {
+        Share& s = shares[static_cast<std::size_t>(d)];
+        const std::size_t bytes = static_cast<std::size_t>(cells[d]) * 4;
+        SharedPool& pool = *pools.at(device);
+        s.idx = static_cast<std::int32_t*>(pool.allocate(bytes, stream.get()));
+        s.dist = s.idx ? static_cast<float*>(pool.allocate(bytes, stream.get())) : nullptr;
+        PCNN_CUDA_TRY(cudaStreamSynchronize(stream.get()));
+        if (!s.dist) {
+          release(d);
+          room[static_cast<std::size_t>(i)] = 0;
+          return;
+        }
+        s.cells = cells[d];
+      }
+    });
+    return std::find(room.begin(), room.end(), 0) == room.end();
   }
 };
 
@@ -396,40 +496,45 @@ ShareExchange::ShareExchange(std::vector<int> devices) : impl_(std::make_unique<
 
 ShareExchange::~ShareExchange() = default;
 
-bool ShareExchange::enable_peers() { return impl_->peers(); }
-
 bool ShareExchange::self_search(std::vector<Index>& replicas, const DenseSearch& search,
-                                std::int64_t rows, const std::vector<RowsPlace>& places,
-                                std::vector<double>& ms) {
+                                const std::vector<std::int64_t>& first,
+                                const std::vector<RowsPlace>& places, std::vector<double>& ms) {
   Impl& m = *impl_;
   const int nd = static_cast<int>(replicas.size());
+  const std::int64_t rows = first.empty() ? 0 : first.back();
   if (nd < 2 || nd > pcnn::detail::RowShares::kMax || rows <= 0 || rows > INT32_MAX ||
-      static_cast<int>(m.devices.size()) != nd || static_cast<int>(places.size()) != nd)
+      static_cast<int>(m.devices.size()) != nd || static_cast<int>(places.size()) != nd ||
+      static_cast<int>(first.size()) != nd + 1 || !m.possible())
     return false;
-  const auto cut = [&](int d) { return rows * d / nd; };
   using pcnn::detail::IndexAccess;
-  // The replicas must order the points the same (they do, built alike from the same points):
-  // checked where the positions are cut.
+  // The positions searched by each replica: the finite points (sorted first) cut evenly, the
+  // non-finite ones (empty rows) to the last.
+  const std::int64_t finite = replicas[0].finite_size();
+  const auto cut = [&](int d) { return d == nd ? rows : finite * d / nd; };
+  // Identical rows rest on every replica ordering the points the same, which building the same
+  // points the same way does; checked, as a guard, where the positions are cut.
   for (int d = 1; d < nd; ++d) {
+    if (cut(d) >= rows) continue;
     const std::int64_t id = IndexAccess::backend(replicas[0]).original_index_at(cut(d));
     for (int e = 1; e < nd; ++e)
-      if (IndexAccess::backend(replicas[e]).original_index_at(cut(d)) != id) return false;
+      if (replicas[static_cast<std::size_t>(e)].finite_size() != finite ||
+          IndexAccess::backend(replicas[static_cast<std::size_t>(e)]).original_index_at(cut(d)) !=
+              id)
+        return false;
   }
-  if (!m.peers()) return false;
   const int k = search.k;
-  std::vector<char> room(static_cast<std::size_t>(nd), 0);
-  for_each(nd, true, [&](int d) {  // at once: cudaMalloc of GBs takes milliseconds
-    room[static_cast<std::size_t>(d)] =
-        m.reserve(d, (cut(d + 1) - cut(d)) * k, cut(d + 1) - cut(d));
-  });
-  if (std::find(room.begin(), room.end(), 0) != room.end()) return false;
+  std::vector<std::int64_t> cells(static_cast<std::size_t>(nd)), share_rows(cells.size());
+  for (int d = 0; d < nd; ++d) {
+    share_rows[static_cast<std::size_t>(d)] = first[d + 1] - first[d];
+    cells[static_cast<std::size_t>(d)] = share_rows[static_cast<std::size_t>(d)] * k;
+  }
+  if (!m.reserve(cells, share_rows)) return false;
   pcnn::detail::RowShares to;
   to.count = nd;
-  for (int d = 0; d <= nd; ++d) to.first[d] = static_cast<int>(cut(d));
+  for (int d = 0; d <= nd; ++d) to.first[d] = static_cast<int>(first[d]);
   for (int d = 0; d < nd; ++d) {
-    const Impl::Share& s = m.shares[static_cast<std::size_t>(d)];
-    to.idx[d] = s.idx->get();
-    to.dist[d] = s.dist->get();
+    to.idx[d] = m.shares[static_cast<std::size_t>(d)].idx;  // null for an empty share
+    to.dist[d] = m.shares[static_cast<std::size_t>(d)].dist;
   }
   const KnnParams params{search.k, search.exclude_self};
   const double radius = search.hybrid ? search.radius : INFINITY;
@@ -449,7 +554,7 @@ bool ShareExchange::self_search(std::vector<Index>& replicas, const DenseSearch&
   // Every device's search has ended: each share is whole, and goes to its place.
   for_each(nd, true, [&](int d) {
     const auto t = clock_type::now();
-    const std::size_t bytes = static_cast<std::size_t>(cut(d + 1) - cut(d)) * k * 4;
+    const std::size_t bytes = static_cast<std::size_t>(cells[static_cast<std::size_t>(d)]) * 4;
     if (bytes == 0) return;
     const pcnn::detail::DeviceScope on(m.devices[static_cast<std::size_t>(d)]);
     const Stream stream;

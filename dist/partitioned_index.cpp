@@ -155,13 +155,9 @@ void PartitionedIndex::Impl::build_replicas(PointsView points) {
                       !options.index.memory && dist::SpreadPoints::possible(options.devices);
   std::optional<dist::SpreadPoints> copies;
   std::optional<dist::PortableLock> lock_points;
-  // Peer access for the searches cut along the order, enabled once here (~2.5 ms on two H100s
-  // holding 200M-point indexes) instead of in the first search; the spread then finds it on.
-  exchange = std::make_unique<dist::ShareExchange>(options.devices);
-  const bool peers = distinct && options.devices.size() > 1 && exchange->enable_peers();
   if (spread) {
     try {
-      copies.emplace(points, options.devices, peers);
+      copies.emplace(points, options.devices);
     } catch (const out_of_memory_error&) {
       // A device without room for a copy besides its index: the points are page-locked once
       // and each index uploads them itself.
@@ -178,6 +174,10 @@ void PartitionedIndex::Impl::build_replicas(PointsView points) {
     built_ms[d] = ms_since(t);
   });
   for (std::optional<Index>& r : built) replicas.push_back(std::move(*r));
+  // Self-searches cut along the order, unless the caller bounds the devices' memory (the shares
+  // come from pools of the exchange's own).
+  if (!options.index.memory && options.max_device_memory == 0)
+    exchange = std::make_unique<dist::ShareExchange>(options.devices);
   timings.replicated = true;
 }
 
@@ -248,14 +248,17 @@ void PartitionedIndex::Impl::dense_replicas(const PointsView* queries,
 // half of it (200M points, k = 8, two H100s: 1.47-1.56x one device's search; round 13).
 bool PartitionedIndex::Impl::self_by_position(const dist::DenseSearch& search, std::int64_t rows,
                                               const ShareViews& out) {
+  if (!exchange) return false;
   const int nd = static_cast<int>(replicas.size());
   std::vector<dist::RowsPlace> places(static_cast<std::size_t>(nd));
+  std::vector<std::int64_t> first(static_cast<std::size_t>(nd) + 1);
+  for (int d = 0; d <= nd; ++d) first[static_cast<std::size_t>(d)] = share(rows, d);
   for (int d = 0; d < nd; ++d) {
-    const auto [iv, dv] = out(d, share(rows, d), share(rows, d + 1));
+    const auto [iv, dv] = out(d, first[d], first[d + 1]);
     places[static_cast<std::size_t>(d)] = {iv.data, dv.data};
   }
   std::vector<double> ms(static_cast<std::size_t>(nd), 0.0);
-  if (!exchange->self_search(replicas, search, rows, places, ms)) return false;
+  if (!exchange->self_search(replicas, search, first, places, ms)) return false;
   for (int d = 0; d < nd; ++d)
     timings.parts[static_cast<std::size_t>(d)].search_ms += ms[static_cast<std::size_t>(d)];
   timings.by_position = true;

@@ -321,13 +321,8 @@ class CudaBackend final : public Index::Backend_ {
                                   nullptr, nullptr, outliers.data(), evals.data(), 0, ex, stream,
                                   ws_, &to);
       ev_[3].record(stream);
-      unsigned long long counts[2] = {0, 0};
-      PCNN_CUDA_TRY(
-          cudaMemcpyAsync(counts, evals.data(), sizeof counts, cudaMemcpyDeviceToHost, stream));
-      PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+      read_counts(evals, stream, t);
       t.search_ms = ev_[3].since(ev_[2]);
-      t.distance_evaluations = static_cast<std::int64_t>(counts[0]);
-      t.refined_rows = static_cast<std::int64_t>(counts[1]);
     } catch (...) {
       abandon_call(stream);
       throw;
@@ -561,6 +556,17 @@ class CudaBackend final : public Index::Backend_ {
     PointsView v = exact_view_.slice(first_row, rows);
     v.memory = Memory::device;
     return v;
+  }
+
+  // A search's two counters (distance evaluations, refined rows) into `t`, once `stream` is done.
+  static void read_counts(const detail::device_buffer<unsigned long long>& evals,
+                          cudaStream_t stream, SearchTimings& t) {
+    unsigned long long counts[2] = {0, 0};
+    PCNN_CUDA_TRY(
+        cudaMemcpyAsync(counts, evals.data(), sizeof counts, cudaMemcpyDeviceToHost, stream));
+    PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+    t.distance_evaluations = static_cast<std::int64_t>(counts[0]);
+    t.refined_rows = static_cast<std::int64_t>(counts[1]);
   }
 
   // The rows of a pass of a search of `rows` rows in curve order. A pass of fewer rows than a few
@@ -1046,9 +1052,7 @@ class CudaBackend final : public Index::Backend_ {
       PCNN_CUDA_TRY(cudaStreamSynchronize(s0));
       for (int j = 0; j < chunks; ++j) download(j);
     }
-    unsigned long long counts[2] = {0, 0};
-    PCNN_CUDA_TRY(cudaMemcpyAsync(counts, evals.data(), sizeof counts, cudaMemcpyDeviceToHost, s0));
-    PCNN_CUDA_TRY(cudaStreamSynchronize(s0));
+    read_counts(evals, s0, t);
     PCNN_CUDA_TRY(cudaStreamSynchronize(s1));
     for (int p = 0; p < passes; ++p) t.search_ms += ev(2 * p + 1).since(ev(2 * p));
     if (!mapped_)
@@ -1056,8 +1060,6 @@ class CudaBackend final : public Index::Backend_ {
         t.download_ms += ev(2 * passes + 2 * j + 1).since(ev(2 * passes + 2 * j));
     t.build_ms = ev_[2].since(ev_[1]);
     t.passes = chunks;
-    t.distance_evaluations = static_cast<std::int64_t>(counts[0]);
-    t.refined_rows = static_cast<std::int64_t>(counts[1]);
   }
 
   IndexOptions options_;

@@ -79,10 +79,8 @@ __global__ void __launch_bounds__(kTreeWarps * 32, 8)
     auto* dist = reinterpret_cast<float*>(sink.out) + kCollect;
     order_ties(a.bound.queries.at(w.qid), a.bound.refs, idx, dist, m_lane);
     const auto o = a.out(w.slot, w.qid);
-    for (int e = 0; e < a.k; ++e) {
-      o.idx[e] = e < m_lane ? idx[e] : -1;
-      o.dist[e] = e < m_lane ? dist[e] : INFINITY;
-    }
+    write_row(
+        o.idx, o.dist, a.k, m_lane, [&](int e) { return idx[e]; }, [&](int e) { return dist[e]; });
   }
   evals = warp_all_reduce(evals, SumOp{});
   if (lane == 0 && evals) atomicAdd(a.evaluations, evals);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <random>
 #include <string>
@@ -99,6 +100,22 @@ void expect_identical(const KnnResult& a, const KnnResult& b, const char* what) 
   }
 }
 
+// Whether replicas on `devices` can cut a self-search along their order: memory pools on every
+// device, and every device able to reach every other's memory.
+bool cut_possible(const std::vector<int>& devices) {
+  if (devices.size() < 2 || devices.size() > 8) return false;
+  for (const int d : devices) {
+    int pools = 0;
+    if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, d) != cudaSuccess || !pools)
+      return false;
+    for (const int e : devices) {
+      int can = 1;
+      if (d != e && (cudaDeviceCanAccessPeer(&can, e, d) != cudaSuccess || !can)) return false;
+    }
+  }
+  return true;
+}
+
 class PartitionedKnn : public ::testing::TestWithParam<Case> {};
 
 // Spatial parts; on CUDA, untiled, also replicas of the whole cloud sharing out the rows.
@@ -151,7 +168,9 @@ void run_case(const Case& c, Backend backend) {
     const KnnResult got = c.queries ? parted.knn(qv, params) : parted.self_knn(params);
     expect_identical(got, want, name(layout));
     // Replicas cut a self-search along their order, here on one device.
-    EXPECT_EQ(parted.last_timings().by_position, layout == Layout::replicated && !c.queries);
+    EXPECT_EQ(parted.last_timings().by_position,
+              layout == Layout::replicated && !c.queries &&
+                  cut_possible(std::vector<int>(static_cast<std::size_t>(c.parts), 0)));
   }
   // And the single index is the exact reference (so the comparison above means exactness).
   const KnnResult exact = reference_knn(refs, c.queries ? &qv : nullptr, params);
@@ -701,7 +720,8 @@ TEST(Replicated, RowsKeptOnTheDevicesEqualHostRowsCuda) {
   expect_identical(on_devices(5003, 9,
                               [&](const auto& s) {
                                 replicas.self_knn_on_devices(self, s);
-                                EXPECT_TRUE(replicas.last_timings().by_position);
+                                EXPECT_EQ(replicas.last_timings().by_position,
+                                          cut_possible(po.devices));
                               }),
                    replicas.self_knn(self), "self kNN on the devices");
   expect_identical(on_devices(1301, 5, [&](const auto& s) { replicas.knn_on_devices(qv, sep, s); }),
@@ -719,43 +739,58 @@ TEST(Replicated, RowsKeptOnTheDevicesEqualHostRowsCuda) {
 // Replicas' self-search cut along the index's order (each replica searches a piece of the curve
 // and writes every row into the share of the device owning it): one index's rows byte for byte,
 // for kNN of several k with and without exclude_self and for hybrid, on a cloud with exact copies
-// and non-finite points; two replicas on one device, and where two devices exist, three
-// replicas on two devices (peers writing each other's memory).
+// and non-finite points (1 %, and 60 %: then the non-finite points, sorted last, span more than
+// one replica's rows), in passes of 1,024 positions too (passes that start off the 128-query
+// blocks); two replicas on one device, and where two devices exist, three replicas on two
+// devices, and a second index on the same devices searched after the first is gone. Nine
+// replicas (past RowShares::kMax) take contiguous shares of the rows instead, with the same rows.
 TEST(Replicated, SelfSearchCutAlongTheOrderEqualsOneIndexCuda) {
   PCNN_REQUIRE_DEVICE();
-  auto xyz = make_synthetic_cloud(SyntheticKind::clustered, 200003, 61);
-  xyz.insert(xyz.end(), xyz.begin(), xyz.begin() + 3 * 5000);  // exact copies of 5,000 points
-  test::poison(xyz, 0.01, 62);
-  const auto n = static_cast<std::int64_t>(xyz.size() / 3);
-  const PointsView refs = host_points(xyz.data(), n);
-  IndexOptions io;
-  io.backend = Backend::cuda;
-  Index single(refs, io);
-  // A radius that cuts some rows short of max_nn and fills others: the median 8th distance.
-  KnnResult eight = single.self_knn(KnnParams{8, true});
-  std::vector<float> d8;
-  for (std::int64_t r = 0; r < n; ++r)
-    if (std::isfinite(eight.sqdist[r * 8 + 7])) d8.push_back(eight.sqdist[r * 8 + 7]);
-  ASSERT_FALSE(d8.empty());
-  std::nth_element(d8.begin(), d8.begin() + d8.size() / 2, d8.end());
-  const HybridParams hybrid{std::sqrt(double(d8[d8.size() / 2])), 16, true};
-  std::vector<std::vector<int>> device_sets = {{0, 0}};
-  if (device_count() >= 2) device_sets.push_back({1, 0, 1});
-  for (const std::vector<int>& devices : device_sets) {
-    PartitionedOptions po;
-    po.index = io;
-    po.devices = devices;
-    po.layout = Layout::replicated;
-    PartitionedIndex replicas(refs, po);
-    const std::string on = std::to_string(devices.size()) + " replicas";
-    for (const KnnParams p : {KnnParams{1, false}, KnnParams{8, true}, KnnParams{40, false}}) {
-      expect_identical(replicas.self_knn(p), single.self_knn(p),
-                       (on + ", k = " + std::to_string(p.k)).c_str());
-      EXPECT_TRUE(replicas.last_timings().by_position) << on;
-    }
-    expect_identical(replicas.self_hybrid(hybrid).knn, single.self_hybrid(hybrid).knn,
-                     (on + ", hybrid").c_str());
-    EXPECT_TRUE(replicas.last_timings().by_position) << on;
+  for (const double poisoned : {0.01, 0.6}) {
+    auto xyz = make_synthetic_cloud(SyntheticKind::clustered, 200003, 61);
+    xyz.insert(xyz.end(), xyz.begin(), xyz.begin() + 3 * 5000);  // exact copies of 5,000 points
+    test::poison(xyz, poisoned, 62);
+    const auto n = static_cast<std::int64_t>(xyz.size() / 3);
+    const PointsView refs = host_points(xyz.data(), n);
+    IndexOptions io;
+    io.backend = Backend::cuda;
+    Index single(refs, io);
+    // A radius that cuts some rows short of max_nn and fills others: the median 8th distance.
+    KnnResult eight = single.self_knn(KnnParams{8, true});
+    std::vector<float> d8;
+    for (std::int64_t r = 0; r < n; ++r)
+      if (std::isfinite(eight.sqdist[r * 8 + 7])) d8.push_back(eight.sqdist[r * 8 + 7]);
+    ASSERT_FALSE(d8.empty());
+    std::nth_element(d8.begin(), d8.begin() + d8.size() / 2, d8.end());
+    const HybridParams hybrid{std::sqrt(double(d8[d8.size() / 2])), 16, true};
+    std::vector<std::vector<int>> device_sets = {{0, 0}, std::vector<int>(9, 0)};
+    if (device_count() >= 2) device_sets.push_back({1, 0, 1});
+    for (const std::vector<int>& devices : device_sets)
+      for (const std::int64_t chunk : {std::int64_t(0), std::int64_t(1000)}) {
+        if (devices.size() == 9 && chunk) continue;
+        PartitionedOptions po;
+        po.index = io;
+        po.index.chunk_rows = chunk;
+        po.devices = devices;
+        po.layout = Layout::replicated;
+        std::optional<PartitionedIndex> first;
+        if (devices.size() == 3) first.emplace(refs, po);  // then dropped: see below
+        PartitionedIndex replicas(refs, po);
+        first.reset();
+        const std::string on = std::to_string(devices.size()) + " replicas, " +
+                               std::to_string(poisoned) + " poisoned, chunk " +
+                               std::to_string(chunk);
+        const bool cut = cut_possible(devices);
+        EXPECT_EQ(cut, devices.size() < 9) << on;  // the test machines' devices can
+        for (const KnnParams p : {KnnParams{1, false}, KnnParams{8, true}, KnnParams{40, false}}) {
+          expect_identical(replicas.self_knn(p), single.self_knn(p),
+                           (on + ", k = " + std::to_string(p.k)).c_str());
+          EXPECT_EQ(replicas.last_timings().by_position, cut) << on;
+        }
+        expect_identical(replicas.self_hybrid(hybrid).knn, single.self_hybrid(hybrid).knn,
+                         (on + ", hybrid").c_str());
+        EXPECT_EQ(replicas.last_timings().by_position, cut) << on;
+      }
   }
 }
 

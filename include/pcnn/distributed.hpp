@@ -91,11 +91,11 @@ enum class Layout {
   replicated,  ///< every device indexes the whole cloud and searches a share of it: no boundary
                ///< traffic, no merge (the cloud must fit every device). A dense self-search is
                ///< cut along the index's order, each device writing rows into the device owning
-               ///< them, where every device may write every other's memory: peer access is then
-               ///< enabled for the life of the index (process-wide state) and each device keeps
-               ///< its share of the rows' buffers (rows × k × 8 bytes in all) between searches.
-               ///< Otherwise, and for separate queries, each searches a contiguous share of the
-               ///< rows.
+               ///< them, where the devices can reach each other's memory (see
+               ///< PartitionedTimings::by_position); each device then keeps its share of the
+               ///< rows' buffers (rows × k × 8 bytes in all) in a memory pool of the index's own
+               ///< between searches. Otherwise, and for separate queries, each device searches a
+               ///< contiguous share of the rows.
 };
 
 struct PartitionedOptions {
@@ -139,7 +139,9 @@ struct PartitionedTimings {
   bool replicated = false;  ///< the layout in use: replicas (true) or spatial parts
   /// Replicas' last dense self-search: each replica searched a piece of the index's order and
   /// wrote its rows into the devices owning them (true), or each searched its share of the rows
-  /// as a separate query set (false: devices that cannot write each other's memory).
+  /// as a separate query set (false: devices without memory pools or that cannot reach each
+  /// other's memory, more than 8 replicas, a memory resource or cap given, no room for the
+  /// shares, or no rows).
   bool by_position = false;
   std::vector<PartStats> parts;
 };
@@ -200,8 +202,8 @@ class PartitionedIndex {
   HybridResult hybrid(PointsView queries, const HybridParams& params);
 
   /// Rows kept on the devices (replicated layout only): the share of `rows` rows each replica
-  /// searches, one entry per replica in device order, views empty for the caller to fill with
-  /// memory of that device. @throws pcnn::invalid_argument_error (not replicated, rows < 0)
+  /// holds at the end, one entry per replica in device order, views empty for the caller to fill
+  /// with memory of that device. @throws pcnn::invalid_argument_error (not replicated, rows < 0)
   std::vector<DeviceRows> device_rows(std::int64_t rows) const;
   /// kNN (self, or of host `queries`) with each share's rows written on its own device: `out` as
   /// device_rows(rows) gave it, views filled in (rows × k, Memory::device). Synchronizes.
