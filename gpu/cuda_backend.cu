@@ -561,12 +561,9 @@ class CudaBackend final : public Index::Backend_ {
   // A search's two counters (distance evaluations, refined rows) into `t`, once `stream` is done.
   static void read_counts(const detail::device_buffer<unsigned long long>& evals,
                           cudaStream_t stream, SearchTimings& t) {
-    unsigned long long counts[2] = {0, 0};
-    PCNN_CUDA_TRY(
-        cudaMemcpyAsync(counts, evals.data(), sizeof counts, cudaMemcpyDeviceToHost, stream));
-    PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
-    t.distance_evaluations = static_cast<std::int64_t>(counts[0]);
-    t.refined_rows = static_cast<std::int64_t>(counts[1]);
+    const detail::TreeSearchStats st = detail::read_search_counts(evals.data(), stream);
+    t.distance_evaluations = st.evaluations;
+    t.refined_rows = st.refined_rows;
   }
 
   // The rows of a pass of a search of `rows` rows in curve order. A pass of fewer rows than a few

@@ -338,13 +338,20 @@ TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries,
   else
     launch_exact(tree, a, ex, stream, mr);
   if (!read_stats) return stats;
-  unsigned long long counts[2] = {0, 0};
-  PCNN_CUDA_TRY(
-      cudaMemcpyAsync(counts, evaluations.data(), sizeof counts, cudaMemcpyDeviceToHost, stream));
-  PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
-  stats.evaluations = static_cast<std::int64_t>(counts[0]);
-  stats.refined_rows = static_cast<std::int64_t>(counts[1]);
+  const TreeSearchStats counted = read_search_counts(evaluations.data(), stream);
+  stats.evaluations = counted.evaluations;
+  stats.refined_rows = counted.refined_rows;
   return stats;
+}
+
+TreeSearchStats read_search_counts(const unsigned long long* counters, cudaStream_t stream) {
+  unsigned long long counts[2] = {0, 0};
+  PCNN_CUDA_TRY(cudaMemcpyAsync(counts, counters, sizeof counts, cudaMemcpyDeviceToHost, stream));
+  PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+  TreeSearchStats st;
+  st.evaluations = static_cast<std::int64_t>(counts[0]);
+  st.refined_rows = static_cast<std::int64_t>(counts[1]);
+  return st;
 }
 
 }  // namespace pcnn::detail

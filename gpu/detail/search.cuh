@@ -54,6 +54,10 @@ TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries,
                            cudaStream_t stream, cuda_event& built, DeviceMemoryResource& mr,
                            bool read_stats = true);
 
+/// A search's two counters on the device (distance evaluations, refined rows) read into a
+/// TreeSearchStats once `stream` is done. Synchronizes.
+TreeSearchStats read_search_counts(const unsigned long long* counters, cudaStream_t stream);
+
 /// The ints of a tree search's outlier buffer for launches of up to `slots` queries: its
 /// counters and a list (TreeKnnArgs::outliers).
 inline constexpr int kOutlierCounters = 3;
