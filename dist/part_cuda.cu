@@ -435,8 +435,13 @@ struct ShareExchange::Impl {
         if (!can) return false;
       }
     }
-    for (const int d : devices)
-      if (!pools.count(d)) pools.emplace(d, std::make_unique<SharedPool>(d, devices));
+    try {
+      for (const int d : devices)
+        if (!pools.count(d)) pools.emplace(d, std::make_unique<SharedPool>(d, devices));
+    } catch (const cuda_error&) {  // a pool its peers may not write after all: contiguous shares
+      pools.clear();
+      return false;
+    }
     usable = 1;
     return true;
   }
