@@ -234,17 +234,27 @@ class PeerAccess {
 
 }  // namespace
 
-bool SpreadPoints::possible(const std::vector<int>& devices) {
-  if (devices.size() < 2) return false;
-  for (std::size_t d = 0; d < devices.size(); ++d)
-    for (std::size_t e = 0; e < devices.size(); ++e) {
-      if (d == e) continue;
-      if (devices[d] == devices[e]) return false;  // distinct devices only
-      int can = 0;
-      PCNN_CUDA_TRY(cudaDeviceCanAccessPeer(&can, devices[d], devices[e]));
+namespace {
+
+// Whether each of `devices` can reach the memory of every other one of them (a device repeated
+// reaches itself).
+bool reach_each_other(const std::vector<int>& devices) {
+  for (const int d : devices)
+    for (const int e : devices) {
+      int can = 1;
+      if (d != e) PCNN_CUDA_TRY(cudaDeviceCanAccessPeer(&can, d, e));
       if (!can) return false;
     }
   return true;
+}
+
+}  // namespace
+
+bool SpreadPoints::possible(const std::vector<int>& devices) {
+  std::vector<int> sorted = devices;
+  std::sort(sorted.begin(), sorted.end());
+  const bool distinct = std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+  return devices.size() >= 2 && distinct && reach_each_other(devices);
 }
 
 SpreadPoints::SpreadPoints(PointsView points, const std::vector<int>& devices)
@@ -429,12 +439,8 @@ struct ShareExchange::Impl {
       int pools_supported = 0;
       PCNN_CUDA_TRY(cudaDeviceGetAttribute(&pools_supported, cudaDevAttrMemoryPoolsSupported, d));
       if (!pools_supported) return false;
-      for (const int e : devices) {
-        int can = 1;
-        if (d != e) PCNN_CUDA_TRY(cudaDeviceCanAccessPeer(&can, e, d));
-        if (!can) return false;
-      }
     }
+    if (!reach_each_other(devices)) return false;
     try {
       for (const int d : devices)
         if (!pools.count(d)) pools.emplace(d, std::make_unique<SharedPool>(d, devices));
