@@ -69,6 +69,15 @@ struct Index::Backend_ {
     static_cast<void>(t);
     throw invalid_argument_error("searches by position need the CUDA backend");
   }
+  /// How far the shares of `shares` (row = original index) are from runs of the index's order:
+  /// the fraction of pairs of neighboring finite positions, sampled evenly (up to 2^20 pairs),
+  /// whose original indices fall in different shares. Near 0 for a cloud stored in spatial order
+  /// (each share a few pieces of the curve), 1 - 1/count for one stored in random order.
+  /// Synchronizes `stream`. CUDA only.
+  virtual double order_breaks(const detail::RowShares& shares, cudaStream_t stream) {
+    static_cast<void>(shares), static_cast<void>(stream);
+    throw invalid_argument_error("positions need the CUDA backend");
+  }
   /// The original index of the indexed point at position `pos` of the index's order. CUDA only.
   virtual std::int64_t original_index_at(std::int64_t pos) {
     static_cast<void>(pos);

@@ -16,10 +16,15 @@ struct RowShares {
   float* dist[kMax] = {};
 
 #ifdef __CUDACC__
-  /// Where row `row`'s k entries go.
-  __device__ void at(int row, int k, std::int32_t*& i, float*& d) const {
+  /// The share holding row `row`.
+  __device__ int owner(int row) const {
     int j = 0;
     while (j + 1 < count && row >= first[j + 1]) ++j;
+    return j;
+  }
+  /// Where row `row`'s k entries go.
+  __device__ void at(int row, int k, std::int32_t*& i, float*& d) const {
+    const int j = owner(row);
     const std::size_t r = static_cast<std::size_t>(row - first[j]) * k;
     i = idx[j] + r;
     d = dist[j] + r;

@@ -295,6 +295,7 @@ class SpreadPoints {
 struct RowsPlace {
   std::int32_t* idx = nullptr;
   float* dist = nullptr;
+  bool device = false;  // device memory (rows kept on the devices), not host memory
 };
 
 /// The self-search of replicas of one cloud, cut along the index's order: replica d searches
@@ -318,7 +319,9 @@ class ShareExchange {
   /// rows) to places[d] (host or device memory); adds each device's time to ms[d]. False, having
   /// searched nothing, where it cannot run: fewer than 2 or more than 8 replicas, no rows,
   /// devices without memory pools or that cannot reach each other's memory, replicas whose
-  /// orders differ where the positions are cut, or a device without room for its shares.
+  /// orders differ where the positions are cut, or a device without room for its shares; and
+  /// where contiguous shares are faster: rows for the host of a cloud stored in spatial order
+  /// (Backend_::order_breaks below 1/64).
   bool self_search(std::vector<Index>& replicas, const DenseSearch& search,
                    const std::vector<std::int64_t>& first, const std::vector<RowsPlace>& places,
                    std::vector<double>& ms);

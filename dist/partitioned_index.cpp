@@ -255,7 +255,7 @@ bool PartitionedIndex::Impl::self_by_position(const dist::DenseSearch& search, s
   for (int d = 0; d <= nd; ++d) first[static_cast<std::size_t>(d)] = share(rows, d);
   for (int d = 0; d < nd; ++d) {
     const auto [iv, dv] = out(d, first[d], first[d + 1]);
-    places[static_cast<std::size_t>(d)] = {iv.data, dv.data};
+    places[static_cast<std::size_t>(d)] = {iv.data, dv.data, iv.memory == Memory::device};
   }
   std::vector<double> ms(static_cast<std::size_t>(nd), 0.0);
   if (!exchange->self_search(replicas, search, first, places, ms)) return false;

@@ -170,6 +170,22 @@ __global__ void empty_rows_kernel(const float4* __restrict__ sorted, int first, 
   }
 }
 
+// Counts the sampled pairs (i, i + 1) of positions below `pairs` + 1 whose original indices
+// fall in different shares (CudaBackend::order_breaks).
+__global__ void order_breaks_kernel(const float4* __restrict__ sorted, std::int64_t pairs,
+                                    std::int64_t samples, detail::RowShares shares,
+                                    unsigned long long* breaks) {
+  unsigned int own = 0;
+  for (std::int64_t j = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; j < samples;
+       j += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t i = j * pairs / samples;
+    own +=
+        shares.owner(__float_as_int(sorted[i].w)) != shares.owner(__float_as_int(sorted[i + 1].w));
+  }
+  for (int o = 16; o > 0; o /= 2) own += __shfl_down_sync(0xffffffffu, own, o);
+  if ((threadIdx.x & 31) == 0 && own) atomicAdd(breaks, static_cast<unsigned long long>(own));
+}
+
 namespace {
 
 class CudaBackend final : public Index::Backend_ {
@@ -329,6 +345,24 @@ class CudaBackend final : public Index::Backend_ {
     }
     finish_sync_call(stream, t, t0);
     timings = t;
+  }
+
+  double order_breaks(const detail::RowShares& shares, cudaStream_t stream) override {
+    PCNN_EXPECTS(shares.count > 0, "order_breaks: no shares");
+    const std::int64_t pairs = index_.n - 1;
+    if (pairs <= 0) return 0.0;
+    detail::DeviceScope guard(options_.device);
+    const std::int64_t samples = std::min<std::int64_t>(pairs, std::int64_t(1) << 20);
+    detail::device_buffer<unsigned long long> breaks(1, stream, ws_);
+    PCNN_CUDA_TRY(cudaMemsetAsync(breaks.data(), 0, breaks.bytes(), stream));
+    order_breaks_kernel<<<static_cast<int>(cuda::ceil_div(samples, std::int64_t(1024))), 256, 0,
+                          stream>>>(index_.points.data(), pairs, samples, shares, breaks.data());
+    PCNN_CHECK_LAUNCH();
+    unsigned long long count = 0;
+    PCNN_CUDA_TRY(
+        cudaMemcpyAsync(&count, breaks.data(), sizeof count, cudaMemcpyDeviceToHost, stream));
+    PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+    return static_cast<double>(count) / static_cast<double>(samples);
   }
 
   std::int64_t original_index_at(std::int64_t pos) override {
