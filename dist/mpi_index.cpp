@@ -17,46 +17,20 @@
 #include <tuple>
 
 #include "core/fresh_pages.hpp"
+#include "dist/mpi_common.hpp"
 #include "dist/part.hpp"
+#include "dist/rank_shares.hpp"
 #include "pcnn/device.hpp"
 #include "pcnn/error.hpp"
 
 namespace pcnn::mpi {
 namespace {
 
+using internal::check;
+using internal::collectively;
 using clock_type = std::chrono::steady_clock;
 double ms_since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
-}
-
-void check(int rc, const char* what) {
-  if (rc != MPI_SUCCESS) {
-    char text[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, text, &len);
-    throw error(std::string("MPI: ") + what + " failed: " + std::string(text, len));
-  }
-}
-
-// Runs `f` on every rank; if it threw on any rank, every rank throws: the failing ranks their
-// own error, the others peer_failure naming the first failing rank. Keeps every rank out of a
-// collective that a failed rank will never enter.
-template <class F>
-void collectively(MPI_Comm comm, F&& f) {
-  std::exception_ptr e;
-  try {
-    f();
-  } catch (...) {
-    e = std::current_exception();
-  }
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  const int mine = e ? rank : size;
-  int first = size;
-  check(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
-  if (e) std::rethrow_exception(e);
-  if (first < size) throw peer_failure("rank " + std::to_string(first) + " failed", first);
 }
 
 // A contiguous MPI type of `n` elements of `base`, freed with its owner.
@@ -151,7 +125,9 @@ struct DistributedIndex::Impl {
   std::vector<dist::Bounds> bounds;
   dist::Part part;
   std::optional<Index> whole;  // replicated: this rank's index of the whole cloud
-  int sharing = 1;             // CUDA: ranks of this host on this rank's device
+  // Replicated on CUDA devices of one host: self-searches cut along the order across the ranks.
+  std::unique_ptr<internal::RankShares> cut;
+  int sharing = 1;  // CUDA: ranks of this host on this rank's device
   double startup_ms = 0;
   IndexOptions options;
   RankStats stats;
@@ -202,8 +178,9 @@ DistributedIndex::DistributedIndex(MPI_Comm comm, PointsView points, IndexOption
     MPI_Comm& c;
     ~FreeLocal() { MPI_Comm_free(&c); }
   } free_local{local};
-  int local_rank = 0;
+  int local_rank = 0, local_size = 1;
   MPI_Comm_rank(local, &local_rank);
+  MPI_Comm_size(local, &local_size);
   collectively(m.comm, [&] {
     PCNN_EXPECTS(points.memory == Memory::host, "a distributed index takes points in host memory");
     PCNN_EXPECTS(points.count >= 0 && points.count <= INT32_MAX &&
@@ -248,6 +225,10 @@ DistributedIndex::DistributedIndex(MPI_Comm comm, PointsView points, IndexOption
     m.part.build(m.options);
     m.build_ms = ms_since(t);
   });
+  // The cut's blocks come from pools of its own: not under a memory resource of the caller's.
+  const bool cuda = replicate && m.options.backend == Backend::cuda && !m.options.memory;
+  if (internal::on_every_rank(m.comm, cuda))
+    m.cut = std::make_unique<internal::RankShares>(m.comm, local_size == m.size, m.options.device);
 }
 
 DistributedIndex::~DistributedIndex() = default;
@@ -312,16 +293,18 @@ RankRows DistributedIndex::Impl::dense_block(const PointsView* queries,
   const auto t_start = clock_type::now();
   RankRows out;
   start_stats();
+  const std::int64_t rows = queries ? queries->count : n, k = search.k;
+  KnnResult& r = out.result;
+  MatrixView<std::int32_t> iv;
+  MatrixView<float> dv;
   collectively(comm, [&] {
     PCNN_EXPECTS(whole, "rows into the caller's memory need the replicated layout");
     check_dense(queries, search);
-    const std::int64_t rows = queries ? queries->count : n, k = search.k;
     out.first = block_begin(rows, rank, size);
-    KnnResult& r = out.result;
     r.rows = block_begin(rows, rank + 1, size) - out.first;
     r.k = search.k;
-    MatrixView<std::int32_t> iv{nullptr, r.rows, k};
-    MatrixView<float> dv{nullptr, r.rows, k};
+    iv = {nullptr, r.rows, k};
+    dv = {nullptr, r.rows, k};
     if (into_idx) {
       for (const auto& [memory, vr, vc, data] :
            {std::tuple{into_idx->memory, into_idx->rows, into_idx->cols,
@@ -339,15 +322,23 @@ RankRows DistributedIndex::Impl::dense_block(const PointsView* queries,
       iv.data = r.indices.data();
       dv.data = r.sqdist.data();
     }
-    const auto t = clock_type::now();
-    if (r.rows > 0 && queries) {
-      const PointsView q = queries->slice(out.first, r.rows);
-      search.run(*whole, &q, iv, dv);
-    } else if (r.rows > 0) {
-      search.run_rows(*whole, out.first, iv, dv);
-    }
-    stats.search_ms = ms_since(t);
   });
+  const auto t = clock_type::now();
+  if (!queries && cut) {
+    std::vector<std::int64_t> first(static_cast<std::size_t>(size) + 1);
+    for (int b = 0; b <= size; ++b) first[static_cast<std::size_t>(b)] = block_begin(rows, b, size);
+    stats.by_position = cut->self_search(*whole, search, first, iv.data, dv.data);
+  }
+  if (!stats.by_position)
+    collectively(comm, [&] {
+      if (r.rows > 0 && queries) {
+        const PointsView q = queries->slice(out.first, r.rows);
+        search.run(*whole, &q, iv, dv);
+      } else if (r.rows > 0) {
+        search.run_rows(*whole, out.first, iv, dv);
+      }
+    });
+  stats.search_ms = ms_since(t);
   stats.home_queries = out.result.rows;
   stats.total_ms = ms_since(t_start);
   return out;

@@ -405,12 +405,6 @@ class SharedPool {
 
 }  // namespace
 
-// The fraction of neighboring positions in different contiguous shares from which replicas
-// cut a self-search for rows in host memory along their order (ShareExchange::self_search): runs
-// of the curve 64 positions long on average, two warps' queries. A cloud in random order breaks
-// at 1 - 1/replicas, one in blocks of spatial order at the blocks' boundaries only.
-constexpr double kCutBreaks = 1.0 / 64;
-
 struct ShareExchange::Impl {
   std::vector<int> devices;
   int usable = -1;  // every device may write every other's memory (-1: not asked yet)
@@ -527,7 +521,7 @@ bool ShareExchange::self_search(std::vector<Index>& replicas, const DenseSearch&
   // The positions searched by each replica: the finite points (sorted first) cut evenly, the
   // non-finite ones (empty rows) to the last.
   const std::int64_t finite = replicas[0].finite_size();
-  const auto cut = [&](int d) { return d == nd ? rows : finite * d / nd; };
+  const auto cut = [&](int d) { return cut_position(finite, rows, d, nd); };
   // Identical rows rest on every replica ordering the points the same, which building the same
   // points the same way does; checked, as a guard, where the positions are cut.
   for (int d = 1; d < nd; ++d) {
@@ -542,14 +536,9 @@ bool ShareExchange::self_search(std::vector<Index>& replicas, const DenseSearch&
   pcnn::detail::RowShares to;
   to.count = nd;
   for (int d = 0; d <= nd; ++d) to.first[d] = static_cast<int>(first[d]);
-  // A cloud stored in spatial order has contiguous shares that are each a few runs of the curve.
-  // Searched as they are, each replica's rows are nearly as coherent as the cut's, and rows for
-  // the host come down while later passes search; under the cut none can before every device has
-  // finished (200M points in blocks of spatial order, two H100s, round 19: contiguous shares
-  // 1.71-1.75x one device's search, the cut 1.65x, and 1.21x on a new index, which allocates
-  // its shares). Rows kept on the devices have nothing to overlap: there the cut won in spatial
-  // order too (1.49x -> 1.68x). The cut pays where a warp's 32 rows of a contiguous share would
-  // spread over many more positions of the curve than 32, that is, where runs are short.
+  // Rows for the host of a cloud stored in spatial order: contiguous shares (kCutBreaks). Rows
+  // kept on the devices have nothing to overlap: there the cut won in spatial order too (1.49x
+  // -> 1.68x, round 19).
   const bool to_host =
       std::any_of(places.begin(), places.end(), [](const RowsPlace& p) { return !p.device; });
   if (to_host) {

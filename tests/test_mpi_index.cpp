@@ -1,10 +1,12 @@
 // pcnn::mpi::DistributedIndex under mpirun (CTest: 2 and 3 ranks, CPU backend, oversubscribed;
 // the CUDA backend too where a device is usable): both layouts, kNN, queries, radius and hybrid
 // against one pcnn::Index, byte for byte, through gather and redistribute; the replicated
-// layout's contiguous shares and its rows written into caller views. Exits 1 on any difference.
+// layout's contiguous shares, its self-search cut along the order across the ranks' devices, and
+// its rows written into caller views. Exits 1 on any difference.
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -69,6 +71,15 @@ void check_cloud(const std::vector<float>& xyz, const std::string& name, Backend
     mpi::DistributedIndex d(MPI_COMM_WORLD, refs, io, false, layout);
     expect(d.replicated() == (layout == Layout::replicated), what + ": layout");
     const mpi::RankRows mine = d.self_knn(kp);
+    // The cut along the order: only on CUDA replicas; on the GPU machine (PCNN_EXPECT_RANK_CUT
+    // set, both clouds out of spatial order: the lattice is stored twice over), there always.
+    const bool cut = d.last_stats().by_position;
+    if (rank_ == 0 && backend == Backend::cuda && d.replicated())
+      std::printf("%s: self kNN %s\n", what.c_str(), cut ? "cut along the order" : "by blocks");
+    expect(!cut || (backend == Backend::cuda && d.replicated()),
+           what + ": cut only on CUDA replicas");
+    if (std::getenv("PCNN_EXPECT_RANK_CUT") && backend == Backend::cuda && d.replicated())
+      expect(cut, what + ": cut along the order expected");
     const KnnResult all = d.gather(mine, n, 0);
     if (rank_ == 0) expect(same(all, want), what + ": self kNN gathered");
     const mpi::RankBlock block = d.redistribute(mine, n);
@@ -85,6 +96,7 @@ void check_cloud(const std::vector<float>& xyz, const std::string& name, Backend
       into.sqdist.assign(into.indices.size(), -2.0f);
       d.self_knn(kp, {into.indices.data(), into.rows, 8}, {into.sqdist.data(), into.rows, 8});
       expect(same(into, rows_of(want, first, end - first)), what + ": rows into caller views");
+      expect(d.last_stats().by_position == cut, what + ": the same way into caller views");
     }
     const KnnResult all_q = d.gather(d.knn(qv, {5}), 777, 0);
     if (rank_ == 0) expect(same(all_q, want_q), what + ": queries");
@@ -92,6 +104,7 @@ void check_cloud(const std::vector<float>& xyz, const std::string& name, Backend
     if (rank_ == 0) expect(same(all_r, want_r), what + ": radius");
     const KnnResult all_h = d.gather(d.self_hybrid({1.5, 6, true}), n, 0);
     if (rank_ == 0) expect(same(all_h, want_h.knn), what + ": hybrid");
+    expect(d.last_stats().by_position == cut, what + ": hybrid the same way as kNN");
   }
 }
 

@@ -91,6 +91,11 @@ struct RankStats {
   double build_ms = 0, search_ms = 0;  ///< its index: build (at construction) and searches
   double exchange_ms = 0;              ///< the all-to-all exchanges
   double total_ms = 0;                 ///< the whole search call
+  /// Replicated, CUDA, ranks of one host: the last dense self-search was cut along the index's
+  /// order, each rank writing rows into the device memory of the rank whose block holds them
+  /// (false: each rank searched its block of rows as a separate query set; see
+  /// DistributedIndex's layout).
+  bool by_position = false;
 };
 
 class DistributedIndex {
@@ -110,7 +115,14 @@ class DistributedIndex {
   /// (where they differ, spatial wins). Replicated also works on the CPU backend (every rank a
   /// CPU index of the whole cloud), unlike PartitionedIndex's replicas, which are per device.
   /// A replicated radius self-search counts the whole cloud on every rank (an index counts its
-  /// own rows only all at once): its count does not shrink with more ranks.
+  /// own rows only all at once): its count does not shrink with more ranks. A replicated dense
+  /// (kNN, hybrid) self-search on the CUDA devices of ranks of one host is cut along the index's
+  /// order where it pays (a cloud not stored in spatial order): each rank searches a run of the
+  /// index's positions and writes every row into the device memory of the rank whose block holds
+  /// it, through a memory pool per rank that the others open (its file descriptor passed over a
+  /// Unix socket; the blocks, rows × k × 8 bytes in all, stay in the pools between searches).
+  /// Where the devices cannot reach each other's memory, it falls back to the blocks searched as
+  /// separate queries (RankStats::by_position says which way a search went).
   DistributedIndex(MPI_Comm comm, PointsView points, IndexOptions options = {},
                    bool keep_device = false, Layout layout = Layout::automatic);
   /// With the CUDA backend and no options.memory, waits for all work on the rank's device (its
