@@ -327,7 +327,8 @@ RankRows DistributedIndex::Impl::dense_block(const PointsView* queries,
   if (!queries && cut) {
     std::vector<std::int64_t> first(static_cast<std::size_t>(size) + 1);
     for (int b = 0; b <= size; ++b) first[static_cast<std::size_t>(b)] = block_begin(rows, b, size);
-    stats.by_position = cut->self_search(*whole, search, first, iv.data, dv.data);
+    stats.by_position =
+        cut->self_search(*whole, search, first, iv.data, dv.data, stats.exchange_ms);
   }
   if (!stats.by_position)
     collectively(comm, [&] {

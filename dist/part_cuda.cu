@@ -20,6 +20,7 @@
 #include "gpu/detail/cuda_try.cuh"
 #include "gpu/detail/device_buffer.cuh"
 #include "gpu/detail/device_scope.cuh"
+#include "gpu/detail/stream.cuh"
 #include "gpu/detail/upload.cuh"
 
 namespace pcnn::dist {
@@ -60,20 +61,7 @@ class Buffer {
   T* p_ = nullptr;
 };
 
-class Stream {
- public:
-  Stream() { PCNN_CUDA_TRY(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  ~Stream() {
-    PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(s_));
-    PCNN_CUDA_TRY_NO_THROW(cudaStreamDestroy(s_));
-  }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
+using pcnn::detail::Stream;
 
 // Rows per search call: every row at once when the rows (k int32 + k float) and the search's
 // scratch (about 128 bytes a query) fit in half the device's free memory, shared with the

@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -22,12 +23,14 @@
 #include "dist/mpi_common.hpp"
 #include "gpu/detail/cuda_try.cuh"
 #include "gpu/detail/device_scope.cuh"
+#include "gpu/detail/stream.cuh"
 
 namespace pcnn::mpi::internal {
 namespace {
 
 using pcnn::detail::DeviceScope;
 using pcnn::detail::RowShares;
+using pcnn::detail::Stream;
 constexpr cudaMemAllocationHandleType kHandle = cudaMemHandleTypePosixFileDescriptor;
 
 // A CUDA call that may fail where this way of running is not to be had: its error cleared.
@@ -147,27 +150,6 @@ bool receive_fd(int listener, const std::vector<Card>& cards, int& from, Fd& fd)
          peer.pid == cards[static_cast<std::size_t>(from)].pid;
 }
 
-// Device memory of this process, freed with its owner (cudaFree: the pool keeps it).
-class Blocks {
- public:
-  explicit Blocks(int device) : device_(device) {}
-  ~Blocks() { release(); }
-  Blocks(const Blocks&) = delete;
-  Blocks& operator=(const Blocks&) = delete;
-  void add(void* p) { p_.push_back(p); }
-  void release() noexcept {
-    if (p_.empty()) return;
-    const DeviceScope on(device_, std::nothrow);
-    for (void* p : p_)
-      if (p) PCNN_CUDA_TRY_NO_THROW(cudaFree(p));
-    p_.clear();
-  }
-
- private:
-  int device_;
-  std::vector<void*> p_;
-};
-
 }  // namespace
 
 struct RankShares::Impl {
@@ -177,9 +159,16 @@ struct RankShares::Impl {
   int usable = -1;                   // -1: not opened yet
   cudaMemPool_t pool = nullptr;      // this rank's, exported to the others
   std::vector<cudaMemPool_t> peers;  // the others' pools, imported (null: this rank's)
+  // This rank's block (indices, distances), kept between searches and grown as needed, and the
+  // blocks every rank holds now opened here (2 a rank; this rank's own, or null for an empty one).
+  void* own[2] = {};
+  std::size_t own_bytes = 0;
+  std::vector<void*> blocks;
 
   ~Impl() {
     const DeviceScope on(device, std::nothrow);
+    close_blocks();
+    free_own();
     for (cudaMemPool_t p : peers)
       if (p) PCNN_CUDA_TRY_NO_THROW(cudaMemPoolDestroy(p));
     if (pool) {
@@ -196,8 +185,21 @@ struct RankShares::Impl {
   bool open_pools();
   // Free device memory, counting what this rank's pool holds unused.
   std::size_t free_bytes() const;
+  // The other ranks' blocks closed here (before any rank frees its own: see update_blocks).
+  void close_blocks() noexcept {
+    for (std::size_t i = 0; i < blocks.size(); ++i)
+      if (blocks[i] && static_cast<int>(i / 2) != rank) PCNN_CUDA_TRY_NO_THROW(cudaFree(blocks[i]));
+    blocks.clear();
+  }
+  void free_own() noexcept {
+    for (void*& p : own)
+      if (p) PCNN_CUDA_TRY_NO_THROW(cudaFree(std::exchange(p, nullptr)));
+    own_bytes = 0;
+  }
+  // Collective: every rank's block holds `bytes` (this rank's) or more, and is open in every
+  // other rank; false on every rank where one has no room.
+  bool update_blocks(std::size_t bytes, std::int64_t block_rows);
 };
-
 bool RankShares::Impl::open_pools() {
   const DeviceScope on(device, std::nothrow);
   Card mine;
@@ -273,6 +275,71 @@ std::size_t RankShares::Impl::free_bytes() const {
   return free_bytes + static_cast<std::size_t>(reserved - used);
 }
 
+// Ranks that grow their block free the old one, which the others have open: every rank closes
+// every block first (the importers must close a block before its owner frees it), then those
+// ranks allocate, and every rank opens every other's block again.
+bool RankShares::Impl::update_blocks(std::size_t bytes, std::int64_t block_rows) {
+  const bool grow = own_bytes < bytes || blocks.empty();
+  if (on_every_rank(comm, !grow)) return true;  // every block open as it is
+  const DeviceScope on(device, std::nothrow);
+  close_blocks();
+  bool room = true;
+  collectively(comm, [&] {
+    if (own_bytes >= bytes) return;
+    const DeviceScope scope(device);
+    free_own();
+    room = static_cast<double>(free_bytes()) >=
+           512.0 * (1 << 20) + 8.0 * static_cast<double>(block_rows) + 2.0 * bytes;
+    const Stream stream;
+    for (void*& p : own) {
+      if (!room || bytes == 0) break;
+      const cudaError_t e = cudaMallocFromPoolAsync(&p, bytes, pool, stream.get());
+      if (e == cudaErrorMemoryAllocation) {
+        static_cast<void>(cudaGetLastError());
+        room = false;
+        break;
+      }
+      PCNN_CUDA_TRY(e);
+    }
+    PCNN_CUDA_TRY(cudaStreamSynchronize(stream.get()));
+    if (room) own_bytes = bytes;
+  });
+  if (!on_every_rank(comm, room)) {
+    free_own();
+    return false;
+  }
+  cudaMemPoolPtrExportData mine[2] = {};
+  for (int j = 0; j < 2; ++j)
+    if (own[j]) PCNN_CUDA_TRY(cudaMemPoolExportPointer(&mine[j], own[j]));
+  std::vector<cudaMemPoolPtrExportData> all(static_cast<std::size_t>(size) * 2);
+  check(MPI_Allgather(mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm),
+        "MPI_Allgather (blocks)");
+  // Which ranks hold a block (an empty block, of no rows, is not allocated).
+  std::vector<int> held(static_cast<std::size_t>(size));
+  const int mine_held = own[0] ? 1 : 0;
+  check(MPI_Allgather(&mine_held, 1, MPI_INT, held.data(), 1, MPI_INT, comm),
+        "MPI_Allgather (blocks held)");
+  blocks.assign(static_cast<std::size_t>(size) * 2, nullptr);
+  bool opened = true;
+  for (int r = 0; r < size; ++r)
+    for (int j = 0; j < 2; ++j) {
+      void*& p = blocks[static_cast<std::size_t>(r) * 2 + j];
+      if (r == rank)
+        p = own[j];
+      else if (opened && held[static_cast<std::size_t>(r)]) {
+        void* q = nullptr;
+        opened = succeeded(cudaMemPoolImportPointer(&q, peers[static_cast<std::size_t>(r)],
+                                                    &all[static_cast<std::size_t>(r) * 2 + j]));
+        p = opened ? q : nullptr;
+      }
+    }
+  if (on_every_rank(comm, opened)) return true;
+  close_blocks();
+  on_every_rank(comm, true);  // every rank's blocks closed before any frees its own
+  free_own();
+  return false;
+}
+
 RankShares::RankShares(MPI_Comm comm, bool one_host, int device) : impl_(std::make_unique<Impl>()) {
   impl_->comm = comm;
   impl_->one_host = one_host;
@@ -284,8 +351,10 @@ RankShares::RankShares(MPI_Comm comm, bool one_host, int device) : impl_(std::ma
 RankShares::~RankShares() = default;
 
 bool RankShares::self_search(Index& whole, const dist::DenseSearch& search,
-                             const std::vector<std::int64_t>& first, std::int32_t* idx,
-                             float* dist) {
+                             const std::vector<std::int64_t>& first, std::int32_t* idx, float* dist,
+                             double& setup_ms) {
+  const auto t_setup = std::chrono::steady_clock::now();
+  setup_ms = 0;
   Impl& m = *impl_;
   const int size = m.size, rank = m.rank;
   const std::int64_t rows = first.empty() ? 0 : first.back();
@@ -304,12 +373,8 @@ bool RankShares::self_search(Index& whole, const dist::DenseSearch& search,
   const std::int64_t block_rows = first[static_cast<std::size_t>(rank) + 1] - first[rank];
   const std::size_t bytes = static_cast<std::size_t>(block_rows) * search.k * 4;
 
-  // 1. This rank's block allocated, where the orders agree at the cuts (checked as a guard:
-  //    replicas built from the same points order them the same), the cloud is not in spatial
-  //    order, and the device has room besides a search's scratch.
-  Blocks own(m.device);
-  std::int32_t* own_idx = nullptr;
-  float* own_dist = nullptr;
+  // 1. The orders agree at the cuts (checked as a guard: replicas built from the same points
+  //    order them the same), and the cloud is not stored in spatial order.
   std::vector<std::int64_t> order(static_cast<std::size_t>(size), -1);
   bool ok = true;
   collectively(m.comm, [&] {
@@ -317,27 +382,8 @@ bool RankShares::self_search(Index& whole, const dist::DenseSearch& search,
     order[0] = finite;
     for (int r = 1; r < size; ++r)
       if (cut(r) < rows) order[static_cast<std::size_t>(r)] = backend.original_index_at(cut(r));
-    cudaStream_t stream = nullptr;
-    PCNN_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    struct Done {
-      cudaStream_t s;
-      ~Done() { PCNN_CUDA_TRY_NO_THROW(cudaStreamDestroy(s)); }
-    } done{stream};
-    ok = backend.order_breaks(to, stream) >= dist::kCutBreaks &&
-         static_cast<double>(m.free_bytes()) >=
-             512.0 * (1 << 20) + 8.0 * static_cast<double>(block_rows) + 2.0 * bytes;
-    for (void** p : {reinterpret_cast<void**>(&own_idx), reinterpret_cast<void**>(&own_dist)}) {
-      if (!ok || bytes == 0) break;
-      const cudaError_t e = cudaMallocFromPoolAsync(p, bytes, m.pool, stream);
-      if (e == cudaErrorMemoryAllocation) {
-        static_cast<void>(cudaGetLastError());
-        ok = false;
-        break;
-      }
-      PCNN_CUDA_TRY(e);
-      own.add(*p);
-    }
-    PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+    const Stream stream;
+    ok = backend.order_breaks(to, stream.get()) >= dist::kCutBreaks;
   });
   std::vector<std::int64_t> orders(static_cast<std::size_t>(size) * size);
   check(MPI_Allgather(order.data(), size, MPI_INT64_T, orders.data(), size, MPI_INT64_T, m.comm),
@@ -346,51 +392,24 @@ bool RankShares::self_search(Index& whole, const dist::DenseSearch& search,
     ok = ok && orders[i] == orders[i % static_cast<std::size_t>(size)];
   if (!on_every_rank(m.comm, ok)) return false;
 
-  // 2. Every rank's block opened in every other rank.
-  cudaMemPoolPtrExportData mine[2] = {};
-  if (bytes > 0) {
-    PCNN_CUDA_TRY(cudaMemPoolExportPointer(&mine[0], own_idx));
-    PCNN_CUDA_TRY(cudaMemPoolExportPointer(&mine[1], own_dist));
+  // 2. Every rank's block, big enough, open in every other rank.
+  if (!m.update_blocks(bytes, block_rows)) return false;
+  for (int r = 0; r < size; ++r) {
+    to.idx[r] = static_cast<std::int32_t*>(m.blocks[static_cast<std::size_t>(r) * 2]);
+    to.dist[r] = static_cast<float*>(m.blocks[static_cast<std::size_t>(r) * 2 + 1]);
   }
-  std::vector<cudaMemPoolPtrExportData> all(static_cast<std::size_t>(size) * 2);
-  check(MPI_Allgather(mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, m.comm),
-        "MPI_Allgather (blocks)");
-  Blocks imported(m.device);
-  bool opened = true;
-  {
-    const DeviceScope on(m.device, std::nothrow);
-    for (int r = 0; r < size && opened; ++r) {
-      const bool empty = first[static_cast<std::size_t>(r) + 1] == first[r];
-      void* p[2] = {own_idx, own_dist};
-      for (int j = 0; j < 2 && r != rank && !empty && opened; ++j) {
-        opened = succeeded(cudaMemPoolImportPointer(&p[j], m.peers[static_cast<std::size_t>(r)],
-                                                    &all[static_cast<std::size_t>(r) * 2 + j]));
-        if (opened) imported.add(p[j]);
-      }
-      to.idx[r] = static_cast<std::int32_t*>(r == rank || !empty ? p[0] : nullptr);
-      to.dist[r] = static_cast<float*>(r == rank || !empty ? p[1] : nullptr);
-    }
-  }
-  if (!on_every_rank(m.comm, opened)) {
-    imported.release();  // before any rank frees what it maps
-    on_every_rank(m.comm, true);
-    return false;
-  }
+  setup_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_setup).count();
 
   // 3. Each rank searches its positions, writing every row into its owner's block; once every
   //    rank has (the agreement after the search), each copies its own block to the host.
   std::exception_ptr failed;
   try {
     const DeviceScope on(m.device);
-    cudaStream_t stream = nullptr;
-    PCNN_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    struct Done {
-      cudaStream_t s;
-      ~Done() { PCNN_CUDA_TRY_NO_THROW(cudaStreamDestroy(s)); }
-    } done{stream};
+    const Stream stream;
     const KnnParams params{search.k, search.exclude_self};
     backend.self_dense_positions(cut(rank), cut(rank + 1), params,
-                                 search.hybrid ? search.radius : INFINITY, to, stream,
+                                 search.hybrid ? search.radius : INFINITY, to, stream.get(),
                                  IndexAccess::timings(whole));
   } catch (...) {
     failed = std::current_exception();
@@ -399,13 +418,12 @@ bool RankShares::self_search(Index& whole, const dist::DenseSearch& search,
   if (searched && bytes > 0) {
     try {
       const DeviceScope on(m.device);
-      PCNN_CUDA_TRY(cudaMemcpy(idx, own_idx, bytes, cudaMemcpyDeviceToHost));
-      PCNN_CUDA_TRY(cudaMemcpy(dist, own_dist, bytes, cudaMemcpyDeviceToHost));
+      PCNN_CUDA_TRY(cudaMemcpy(idx, m.own[0], bytes, cudaMemcpyDeviceToHost));
+      PCNN_CUDA_TRY(cudaMemcpy(dist, m.own[1], bytes, cudaMemcpyDeviceToHost));
     } catch (...) {
       failed = std::current_exception();
     }
   }
-  imported.release();  // before any rank frees its block (at the return, after this agreement)
   rethrow_on_every_rank(m.comm, failed);
   return true;
 }

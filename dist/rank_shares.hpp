@@ -23,6 +23,10 @@ namespace pcnn::mpi::internal {
 /// (cudaMemPoolExportToShareableHandle: a file descriptor, passed over a Unix socket to the
 /// processes whose ids the communicator reported) and opened there with access for their
 /// device (cudaMemPoolSetAccess: the pool's state; no process-wide state such as peer access).
+/// A block stays allocated, and open in the other ranks, between searches; one that must grow is
+/// first closed by every rank. The destructor is not collective: each rank closes the blocks it
+/// opened, then frees its own, which no rank writes after the search that wrote it has ended on
+/// every rank.
 class RankShares {
  public:
   /// `comm`: the index's communicator (kept, not owned); `one_host`: every rank of it on this
@@ -40,8 +44,10 @@ class RankShares {
   /// whose orders differ where the positions are cut, a device without room for its block; or
   /// where it would not pay (a cloud stored in spatial order: dist::kCutBreaks). Throws on every
   /// rank where the search failed on one (peer_failure on the others).
+  /// `setup_ms`: the checks, and the blocks' allocation and opening where they grew.
   bool self_search(Index& whole, const dist::DenseSearch& search,
-                   const std::vector<std::int64_t>& first, std::int32_t* idx, float* dist);
+                   const std::vector<std::int64_t>& first, std::int32_t* idx, float* dist,
+                   double& setup_ms);
 
  private:
   struct Impl;

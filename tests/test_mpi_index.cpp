@@ -65,6 +65,7 @@ void check_cloud(const std::vector<float>& xyz, const std::string& name, Backend
   const KnnResult want = one.self_knn(kp), want_q = one.knn(qv, {5});
   const RadiusResult want_r = one.self_radius({1.5, true});
   const HybridResult want_h = one.self_hybrid({1.5, 6, true});
+  const KnnResult want_12 = one.self_knn({12, false});
   for (const Layout layout : {Layout::spatial, Layout::replicated}) {
     const std::string what = name + (layout == Layout::spatial ? ", spatial" : ", replicated") +
                              (backend == Backend::cuda ? ", cuda" : ", cpu");
@@ -105,6 +106,10 @@ void check_cloud(const std::vector<float>& xyz, const std::string& name, Backend
     const KnnResult all_h = d.gather(d.self_hybrid({1.5, 6, true}), n, 0);
     if (rank_ == 0) expect(same(all_h, want_h.knn), what + ": hybrid");
     expect(d.last_stats().by_position == cut, what + ": hybrid the same way as kNN");
+    // A larger k after a smaller one: blocks kept from the searches before are grown.
+    const KnnResult all_12 = d.gather(d.self_knn({12, false}), n, 0);
+    if (rank_ == 0) expect(same(all_12, want_12), what + ": self kNN, k = 12 after k = 8");
+    expect(d.last_stats().by_position == cut, what + ": k = 12 the same way as k = 8");
   }
 }
 
