@@ -275,69 +275,77 @@ std::size_t RankShares::Impl::free_bytes() const {
   return free_bytes + static_cast<std::size_t>(reserved - used);
 }
 
-// Ranks that grow their block free the old one, which the others have open: every rank closes
-// every block first (the importers must close a block before its owner frees it), then those
-// ranks allocate, and every rank opens every other's block again.
+// Ranks whose block must grow allocate a new one and every rank opens every rank's current block
+// before any old one is closed (so no block is opened at an address another one still has);
+// then every rank closes the old blocks, and once all have (the importers must close a block
+// before its owner frees it), the old ones are freed.
 bool RankShares::Impl::update_blocks(std::size_t bytes, std::int64_t block_rows) {
   const bool grow = own_bytes < bytes || blocks.empty();
   if (on_every_rank(comm, !grow)) return true;  // every block open as it is
   const DeviceScope on(device, std::nothrow);
-  close_blocks();
+  void* fresh[2] = {};
+  const auto free_fresh = [&] {
+    for (void*& p : fresh)
+      if (p) PCNN_CUDA_TRY_NO_THROW(cudaFree(std::exchange(p, nullptr)));
+  };
   bool room = true;
   collectively(comm, [&] {
     if (own_bytes >= bytes) return;
     const DeviceScope scope(device);
-    free_own();
     room = static_cast<double>(free_bytes()) >=
            512.0 * (1 << 20) + 8.0 * static_cast<double>(block_rows) + 2.0 * bytes;
     const Stream stream;
-    for (void*& p : own) {
+    for (void*& p : fresh) {
       if (!room || bytes == 0) break;
       const cudaError_t e = cudaMallocFromPoolAsync(&p, bytes, pool, stream.get());
       if (e == cudaErrorMemoryAllocation) {
         static_cast<void>(cudaGetLastError());
+        p = nullptr;
         room = false;
         break;
       }
       PCNN_CUDA_TRY(e);
     }
     PCNN_CUDA_TRY(cudaStreamSynchronize(stream.get()));
-    if (room) own_bytes = bytes;
   });
-  if (!on_every_rank(comm, room)) {
-    free_own();
-    return false;
-  }
+  const bool grown = own_bytes < bytes;
+  void* const current[2] = {grown ? fresh[0] : own[0], grown ? fresh[1] : own[1]};
   cudaMemPoolPtrExportData mine[2] = {};
-  for (int j = 0; j < 2; ++j)
-    if (own[j]) PCNN_CUDA_TRY(cudaMemPoolExportPointer(&mine[j], own[j]));
+  int held = room && current[0] ? 1 : 0;  // an empty block (of no rows) is not allocated
+  for (int j = 0; j < 2 && held; ++j)
+    held = succeeded(cudaMemPoolExportPointer(&mine[j], current[j])) ? 1 : -1;
   std::vector<cudaMemPoolPtrExportData> all(static_cast<std::size_t>(size) * 2);
+  std::vector<int> holds(static_cast<std::size_t>(size));
   check(MPI_Allgather(mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm),
         "MPI_Allgather (blocks)");
-  // Which ranks hold a block (an empty block, of no rows, is not allocated).
-  std::vector<int> held(static_cast<std::size_t>(size));
-  const int mine_held = own[0] ? 1 : 0;
-  check(MPI_Allgather(&mine_held, 1, MPI_INT, held.data(), 1, MPI_INT, comm),
+  check(MPI_Allgather(&held, 1, MPI_INT, holds.data(), 1, MPI_INT, comm),
         "MPI_Allgather (blocks held)");
-  blocks.assign(static_cast<std::size_t>(size) * 2, nullptr);
-  bool opened = true;
-  for (int r = 0; r < size; ++r)
-    for (int j = 0; j < 2; ++j) {
-      void*& p = blocks[static_cast<std::size_t>(r) * 2 + j];
+  std::vector<void*> opened(static_cast<std::size_t>(size) * 2, nullptr);
+  bool ok = on_every_rank(comm, room && held >= 0);
+  for (int r = 0; r < size && ok; ++r)
+    for (int j = 0; j < 2 && ok; ++j) {
+      void*& p = opened[static_cast<std::size_t>(r) * 2 + j];
       if (r == rank)
-        p = own[j];
-      else if (opened && held[static_cast<std::size_t>(r)]) {
-        void* q = nullptr;
-        opened = succeeded(cudaMemPoolImportPointer(&q, peers[static_cast<std::size_t>(r)],
-                                                    &all[static_cast<std::size_t>(r) * 2 + j]));
-        p = opened ? q : nullptr;
-      }
+        p = current[j];
+      else if (holds[static_cast<std::size_t>(r)] > 0)
+        ok = succeeded(cudaMemPoolImportPointer(&p, peers[static_cast<std::size_t>(r)],
+                                                &all[static_cast<std::size_t>(r) * 2 + j]));
+      if (!ok) p = nullptr;
     }
-  if (on_every_rank(comm, opened)) return true;
+  ok = on_every_rank(comm, ok);
+  // The old blocks closed everywhere, then freed where replaced.
   close_blocks();
-  on_every_rank(comm, true);  // every rank's blocks closed before any frees its own
-  free_own();
-  return false;
+  blocks = std::move(opened);
+  if (!ok) close_blocks();
+  on_every_rank(comm, true);
+  if (grown || !ok) free_own();
+  if (ok && grown) {
+    std::copy(fresh, fresh + 2, own);
+    own_bytes = bytes;
+  } else {
+    free_fresh();
+  }
+  return ok;
 }
 
 RankShares::RankShares(MPI_Comm comm, bool one_host, int device) : impl_(std::make_unique<Impl>()) {
