@@ -594,13 +594,20 @@ PartitionedOptions parts_options(const SearchOptions& opt, int tiles, Report& re
   return po;
 }
 
+// The layout as the summary names it: replicas that cut the last self-search along the index's
+// order (each writing rows into the device or rank owning them) say so.
+const char* layout_name(bool replicated, bool by_position) {
+  if (!replicated) return "spatial";
+  return by_position ? "replicated, self-search cut along the order" : "replicated";
+}
+
 // The parts' rows of the search section (the last search's timings, plus `extra_ms` of an
 // earlier count).
 void parts_section(Report& s, const PartitionedIndex& index, int tiles, Backend backend,
                    double extra_ms = 0) {
   const PartitionedTimings& t = index.last_timings();
   s.add(tiles > 0 ? "tiles" : "parts", index.parts());
-  if (tiles == 0) s.add("layout", index.replicated() ? "replicated" : "spatial");
+  if (tiles == 0) s.add("layout", layout_name(index.replicated(), t.by_position));
   s.add("partition", t.partition_ms, "ms");
   s.add("build index", t.build_ms, "ms");
   s.add("home search", t.home_ms, "ms");
@@ -1137,7 +1144,7 @@ double ranks_section(Report& report, Backend backend, const std::vector<mpi::Ran
   }
   Report s;
   s.add("ranks", size);
-  s.add("layout", replicated ? "replicated" : "spatial");
+  s.add("layout", layout_name(replicated, !stats.empty() && stats[0].by_position));
   double slowest = 0, forwarded = 0, startup = 0;
   for (const mpi::RankStats& r : stats) {
     slowest = std::max(slowest, r.build_ms + r.total_ms);
