@@ -79,6 +79,14 @@ void say(const char* fmt, A... a) {
 struct ResultLocks {
   std::optional<dist::PortableLock> indices, sqdist;
 };
+// How the last search shared the rows: spatial parts, or replicas that cut a self-search along
+// the index's order or searched contiguous shares of the rows.
+const char* layout_name(bool replicated, bool by_position) {
+  if (!replicated) return "spatial";
+  return by_position ? "replicated, self-search cut along the order"
+                     : "replicated, contiguous shares of the rows";
+}
+
 void allocate_rows(KnnResult& r, std::int64_t n, int k, bool lock, ResultLocks& l) {
   r.rows = n;
   r.k = k;
@@ -391,10 +399,7 @@ int main(int argc, char** argv) {
         parts = index.parts();
         if (r == runs)
           say("  layout: %s; home search %.1f ms, boundary and merge %.1f ms\n",
-              !index.replicated() ? "spatial"
-              : tm.by_position    ? "replicated, self-search cut along the order"
-                                  : "replicated, self-search cut by rows",
-              tm.home_ms, tm.boundary_ms);
+              layout_name(index.replicated(), tm.by_position), tm.home_ms, tm.boundary_ms);
         if (r == runs)
           for (const PartStats& p : tm.parts)
             say("  part on device %d: %lld points, %lld forwarded, %lld received, build %.1f ms, "
@@ -444,11 +449,7 @@ int main(int argc, char** argv) {
         };
         search_rows();
         if (r == runs)
-          say("  layout: %s\n", !index.replicated()              ? "spatial"
-                                : index.last_stats().by_position ? "replicated, self-search cut "
-                                                                   "along the order"
-                                                                 : "replicated, self-search cut "
-                                                                   "by rows");
+          say("  layout: %s\n", layout_name(index.replicated(), index.last_stats().by_position));
         // Build + search of this rank (its partition apart), the slowest rank's counted.
         const double mine_ms = index.last_stats().build_ms + index.last_stats().total_ms;
         const double mine_search = index.last_stats().total_ms;

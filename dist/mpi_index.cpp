@@ -114,6 +114,7 @@ struct DistributedIndex::Impl {
   Impl& operator=(const Impl&) = delete;
   // The duplicated communicator, also when the constructor threw.
   ~Impl() {
+    cut.reset();  // it uses the communicator
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (comm != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm);

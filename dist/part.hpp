@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/fresh_pages.hpp"
+#include "core/row_shares.hpp"
 #include "pcnn/distributed.hpp"
 #include "pcnn/index.hpp"
 #include "pcnn/radius.hpp"
@@ -297,6 +298,15 @@ class SpreadPoints {
 inline std::int64_t cut_position(std::int64_t finite, std::int64_t rows, int d, int nd) {
   return d == nd ? rows : finite * d / nd;
 }
+
+/// The index's order where a self-search of `rows` rows is cut for `nd` replicas: its finite
+/// points, then the original index at each cut position (-1 past the last point). Replicas that
+/// order the points the same give the same (a guard: identical rows rest on it). CUDA only.
+std::vector<std::int64_t> order_at_cuts(Index& index, std::int64_t rows, int nd);
+
+/// Rows shared out as `first` gives (shares + 1 boundaries, the last the rows; 1 to 8 shares),
+/// the share pointers still null.
+pcnn::detail::RowShares row_shares(const std::vector<std::int64_t>& first);
 
 /// The fraction of neighboring positions of the index's order in different contiguous shares
 /// (Backend_::order_breaks) from which a self-search for rows in host memory is cut along the

@@ -393,6 +393,29 @@ class SharedPool {
 
 }  // namespace
 
+std::vector<std::int64_t> order_at_cuts(Index& index, std::int64_t rows, int nd) {
+  const std::int64_t finite = index.finite_size();
+  std::vector<std::int64_t> order(static_cast<std::size_t>(nd), -1);
+  order[0] = finite;
+  for (int d = 1; d < nd; ++d) {
+    const std::int64_t at = cut_position(finite, rows, d, nd);
+    if (at < rows)
+      order[static_cast<std::size_t>(d)] =
+          pcnn::detail::IndexAccess::backend(index).original_index_at(at);
+  }
+  return order;
+}
+
+pcnn::detail::RowShares row_shares(const std::vector<std::int64_t>& first) {
+  PCNN_EXPECTS(first.size() >= 2 && first.size() <= pcnn::detail::RowShares::kMax + 1 &&
+                   first.back() <= INT32_MAX,
+               "row shares: 1 to 8 shares of at most 2^31 - 1 rows");
+  pcnn::detail::RowShares to;
+  to.count = static_cast<int>(first.size()) - 1;
+  for (std::size_t d = 0; d < first.size(); ++d) to.first[d] = static_cast<int>(first[d]);
+  return to;
+}
+
 struct ShareExchange::Impl {
   std::vector<int> devices;
   int usable = -1;  // every device may write every other's memory (-1: not asked yet)
@@ -512,18 +535,10 @@ bool ShareExchange::self_search(std::vector<Index>& replicas, const DenseSearch&
   const auto cut = [&](int d) { return cut_position(finite, rows, d, nd); };
   // Identical rows rest on every replica ordering the points the same, which building the same
   // points the same way does; checked, as a guard, where the positions are cut.
-  for (int d = 1; d < nd; ++d) {
-    if (cut(d) >= rows) continue;
-    const std::int64_t id = IndexAccess::backend(replicas[0]).original_index_at(cut(d));
-    for (int e = 1; e < nd; ++e)
-      if (replicas[static_cast<std::size_t>(e)].finite_size() != finite ||
-          IndexAccess::backend(replicas[static_cast<std::size_t>(e)]).original_index_at(cut(d)) !=
-              id)
-        return false;
-  }
-  pcnn::detail::RowShares to;
-  to.count = nd;
-  for (int d = 0; d <= nd; ++d) to.first[d] = static_cast<int>(first[d]);
+  const std::vector<std::int64_t> order = order_at_cuts(replicas[0], rows, nd);
+  for (int e = 1; e < nd; ++e)
+    if (order_at_cuts(replicas[static_cast<std::size_t>(e)], rows, nd) != order) return false;
+  pcnn::detail::RowShares to = row_shares(first);
   // Rows for the host of a cloud stored in spatial order: contiguous shares (kCutBreaks). Rows
   // kept on the devices have nothing to overlap: there the cut won in spatial order too (1.49x
   // -> 1.68x, round 19).

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -14,8 +15,8 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <random>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "core/backend.hpp"
@@ -77,13 +78,29 @@ sockaddr_un address_of(const char* name, socklen_t& len) {
   return a;
 }
 
-// A socket listening for `backlog` connections under a name of this process's own.
+// The longest a rank waits on another rank's socket: connecting, sending, accepting, receiving;
+// and the connections a listener queues (the ranks', and any other process's, which are dropped).
+constexpr int kSocketMs = 10000;
+constexpr int kBacklog = 128;
+// The longest a rank's destructor waits for the others to close its block.
+constexpr int kCloseMs = 2000;
+
+// Bounds a socket's blocking calls (connect and send, receive) to kSocketMs.
+bool bound_waits(int s) {
+  const timeval t{kSocketMs / 1000, 0};
+  return ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof t) == 0 &&
+         ::setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &t, sizeof t) == 0;
+}
+
+// A socket listening under a name of this process's own (its id and the clock: a name in use
+// fails the bind, and the ranks fall back). Names in the abstract namespace are visible to every
+// process of the host: receive_fd takes connections only from the ranks' processes.
 Fd listen_socket(int backlog, char (&name)[sizeof Card::socket]) {
   Fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (s.get() < 0) return Fd();
-  std::random_device random;
-  std::snprintf(name, sizeof name, "pcnn-%d-%08x%08x", static_cast<int>(::getpid()), random(),
-                random());
+  const auto ticks = std::chrono::steady_clock::now().time_since_epoch().count();
+  std::snprintf(name, sizeof name, "pcnn-%d-%llx", static_cast<int>(::getpid()),
+                static_cast<unsigned long long>(ticks));
   socklen_t len = 0;
   const sockaddr_un a = address_of(name, len);
   if (::bind(s.get(), reinterpret_cast<const sockaddr*>(&a), len) != 0 ||
@@ -113,7 +130,8 @@ bool send_fd(const char* name, int rank, int fd) {
   Fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   socklen_t len = 0;
   const sockaddr_un a = address_of(name, len);
-  if (s.get() < 0 || ::connect(s.get(), reinterpret_cast<const sockaddr*>(&a), len) != 0)
+  if (s.get() < 0 || !bound_waits(s.get()) ||
+      ::connect(s.get(), reinterpret_cast<const sockaddr*>(&a), len) != 0)
     return false;
   Message m;
   m.rank = rank;
@@ -125,29 +143,39 @@ bool send_fd(const char* name, int rank, int fd) {
   return ::sendmsg(s.get(), &m.msg, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof m.rank);
 }
 
-// Accepts one connection (waiting up to 10 s) and takes its rank and descriptor, where the process
-// that sent them is the one that rank reported (its id, as the kernel gives it).
-bool receive_fd(int listener, const std::vector<Card>& cards, int& from, Fd& fd) {
-  pollfd p{listener, POLLIN, 0};
-  if (::poll(&p, 1, 10000) != 1) return false;
-  const Fd s(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
-  if (s.get() < 0) return false;
-  Message m;
-  if (::recvmsg(s.get(), &m.msg, MSG_CMSG_CLOEXEC) != static_cast<ssize_t>(sizeof m.rank))
-    return false;
-  const cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
-  if (!c || (m.msg.msg_flags & MSG_CTRUNC) || c->cmsg_level != SOL_SOCKET ||
-      c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int)))
-    return false;
-  int got = -1;
-  std::memcpy(&got, CMSG_DATA(c), sizeof got);
-  fd.reset(got);
-  ucred peer{};
-  socklen_t peer_len = sizeof peer;
-  if (::getsockopt(s.get(), SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) != 0) return false;
-  from = m.rank;
-  return from >= 0 && from < static_cast<int>(cards.size()) &&
-         peer.pid == cards[static_cast<std::size_t>(from)].pid;
+// Takes one rank's descriptor before `deadline`: connections from processes other than the
+// ranks' (their ids as the kernel gives them, and this user's) are dropped unread; a rank's
+// message must name that rank.
+bool receive_fd(int listener, const std::vector<Card>& cards,
+                std::chrono::steady_clock::time_point deadline, int& from, Fd& fd) {
+  using namespace std::chrono;
+  for (;;) {
+    const auto left = duration_cast<milliseconds>(deadline - steady_clock::now()).count();
+    pollfd p{listener, POLLIN, 0};
+    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) != 1) return false;
+    const Fd s(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
+    if (s.get() < 0 || !bound_waits(s.get())) continue;
+    ucred peer{};
+    socklen_t peer_len = sizeof peer;
+    if (::getsockopt(s.get(), SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) != 0 ||
+        peer.uid != ::getuid())
+      continue;
+    from = -1;
+    for (std::size_t r = 0; r < cards.size(); ++r)
+      if (cards[r].pid == peer.pid) from = static_cast<int>(r);
+    if (from < 0) continue;
+    Message m;
+    if (::recvmsg(s.get(), &m.msg, MSG_CMSG_CLOEXEC) != static_cast<ssize_t>(sizeof m.rank))
+      return false;
+    const cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
+    if (!c || (m.msg.msg_flags & MSG_CTRUNC) || c->cmsg_level != SOL_SOCKET ||
+        c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int)))
+      return false;
+    int got = -1;
+    std::memcpy(&got, CMSG_DATA(c), sizeof got);
+    fd.reset(got);
+    return m.rank == from;
+  }
 }
 
 }  // namespace
@@ -167,7 +195,9 @@ struct RankShares::Impl {
 
   ~Impl() {
     const DeviceScope on(device, std::nothrow);
+    const bool shared = !blocks.empty();  // alike on every rank
     close_blocks();
+    if (shared) wait_for_others_to_close();
     free_own();
     for (cudaMemPool_t p : peers)
       if (p) PCNN_CUDA_TRY_NO_THROW(cudaMemPoolDestroy(p));
@@ -196,6 +226,23 @@ struct RankShares::Impl {
       if (p) PCNN_CUDA_TRY_NO_THROW(cudaFree(std::exchange(p, nullptr)));
     own_bytes = 0;
   }
+  // CUDA asks every importer to close a block before its owner frees it. Indexes usually go on
+  // every rank together, but a destructor must not hang on a rank that has failed or goes later:
+  // a barrier that does not block, waited for up to kCloseMs (on a communicator that only this
+  // index's collectives use); past that, or with MPI finalized, the block is freed all the same
+  // (no rank writes or reads a block after the search that wrote it has ended on every rank).
+  void wait_for_others_to_close() noexcept {
+    int finalized = 1;
+    MPI_Finalized(&finalized);
+    MPI_Request request = MPI_REQUEST_NULL;
+    if (finalized || MPI_Ibarrier(comm, &request) != MPI_SUCCESS) return;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kCloseMs);
+    int done = 0;
+    while (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (!done) MPI_Request_free(&request);
+  }
   // Collective: every rank's block holds `bytes` (this rank's) or more, and is open in every
   // other rank; false on every rank where one has no room.
   bool update_blocks(std::size_t bytes, std::int64_t block_rows);
@@ -220,15 +267,12 @@ bool RankShares::Impl::open_pools() {
     ok = succeeded(cudaMemPoolCreate(&pool, &props));
   }
   if (ok) {
-    // Freed blocks stay in the pool for the next search (and stay open in the other ranks).
-    std::uint64_t keep = UINT64_MAX;
     int fd = -1;
-    ok = succeeded(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep)) &&
-         succeeded(cudaMemPoolExportToShareableHandle(&fd, pool, kHandle, 0));
+    ok = succeeded(cudaMemPoolExportToShareableHandle(&fd, pool, kHandle, 0));
     exported.reset(fd);
   }
   if (ok) {
-    listener = listen_socket(size, mine.socket);
+    listener = listen_socket(kBacklog, mine.socket);
     ok = listener.get() >= 0;
   }
   mine.ready = ok ? 1 : 0;
@@ -245,10 +289,11 @@ bool RankShares::Impl::open_pools() {
   if (!on_every_rank(comm, sent)) return false;
   peers.assign(static_cast<std::size_t>(size), nullptr);
   bool got = true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kSocketMs);
   for (int i = 0; i + 1 < size && got; ++i) {
     int from = -1;
     Fd fd;
-    got = receive_fd(listener.get(), cards, from, fd) && from != rank &&
+    got = receive_fd(listener.get(), cards, deadline, from, fd) && from != rank &&
           !peers[static_cast<std::size_t>(from)];
     if (!got) break;
     cudaMemPool_t& p = peers[static_cast<std::size_t>(from)];
@@ -275,27 +320,34 @@ std::size_t RankShares::Impl::free_bytes() const {
   return free_bytes + static_cast<std::size_t>(reserved - used);
 }
 
-// Ranks whose block must grow allocate a new one and every rank opens every rank's current block
-// before any old one is closed (so no block is opened at an address another one still has);
-// then every rank closes the old blocks, and once all have (the importers must close a block
-// before its owner frees it), the old ones are freed.
+// Ranks whose block must grow allocate a new one, and every rank opens every new block before any
+// old one is closed (a block is never opened at an address another block still has open here);
+// blocks that did not change stay open as they are. Then every rank closes the replaced blocks,
+// and once all have (importers must close a block before its owner frees it), they are freed.
 bool RankShares::Impl::update_blocks(std::size_t bytes, std::int64_t block_rows) {
-  const bool grow = own_bytes < bytes || blocks.empty();
+  const bool first = blocks.empty();
+  const bool grow = first || own_bytes < bytes;
   if (on_every_rank(comm, !grow)) return true;  // every block open as it is
   const DeviceScope on(device, std::nothrow);
-  void* fresh[2] = {};
-  const auto free_fresh = [&] {
-    for (void*& p : fresh)
-      if (p) PCNN_CUDA_TRY_NO_THROW(cudaFree(std::exchange(p, nullptr)));
-  };
+  // The new block, freed unless it replaces the old one.
+  struct Fresh {
+    void* p[2] = {};
+    ~Fresh() {
+      for (void* q : p)
+        if (q) PCNN_CUDA_TRY_NO_THROW(cudaFree(q));
+    }
+  } fresh;
+  const bool grown = own_bytes < bytes;
   bool room = true;
   collectively(comm, [&] {
-    if (own_bytes >= bytes) return;
+    if (!grown) return;
     const DeviceScope scope(device);
+    // The block, and the search's scratch: a pass of up to all its rows at ~8 bytes a row of
+    // sort keys and slots, besides 512 MB for the rest.
     room = static_cast<double>(free_bytes()) >=
            512.0 * (1 << 20) + 8.0 * static_cast<double>(block_rows) + 2.0 * bytes;
     const Stream stream;
-    for (void*& p : fresh) {
+    for (void*& p : fresh.p) {
       if (!room || bytes == 0) break;
       const cudaError_t e = cudaMallocFromPoolAsync(&p, bytes, pool, stream.get());
       if (e == cudaErrorMemoryAllocation) {
@@ -308,44 +360,49 @@ bool RankShares::Impl::update_blocks(std::size_t bytes, std::int64_t block_rows)
     }
     PCNN_CUDA_TRY(cudaStreamSynchronize(stream.get()));
   });
-  const bool grown = own_bytes < bytes;
-  void* const current[2] = {grown ? fresh[0] : own[0], grown ? fresh[1] : own[1]};
+  void* const current[2] = {grown ? fresh.p[0] : own[0], grown ? fresh.p[1] : own[1]};
+  // Per rank: whether its block changed, and whether it holds one (an empty block, of no rows,
+  // is not allocated; -1: it could not be exported).
+  int mine_state[2] = {grown || first ? 1 : 0, room && current[0] ? 1 : 0};
   cudaMemPoolPtrExportData mine[2] = {};
-  int held = room && current[0] ? 1 : 0;  // an empty block (of no rows) is not allocated
-  for (int j = 0; j < 2 && held; ++j)
-    held = succeeded(cudaMemPoolExportPointer(&mine[j], current[j])) ? 1 : -1;
+  for (int j = 0; j < 2 && mine_state[1] > 0; ++j)
+    if (!succeeded(cudaMemPoolExportPointer(&mine[j], current[j]))) mine_state[1] = -1;
   std::vector<cudaMemPoolPtrExportData> all(static_cast<std::size_t>(size) * 2);
-  std::vector<int> holds(static_cast<std::size_t>(size));
+  std::vector<int> states(static_cast<std::size_t>(size) * 2);
   check(MPI_Allgather(mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm),
         "MPI_Allgather (blocks)");
-  check(MPI_Allgather(&held, 1, MPI_INT, holds.data(), 1, MPI_INT, comm),
+  check(MPI_Allgather(mine_state, 2, MPI_INT, states.data(), 2, MPI_INT, comm),
         "MPI_Allgather (blocks held)");
   std::vector<void*> opened(static_cast<std::size_t>(size) * 2, nullptr);
-  bool ok = on_every_rank(comm, room && held >= 0);
+  bool ok = on_every_rank(comm, room && mine_state[1] >= 0);
   for (int r = 0; r < size && ok; ++r)
     for (int j = 0; j < 2 && ok; ++j) {
-      void*& p = opened[static_cast<std::size_t>(r) * 2 + j];
-      if (r == rank)
+      const std::size_t at = static_cast<std::size_t>(r) * 2 + j;
+      void*& p = opened[at];
+      if (r == rank) {
         p = current[j];
-      else if (holds[static_cast<std::size_t>(r)] > 0)
-        ok = succeeded(cudaMemPoolImportPointer(&p, peers[static_cast<std::size_t>(r)],
-                                                &all[static_cast<std::size_t>(r) * 2 + j]));
-      if (!ok) p = nullptr;
+      } else if (!states[static_cast<std::size_t>(r) * 2] && at < blocks.size()) {
+        p = std::exchange(blocks[at], nullptr);  // unchanged: kept open, not closed below
+      } else if (states[static_cast<std::size_t>(r) * 2 + 1] > 0) {
+        ok = succeeded(cudaMemPoolImportPointer(&p, peers[static_cast<std::size_t>(r)], &all[at]));
+        if (!ok) p = nullptr;
+      }
     }
   ok = on_every_rank(comm, ok);
-  // The old blocks closed everywhere, then freed where replaced.
-  close_blocks();
+  close_blocks();  // the replaced ones (and, where this failed, every one)
   blocks = std::move(opened);
   if (!ok) close_blocks();
-  on_every_rank(comm, true);
-  if (grown || !ok) free_own();
-  if (ok && grown) {
-    std::copy(fresh, fresh + 2, own);
-    own_bytes = bytes;
-  } else {
-    free_fresh();
+  on_every_rank(comm, true);  // every importer has closed what it replaced or gave up
+  if (!ok) {
+    free_own();
+    return false;
   }
-  return ok;
+  if (grown) {
+    free_own();
+    for (int j = 0; j < 2; ++j) own[j] = std::exchange(fresh.p[j], nullptr);
+    own_bytes = bytes;
+  }
+  return true;
 }
 
 RankShares::RankShares(MPI_Comm comm, bool one_host, int device) : impl_(std::make_unique<Impl>()) {
@@ -374,22 +431,17 @@ bool RankShares::self_search(Index& whole, const dist::DenseSearch& search,
   Index::Backend_& backend = IndexAccess::backend(whole);
   const std::int64_t finite = whole.finite_size();
   const auto cut = [&](int r) { return dist::cut_position(finite, rows, r, size); };
-  RowShares to;
-  to.count = size;
-  for (int r = 0; r <= size; ++r)
-    to.first[r] = static_cast<int>(first[static_cast<std::size_t>(r)]);
+  RowShares to = dist::row_shares(first);
   const std::int64_t block_rows = first[static_cast<std::size_t>(rank) + 1] - first[rank];
   const std::size_t bytes = static_cast<std::size_t>(block_rows) * search.k * 4;
 
   // 1. The orders agree at the cuts (checked as a guard: replicas built from the same points
   //    order them the same), and the cloud is not stored in spatial order.
-  std::vector<std::int64_t> order(static_cast<std::size_t>(size), -1);
+  std::vector<std::int64_t> order;
   bool ok = true;
   collectively(m.comm, [&] {
     const DeviceScope on(m.device);
-    order[0] = finite;
-    for (int r = 1; r < size; ++r)
-      if (cut(r) < rows) order[static_cast<std::size_t>(r)] = backend.original_index_at(cut(r));
+    order = dist::order_at_cuts(whole, rows, size);
     const Stream stream;
     ok = backend.order_breaks(to, stream.get()) >= dist::kCutBreaks;
   });

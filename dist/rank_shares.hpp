@@ -23,10 +23,14 @@ namespace pcnn::mpi::internal {
 /// (cudaMemPoolExportToShareableHandle: a file descriptor, passed over a Unix socket to the
 /// processes whose ids the communicator reported) and opened there with access for their
 /// device (cudaMemPoolSetAccess: the pool's state; no process-wide state such as peer access).
-/// A block stays allocated, and open in the other ranks, between searches; one that must grow is
-/// first closed by every rank. The destructor is not collective: each rank closes the blocks it
-/// opened, then frees its own, which no rank writes after the search that wrote it has ended on
-/// every rank.
+/// A block stays allocated, and open in the other ranks, between searches. One that must grow
+/// is replaced: the new block is opened everywhere, then the old one closed everywhere, then
+/// freed. The destructor is not collective: each rank closes the blocks it opened, waits up to 2 s
+/// for the others to do the same (a barrier that does not block), then frees its own; no rank
+/// writes or reads a block after the search that wrote it has ended on every rank. The pool's
+/// descriptor goes only to the ranks' processes (their ids and user, as the kernel reports the
+/// sender of each connection), and every wait on a socket is bounded (10 s): a stranger on the
+/// socket makes the ranks fall back, never hang.
 class RankShares {
  public:
   /// `comm`: the index's communicator (kept, not owned); `one_host`: every rank of it on this

@@ -122,8 +122,11 @@ class DistributedIndex {
   /// index's positions and writes every row into the device memory of the rank whose block holds
   /// it, through a memory pool per rank that the others open (its file descriptor passed over a
   /// Unix socket; the blocks, rows × k × 8 bytes in all, stay in the pools between searches).
-  /// Where the devices cannot reach each other's memory, it falls back to the blocks searched as
-  /// separate queries (RankStats::by_position says which way a search went).
+  /// Otherwise each rank searches its block as a separate query set: a cloud stored in spatial
+  /// order (its blocks are already pieces of the curve, and come down while later passes
+  /// search), ranks on several hosts or more than 8, devices whose pools other processes cannot
+  /// open or whose memory the others cannot reach, a device without room for its block, a memory
+  /// resource given (RankStats::by_position says which way a search went).
   DistributedIndex(MPI_Comm comm, PointsView points, IndexOptions options = {},
                    bool keep_device = false, Layout layout = Layout::automatic);
   /// With the CUDA backend and no options.memory, waits for all work on the rank's device (its
