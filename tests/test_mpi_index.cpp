@@ -175,11 +175,19 @@ int main(int argc, char** argv) {
     const auto two = make_synthetic_cloud(SyntheticKind::uniform, 2, 14);
     std::vector<Backend> backends{Backend::cpu};
     if (query_device().available) backends.push_back(Backend::cuda);
+    // An argument picks the clouds whose names contain it (one cloud a process under
+    // compute-sanitizer, which keeps the sizes of memory opened from another process after it
+    // is closed, and so misjudges a later index's blocks opened at the same addresses).
+    const std::string only = argc > 1 ? argv[1] : "";
+    const auto run = [&](const std::vector<float>& xyz, const std::string& name, Backend b,
+                         bool random_order) {
+      if (name.find(only) != std::string::npos) check_cloud(xyz, name, b, random_order);
+    };
     for (const Backend b : backends) {
-      check_cloud(clustered, "clustered", b, true);
-      check_cloud(twice, "lattice twice", b, true);  // a copy's neighbors are the other copy's
-      check_cloud(poisoned, "clustered, 5 % non-finite", b, true);
-      check_cloud(two, "two points", b, false);
+      run(clustered, "clustered", b, true);
+      run(twice, "lattice twice", b, true);  // a copy's neighbors are the other copy's
+      run(poisoned, "5 % non-finite", b, true);
+      run(two, "two points", b, false);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: %s\n", rank_, e.what());
