@@ -185,6 +185,7 @@ struct RankShares::Impl {
   int rank = 0, size = 1, device = 0;
   bool one_host = false;
   int usable = -1;                   // -1: not opened yet
+  int self_searches = 0;  // dense self-searches so far (the first keeps blocks: see self_search)
   cudaMemPool_t pool = nullptr;      // this rank's, exported to the others
   std::vector<cudaMemPool_t> peers;  // the others' pools, imported (null: this rank's)
   // This rank's block (indices, distances), kept between searches and grown as needed, and the
@@ -423,9 +424,12 @@ bool RankShares::self_search(Index& whole, const dist::DenseSearch& search,
   Impl& m = *impl_;
   const int size = m.size, rank = m.rank;
   const std::int64_t rows = first.empty() ? 0 : first.back();
-  // The same on every rank, so the same answer.
+  // The same on every rank, so the same answer. An index's first dense self-search keeps the
+  // blocks: opening the pools across the processes costs ~40 ms however small the cloud (47 ms
+  // at 20M points, 64-69 ms at 200M, two H200s), which one search does not earn back (200M in
+  // random order: 273-299 ms cut, 285-294 by blocks), and a one-shot command never searches again.
   if (size < 2 || size > RowShares::kMax || static_cast<int>(first.size()) != size + 1 ||
-      rows <= 0 || rows > INT32_MAX || !m.open())
+      rows <= 0 || rows > INT32_MAX || ++m.self_searches < 2 || !m.open())
     return false;
   using pcnn::detail::IndexAccess;
   Index::Backend_& backend = IndexAccess::backend(whole);

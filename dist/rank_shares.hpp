@@ -46,7 +46,9 @@ class RankShares {
   /// nothing, where it cannot run: more than 8 ranks or ranks on several hosts, devices without
   /// pools that other processes may open or that cannot reach each other's memory, replicas
   /// whose orders differ where the positions are cut, a device without room for its block; or
-  /// where it would not pay (a cloud stored in spatial order: dist::kCutBreaks). Throws on every
+  /// where it would not pay: the first call of this object (opening the pools across the
+  /// processes, ~40 ms, is for an index searched again), a cloud stored in spatial order
+  /// (dist::kCutBreaks). Throws on every
   /// rank where the search failed on one (peer_failure on the others).
   /// `setup_ms`: the checks, and the blocks' allocation and opening where they grew.
   bool self_search(Index& whole, const dist::DenseSearch& search,

@@ -1,8 +1,8 @@
 // pcnn::mpi::DistributedIndex under mpirun (CTest: 2 and 3 ranks, CPU backend, oversubscribed;
 // the CUDA backend too where a device is usable): both layouts, kNN, queries, radius and hybrid
 // against one pcnn::Index, byte for byte, through gather and redistribute; the replicated
-// layout's contiguous shares, its self-search cut along the order across the ranks' devices, and
-// its rows written into caller views. Exits 1 on any difference.
+// layout's contiguous shares, its self-search cut along the order across the ranks' devices (from
+// an index's second one), and its rows written into caller views. Exits 1 on any difference.
 #include <cuda_runtime.h>
 #include <mpi.h>
 
@@ -112,11 +112,16 @@ void check_cloud(const std::vector<float>& xyz, const std::string& name, Backend
     mpi::DistributedIndex d(MPI_COMM_WORLD, refs, io, false, layout);
     expect(d.replicated() == (layout == Layout::replicated), what + ": layout");
     const mpi::RankRows mine = d.self_knn(kp);
-    // The cut along the order: only on CUDA replicas, and there on every cloud in random order
-    // where the devices allow it (PCNN_EXPECT_RANK_CUT: where they are known to).
+    // An index's first dense self-search keeps contiguous blocks (one search does not earn back
+    // opening the pools across the processes).
+    expect(!d.last_stats().by_position, what + ": the first self-search by blocks");
+    // Then the cut along the order: only on CUDA replicas, and there on every cloud in random
+    // order where the devices allow it (PCNN_EXPECT_RANK_CUT: where they are known to).
+    const mpi::RankRows again = d.self_knn(kp);
     const bool cut = d.last_stats().by_position;
     if (rank_ == 0 && backend == Backend::cuda && d.replicated())
-      std::printf("%s: self kNN %s\n", what.c_str(), cut ? "cut along the order" : "by blocks");
+      std::printf("%s: self kNN again %s\n", what.c_str(),
+                  cut ? "cut along the order" : "by blocks");
     expect(!cut || (backend == Backend::cuda && d.replicated()),
            what + ": cut only on CUDA replicas");
     if (backend == Backend::cuda && d.replicated() && random_order) {
@@ -124,6 +129,8 @@ void check_cloud(const std::vector<float>& xyz, const std::string& name, Backend
       if (can != 1) expect(cut == (can == 2), what + ": the cut where the devices allow it");
       if (std::getenv("PCNN_EXPECT_RANK_CUT")) expect(cut, what + ": cut along the order expected");
     }
+    const KnnResult all_again = d.gather(again, n, 0);
+    if (rank_ == 0) expect(same(all_again, want), what + ": self kNN again, gathered");
     const KnnResult all = d.gather(mine, n, 0);
     if (rank_ == 0) expect(same(all, want), what + ": self kNN gathered");
     const mpi::RankBlock block = d.redistribute(mine, n);

@@ -118,11 +118,12 @@ class DistributedIndex {
   /// A replicated radius self-search counts the whole cloud on every rank (an index counts its
   /// own rows only all at once): its count does not shrink with more ranks. A replicated dense
   /// (kNN, hybrid) self-search on the CUDA devices of ranks of one host is cut along the index's
-  /// order where it pays (a cloud not stored in spatial order): each rank searches a run of the
-  /// index's positions and writes every row into the device memory of the rank whose block holds
-  /// it, through a memory pool per rank that the others open (its file descriptor passed over a
-  /// Unix socket; the blocks, rows × k × 8 bytes in all, stay in the pools between searches).
-  /// Otherwise each rank searches its block as a separate query set: a cloud stored in spatial
+  /// order from the index's second one on: each rank searches a run of the index's positions and
+  /// writes every row into the device memory of the rank whose block holds it, through a memory
+  /// pool per rank that the others open (its file descriptor passed over a Unix socket; the
+  /// blocks, rows × k × 8 bytes in all, stay open between searches). Otherwise each rank searches
+  /// its block as a separate query set: the first dense self-search (opening the pools across
+  /// the processes costs ~40 ms, which one search does not earn back), a cloud stored in spatial
   /// order (its blocks are already pieces of the curve, and come down while later passes
   /// search), ranks on several hosts or more than 8, devices whose pools other processes cannot
   /// open or whose memory the others cannot reach, a device without room for its block, a memory
