@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -63,6 +64,7 @@ class Fd {
 
 // What each rank tells the others before the pools are passed.
 struct Card {
+  char pid_ns[32] = {};  // its pid namespace: ids from SO_PEERCRED compare only within one
   std::int32_t pid = 0;
   std::int32_t ready = 0;  // its pool exported and its socket listening
   char bus[32] = {};       // its device's PCI address
@@ -82,8 +84,10 @@ sockaddr_un address_of(const char* name, socklen_t& len) {
 // and the connections a listener queues (the ranks', and any other process's, which are dropped).
 constexpr int kSocketMs = 10000;
 constexpr int kBacklog = 128;
-// The longest a rank's destructor waits for the others to close its block.
+// The longest a rank's destructor waits for the others to close its block, and the tag of their
+// messages (the index's own communicator carries no other point-to-point message).
 constexpr int kCloseMs = 2000;
+constexpr int kClosedTag = 7001;
 
 // Bounds a socket's blocking calls (connect and send, receive) to kSocketMs.
 bool bound_waits(int s) {
@@ -96,7 +100,7 @@ bool bound_waits(int s) {
 // fails the bind, and the ranks fall back). Names in the abstract namespace are visible to every
 // process of the host: receive_fd takes connections only from the ranks' processes.
 Fd listen_socket(int backlog, char (&name)[sizeof Card::socket]) {
-  Fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  Fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (s.get() < 0) return Fd();
   const auto ticks = std::chrono::steady_clock::now().time_since_epoch().count();
   std::snprintf(name, sizeof name, "pcnn-%d-%llx", static_cast<int>(::getpid()),
@@ -151,9 +155,12 @@ bool receive_fd(int listener, const std::vector<Card>& cards,
   using namespace std::chrono;
   for (;;) {
     const auto left = duration_cast<milliseconds>(deadline - steady_clock::now()).count();
+    if (left <= 0) return false;
     pollfd p{listener, POLLIN, 0};
-    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) != 1) return false;
-    const Fd s(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
+    const int ready = ::poll(&p, 1, static_cast<int>(left));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready != 1) return false;
+    const Fd s(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));  // the listener never blocks
     if (s.get() < 0 || !bound_waits(s.get())) continue;
     ucred peer{};
     socklen_t peer_len = sizeof peer;
@@ -165,16 +172,17 @@ bool receive_fd(int listener, const std::vector<Card>& cards,
       if (cards[r].pid == peer.pid) from = static_cast<int>(r);
     if (from < 0) continue;
     Message m;
-    if (::recvmsg(s.get(), &m.msg, MSG_CMSG_CLOEXEC) != static_cast<ssize_t>(sizeof m.rank))
-      return false;
+    const ssize_t got = ::recvmsg(s.get(), &m.msg, MSG_CMSG_CLOEXEC);
+    // Whatever descriptor came is owned first, then the message judged.
     const cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
-    if (!c || (m.msg.msg_flags & MSG_CTRUNC) || c->cmsg_level != SOL_SOCKET ||
-        c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int)))
-      return false;
-    int got = -1;
-    std::memcpy(&got, CMSG_DATA(c), sizeof got);
-    fd.reset(got);
-    return m.rank == from;
+    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+        c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+      int d = -1;
+      std::memcpy(&d, CMSG_DATA(c), sizeof d);
+      fd.reset(d);
+    }
+    return got == static_cast<ssize_t>(sizeof m.rank) && !(m.msg.msg_flags & MSG_CTRUNC) && c &&
+           c->cmsg_len == CMSG_LEN(sizeof(int)) && fd.get() >= 0 && m.rank == from;
   }
 }
 
@@ -184,7 +192,7 @@ struct RankShares::Impl {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0, size = 1, device = 0;
   bool one_host = false;
-  int usable = -1;                   // -1: not opened yet
+  int usable = -1;        // -1: not opened yet
   int self_searches = 0;  // dense self-searches so far (the first keeps blocks: see self_search)
   cudaMemPool_t pool = nullptr;      // this rank's, exported to the others
   std::vector<cudaMemPool_t> peers;  // the others' pools, imported (null: this rank's)
@@ -229,20 +237,37 @@ struct RankShares::Impl {
   }
   // CUDA asks every importer to close a block before its owner frees it. Indexes usually go on
   // every rank together, but a destructor must not hang on a rank that has failed or goes later:
-  // a barrier that does not block, waited for up to kCloseMs (on a communicator that only this
-  // index's collectives use); past that, or with MPI finalized, the block is freed all the same
-  // (no rank writes or reads a block after the search that wrote it has ended on every rank).
+  // each rank tells every other that it has closed their blocks (an empty message) and waits up
+  // to kCloseMs for theirs; past that, or with MPI finalized, the block is freed all the same (no
+  // rank writes or reads a block after the search that wrote it has ended on every rank). Sends
+  // and receives, unlike a barrier, may be cancelled or let go when they time out.
   void wait_for_others_to_close() noexcept {
     int finalized = 1;
     MPI_Finalized(&finalized);
-    MPI_Request request = MPI_REQUEST_NULL;
-    if (finalized || MPI_Ibarrier(comm, &request) != MPI_SUCCESS) return;
+    if (finalized) return;
+    std::vector<MPI_Request> sent, heard;
+    for (int r = 0; r < size; ++r) {
+      if (r == rank) continue;
+      MPI_Request q = MPI_REQUEST_NULL;
+      if (MPI_Isend(nullptr, 0, MPI_BYTE, r, kClosedTag, comm, &q) == MPI_SUCCESS)
+        sent.push_back(q);
+      if (MPI_Irecv(nullptr, 0, MPI_BYTE, r, kClosedTag, comm, &q) == MPI_SUCCESS)
+        heard.push_back(q);
+    }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kCloseMs);
-    int done = 0;
-    while (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done &&
-           std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    if (!done) MPI_Request_free(&request);
+    int done = heard.empty();
+    while (!done && std::chrono::steady_clock::now() < deadline &&
+           MPI_Testall(static_cast<int>(heard.size()), heard.data(), &done, MPI_STATUSES_IGNORE) ==
+               MPI_SUCCESS)
+      if (!done) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    for (MPI_Request& q : heard)
+      if (q != MPI_REQUEST_NULL && MPI_Cancel(&q) == MPI_SUCCESS) MPI_Wait(&q, MPI_STATUS_IGNORE);
+    for (MPI_Request& q : sent) {
+      int finished = 0;
+      if (q != MPI_REQUEST_NULL && MPI_Test(&q, &finished, MPI_STATUS_IGNORE) == MPI_SUCCESS &&
+          !finished)
+        MPI_Request_free(&q);
+    }
   }
   // Collective: every rank's block holds `bytes` (this rank's) or more, and is open in every
   // other rank; false on every rank where one has no room.
@@ -252,6 +277,7 @@ bool RankShares::Impl::open_pools() {
   const DeviceScope on(device, std::nothrow);
   Card mine;
   mine.pid = static_cast<std::int32_t>(::getpid());
+  const ssize_t ns = ::readlink("/proc/self/ns/pid", mine.pid_ns, sizeof mine.pid_ns - 1);
   Fd listener, exported;
   int types = 0;
   bool ok = one_host && size >= 2 && size <= RowShares::kMax &&
@@ -276,12 +302,13 @@ bool RankShares::Impl::open_pools() {
     listener = listen_socket(kBacklog, mine.socket);
     ok = listener.get() >= 0;
   }
-  mine.ready = ok ? 1 : 0;
+  mine.ready = ok && ns > 0 ? 1 : 0;
   std::vector<Card> cards(static_cast<std::size_t>(size));
   check(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, cards.data(), sizeof mine, MPI_BYTE, comm),
         "MPI_Allgather (pools)");
+  // The same cards, and so the same answer, on every rank.
   for (const Card& c : cards)
-    if (!c.ready) return false;  // the same cards, and so the same answer, on every rank
+    if (!c.ready || std::strncmp(c.pid_ns, cards[0].pid_ns, sizeof c.pid_ns)) return false;
   // Every rank sends its pool to every other (the connections queue on their listeners), then
   // takes theirs.
   bool sent = true;
@@ -429,7 +456,7 @@ bool RankShares::self_search(Index& whole, const dist::DenseSearch& search,
   // at 20M points, 64-69 ms at 200M, two H200s), which one search does not earn back (200M in
   // random order: 273-299 ms cut, 285-294 by blocks), and a one-shot command never searches again.
   if (size < 2 || size > RowShares::kMax || static_cast<int>(first.size()) != size + 1 ||
-      rows <= 0 || rows > INT32_MAX || ++m.self_searches < 2 || !m.open())
+      rows <= 0 || rows > INT32_MAX || (m.self_searches < 2 && ++m.self_searches < 2))
     return false;
   using pcnn::detail::IndexAccess;
   Index::Backend_& backend = IndexAccess::backend(whole);
@@ -454,7 +481,7 @@ bool RankShares::self_search(Index& whole, const dist::DenseSearch& search,
         "MPI_Allgather (orders)");
   for (std::size_t i = 0; i < orders.size(); ++i)
     ok = ok && orders[i] == orders[i % static_cast<std::size_t>(size)];
-  if (!on_every_rank(m.comm, ok)) return false;
+  if (!on_every_rank(m.comm, ok) || !m.open()) return false;
 
   // 2. Every rank's block, big enough, open in every other rank.
   if (!m.update_blocks(bytes, block_rows)) return false;

@@ -67,13 +67,14 @@ int cut_expected(int device) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   int types = 0;
   char bus[32] = {};
-  int verdict = local_size == size && size <= 8 &&
+  int verdict = local_size == size && size >= 2 && size <= 8 &&
                         cudaDeviceGetAttribute(&types, cudaDevAttrMemoryPoolSupportedHandleTypes,
                                                device) == cudaSuccess &&
                         (types & cudaMemHandleTypePosixFileDescriptor) &&
                         cudaDeviceGetPCIBusId(bus, sizeof bus - 1, device) == cudaSuccess
                     ? 2
                     : 0;
+  static_cast<void>(cudaGetLastError());  // a query that failed leaves nothing for later calls
   std::vector<char> all(static_cast<std::size_t>(size) * sizeof bus);
   MPI_Allgather(bus, sizeof bus, MPI_CHAR, all.data(), sizeof bus, MPI_CHAR, MPI_COMM_WORLD);
   for (int r = 0; r < size && verdict; ++r) {
@@ -84,6 +85,7 @@ int cut_expected(int device) {
       static_cast<void>(cudaGetLastError());
       verdict = std::min(verdict, 1);
     } else if (cudaDeviceCanAccessPeer(&can, device, d) != cudaSuccess || !can) {
+      static_cast<void>(cudaGetLastError());
       verdict = 0;
     }
   }
