@@ -91,7 +91,8 @@ enum class Layout {
   replicated,  ///< every device indexes the whole cloud and searches a share of it: no boundary
                ///< traffic, no merge (the cloud must fit every device). A dense self-search is
                ///< cut along the index's order, each device writing rows into the device owning
-               ///< them, where the devices can reach each other's memory (see
+               ///< them, where the devices can reach each other's memory and the cloud is not
+               ///< stored in spatial order (for rows to the host; see
                ///< PartitionedTimings::by_position); each device then keeps its share of the
                ///< rows' buffers (rows × k × 8 bytes in all) in a memory pool of the index's own
                ///< between searches. Otherwise, and for separate queries, each device searches a
@@ -139,9 +140,10 @@ struct PartitionedTimings {
   bool replicated = false;  ///< the layout in use: replicas (true) or spatial parts
   /// Replicas' last dense self-search: each replica searched a piece of the index's order and
   /// wrote its rows into the devices owning them (true), or each searched its share of the rows
-  /// as a separate query set (false: devices without memory pools or that cannot reach each
-  /// other's memory, more than 8 replicas, a memory resource or cap given, no room for the
-  /// shares, or no rows).
+  /// as a separate query set (false: rows for the host of a cloud stored in spatial order, whose
+  /// contiguous shares are already pieces of the curve and come down while later passes search;
+  /// devices without memory pools or that cannot reach each other's memory, more than 8
+  /// replicas, a memory resource or cap given, no room for the shares, or no rows).
   bool by_position = false;
   std::vector<PartStats> parts;
 };

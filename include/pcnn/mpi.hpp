@@ -89,8 +89,9 @@ struct RankStats {
   std::int64_t queries_received = 0;   ///< other ranks' queries it searched
   double startup_ms = 0;               ///< CUDA: its device's context start-up (at construction)
   double build_ms = 0, search_ms = 0;  ///< its index: build (at construction) and searches
-  double exchange_ms = 0;  ///< the all-to-all exchanges (the cut: its checks, and the blocks'
-                           ///< allocation and opening where they grew)
+  double exchange_ms = 0;  ///< the all-to-all exchanges (the cut: its checks, the pools'
+                           ///< opening the first time, the blocks' allocation and opening
+                           ///< where they grew)
   double total_ms = 0;     ///< the whole search call
   /// Replicated, CUDA, ranks of one host: the last dense self-search was cut along the index's
   /// order, each rank writing rows into the device memory of the rank whose block holds them
