@@ -31,16 +31,19 @@ void expect(bool ok, const std::string& what) {
   std::fprintf(stderr, "rank %d: FAIL: %s\n", rank_, what.c_str());
 }
 
+// The same floats bit for bit (NaN and -0 included); empty arrays have no data to compare.
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
 bool same(const KnnResult& a, const KnnResult& b) {
-  return a.rows == b.rows && a.k == b.k && a.indices == b.indices &&
-         std::memcmp(a.sqdist.data(), b.sqdist.data(), a.sqdist.size() * sizeof(float)) == 0 &&
-         a.sqdist.size() == b.sqdist.size();
+  return a.rows == b.rows && a.k == b.k && a.indices == b.indices && same_bits(a.sqdist, b.sqdist);
 }
 
 bool same(const RadiusResult& a, const RadiusResult& b) {
   return a.rows == b.rows && a.offsets == b.offsets && a.indices == b.indices &&
-         a.sqdist.size() == b.sqdist.size() &&
-         std::memcmp(a.sqdist.data(), b.sqdist.data(), a.sqdist.size() * sizeof(float)) == 0;
+         same_bits(a.sqdist, b.sqdist);
 }
 
 // Rows [first, first + rows) of `all`.
