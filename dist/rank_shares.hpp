@@ -26,7 +26,7 @@ namespace pcnn::mpi::internal {
 /// A block stays allocated, and open in the other ranks, between searches. One that must grow
 /// is replaced: the new block is opened everywhere, then the old one closed everywhere, then
 /// freed. The destructor is not collective: each rank closes the blocks it opened, waits up to 2 s
-/// for the others to do the same (a barrier that does not block), then frees its own; no rank
+/// for the others to do the same (an empty message from each), then frees its own; no rank
 /// writes or reads a block after the search that wrote it has ended on every rank. The pool's
 /// descriptor goes only to the ranks' processes (their ids and user, as the kernel reports the
 /// sender of each connection), and every wait on a socket is bounded (10 s): a stranger on the
