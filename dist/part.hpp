@@ -304,6 +304,11 @@ inline std::int64_t cut_position(std::int64_t finite, std::int64_t rows, int d, 
 /// order the points the same give the same (a guard: identical rows rest on it). CUDA only.
 std::vector<std::int64_t> order_at_cuts(Index& index, std::int64_t rows, int nd);
 
+/// Whether `index`'s cloud is stored in spatial order for rows shared out as `shares`
+/// (Backend_::order_breaks below kCutBreaks): contiguous shares then beat the cut for rows to the
+/// host. On the index's device, synchronized. CUDA only.
+bool stored_in_spatial_order(Index& index, const pcnn::detail::RowShares& shares);
+
 /// Rows shared out as `first` gives (shares + 1 boundaries, the last the rows; 1 to 8 shares),
 /// the share pointers still null.
 pcnn::detail::RowShares row_shares(const std::vector<std::int64_t>& first);

@@ -406,6 +406,12 @@ std::vector<std::int64_t> order_at_cuts(Index& index, std::int64_t rows, int nd)
   return order;
 }
 
+bool stored_in_spatial_order(Index& index, const pcnn::detail::RowShares& shares) {
+  const pcnn::detail::DeviceScope on(index.options().device);
+  const Stream stream;
+  return pcnn::detail::IndexAccess::backend(index).order_breaks(shares, stream.get()) < kCutBreaks;
+}
+
 pcnn::detail::RowShares row_shares(const std::vector<std::int64_t>& first) {
   PCNN_EXPECTS(first.size() >= 2 && first.size() <= pcnn::detail::RowShares::kMax + 1 &&
                    first.back() <= INT32_MAX,
@@ -544,11 +550,7 @@ bool ShareExchange::self_search(std::vector<Index>& replicas, const DenseSearch&
   // -> 1.68x, round 19).
   const bool to_host =
       std::any_of(places.begin(), places.end(), [](const RowsPlace& p) { return !p.device; });
-  if (to_host) {
-    const pcnn::detail::DeviceScope on(m.devices[0]);
-    const Stream stream;
-    if (IndexAccess::backend(replicas[0]).order_breaks(to, stream.get()) < kCutBreaks) return false;
-  }
+  if (to_host && stored_in_spatial_order(replicas[0], to)) return false;
   const int k = search.k;
   std::vector<std::int64_t> cells(static_cast<std::size_t>(nd)), share_rows(cells.size());
   for (int d = 0; d < nd; ++d) {

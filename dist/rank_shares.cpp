@@ -473,8 +473,7 @@ bool RankShares::self_search(Index& whole, const dist::DenseSearch& search,
   collectively(m.comm, [&] {
     const DeviceScope on(m.device);
     order = dist::order_at_cuts(whole, rows, size);
-    const Stream stream;
-    ok = backend.order_breaks(to, stream.get()) >= dist::kCutBreaks;
+    ok = !dist::stored_in_spatial_order(whole, to);
   });
   std::vector<std::int64_t> orders(static_cast<std::size_t>(size) * size);
   check(MPI_Allgather(order.data(), size, MPI_INT64_T, orders.data(), size, MPI_INT64_T, m.comm),
