@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -21,6 +22,21 @@ struct EarlyStart {
   int ordinal = -1;
   double ms = 0;
   std::exception_ptr error;
+  // Whether the context is up (or its start failed): a mutex of its own, since device_startup
+  // holds `m` while it joins the thread that says so.
+  std::mutex ready_m;
+  std::condition_variable ready_cv;
+  bool ready = false, ready_ok = false;
+
+  void announce(bool ok) {
+    {
+      const std::lock_guard<std::mutex> lock(ready_m);
+      if (ready) return;
+      ready = true;
+      ready_ok = ok;
+    }
+    ready_cv.notify_all();
+  }
 };
 
 EarlyStart& early() {
@@ -39,10 +55,12 @@ void start_device_early(int ordinal, std::function<void()> prepare) {
       const auto t0 = std::chrono::steady_clock::now();
       try {
         initialize_device(ordinal);
+        e.announce(true);
         if (prepare) prepare();
       } catch (...) {
         e.error = std::current_exception();
       }
+      e.announce(false);  // the start failed before the context was up
       e.ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     });
@@ -80,6 +98,17 @@ void warm_up(int ordinal, WarmUp kind, int k) {
   }
 }
 
+bool wait_for_context(int ordinal) {
+  EarlyStart& e = early();
+  {
+    const std::lock_guard<std::mutex> lock(e.m);
+    if (e.ordinal != ordinal) return false;
+  }
+  std::unique_lock<std::mutex> lock(e.ready_m);
+  e.ready_cv.wait(lock, [&] { return e.ready; });
+  return e.ready_ok;
+}
+
 double device_startup(int ordinal, double* waited_ms) {
   EarlyStart& e = early();
   const auto t0 = std::chrono::steady_clock::now();
@@ -100,20 +129,27 @@ double device_startup(int ordinal, double* waited_ms) {
   return ms;
 }
 
-void release_device_early(Index&& index, int ordinal) {
+void release_device_early(Index&& index, int ordinal, std::vector<PageLock> locks) {
   EarlyStart& e = early();
   const std::lock_guard<std::mutex> lock(e.m);
   if (e.thread.joinable()) e.thread.join();  // the start-up is over before the end begins
   if (e.release.joinable()) e.release.join();
   auto held = std::make_unique<Index>(std::move(index));
   try {
-    e.release = std::thread([ordinal, held = std::move(held)]() mutable {
-      held.reset();  // its memory and streams, then the context
-      release_device(ordinal);
+    e.release = std::thread([ordinal, held = std::move(held), locks = std::move(locks)]() mutable {
+      held.reset();             // its memory and streams,
+      locks.clear();            // the host memory it copied from and into,
+      release_device(ordinal);  // then the context
     });
   } catch (const std::system_error&) {
-    // No thread: the index goes here, the device at exit.
+    // No thread: the index and the locks go here, the device at exit.
   }
+}
+
+void wait_for_release() noexcept {
+  EarlyStart& e = early();
+  const std::lock_guard<std::mutex> lock(e.m);
+  if (e.release.joinable()) e.release.join();
 }
 
 void finish_early_start() noexcept {

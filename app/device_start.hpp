@@ -8,8 +8,10 @@
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include "pcnn/index.hpp"
+#include "pcnn/memory.hpp"
 
 namespace pcnn::app {
 
@@ -27,15 +29,24 @@ enum class WarmUp { knn, radius, hybrid };
 /// search throws.
 void warm_up(int ordinal, WarmUp kind, int k);
 
+/// Waits until the early start-up of device `ordinal` has its context up (the warm-up may still
+/// run): true then; false at once when there is no early start-up of that device, or once it
+/// failed. Host memory can be page-locked from then on (pcnn::PageLock), while the warm-up runs.
+bool wait_for_context(int ordinal);
+
 /// The start-up of device `ordinal`: the early one, waited for (its error rethrown), or run now.
 /// Returns its milliseconds (driver, context and modules); `waited_ms` (when given): how long
 /// this call waited for it.
 double device_startup(int ordinal, double* waited_ms = nullptr);
 
-/// Ends the device's use as soon as a command is done with it: `index` destroyed and device
-/// `ordinal` released (pcnn::release_device) on a thread, while the command writes its outputs,
-/// rather than at exit. Nothing may use the device afterwards.
-void release_device_early(Index&& index, int ordinal);
+/// Ends the device's use as soon as a command is done with it: `index` destroyed, `locks`
+/// released and device `ordinal` released (pcnn::release_device) on a thread, while the command
+/// writes its outputs, rather than at exit. Nothing may use the device afterwards, and the locked
+/// memory must outlive wait_for_release().
+void release_device_early(Index&& index, int ordinal, std::vector<PageLock> locks = {});
+
+/// Waits for the early release's thread, if any (before memory it unlocks is freed).
+void wait_for_release() noexcept;
 
 /// Waits for an early start-up that nobody waited for (the command chose the CPU, or failed)
 /// and for an early release: before the process exits, so that the CUDA runtime is not torn

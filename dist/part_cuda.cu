@@ -156,20 +156,6 @@ void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParam
   }
 }
 
-PortableLock::PortableLock(const void* ptr, std::size_t bytes) {
-  if (!ptr || bytes == 0) return;
-  cudaPointerAttributes attr{};
-  const cudaError_t q = cudaPointerGetAttributes(&attr, ptr);
-  if (q != cudaSuccess) static_cast<void>(cudaGetLastError());
-  if (q == cudaSuccess && attr.type == cudaMemoryTypeHost) return;  // the caller's own lock
-  PCNN_CUDA_TRY(cudaHostRegister(const_cast<void*>(ptr), bytes, cudaHostRegisterPortable));
-  ptr_ = const_cast<void*>(ptr);
-}
-
-PortableLock::~PortableLock() {
-  if (ptr_) PCNN_CUDA_TRY_NO_THROW(cudaHostUnregister(ptr_));
-}
-
 namespace {
 
 // Copies host bytes to device memory through two page-locked chunks on `stream`

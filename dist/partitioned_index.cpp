@@ -127,9 +127,7 @@ namespace {
 
 // The bytes a host view spans (what page-locking it covers).
 std::size_t view_bytes(const PointsView* v) {
-  if (!v || v->count <= 0) return 0;
-  return static_cast<std::size_t>((v->count - 1) * v->stride + 3) *
-         static_cast<std::size_t>(v->scalar_bytes());
+  return v ? static_cast<std::size_t>(v->span_bytes()) : 0;
 }
 
 }  // namespace

@@ -256,6 +256,36 @@ void* allocate_page_locked(std::size_t bytes) {
   return p;
 }
 
+PageLock::PageLock(const void* data, std::size_t bytes) {
+  if (!data || bytes == 0 || detail::is_page_locked(data)) return;
+  const cudaError_t err =
+      cudaHostRegister(const_cast<void*>(data), bytes, cudaHostRegisterPortable);
+  if (err == cudaSuccess) {
+    ptr_ = const_cast<void*>(data);
+    return;
+  }
+  cudaGetLastError();
+  switch (err) {
+    case cudaErrorHostMemoryAlreadyRegistered:  // overlaps a lock
+    case cudaErrorNoDevice:                     // no usable device: ordinary memory stays
+    case cudaErrorInsufficientDriver:
+    case cudaErrorNotSupported:
+      return;
+    case cudaErrorMemoryAllocation:
+      throw out_of_memory_error(
+          "cannot page-lock " + format_bytes(static_cast<std::int64_t>(bytes)) + " of host memory",
+          static_cast<std::int64_t>(bytes), 0);
+    default:
+      PCNN_CUDA_TRY(err);
+  }
+}
+
+void PageLock::release() noexcept {
+  if (!ptr_) return;
+  PCNN_CUDA_TRY_NO_THROW(cudaHostUnregister(ptr_));
+  ptr_ = nullptr;
+}
+
 void free_page_locked(void* ptr) noexcept {
   if (!ptr) return;
   {

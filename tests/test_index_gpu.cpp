@@ -584,6 +584,51 @@ TEST(PageLocked, AFrameLoopInPageLockedMemoryStagesNothing) {
   EXPECT_TRUE(same_rows(got_idx, got_dist, reference_knn(view(last), nullptr, {kK, true})));
 }
 
+// A lock of the caller's memory: searches copy straight from and into it (nothing registered
+// by the index), it is page-locked while the lock lives and not after, and without a device it
+// does nothing.
+TEST(PageLocked, ALockOfCallerMemoryIsUsedAsItIsAndUndone) {
+  constexpr int kN = 20000, kK = 8;
+  const std::vector<float> cloud = make_synthetic_cloud(SyntheticKind::lidar, kN, 7);
+  std::vector<std::int32_t> idx(kN * kK);
+  std::vector<float> dist(idx.size());
+  const bool device = query_device().available;
+  auto locked = [](const void* p) {
+    cudaPointerAttributes attr{};
+    const cudaError_t err = cudaPointerGetAttributes(&attr, p);
+    if (err != cudaSuccess) cudaGetLastError();
+    return err == cudaSuccess && attr.type == cudaMemoryTypeHost;
+  };
+  EXPECT_FALSE(pcnn::PageLock(nullptr, 64).active());
+  EXPECT_FALSE(pcnn::PageLock(idx.data(), 0).active());
+  {
+    pcnn::PageLock a(cloud.data(), cloud.size() * sizeof(float));
+    pcnn::PageLock b(idx.data(), idx.size() * sizeof(std::int32_t));
+    pcnn::PageLock c(dist.data(), dist.size() * sizeof(float));
+    EXPECT_EQ(a.active(), device);
+    EXPECT_EQ(locked(idx.data()), device);
+    // Locked already (by `b`): a second lock does nothing, and undoes nothing.
+    pcnn::PageLock again(idx.data(), idx.size() * sizeof(std::int32_t));
+    EXPECT_FALSE(again.active());
+    again = std::move(b);  // moved: `again` now undoes b's lock
+    EXPECT_FALSE(b.active());
+    EXPECT_EQ(again.active(), device);
+    if (device) {
+      Index index(cuda_options(Staging::registered));
+      index.build(host_points(cloud.data(), kN));
+      index.self_knn({kK, true}, {idx.data(), kN, kK}, {dist.data(), kN, kK});
+      EXPECT_EQ(index.memory_stats().registrations, 0);
+      EXPECT_EQ(index.memory_stats().pinned_allocations, 0);
+      EXPECT_TRUE(same_rows(idx, dist, reference_knn(view(cloud), nullptr, {kK, true})));
+    }
+    c.release();
+    EXPECT_FALSE(c.active());
+    EXPECT_FALSE(locked(dist.data()));
+  }
+  EXPECT_FALSE(locked(cloud.data()));
+  EXPECT_FALSE(locked(idx.data()));
+}
+
 // ---- device memory caps ----
 
 TEST(IndexMemory, TooLittleForTheBuildThrowsNeededAndAvailable) {

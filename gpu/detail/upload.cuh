@@ -16,9 +16,7 @@ namespace pcnn::detail {
 /// 4-byte words spanned by `count` points `stride` coordinates apart (the last point needs only
 /// xyz): floats, or halves of doubles.
 inline std::size_t span_words(const PointsView& v) {
-  const std::size_t coords =
-      v.count == 0 ? 0 : static_cast<std::size_t>(v.count - 1) * v.stride + 3;
-  return coords * static_cast<std::size_t>(v.scalar_bytes() / 4);
+  return static_cast<std::size_t>(v.span_bytes()) / 4;
 }
 
 /// `v` with its coordinates at `p` in device memory (the same type, count and stride).

@@ -31,6 +31,10 @@ struct PointsView {
   }
   /// Bytes of one coordinate (4 or 8).
   std::int64_t scalar_bytes() const { return data64 ? 8 : 4; }
+  /// Bytes from the first coordinate to the last one's end (the last point needs only xyz).
+  std::int64_t span_bytes() const {
+    return count <= 0 ? 0 : ((count - 1) * stride + 3) * scalar_bytes();
+  }
   /// Points [first, first + n) of this view.
   PointsView slice(std::int64_t first, std::int64_t n) const {
     PointsView v = *this;
