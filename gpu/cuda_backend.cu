@@ -246,14 +246,33 @@ class CudaBackend final : public Index::Backend_ {
       detail::device_buffer<float> raw;
       const PointsView d = stage(points, raw, refs_host_, stream, t);
       ev_[1].record(stream);
-      choose_frame(d, stream);
+      const detail::ExactCoords exact{d.data, d.data64, d.stride};
       detail::device_buffer<float> scaled;
-      const Filter f = filter_of(d, scaled, stream);
-      refs_perturbation_ = f.perturbation;
-      refs_as_given_ = f.as_given;
-      index_ =
-          detail::build_spatial_index(f.view.data, f.view.stride, static_cast<int>(f.view.count),
-                                      detail::ExactCoords{d.data, d.data64, d.stride}, stream, ws_);
+      auto index_filter = [&] {
+        const Filter f = filter_of(d, scaled, stream);
+        refs_perturbation_ = f.perturbation;
+        refs_as_given_ = f.as_given;
+        index_ = detail::build_spatial_index(f.view.data, f.view.stride,
+                                             static_cast<int>(f.view.count), exact, stream, ws_);
+      };
+      if (d.is_double()) {
+        choose_frame_f64(d, stream);
+        index_filter();
+      } else {
+        // Float points are searched as they are unless their magnitudes call for a scale: the
+        // build's own bounds tell, read at its one round trip, rather than a pass over the
+        // points and a round trip of their own before it (~20 us a build). Where they do (rare:
+        // magnitudes outside [2^-40, 2^40]), the index is built again on the scaled filter.
+        origin_ = {0, 0, 0};
+        scale_exp_ = 0;
+        index_filter();
+        const float* b = index_.host_bounds;
+        set_frame({b[0], b[1], b[2]}, {b[3], b[4], b[5]}, false);
+        if (scale_exp_ != 0) {
+          index_ = detail::SpatialIndex();
+          index_filter();
+        }
+      }
       ev_[2].record(stream);
       // The coordinates as given, kept for the exact refinement and for searches of a range of
       // the indexed points: the staged copy, or a copy of the caller's device memory.
@@ -765,11 +784,12 @@ class CudaBackend final : public Index::Backend_ {
 
   // The frame of the float search, from the indexed points: filter = (x - origin) * 2^scale_exp,
   // rounded to float. float32 points keep a zero origin (the caller re-centers them; pcnn::Cloud
-  // does so exactly), so that the filter is the caller's coordinates, exactly. float64 points
-  // are re-centered on their bounding box's center. The scale is 1 unless the largest offset
-  // would make float squares underflow or overflow (below 2^-40 or above 2^40): then a power of
-  // two brings it to about 1. Reported distances come from the exact coordinates either way.
-  void choose_frame(const PointsView& d, cudaStream_t stream) {
+  // does so exactly), so that the filter is the caller's coordinates, exactly; their scale comes
+  // from the build's bounds (build). float64 points (here, from a pass over them) are
+  // re-centered on their bounding box's center. The scale is 1 unless the largest offset would
+  // make float squares underflow or overflow (below 2^-40 or above 2^40): then a power of two
+  // brings it to about 1. Reported distances come from the exact coordinates either way.
+  void choose_frame_f64(const PointsView& d, cudaStream_t stream) {
     scale_exp_ = 0;
     origin_ = {0, 0, 0};
     if (d.count == 0) return;
@@ -778,28 +798,39 @@ class CudaBackend final : public Index::Backend_ {
     PCNN_CUDA_TRY(cudaMemsetAsync(box.data() + 3, 0, 3 * sizeof(unsigned long long), stream));
     const auto blocks =
         static_cast<int>(std::min<std::int64_t>(cuda::ceil_div(d.count, 256), 1024));
-    if (d.is_double())
-      extent_kernel<<<blocks, 256, 0, stream>>>(d.data64, d.stride, static_cast<int>(d.count),
-                                                box.data());
-    else
-      extent_kernel<<<blocks, 256, 0, stream>>>(d.data, d.stride, static_cast<int>(d.count),
-                                                box.data());
+    extent_kernel<<<blocks, 256, 0, stream>>>(d.data64, d.stride, static_cast<int>(d.count),
+                                              box.data());
     PCNN_CHECK_LAUNCH();
     unsigned long long bits[6];
     PCNN_CUDA_TRY(cudaMemcpyAsync(bits, box.data(), sizeof bits, cudaMemcpyDeviceToHost, stream));
     PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+    std::array<double, 3> lo, hi;
+    for (int a = 0; a < 3; ++a) {
+      lo[a] = from_ordered_bits(bits[a]);
+      hi[a] = from_ordered_bits(bits[3 + a]);
+    }
+    set_frame(lo, hi, true);
+  }
+
+  // The frame from the finite points' bounds (lo > hi: there are none): float64 points
+  // centered, and a scale where the largest offset is outside [2^-40, 2^40].
+  void set_frame(const std::array<double, 3>& lo, const std::array<double, 3>& hi, bool center) {
+    scale_exp_ = 0;
+    origin_ = {0, 0, 0};
     double largest = 0;
     for (int a = 0; a < 3; ++a) {
-      const double lo = from_ordered_bits(bits[a]), hi = from_ordered_bits(bits[3 + a]);
-      if (!(lo <= hi)) return;  // no finite point
-      if (d.is_double()) origin_[a] = lo / 2 + hi / 2;
-      largest = std::max({largest, std::fabs(lo - origin_[a]), std::fabs(hi - origin_[a])});
+      if (!(lo[a] <= hi[a])) {  // no finite point
+        origin_ = {0, 0, 0};
+        return;
+      }
+      if (center) origin_[a] = lo[a] / 2 + hi[a] / 2;
+      largest = std::max({largest, std::fabs(lo[a] - origin_[a]), std::fabs(hi[a] - origin_[a])});
     }
     if (largest == 0 || (largest >= 0x1p-40 && largest <= 0x1p40)) return;
     scale_exp_ = -std::ilogb(largest);  // the largest becomes about 1
   }
 
-  // What the float search sees of some points: their filter coordinates (see choose_frame),
+  // What the float search sees of some points: their filter coordinates (see choose_frame_f64),
   // and `perturbation`, a bound on how far any filter coordinate is from (x - origin) * 2^scale
   // (the half-ulp rounding of a float64 offset, or of a float32 value scaled below float's normal
   // range; 0 when the filter is exact).
@@ -1112,7 +1143,8 @@ class CudaBackend final : public Index::Backend_ {
   cudaStream_t aux_ = nullptr;
   int sms_ = 1;  // the device's multiprocessors (the passes' size)
   detail::SpatialIndex index_;
-  // The float search's frame (choose_frame): filter = (x - origin_) × 2^scale_exp_, rounded.
+  // The float search's frame (choose_frame_f64, set_frame): filter = (x - origin_) × 2^scale_exp_,
+  // rounded.
   int scale_exp_ = 0;
   std::array<double, 3> origin_{};
   double refs_perturbation_ = 0;        // how far the indexed points' filter is from exact

@@ -375,6 +375,8 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
   int checks[3] = {0, 0, 0};  // count, crowded, repeats: read together, the build's round trip
   PCNN_CUDA_TRY(
       cudaMemcpyAsync(checks, stats.data() + 6, sizeof checks, cudaMemcpyDeviceToHost, stream));
+  PCNN_CUDA_TRY(cudaMemcpyAsync(index.host_bounds, index.bounds.data(), sizeof index.host_bounds,
+                                cudaMemcpyDeviceToHost, stream));
   PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
   index.n = checks[0];
   index.n_knn = index.n;

@@ -56,6 +56,7 @@ struct SpatialIndex {
   device_buffer<float4> points;
   device_buffer<std::uint64_t> keys;
   device_buffer<float> bounds;  // 6 floats
+  float host_bounds[6] = {};    // the same, read at the build's round trip (lo > hi: none)
   device_buffer<float4> box_lo, box_hi;
   std::vector<int> level_count, level_offset;
   // The hierarchy over the first n_knn points; empty when there are no shadows.
