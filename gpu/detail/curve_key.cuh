@@ -34,18 +34,20 @@ __host__ __device__ __forceinline__ std::uint64_t expand_bits21(std::uint32_t v)
   return x;
 }
 
+/// All ones where `v` has bit `q`, else 0.
+__host__ __device__ __forceinline__ std::uint32_t bit_mask(std::uint32_t v, std::uint32_t q) {
+  return 0u - static_cast<std::uint32_t>((v & q) != 0);
+}
+
 /// One level's turn of the Hilbert transform for axis v (1 or 2), on the bits below `q`: axis 0's
-/// low bits are inverted where v has the level's bit, else exchanged with v's.
+/// low bits are inverted where v has the level's bit, else exchanged with v's. Without branches:
+/// neighbouring lanes take different ones.
 __host__ __device__ __forceinline__ void hilbert_turn(std::uint32_t& x, std::uint32_t& v,
                                                       std::uint32_t q) {
-  const std::uint32_t p = q - 1;
-  if (v & q) {
-    x ^= p;
-  } else {
-    const std::uint32_t t = (x ^ v) & p;
-    x ^= t;
-    v ^= t;
-  }
+  const std::uint32_t p = q - 1, invert = bit_mask(v, q);
+  const std::uint32_t t = (x ^ v) & p & ~invert;
+  x ^= (p & invert) | t;
+  v ^= t;
 }
 
 /// The Hilbert index of the grid point (x, y, z), each of `levels` bits (1 to kCurveBits): 3 ×
@@ -59,15 +61,20 @@ __host__ __device__ __forceinline__ std::uint64_t hilbert_index(std::uint32_t x,
                                                                 std::uint32_t z, int levels) {
   const std::uint32_t top = std::uint32_t(1) << (levels - 1);
   for (std::uint32_t q = top; q > 1; q >>= 1) {
-    if (x & q) x ^= q - 1;  // axis 0 is only ever inverted
+    x ^= (q - 1) & bit_mask(x, q);  // axis 0 is only ever inverted
     hilbert_turn(x, y, q);
     hilbert_turn(x, z, q);
   }
   y ^= x;
   z ^= y;
-  std::uint32_t t = 0;
-  for (std::uint32_t q = top; q > 1; q >>= 1)
-    if (z & q) t ^= q - 1;
+  // t ^= q - 1 for every bit q > 1 of z: bit i of t is the parity of z's bits above i.
+  std::uint32_t t = z;
+  t ^= t >> 1;
+  t ^= t >> 2;
+  t ^= t >> 4;
+  t ^= t >> 8;
+  t ^= t >> 16;
+  t >>= 1;
   x ^= t;
   y ^= t;
   z ^= t;
