@@ -120,11 +120,13 @@ Backend resolve_backend(const SearchOptions& opt, bool quiet) {
 }
 
 // The device's start-up in the search section: its milliseconds (driver, context and modules),
-// and how long the command waited for it from `t0` on, after loading its inputs (the rest of it
-// overlapped the load).
-void add_startup(Report& s, int ordinal, std::chrono::steady_clock::time_point t0) {
+// and how long the command waited for it after loading its inputs (the rest of it overlapped the
+// load): `waited_before` (for its context, before page-locking: lock_host_memory) and from `t0`
+// on.
+void add_startup(Report& s, int ordinal, std::chrono::steady_clock::time_point t0,
+                 double waited_before) {
   s.add("context start-up", device_startup(ordinal), "ms");
-  s.add("context start-up waited", ms_since(t0), "ms");
+  s.add("context start-up waited", waited_before + ms_since(t0), "ms");
 }
 
 // Host memory that the search on device 0 will copy (the clouds' coordinates, the rows),
@@ -134,16 +136,25 @@ void add_startup(Report& s, int ordinal, std::chrono::steady_clock::time_point t
 // write). The early release unlocks these while the outputs are written. Only for the early
 // start-up's device, and only while its context is up; where the system will not lock more,
 // what was locked stays locked and the copies lock the rest.
+// Only under the staging modes that would lock the memory anyway (auto, registered; not auto on
+// an integrated GPU, which maps it): pinned, pageable and mapped keep their own copies, so that
+// comparing them still compares them.
 struct HostLocks {
   std::vector<PageLock> locks;
-  double ms = 0;
+  double waited_ms = 0;  // for the context, before the locking
+  double ms = 0;         // the locking
 };
 
 HostLocks lock_host_memory(const SearchOptions& opt,
                            std::initializer_list<std::pair<const void*, std::size_t>> ranges) {
   HostLocks h;
-  if (opt.device == "cpu" || !opt.devices.empty() || opt.tiles > 0 || !wait_for_context(0))
+  if (opt.device == "cpu" || !opt.devices.empty() || opt.tiles > 0 ||
+      (opt.staging != "auto" && opt.staging != "registered"))
     return h;
+  const auto waiting = std::chrono::steady_clock::now();
+  const bool up = wait_for_context(0);
+  h.waited_ms = ms_since(waiting);
+  if (!up || (opt.staging == "auto" && query_device(0).integrated)) return h;
   const auto t0 = std::chrono::steady_clock::now();
   try {
     for (const auto& [data, bytes] : ranges) {
@@ -197,7 +208,8 @@ void start_gpu_early(const SearchOptions& opt, WarmUp kind, int k, bool auto_cpu
 // The index every search command runs on: the backend from --device (auto: the GPU when one is
 // usable, else the CPU backend), the device's start-up reported apart, the memory cap as the
 // index's memory resource. Builds over the references; fills the section's first rows.
-Index build_index(const SearchOptions& opt, PointsView refs, Report& report, Report& s) {
+Index build_index(const SearchOptions& opt, PointsView refs, Report& report, Report& s,
+                  double waited_ms) {
   IndexOptions o;
   const auto t0 = std::chrono::steady_clock::now();  // choose_device waits for the driver too
   const std::optional<DeviceInfo> gpu = choose_device(opt.device, opt.mode.quiet);
@@ -205,7 +217,7 @@ Index build_index(const SearchOptions& opt, PointsView refs, Report& report, Rep
   add_device(report, gpu ? &*gpu : nullptr);
   if (gpu) {
     const DeviceInfo& dev = *gpu;
-    add_startup(s, dev.ordinal, t0);
+    add_startup(s, dev.ordinal, t0, waited_ms);
     if (opt.max_device_memory > 0) {
       o.memory = make_limited_pool_resource(opt.max_device_memory);
       s.add("device memory limit", static_cast<double>(opt.max_device_memory), "bytes");
@@ -249,7 +261,8 @@ double finish_search_section(Report& s, const SearchTimings& build, const Search
   s.add("total", total, "ms");
   s.add_note("", t.backend == Backend::cuda
                      ? "parts: device time (CUDA events); total: wall clock of build and search, "
-                       "from points in host memory to results in host memory, start-up apart"
+                       "from points in host memory to results in host memory, start-up and "
+                       "page-locking apart"
                      : "wall clock");
   return total;
 }
@@ -810,7 +823,7 @@ int run_knn(const KnnCommand& given) {
                              {result.sqdist.data(), result.sqdist.size() * sizeof(float)}});
   add_locks(s, locks);
   try {
-    built.emplace(build_index(cmd, in.ref_view, report, s));
+    built.emplace(build_index(cmd, in.ref_view, report, s, locks.waited_ms));
   } catch (const out_of_memory_error&) {
     // References larger than the device memory allowed: tiles of the index streamed through the
     // device, twice as many until one fits.
@@ -1096,7 +1109,7 @@ int run_radius(const RadiusCommand& cmd) {
   const ReleaseWait release_wait;
   HostLocks locks = lock_host_memory(cmd, {host_range(&in.ref_view), host_range(in.qv())});
   add_locks(s, locks);
-  Index index = build_index(cmd, in.ref_view, report, s);
+  Index index = build_index(cmd, in.ref_view, report, s, locks.waited_ms);
   const SearchTimings build = index.last_timings();
   RadiusRun radius;
   HybridResult capped;

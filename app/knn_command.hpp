@@ -47,8 +47,10 @@ class Report;
 /// The index a search command runs on: the backend from --device (auto: the GPU when one is
 /// usable, else the CPU backend, saying so), the device's start-up reported apart, the memory cap
 /// (--max-device-memory) as the index's memory resource, the staging mode. Builds over `refs`;
-/// adds the device and build rows to `s`.
-Index build_index(const SearchOptions& opt, PointsView refs, Report& report, Report& s);
+/// adds the device and build rows to `s`. `waited_ms`: how long the command already waited for
+/// the device's start-up (before page-locking its memory), counted into the start-up's wait.
+Index build_index(const SearchOptions& opt, PointsView refs, Report& report, Report& s,
+                  double waited_ms = 0);
 
 /// "512M", "2G", "1.5Gi", "1000000" -> bytes; throws pcnn::error otherwise.
 std::int64_t parse_bytes(const std::string& text);
