@@ -97,19 +97,18 @@ double from_ordered_bits(unsigned long long u) {
   return v;
 }
 
-// The bounding box of the finite points, float32 or float64: per axis the smallest coordinate
-// (box[0..2]) and the largest (box[3..5]), as ordered bits; box starts at (max, 0). One atomic
-// per block and bound (detail::block_combine).
-template <class T>
-__global__ void extent_kernel(const T* __restrict__ xyz, std::int64_t stride, int n,
+// The bounding box of the finite float64 points (float32 ones take theirs from the build): per
+// axis the smallest coordinate (box[0..2]) and the largest (box[3..5]), as ordered bits; box
+// starts at (max, 0). One atomic per block and bound (detail::block_combine).
+__global__ void extent_kernel(const double* __restrict__ xyz, std::int64_t stride, int n,
                               unsigned long long* __restrict__ box) {
   double lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    const T* p = xyz + static_cast<std::int64_t>(i) * stride;
+    const double* p = xyz + static_cast<std::int64_t>(i) * stride;
     if (!(isfinite(p[0]) && isfinite(p[1]) && isfinite(p[2]))) continue;
     for (int a = 0; a < 3; ++a) {
-      lo[a] = fmin(lo[a], double(p[a]));
-      hi[a] = fmax(hi[a], double(p[a]));
+      lo[a] = fmin(lo[a], p[a]);
+      hi[a] = fmax(hi[a], p[a]);
     }
   }
   for (int a = 0; a < 3; ++a) {
@@ -1073,9 +1072,10 @@ class CudaBackend final : public Index::Backend_ {
     // Passes of `per` rows let a chunk go down while later passes search, but each pays a tail
     // (its kernel's last blocks and longest outlier; a clustered cloud's 1M-point search, H200:
     // 0.2-0.3 ms of 1.8). Where no chunk ends before the last pass (a cloud stored in no spatial
-    // order), nothing would go down early: then one pass.
+    // order), nothing would go down early: then one kNN pass. (Not hybrid: its collect walk's
+    // scratch, 516 bytes a row, is sized by the pass, and without it the walk is 1.3-1.7x slower.)
     std::int64_t pass = per;
-    if (chunks > 1 && finite > per) {
+    if (chunks > 1 && finite > per && !std::isfinite(bound.r2)) {
       const std::int64_t last_pass_begin = (finite - 1) / per * per;
       bool early = false;
       for (int j = 0; j < chunks; ++j) early = early || last_host_[j] < last_pass_begin;
