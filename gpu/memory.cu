@@ -183,17 +183,22 @@ void* pinned_allocate_bytes(std::size_t bytes, bool mapped) {
 
 void pinned_free_bytes(void* ptr) noexcept { PCNN_CUDA_TRY_NO_THROW(cudaFreeHost(ptr)); }
 
+void* lock_host(const void* ptr, std::size_t bytes, unsigned flags, cudaError_t& err) {
+  err = cudaSuccess;
+  if (!ptr || bytes == 0 || is_page_locked(ptr)) return nullptr;  // a caller's own lock: kept
+  err = cudaHostRegister(const_cast<void*>(ptr), bytes, flags);
+  if (err == cudaSuccess) return const_cast<void*>(ptr);
+  cudaGetLastError();
+  if (err == cudaErrorHostMemoryAlreadyRegistered) err = cudaSuccess;  // overlaps a lock
+  return nullptr;
+}
+
 host_registration::host_registration(const void* ptr, std::size_t bytes, HostCounters* counters)
     : counters_(counters) {
-  if (!ptr || bytes == 0 || is_page_locked(ptr)) return;  // a caller's own registration: keep it
-  const cudaError_t err = cudaHostRegister(const_cast<void*>(ptr), bytes, cudaHostRegisterDefault);
-  if (err == cudaErrorHostMemoryAlreadyRegistered) {
-    cudaGetLastError();
-    return;
-  }
+  cudaError_t err;
+  ptr_ = lock_host(ptr, bytes, cudaHostRegisterDefault, err);
   PCNN_CUDA_TRY(err);
-  ptr_ = const_cast<void*>(ptr);
-  if (counters_) {
+  if (ptr_ && counters_) {
     ++counters_->registrations;
     ++counters_->registered_now;
   }
@@ -257,27 +262,14 @@ void* allocate_page_locked(std::size_t bytes) {
 }
 
 PageLock::PageLock(const void* data, std::size_t bytes) {
-  if (!data || bytes == 0 || detail::is_page_locked(data)) return;
-  const cudaError_t err =
-      cudaHostRegister(const_cast<void*>(data), bytes, cudaHostRegisterPortable);
-  if (err == cudaSuccess) {
-    ptr_ = const_cast<void*>(data);
-    return;
-  }
-  cudaGetLastError();
-  switch (err) {
-    case cudaErrorHostMemoryAlreadyRegistered:  // overlaps a lock
-    case cudaErrorNoDevice:                     // no usable device: ordinary memory stays
-    case cudaErrorInsufficientDriver:
-    case cudaErrorNotSupported:
-      return;
-    case cudaErrorMemoryAllocation:
-      throw out_of_memory_error(
-          "cannot page-lock " + format_bytes(static_cast<std::int64_t>(bytes)) + " of host memory",
-          static_cast<std::int64_t>(bytes), 0);
-    default:
-      PCNN_CUDA_TRY(err);
-  }
+  cudaError_t err;
+  ptr_ = detail::lock_host(data, bytes, cudaHostRegisterPortable, err);
+  // Any other failure (no usable device, a stub driver, memory the driver will not lock): the
+  // memory stays as it is, as allocate_page_locked falls back to ordinary memory.
+  if (err == cudaErrorMemoryAllocation)
+    throw out_of_memory_error(
+        "cannot page-lock " + format_bytes(static_cast<std::int64_t>(bytes)) + " of host memory",
+        static_cast<std::int64_t>(bytes), available_host_memory());
 }
 
 void PageLock::release() noexcept {

@@ -199,6 +199,11 @@ class host_registration {
 /// to and from it can run asynchronously.
 bool is_page_locked(const void* ptr);
 
+/// Page-locks [ptr, ptr + bytes) with cudaHostRegister `flags` unless it already is (then, or
+/// where it overlaps a lock, or for null or empty ranges: null, `err` cudaSuccess). Returns the
+/// pointer to unlock; null with the driver's error in `err` where the lock failed.
+void* lock_host(const void* ptr, std::size_t bytes, unsigned flags, cudaError_t& err);
+
 /// A CUDA event, destroyed with its owner.
 class cuda_event {
  public:

@@ -125,16 +125,18 @@ using page_locked_vector = std::vector<T, PageLockedAllocator<T>>;
 
 /// Page-locks host memory the caller already owns (a std::vector's data, a loaded cloud) for
 /// every device of the process (cudaHostRegisterPortable), until the object is destroyed or
-/// release()d. The CUDA backend copies straight from and into page-locked memory; memory that is
-/// not is page-locked by each call for its copy and unlocked after it (registered staging),
-/// which costs about 25 us a MB to lock and 20 to unlock (an H200's host, 2 MB pages: 16 + 12 ms
-/// for 640 MB; locking does not go faster from several threads). A lock pays where the memory
-/// is copied more than once, or where it is taken while the program would wait anyway (pcnn's
-/// command takes its clouds and results while the GPU's start-up ends, and lets them go while it
-/// writes). Does nothing (active() false) for null or empty ranges, memory already page-locked
-/// (pcnn::allocate_page_locked, a lock of the caller's), ranges that overlap a lock, or where no
-/// CUDA device is usable. The memory must outlive the lock. Move-only.
-/// @throws pcnn::out_of_memory_error when the system cannot lock that much; pcnn::cuda_error.
+/// release()d. The CUDA backend copies straight from and into page-locked memory. Memory that is
+/// not goes through the index's page-locked buffers (Staging::pinned), or, under registered
+/// staging (the default from 8 MB), is page-locked by each call for its copy and unlocked after
+/// it, which costs about 25 us a MB to lock and 20 to unlock (an H200's host, 2 MB pages: 16 +
+/// 12 ms for 640 MB; locking does not go faster from several threads). A lock pays where the
+/// memory is copied more than once, or where it is taken while the program would wait anyway
+/// (pcnn's command takes its clouds and results while the GPU's start-up ends, and lets them go
+/// while it writes). Does nothing (active() false) for null or empty ranges, memory already
+/// page-locked (pcnn::allocate_page_locked, a lock of the caller's), ranges that overlap a lock,
+/// or where the driver will not lock it (no usable CUDA device, among others). The memory must
+/// outlive the lock. Move-only.
+/// @throws pcnn::out_of_memory_error when the system cannot lock that much.
 class PageLock {
  public:
   PageLock() = default;
