@@ -134,11 +134,10 @@ void add_startup(Report& s, int ordinal, std::chrono::steady_clock::time_point t
 // or into memory that is not page-locked locks it and unlocks it around itself (at 10M points,
 // k = 8: 21 ms to lock 640 MB of rows after the search began, 13 to unlock them before the
 // write). The early release unlocks these while the outputs are written. Only for the early
-// start-up's device, and only while its context is up; where the system will not lock more,
-// what was locked stays locked and the copies lock the rest.
-// Only under the staging modes that would lock the memory anyway (auto, registered; not auto on
-// an integrated GPU, which maps it): pinned, pageable and mapped keep their own copies, so that
-// comparing them still compares them.
+// start-up's device, once its context is up, and only under the staging modes that would lock
+// the memory anyway (auto, registered; not auto on an integrated GPU, which maps it): pinned,
+// pageable and mapped keep their own copies, so that comparing them still compares them. Where
+// the system will not lock more, what was locked stays locked and the copies lock the rest.
 struct HostLocks {
   std::vector<PageLock> locks;
   double waited_ms = 0;  // for the context, before the locking
