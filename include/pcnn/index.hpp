@@ -110,8 +110,8 @@ struct IndexMemoryStats {
 /// used by one thread at a time; different indexes may be used from different threads at once,
 /// except that CUDA indexes staging the same pageable host memory at once (one cloud built into
 /// indexes on two devices from two threads) race on its page-locking (each locks it for its
-/// copy and unlocks it after): page-lock shared host memory first (cudaHostRegister with
-/// cudaHostRegisterPortable), as pcnn::PartitionedIndex does for its replicas.
+/// copy and unlocks it after): page-lock shared host memory first (pcnn::PageLock), as
+/// pcnn::PartitionedIndex does for its replicas.
 class Index {
  public:
   /// An empty index (size 0) with these options; build() fills it.
