@@ -48,10 +48,10 @@
 #include <vector>
 
 #include "bench_util.hpp"
-#include "dist/part.hpp"
 #include "pcnn/distributed.hpp"
 #include "pcnn/error.hpp"
 #include "pcnn/index.hpp"
+#include "pcnn/memory.hpp"
 #include "pcnn/testing/synthetic.hpp"
 #ifdef PCNN_WITH_MPI
 #include <mpi.h>
@@ -77,7 +77,7 @@ void say(const char* fmt, A... a) {
 
 // The rows of a result, sized once and, with --locked-outputs, page-locked for every device.
 struct ResultLocks {
-  std::optional<dist::PortableLock> indices, sqdist;
+  std::optional<PageLock> indices, sqdist;
 };
 // How the last search shared the rows: spatial parts, or replicas that cut a self-search along
 // the index's order or searched contiguous shares of the rows.

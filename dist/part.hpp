@@ -18,7 +18,6 @@
 #include "core/row_shares.hpp"
 #include "pcnn/distributed.hpp"
 #include "pcnn/index.hpp"
-#include "pcnn/memory.hpp"
 #include "pcnn/radius.hpp"
 
 namespace pcnn::dist {
@@ -251,11 +250,6 @@ void knn_global_cuda(Part& part, const Coords* q, std::int64_t m, const KnnParam
 
 /// The CUDA device whose memory `ptr` points to (device or managed memory), else -1.
 int device_of(const void* ptr);
-
-/// Page-locks host memory for every device of the process for the life of the object, unless it
-/// already is page-locked: several devices then copy their shares of one array at full speed
-/// without registering overlapping pages from several threads.
-using PortableLock = pcnn::PageLock;
 
 /// Host points copied into the memory of every one of several distinct devices, each device
 /// uploading a share (page-locked from its own thread) and taking the others' shares from their

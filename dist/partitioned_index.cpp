@@ -152,7 +152,7 @@ void PartitionedIndex::Impl::build_replicas(PointsView points) {
   const bool spread = distinct && points.memory == Memory::host && options.max_device_memory == 0 &&
                       !options.index.memory && dist::SpreadPoints::possible(options.devices);
   std::optional<dist::SpreadPoints> copies;
-  std::optional<dist::PortableLock> lock_points;
+  std::optional<PageLock> lock_points;
   if (spread) {
     try {
       copies.emplace(points, options.devices);
@@ -221,7 +221,7 @@ void PartitionedIndex::Impl::dense_replicas(const PointsView* queries,
   {
     // Released before the clock stops.
     const std::size_t out_bytes = static_cast<std::size_t>(rows) * search.k * 4;
-    const dist::PortableLock lock_idx(host_idx, out_bytes), lock_d(host_d, out_bytes),
+    const PageLock lock_idx(host_idx, out_bytes), lock_d(host_d, out_bytes),
         lock_q(queries ? queries->address() : nullptr, view_bytes(queries));
     if (!queries && self_by_position(search, rows, out)) {
       finish_replicas(t_start);
@@ -329,7 +329,7 @@ void PartitionedIndex::Impl::radius_replicas(const PointsView* queries, const Ra
   out.indices.clear();
   out.sqdist.clear();
   {
-    const dist::PortableLock lock_q(queries ? queries->address() : nullptr, view_bytes(queries));
+    const PageLock lock_q(queries ? queries->address() : nullptr, view_bytes(queries));
     if (queries) {
       std::vector<std::vector<std::int64_t>> counts(static_cast<std::size_t>(nd));
       on_replicas(rows, [&](int d, std::int64_t a, std::int64_t b) {
@@ -351,8 +351,7 @@ void PartitionedIndex::Impl::radius_replicas(const PointsView* queries, const Ra
       out.indices.resize(static_cast<std::size_t>(total));
       out.sqdist.resize(out.indices.size());
       const std::size_t bytes = static_cast<std::size_t>(total) * 4;
-      const dist::PortableLock lock_idx(out.indices.data(), bytes),
-          lock_d(out.sqdist.data(), bytes);
+      const PageLock lock_idx(out.indices.data(), bytes), lock_d(out.sqdist.data(), bytes);
       on_replicas(rows, [&](int d, std::int64_t a, std::int64_t b) {
         const ArrayView<const std::int64_t> off{out.offsets.data() + a, b - a + 1};
         const std::int64_t at = out.offsets[a], pairs = out.offsets[b] - at;

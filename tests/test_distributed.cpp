@@ -21,6 +21,7 @@
 #include "pcnn/distributed.hpp"
 #include "pcnn/error.hpp"
 #include "pcnn/index.hpp"
+#include "pcnn/memory.hpp"
 #include "pcnn/testing/reference.hpp"
 #include "pcnn/testing/synthetic.hpp"
 #include "test_clouds.hpp"
@@ -1082,8 +1083,8 @@ TEST(Replicated, SelfRowsOfALatticeEqualTheWholeSearchCuda) {
     std::vector<Index> indexes;
     for (int d = 0; d < 8; ++d)
       indexes.emplace_back(refs, io);  // built in turn (see build_replicas)
-    const dist::PortableLock l1(got.indices.data(), got.indices.size() * 4);
-    const dist::PortableLock l2(got.sqdist.data(), got.sqdist.size() * 4);
+    const PageLock l1(got.indices.data(), got.indices.size() * 4);
+    const PageLock l2(got.sqdist.data(), got.sqdist.size() * 4);
     dist::for_each(8, threads, [&](int d) {
       const std::int64_t a = n * d / 8, b = n * (d + 1) / 8;
       indexes[d].self_knn_rows(a, params, {got.indices.data() + a * 27, b - a, 27},
