@@ -61,9 +61,11 @@ int main(int argc, char** argv) {
       "pcnn exactness at scale: CUDA backend against the CPU backend and sampled brute force"};
   std::string sizes_s = "1000000", kinds_s = "uniform,near_ties,lattice,duplicates,tiny,huge,utm";
   int k = 8, samples = 1000;
+  bool include_self = false;
   app.add_option("--sizes", sizes_s, "comma-separated point counts");
   app.add_option("--kinds", kinds_s, "uniform,near_ties,lattice,duplicates,tiny,huge,utm");
-  app.add_option("-k", k, "neighbors (self-search, exclude_self)");
+  app.add_option("-k", k, "neighbors (self-search, exclude_self unless --include-self)");
+  app.add_flag("--include-self", include_self, "each point its own candidate (exclude_self false)");
   app.add_option("--samples", samples, "rows checked against brute force");
   CLI11_PARSE(app, argc, argv);
   bench::start_device(argv[0]);
@@ -77,7 +79,7 @@ int main(int argc, char** argv) {
       IndexOptions cuda, cpu;
       cuda.backend = Backend::cuda;
       cpu.backend = Backend::cpu;
-      const KnnParams p{k, true};
+      const KnnParams p{k, !include_self};
       const KnnResult g = Index(v, cuda).self_knn(p);
       const KnnResult c = Index(v, cpu).self_knn(p);
       std::int64_t equal = 0;
@@ -90,7 +92,7 @@ int main(int argc, char** argv) {
         equal += same;
       }
       // Sampled rows against brute force: the sampled points as queries (k + 1 with the point
-      // itself first, which the self-search excluded).
+      // itself first, where the self-search excluded it).
       std::mt19937_64 rng(11);
       std::vector<float> qs;
       std::vector<std::int64_t> rows;
@@ -100,15 +102,17 @@ int main(int argc, char** argv) {
         qs.insert(qs.end(), xyz.begin() + 3 * q, xyz.begin() + 3 * q + 3);
       }
       const PointsView qv = host_points(qs.data(), static_cast<std::int64_t>(rows.size()));
-      const KnnResult ref = reference_knn(v, &qv, {std::min(k + 1, kMaxK), false});
+      const KnnResult ref =
+          reference_knn(v, &qv, {include_self ? k : std::min(k + 1, kMaxK), false});
       std::int64_t bad = 0;
       for (std::size_t s = 0; s < rows.size(); ++s) {
-        // The reference row without the query itself, against the CUDA row.
+        // The reference row (without the query itself where it is excluded), against the CUDA
+        // row.
         std::vector<std::int32_t> want;
         std::vector<float> want_d;
         for (int j = 0; j < ref.k && int(want.size()) < k; ++j) {
           const std::size_t at = s * ref.k + j;
-          if (ref.indices[at] == rows[s]) continue;
+          if (!include_self && ref.indices[at] == rows[s]) continue;
           want.push_back(ref.indices[at]);
           want_d.push_back(ref.sqdist[at]);
         }

@@ -76,6 +76,8 @@ enum class Input {
   tiny,        // uniform scaled by 1e-30: squared distances underflow float
   denormal,    // uniform scaled by 1e-39: the coordinates themselves are float denormals
   huge,        // uniform scaled by 1e25: squared distances overflow float
+  pile,        // points and copies of them within a centimeter, and one point 1e9 away: the
+               // whole pile shares one curve key
 };
 
 inline const char* name(Input in) {
@@ -110,6 +112,8 @@ inline const char* name(Input in) {
       return "denormal";
     case Input::huge:
       return "huge";
+    case Input::pile:
+      return "pile";
   }
   return "?";
 }
@@ -157,6 +161,14 @@ inline std::vector<float> make(Input in, int n, std::uint64_t seed) {
       std::vector<float> v = lattice(static_cast<int>(std::lround(std::cbrt(n))));
       for (float& c : v) c *= 0.1f;
       shuffle_points(v, seed);
+      return v;
+    }
+    case Input::pile: {  // every third point a copy of an earlier one, and the far point last
+      std::vector<float> v = make_synthetic_cloud(SyntheticKind::uniform, n, seed);
+      for (float& c : v) c = 1.f + 1e-4f * c;  // the synthetic cube is 100 m
+      for (std::size_t i = 2; i < v.size() / 3; i += 3)
+        std::copy_n(v.begin() + 3 * (i / 3), 3, v.begin() + 3 * i);
+      if (n > 0) std::fill(v.end() - 3, v.end(), 1e9f);
       return v;
     }
     case Input::tiny:

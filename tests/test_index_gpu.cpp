@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <ostream>
 #include <stdexcept>
@@ -1159,6 +1160,42 @@ TEST(IndexRepeats, NoReturnsAtTheOriginSearchLikeOnePointAndEqualTheCpuBackend) 
     EXPECT_TRUE(same_radius(gpu_few.self_radius({r, true}), reference_few.self_radius({r, true})))
         << "r = " << r;
   EXPECT_TRUE(same_knn(gpu_few.self_knn({128, true}), reference_few.self_knn({128, true})));
+}
+
+// Self-kNN at k = 1 with each point its own candidate looks each point's first copy up by its
+// curve key (first_copy_kernel): no distance is computed for a point without an earlier copy, and
+// the rows equal the CPU backend's: copies spread over the cloud, one pile of 3,000 under a
+// single key (its long runs listed for the walk), in passes, non-finite points; float64
+// coordinates take the walk.
+TEST(IndexFirstCopies, KOneWithSelfLooksCopiesUpAndEqualsTheCpuBackend) {
+  PCNN_REQUIRE_DEVICE();
+  IndexOptions cpu;
+  cpu.backend = Backend::cpu;
+  std::vector<float> xyz = make_synthetic_cloud(SyntheticKind::uniform, 50000, 94);
+  for (int i = 7; i < 50000; i += 10)  // 5,000 copies of earlier points, some of copies
+    std::copy_n(xyz.begin() + 3 * (i * 3 / 5), 3, xyz.begin() + 3 * i);
+  for (int i = 1; i < 50000; i += 997) xyz[3 * i + 1] = std::numeric_limits<float>::quiet_NaN();
+  const KnnParams p{1, false};
+  {
+    // A copy's run is mostly [first copy, copy]: one distance. The walk without the point
+    // itself computes some hundred a query.
+    Index spread(view(xyz), cuda_options());
+    EXPECT_TRUE(same_knn(spread.self_knn(p), Index(view(xyz), cpu).self_knn(p)));
+    const std::int64_t evaluations = spread.last_timings().distance_evaluations;
+    EXPECT_LE(evaluations, 10000);
+    spread.self_knn({1, true});
+    EXPECT_GT(spread.last_timings().distance_evaluations, 100 * evaluations);
+  }
+  std::vector<float> pile = test::make(test::Input::pile, 3000, 95);
+  xyz.insert(xyz.end(), pile.begin(), pile.end());
+  Index gpu(view(xyz), cuda_options());
+  const KnnResult want = Index(view(xyz), cpu).self_knn(p);
+  EXPECT_TRUE(same_knn(gpu.self_knn(p), want));
+  EXPECT_TRUE(same_knn(gpu.self_knn({1, false, 7000}), want));
+  EXPECT_TRUE(same_knn(gpu.self_knn({1, false, 7000, 0}), want));
+  std::vector<double> xyz64(xyz.begin(), xyz.end());
+  const PointsView v64 = host_points(xyz64.data(), static_cast<std::int64_t>(xyz64.size() / 3));
+  EXPECT_TRUE(same_knn(Index(v64, cuda_options()).self_knn(p), want));
 }
 
 // Repeats are points stored with identical coordinates, not points whose float filter is the
