@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -184,18 +185,18 @@ bool rows_are_first_copies(const TreeKnnArgs& a) {
          a.exact.refs.f32 != nullptr && a.exact.refs.f64 == nullptr;
 }
 
-// Whether `blocks` blocks of knn_tree_kernel<CAP, true> are resident at once on the device: a
-// launch of one wave. The occupancy is asked once a device (it is on every frame's path).
-template <int CAP>
-bool one_wave(int blocks, int device, int sms) {
+// The blocks of knn_tree_kernel<CAP, kClaim> resident at once on the device (at least one). The
+// occupancy is asked once a device (it is on every frame's path).
+template <int CAP, bool kClaim>
+int resident_blocks(int device, int sms) {
   static std::array<std::atomic<int>, 64> per_sm{};  // 0: not asked yet
   int fit = device < static_cast<int>(per_sm.size()) ? per_sm[device].load() : 0;
   if (fit == 0) {
     PCNN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &fit, knn_tree_kernel<CAP, true>, kTreeWarps * 32, tree_list_bytes<CAP>()));
+        &fit, knn_tree_kernel<CAP, kClaim>, kTreeWarps * 32, tree_list_bytes<CAP>()));
     if (device < static_cast<int>(per_sm.size())) per_sm[device] = fit;
   }
-  return blocks <= fit * sms;
+  return std::max(1, fit * sms);
 }
 
 /// Lists every slot of the launch as an outlier (few queries: each searched by a warp of its own).
@@ -266,14 +267,19 @@ void launch(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
     // warp there that listed many would search them one after another (a 1M LiDAR self-search
     // took 2.6 ms instead of 0.45): they are left to the outlier kernel, a warp each.
     bool claim = false;
-    if constexpr (claims_outliers<CAP>()) claim = one_wave<CAP>(blocks, device, sms);
+    if constexpr (claims_outliers<CAP>()) claim = blocks <= resident_blocks<CAP, true>(device, sms);
     // The counters, and the list where it is read while written (one fill: a second one cost
     // 6 us of a 160 us search).
     const int cleared = kOutlierCounters + (claim ? a.slot_end - a.slot_begin : 0);
     PCNN_CUDA_TRY(cudaMemsetAsync(a.outliers, 0, cleared * sizeof(int), stream));
+    // Warps that take their groups in turn need no more blocks than are resident at once.
+    const int grid = takes_slot_groups<CAP>()
+                         ? std::min(blocks, claim ? resident_blocks<CAP, true>(device, sms)
+                                                  : resident_blocks<CAP, false>(device, sms))
+                         : blocks;
     if constexpr (claims_outliers<CAP>())
-      if (claim) knn_tree_kernel<CAP, true><<<blocks, threads, list_bytes, stream>>>(tree, a);
-    if (!claim) knn_tree_kernel<CAP, false><<<blocks, threads, list_bytes, stream>>>(tree, a);
+      if (claim) knn_tree_kernel<CAP, true><<<grid, threads, list_bytes, stream>>>(tree, a);
+    if (!claim) knn_tree_kernel<CAP, false><<<grid, threads, list_bytes, stream>>>(tree, a);
     PCNN_CHECK_LAUNCH();
     // Outliers are rare (a fraction of a percent): a few waves of warps cover those left.
     const int outlier_blocks = std::max(1, std::min(blocks * kTreeWarps, 4 * sms));

@@ -64,10 +64,11 @@ struct TreeKnnArgs {
   float* out_dist = nullptr;
   RowShares shares;  // count > 0: rows go to these shares instead of out_idx / out_dist
   // The outliers: kOutlierCounters counters, [0] listed, [1] claimed for a search (claimed <=
-  // listed), [2] blocks of the search kernel started; then the list, slot s as ~s. A claiming
-  // launch (one that reads the list while it is written) clears the list too, 0 meaning listed
-  // but not written yet: one buffer, so that one fill of zeros clears both. Otherwise only
-  // entries [0, listed) are read, after the search kernel.
+  // listed), [2] blocks of the search kernel started, [3] groups of 32 slots taken by its warps
+  // (next_slot_group); then the list, slot s as ~s. A claiming launch (one that reads the list
+  // while it is written) clears the list too, 0 meaning listed but not written yet: one buffer,
+  // so that one fill of zeros clears both. Otherwise only entries [0, listed) are read, after the
+  // search kernel.
   int* outliers = nullptr;
   unsigned long long* evaluations = nullptr;
   // Hybrid search of max_nn <= kCollectRoom, where the scratch fits (knn_tree.cu): the collect
@@ -389,6 +390,28 @@ __device__ __forceinline__ int claim_outlier(const TreeKnnArgs& a) {
   return __shfl_sync(kFullMask, i, 0);
 }
 
+/// Whether the warps of knn_tree_kernel<CAP> take their groups of 32 slots in turn
+/// (next_slot_group) rather than by block index: from CAP 32 on. There a block's place (a
+/// sixth of an SM's shared memory or more) was held until its slowest warp finished; taken in
+/// turn, 1M points searched 8 % (k = 32) and 6 % (k = 64) faster uniform, 6 % and 5 % clustered,
+/// 13 % and 14 % LiDAR-like (H200). At k <= 16 the four warps of a block, on neighboring groups,
+/// share their cells in the SM's L1: taken in turn, clustered k = 8 was 6 % slower
+/// (bench/results/2026-11-29-round22.md).
+template <int CAP>
+constexpr bool takes_slot_groups() {
+  return CAP >= 32;
+}
+
+/// The first slot of the next group of 32 that the calling warp searches: groups go to warps as
+/// they become free (counter [3] of the outliers), so that a launch of no more blocks than the
+/// device holds at once keeps every warp busy until the last group.
+template <class Args>
+__device__ __forceinline__ int next_slot_group(const Args& a) {
+  int group = 0;
+  if ((threadIdx.x & 31) == 0) group = atomicAdd(a.outliers + 3, 1);
+  return a.slot_begin + __shfl_sync(kFullMask, group, 0) * 32;
+}
+
 /// The blocks of knn_tree_kernel<CAP> an SM's registers must hold while the lists are short, on
 /// sm_90: 8 (32 warps, 64 registers a thread). Left alone, the compiler settles a register or
 /// two above 64 for some CAP, which costs a block per SM; 64 is reached without spills there
@@ -432,92 +455,98 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
   __shared__ int stack_all[kTreeWarps][kTreeStack];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   if (kClaim && threadIdx.x == 0) atomicAdd(a.outliers + 2, 1);
-  const int first_slot = a.slot_begin + (blockIdx.x * kTreeWarps + warp) * 32;
-  if (first_slot >= a.slot_end) return;  // whole warps only
-  float4* stage = stage_all[warp];
-  const int slot = first_slot + lane;
-  const float4 q = slot < a.slot_end ? a.queries[slot] : make_float4(NAN, NAN, NAN, 0.f);
-  const int qid = __float_as_int(q.w);
-  bool active = slot < a.slot_end && finite3(q.x, q.y, q.z) && t.levels > 0;
-  NearestList<CAP> list(q, a.exclude_self ? qid + a.query_offset : -1, a.exact.term, a.k);
-  unsigned long long evals = 0;  // lane-point distance computations
-  bool outlier = false;
-  const unsigned valid = __ballot_sync(kFullMask, active);
-  if (valid) {
-    const CellRange first = first_cells(t, a, slot, q, valid);
-    seed_limit(t, first, stage, q, active, list, evals);
-    const int c0 = first.first, c1 = first.last;
-    CellWalk<true> walk(t, stack_all[warp], c0, c1);
-    bool walking = false;
-    int range = c0;
-    // Cells come from the first range, then the walk; next_cell yields them one at a time so
-    // that the scan, and the list update inside it, exists once in the kernel. The walk starts
-    // only after the first range is fully scanned, because it decides outliers from the radii
-    // that range gives: a call `ahead` of the current cell's scan that runs out of the range
-    // returns -2 (not chosen yet) instead of starting it. (The kernel's locals and this one loop,
-    // rather than a loop per source, keep the registers at 64: see knn_blocks_per_sm.)
-    // `near`: whether this lane's query may reach the cell. Cells of the first range that no
-    // lane may reach are passed over.
-    auto next_cell = [&](bool& near, bool ahead) -> int {
-      while (range <= c1) {
-        const int at = t.level_offset[0] + range;
-        near = active && may_reach(box_dist2(q, t.box_lo[at], t.box_hi[at]), list.limit());
-        if (__any_sync(kFullMask, near)) return range++;
-        ++range;
-      }
-      if (!walking) {
-        if (ahead) return -2;
-        walking = true;
-        if (is_outlier(t, list.limit(), active, valid)) {
-          const int listed = atomicAdd(a.outliers, 1);
-          atomicExch(a.outliers + kOutlierCounters + listed, ~slot);  // written
-          outlier = true;
-          active = false;
+  // The warp's group of 32 slots by block index, or groups in turn until none is left (whole
+  // warps only).
+  constexpr bool kTakesGroups = takes_slot_groups<CAP>();
+  int first_slot =
+      kTakesGroups ? next_slot_group(a) : a.slot_begin + (blockIdx.x * kTreeWarps + warp) * 32;
+  if (!kTakesGroups && first_slot >= a.slot_end) return;
+  for (; first_slot < a.slot_end; first_slot = kTakesGroups ? next_slot_group(a) : a.slot_end) {
+    float4* stage = stage_all[warp];
+    unsigned long long evals = 0;  // lane-point distance computations
+    const int slot = first_slot + lane;
+    const float4 q = slot < a.slot_end ? a.queries[slot] : make_float4(NAN, NAN, NAN, 0.f);
+    const int qid = __float_as_int(q.w);
+    bool active = slot < a.slot_end && finite3(q.x, q.y, q.z) && t.levels > 0;
+    NearestList<CAP> list(q, a.exclude_self ? qid + a.query_offset : -1, a.exact.term, a.k);
+    bool outlier = false;
+    const unsigned valid = __ballot_sync(kFullMask, active);
+    if (valid) {
+      const CellRange first = first_cells(t, a, slot, q, valid);
+      seed_limit(t, first, stage, q, active, list, evals);
+      const int c0 = first.first, c1 = first.last;
+      CellWalk<true> walk(t, stack_all[warp], c0, c1);
+      bool walking = false;
+      int range = c0;
+      // Cells come from the first range, then the walk; next_cell yields them one at a time so
+      // that the scan, and the list update inside it, exists once in the kernel. The walk starts
+      // only after the first range is fully scanned, because it decides outliers from the radii
+      // that range gives: a call `ahead` of the current cell's scan that runs out of the range
+      // returns -2 (not chosen yet) instead of starting it. (The kernel's locals and this one loop,
+      // rather than a loop per source, keep the registers at 64: see knn_blocks_per_sm.)
+      // `near`: whether this lane's query may reach the cell. Cells of the first range that no
+      // lane may reach are passed over.
+      auto next_cell = [&](bool& near, bool ahead) -> int {
+        while (range <= c1) {
+          const int at = t.level_offset[0] + range;
+          near = active && may_reach(box_dist2(q, t.box_lo[at], t.box_hi[at]), list.limit());
+          if (__any_sync(kFullMask, near)) return range++;
+          ++range;
         }
-        if (!__any_sync(kFullMask, active)) return -1;
-        walk.start(q, active, list.limit());
+        if (!walking) {
+          if (ahead) return -2;
+          walking = true;
+          if (is_outlier(t, list.limit(), active, valid)) {
+            const int listed = atomicAdd(a.outliers, 1);
+            atomicExch(a.outliers + kOutlierCounters + listed, ~slot);  // written
+            outlier = true;
+            active = false;
+          }
+          if (!__any_sync(kFullMask, active)) return -1;
+          walk.start(q, active, list.limit());
+        }
+        return walk.next(q, active, list.limit(), near);
+      };
+      // Software pipeline: the next cell is chosen, and its load issued, before the current one is
+      // scanned, so the load's latency overlaps the scan (-2: not chosen yet, where the walk
+      // starts). Choosing it with the limits from before the scan is conservative (limits only
+      // shrink).
+      bool near = false;
+      int cell = next_cell(near, false);
+      float4 p = load_cell(t, cell);
+      while (cell >= 0) {
+        int following = -2;
+        bool near_next = false;
+        float4 p_next;
+        if (range <= c1 || walking) {
+          following = next_cell(near_next, true);
+          p_next = load_cell(t, following);
+        }
+        stage_cell(stage, p, cell);
+        int near_lanes;
+        const unsigned hits = lane_cell_hits(stage, p, q, list.limit(), near, near_lanes);
+        evals += kCell * near_lanes;
+        offer_hits(stage, q, hits, list);
+        if (following == -2) {
+          following = next_cell(near_next, false);
+          p_next = load_cell(t, following);
+        }
+        cell = following;
+        near = near_next;
+        p = p_next;
       }
-      return walk.next(q, active, list.limit(), near);
-    };
-    // Software pipeline: the next cell is chosen, and its load issued, before the current one is
-    // scanned, so the load's latency overlaps the scan (-2: not chosen yet, where the walk
-    // starts). Choosing it with the limits from before the scan is conservative (limits only
-    // shrink).
-    bool near = false;
-    int cell = next_cell(near, false);
-    float4 p = load_cell(t, cell);
-    while (cell >= 0) {
-      int following = -2;
-      bool near_next = false;
-      float4 p_next;
-      if (range <= c1 || walking) {
-        following = next_cell(near_next, true);
-        p_next = load_cell(t, following);
-      }
-      stage_cell(stage, p, cell);
-      int near_lanes;
-      const unsigned hits = lane_cell_hits(stage, p, q, list.limit(), near, near_lanes);
-      evals += kCell * near_lanes;
-      offer_hits(stage, q, hits, list);
-      if (following == -2) {
-        following = next_cell(near_next, false);
-        p_next = load_cell(t, following);
-      }
-      cell = following;
-      near = near_next;
-      p = p_next;
     }
+    // The epilogue: each row settled exactly, or flagged for the gather.
+    bool flagged = false;
+    float reach = 0.f;
+    if (slot < a.slot_end && !outlier) {
+      const auto o = a.out(slot, qid);
+      flagged = !settle_row<CAP>(list.best.s, list.best.count(), a.k, list.best.spill,
+                                 a.exact.query(q, qid), a.exact, o.idx, o.dist, reach);
+    }
+    flag_rows(a.exact, a.slot_begin, first_slot, flagged, reach);
+    if (lane == 0 && evals) atomicAdd(a.evaluations, evals);
   }
-  // The epilogue: each row settled exactly, or flagged for the gather.
-  bool flagged = false;
-  float reach = 0.f;
-  if (slot < a.slot_end && !outlier) {
-    const auto o = a.out(slot, qid);
-    flagged = !settle_row<CAP>(list.best.s, list.best.count(), a.k, list.best.spill,
-                               a.exact.query(q, qid), a.exact, o.idx, o.dist, reach);
-  }
-  flag_rows(a.exact, a.slot_begin, first_slot, flagged, reach);
-  if (lane == 0 && evals) atomicAdd(a.evaluations, evals);
   // This warp's queries are done. In a launch of one wave (kClaim), once every block has started
   // (no block waits for this one's place: another kernel may share the device), it searches the
   // outliers listed so far. Lane 0 reads the count for the warp: the code below is

@@ -60,7 +60,7 @@ TreeSearchStats read_search_counts(const unsigned long long* counters, cudaStrea
 
 /// The ints of a tree search's outlier buffer for launches of up to `slots` queries: its
 /// counters and a list (TreeKnnArgs::outliers).
-inline constexpr int kOutlierCounters = 3;
+inline constexpr int kOutlierCounters = 4;
 inline std::int64_t tree_outlier_ints(std::int64_t slots) { return kOutlierCounters + slots; }
 
 /// One launch of the tree kNN over the sorted queries [slot_begin, slot_end) (the index's own
