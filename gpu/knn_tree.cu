@@ -87,85 +87,41 @@ __global__ void __launch_bounds__(kTreeWarps * 32, 8)
   if (lane == 0 && evals) atomicAdd(a.evaluations, evals);
 }
 
-/// Positions a query's copies are looked for among before it is left to the walk (a longer run
-/// of one key is a pile of copies or of points within a key bucket of each other).
-constexpr int kCopyScan = 64;
-
-/// The first position of `key` among the sorted keys [0, t.n), at or before `at`: galloping back
-/// from `at` (the run of one key is short), then bisecting.
-__device__ int first_of_key(const TreeView& t, std::uint64_t key, int at) {
-  int lo = at, below = -1;  // keys[lo] == key; keys[below] < key (-1: none)
-  for (int step = 1; at - step >= 0; step *= 2) {
-    if (t.keys[at - step] != key) {
-      below = at - step;
-      break;
-    }
-    lo = at - step;
-  }
-  while (lo - below > 1) {
-    const int mid = below + (lo - below) / 2;
-    if (t.keys[mid] == key)
-      lo = mid;
-    else
-      below = mid;
-  }
-  return lo;
-}
-
-/// The first position of `key` among the sorted keys [0, t.n), which hold it.
-__device__ int lower_bound_key(const TreeView& t, std::uint64_t key) {
-  int lo = 0, hi = t.n;
-  while (lo < hi) {
-    const int mid = lo + (hi - lo) / 2;
-    if (t.keys[mid] < key)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
 /// Self-kNN at k = 1 with each point its own candidate (exclude_self false), a thread a query:
 /// the nearest is at exact distance 0, the point itself or a copy of it, and the row is the copy
 /// with the smallest index. With coordinates stored as floats a copy has equal coordinates, so
 /// equal filter coordinates and an equal curve key, and the points of one key are consecutive,
-/// by index (the stable sort; setting the shadows aside keeps that order). So the row is the
-/// first point of the key's run at exact distance 0: the query itself unless a copy comes
-/// before it. A shadow (a copy set aside, at t.n or after) looks its run up among the kNN
-/// hierarchy's points, which hold its first copies. A run scanned for kCopyScan positions
-/// without an answer lists the query as an outlier, for the walk.
+/// by index (the build's sort is stable). So the row is the first point before the query in its
+/// key's run at exact distance 0, or the query itself. The index's runs are short
+/// (short_key_runs: at most kShortKeyRun points, and so no shadows); a query it could not settle
+/// that way would be listed as an outlier, for the walk.
 __global__ void first_copy_kernel(TreeView t, TreeKnnArgs a) {
   const int slot = a.slot_begin + blockIdx.x * blockDim.x + threadIdx.x;
   unsigned long long evals = 0;
   if (slot < a.slot_end) {
     const float4 q = a.queries[slot];
     const int qid = __float_as_int(q.w);
-    int found = -1;
-    bool listed = false;
+    int found = -1;  // padding: a query that is not finite has no neighbor
     if (finite3(q.x, q.y, q.z)) {
-      const std::uint64_t key = t.keys[slot];
-      const int first = slot < t.n ? first_of_key(t, key, slot) : lower_bound_key(t, key);
-      const double3 qe = first < slot ? a.exact.query(q, qid) : double3{};
-      for (int j = first, end = min(t.n, first + kCopyScan); j < end && t.keys[j] == key; ++j) {
-        if (j == slot) {
-          found = qid;
-          break;
+      if (slot < t.n) {
+        const std::uint64_t key = t.keys[slot];
+        found = qid;
+        int j = slot - 1;
+        if (j >= 0 && t.keys[j] == key) {
+          const double3 qe = a.exact.query(q, qid);
+          for (; j >= 0 && t.keys[j] == key; --j) {
+            int id;
+            const double3 p = a.exact.ref(j, id);
+            ++evals;
+            if (exact_sqdist(qe, p) == 0) found = id;  // the earliest wins
+          }
         }
-        int id;
-        const double3 pe = a.exact.ref(j, id);
-        ++evals;
-        if (exact_sqdist(qe, pe) == 0) {
-          found = id;
-          break;
-        }
-      }
-      if (found < 0) {
+      } else {  // a shadow (none where the runs are short)
         const int at = atomicAdd(a.outliers, 1);
         atomicExch(a.outliers + kOutlierCounters + at, ~slot);
-        listed = true;
       }
     }
-    if (!listed) {
+    if (found >= 0 || !finite3(q.x, q.y, q.z)) {
       const auto o = a.out(slot, qid);
       write_row(
           o.idx, o.dist, 1, found >= 0 ? 1 : 0, [&](int) { return found; },
@@ -177,12 +133,13 @@ __global__ void first_copy_kernel(TreeView t, TreeKnnArgs a) {
 }
 
 /// Whether a kNN launch's rows are first copies (first_copy_kernel): k = 1 over the index's own
-/// points, each its own candidate, no radius, coordinates stored as floats. (Doubles that differ
-/// by less than 2^-537 are at exact distance 0, their squared differences underflowing, and may
-/// still get different keys: those rows take the walk.)
-bool rows_are_first_copies(const TreeKnnArgs& a) {
+/// points, each its own candidate, no radius, coordinates stored as floats, and short runs of
+/// one key. (Doubles that differ by less than 2^-537 are at exact distance 0, their squared
+/// differences underflowing, and may still get different keys; a long run of one key, a pile of
+/// points within a grid step of each other, is left to the walk, whose cells it was built for.)
+bool rows_are_first_copies(const TreeView& tree, const TreeKnnArgs& a) {
   return a.k == 1 && a.self_search && !a.exclude_self && !std::isfinite(a.bound.r2) &&
-         a.exact.refs.f32 != nullptr && a.exact.refs.f64 == nullptr;
+         a.exact.refs.f32 != nullptr && a.exact.refs.f64 == nullptr && tree.short_key_runs;
 }
 
 // The blocks of knn_tree_kernel<CAP, kClaim> resident at once on the device (at least one). The
@@ -227,13 +184,13 @@ void launch(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
     PCNN_CUDA_TRY(cudaFuncSetAttribute(hybrid_tree_kernel<CAP>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, hybrid_bytes));
   const int device = current_device(), sms = sm_count(device);
-  if (CAP == 1 && rows_are_first_copies(a)) {
+  if (CAP == 1 && rows_are_first_copies(tree, a)) {
     PCNN_CUDA_TRY(cudaMemsetAsync(a.outliers, 0, kOutlierCounters * sizeof(int), stream));
     constexpr int copy_threads = 256;
     first_copy_kernel<<<cuda::ceil_div(a.slot_end - a.slot_begin, copy_threads), copy_threads, 0,
                         stream>>>(tree, a);
     PCNN_CHECK_LAUNCH();
-    // The queries whose runs were too long to scan (none, mostly: the grid reads a count of 0).
+    // Shadows, which short runs do not have: the grid reads a count of 0.
     knn_tree_outlier_kernel<CAP>
         <<<std::max(1, std::min(blocks * kTreeWarps, 4 * sms)), threads, 0, stream>>>(tree, a);
     PCNN_CHECK_LAUNCH();
@@ -273,10 +230,13 @@ void launch(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
     const int cleared = kOutlierCounters + (claim ? a.slot_end - a.slot_begin : 0);
     PCNN_CUDA_TRY(cudaMemsetAsync(a.outliers, 0, cleared * sizeof(int), stream));
     // Warps that take their groups in turn need no more blocks than are resident at once.
-    const int grid = takes_slot_groups<CAP>()
-                         ? std::min(blocks, claim ? resident_blocks<CAP, true>(device, sms)
-                                                  : resident_blocks<CAP, false>(device, sms))
-                         : blocks;
+    int grid = blocks;
+    if constexpr (takes_slot_groups<CAP>()) {
+      int resident = resident_blocks<CAP, false>(device, sms);
+      if constexpr (claims_outliers<CAP>())
+        if (claim) resident = resident_blocks<CAP, true>(device, sms);
+      grid = std::min(blocks, resident);
+    }
     if constexpr (claims_outliers<CAP>())
       if (claim) knn_tree_kernel<CAP, true><<<grid, threads, list_bytes, stream>>>(tree, a);
     if (!claim) knn_tree_kernel<CAP, false><<<grid, threads, list_bytes, stream>>>(tree, a);

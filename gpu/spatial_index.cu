@@ -55,9 +55,7 @@ __global__ void init_bounds_kernel(int* out) {
     out[a] = float_to_ordered(INFINITY);
     out[3 + a] = float_to_ordered(-INFINITY);
   }
-  out[6] = 0;
-  out[7] = 0;
-  out[8] = 0;
+  for (int a = 6; a < 10; ++a) out[a] = 0;
 }
 
 // The points of a run of repeats that a kNN row may hold: its first kMaxK + 1 (see
@@ -74,6 +72,7 @@ constexpr int kRepeatRun = kMaxK + 1;
 //   at the origin) share every key bit, so no sort can order them: a bucket of them alone is left
 //   as it is. A bucket's first and (cell + 1)-th points are compared at full resolution.
 // - Flags (out[8] = 1) a possible run of shadows.
+// - Flags (out[9] = 1) a run of more than kShortKeyRun finite points of one key.
 __global__ void order_check_kernel(const std::uint64_t* __restrict__ keys,
                                    const int* __restrict__ ids, const float* __restrict__ xyz,
                                    std::int64_t stride, const float* __restrict__ bounds, int n,
@@ -88,6 +87,7 @@ __global__ void order_check_kernel(const std::uint64_t* __restrict__ keys,
     if (curve_key(a[0], a[1], a[2], bounds) != curve_key(b[0], b[1], b[2], bounds))
       out[7] = 1;  // any thread; the same value
   }
+  if (i < n - kShortKeyRun && key == keys[i + kShortKeyRun]) out[9] = 1;
   if (i < n - kRepeatRun && key == keys[i + kRepeatRun]) {
     const float* b = xyz + ids[i + kRepeatRun] * stride;
     if (a[0] == b[0] && a[1] == b[1] && a[2] == b[2]) out[8] = 1;
@@ -315,6 +315,7 @@ TreeView SpatialIndex::view() const {
   v.box_hi = box_hi.data();
   v.n = n;
   v.key_low_bit = key_low_bit;
+  v.short_key_runs = short_key_runs;
   v.levels = static_cast<int>(level_count.size());
   for (int l = 0; l < v.levels; ++l) {
     v.level_count[l] = level_count[l];
@@ -342,7 +343,8 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
                                  DeviceMemoryResource& mr) {
   SpatialIndex index;
   index.n_total = n_total;
-  device_buffer<int> stats(9, stream, mr);  // bounds, finite count, crowded and repeat flags
+  device_buffer<int> stats(10, stream, mr);  // bounds, finite count, flags: crowded, repeats,
+                                             // a long run of one key
   index.bounds.resize(6, stream, mr);
   init_bounds_kernel<<<1, 1, 0, stream>>>(stats.data());
   PCNN_CHECK_LAUNCH();
@@ -372,7 +374,7 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
       PCNN_CHECK_LAUNCH();
     }
   }
-  int checks[3] = {0, 0, 0};  // count, crowded, repeats: read together, the build's round trip
+  int checks[4] = {};  // count, crowded, repeats, long run: read together, the build's round trip
   PCNN_CUDA_TRY(
       cudaMemcpyAsync(checks, stats.data() + 6, sizeof checks, cudaMemcpyDeviceToHost, stream));
   PCNN_CUDA_TRY(cudaMemcpyAsync(index.host_bounds, index.bounds.data(), sizeof index.host_bounds,
@@ -380,6 +382,7 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
   PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
   index.n = checks[0];
   index.n_knn = index.n;
+  index.short_key_runs = checks[3] == 0;
   if (checks[1] != 0) order(0);
   if (n_total > 0) {
     index.points.resize(n_total, stream,

@@ -101,13 +101,13 @@ std::vector<SearchCase> search_cases() {
   // k = 1, 8, 32, 128 on one cloud.
   for (int k : {1, 8, 32, 128}) add(U, 2500, kSelf, U, k, 9.0, 0, 0, 10u + k);
   // k = 1 self-searches, each point its own candidate: the CUDA backend looks each point's first
-  // copy up by its curve key (first_copy_kernel) instead of walking. Copies, piles of them set
-  // aside as shadows, non-finite points, copies made by rounding far from the origin, near-ties,
-  // and one key shared by a whole pile (runs too long to scan go to the walk).
+  // copy up by its curve key (first_copy_kernel) instead of walking, where the runs of one key
+  // are short. Copies (also far from the origin), piles of them set aside as shadows (a long
+  // run: the walk), non-finite points, near-ties, and one key shared by a whole pile (the walk).
   add(Input::duplicates, 4000, kSelf, U, 1, 0.0, 0, 0, 110);
   add(Input::identical, 500, kSelf, U, 1, 0.0, 0, 0, 111);
   add(Input::noreturns, 3000, kSelf, U, 1, 0.0, 0.1, 0, 112);
-  add(U, 3000, kSelf, U, 1, 9.0, 0, 1e6, 113);
+  add(Input::duplicates, 3000, kSelf, U, 1, 0.5, 0, 1e6, 113);
   add(Input::near_ties, 1728, kSelf, U, 1, 0.1, 0, 0, 114);
   add(Input::pile, 3000, kSelf, U, 1, 1e-3, 0, 0, 115);
   add(Input::denormal, 2000, kSelf, U, 1, 9e-39, 0, 0, 116);

@@ -1164,9 +1164,10 @@ TEST(IndexRepeats, NoReturnsAtTheOriginSearchLikeOnePointAndEqualTheCpuBackend) 
 
 // Self-kNN at k = 1 with each point its own candidate looks each point's first copy up by its
 // curve key (first_copy_kernel): no distance is computed for a point without an earlier copy, and
-// the rows equal the CPU backend's: copies spread over the cloud, one pile of 3,000 under a
-// single key (its long runs listed for the walk), in passes, non-finite points; float64
-// coordinates take the walk.
+// the rows equal the CPU backend's, in one pass and in passes, with non-finite points, copies of
+// -0 and +0, and the cloud scaled by 1e25 and by 1e-40 (float denormals; both searched in a
+// scaled filter frame). A pile of 3,000 points under one key (a run longer than kShortKeyRun)
+// and float64 coordinates take the walk, with the same rows.
 TEST(IndexFirstCopies, KOneWithSelfLooksCopiesUpAndEqualsTheCpuBackend) {
   PCNN_REQUIRE_DEVICE();
   IndexOptions cpu;
@@ -1175,27 +1176,54 @@ TEST(IndexFirstCopies, KOneWithSelfLooksCopiesUpAndEqualsTheCpuBackend) {
   for (int i = 7; i < 50000; i += 10)  // 5,000 copies of earlier points, some of copies
     std::copy_n(xyz.begin() + 3 * (i * 3 / 5), 3, xyz.begin() + 3 * i);
   for (int i = 1; i < 50000; i += 997) xyz[3 * i + 1] = std::numeric_limits<float>::quiet_NaN();
+  for (int i : {100, 200, 300}) std::copy_n(xyz.begin() + 300, 3, xyz.begin() + 3 * i);
+  xyz[300] = -0.f;  // point 100 at x = -0, its copies 200 at +0 and 300 at -0
+  xyz[600] = 0.f;
+  xyz[900] = -0.f;
   const KnnParams p{1, false};
-  {
+  for (const float scale : {1.f, 1e25f, 1e-40f}) {
+    std::vector<float> scaled = xyz;
+    for (float& c : scaled) c *= scale;
+    SCOPED_TRACE("scaled by " + std::to_string(scale));
+    Index gpu(view(scaled), cuda_options());
+    const KnnResult want = Index(view(scaled), cpu).self_knn(p);
+    EXPECT_EQ(want.indices[200], 100);
+    EXPECT_EQ(want.indices[300], 100);
+    EXPECT_TRUE(same_knn(gpu.self_knn(p), want));
     // A copy's run is mostly [first copy, copy]: one distance. The walk without the point
     // itself computes some hundred a query.
-    Index spread(view(xyz), cuda_options());
-    EXPECT_TRUE(same_knn(spread.self_knn(p), Index(view(xyz), cpu).self_knn(p)));
-    const std::int64_t evaluations = spread.last_timings().distance_evaluations;
+    const std::int64_t evaluations = gpu.last_timings().distance_evaluations;
     EXPECT_LE(evaluations, 10000);
-    spread.self_knn({1, true});
-    EXPECT_GT(spread.last_timings().distance_evaluations, 100 * evaluations);
+    EXPECT_TRUE(same_knn(gpu.self_knn({1, false, 7000}), want));  // passes of 7,000 rows
+    gpu.self_knn({1, true});
+    EXPECT_GT(gpu.last_timings().distance_evaluations, 100 * evaluations);
   }
   std::vector<float> pile = test::make(test::Input::pile, 3000, 95);
   xyz.insert(xyz.end(), pile.begin(), pile.end());
   Index gpu(view(xyz), cuda_options());
   const KnnResult want = Index(view(xyz), cpu).self_knn(p);
   EXPECT_TRUE(same_knn(gpu.self_knn(p), want));
-  EXPECT_TRUE(same_knn(gpu.self_knn({1, false, 7000}), want));
-  EXPECT_TRUE(same_knn(gpu.self_knn({1, false, 7000, 0}), want));
   std::vector<double> xyz64(xyz.begin(), xyz.end());
   const PointsView v64 = host_points(xyz64.data(), static_cast<std::int64_t>(xyz64.size() / 3));
   EXPECT_TRUE(same_knn(Index(v64, cuda_options()).self_knn(p), want));
+}
+
+// From k = 17 on, the search kernel's warps take groups of 32 queries in turn, over no more blocks
+// than are resident (at 60,000 points and k = 64 or 128, several groups a warp): the rows equal
+// the CPU backend's, with and without the point itself.
+TEST(IndexGroups, WarpsTakingSeveralGroupsEqualTheCpuBackend) {
+  PCNN_REQUIRE_DEVICE();
+  IndexOptions cpu;
+  cpu.backend = Backend::cpu;
+  const std::vector<float> xyz = make_synthetic_cloud(SyntheticKind::clustered, 60000, 96);
+  Index gpu(view(xyz), cuda_options());
+  Index reference(view(xyz), cpu);
+  for (int k : {32, 64, 128})
+    for (bool exclude_self : {true, false}) {
+      const KnnParams p{k, exclude_self};
+      EXPECT_TRUE(same_knn(gpu.self_knn(p), reference.self_knn(p)))
+          << "k = " << k << (exclude_self ? ", the point excluded" : "");
+    }
 }
 
 // Repeats are points stored with identical coordinates, not points whose float filter is the

@@ -409,7 +409,9 @@ template <class Args>
 __device__ __forceinline__ int next_slot_group(const Args& a) {
   int group = 0;
   if ((threadIdx.x & 31) == 0) group = atomicAdd(a.outliers + 3, 1);
-  return a.slot_begin + __shfl_sync(kFullMask, group, 0) * 32;
+  // Past the last group (by up to a take a warp): the end, without overflowing an int.
+  const std::int64_t first = a.slot_begin + std::int64_t(__shfl_sync(kFullMask, group, 0)) * 32;
+  return first < a.slot_end ? static_cast<int>(first) : a.slot_end;
 }
 
 /// The blocks of knn_tree_kernel<CAP> an SM's registers must hold while the lists are short, on

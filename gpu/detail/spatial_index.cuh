@@ -30,6 +30,8 @@ namespace pcnn::detail {
 inline constexpr int kCell = 32;      // points per cell: one per lane of a warp
 inline constexpr int kFanout = 32;    // children per box node: one per lane
 inline constexpr int kMaxLevels = 8;  // enough for 2^31 points (6 levels) with room to spare
+/// The longest run of one curve key that a build calls short (SpatialIndex::short_key_runs).
+inline constexpr int kShortKeyRun = 64;
 
 /// What the kernels need, by value.
 struct TreeView {
@@ -44,6 +46,7 @@ struct TreeView {
   int levels = 0;                    // 0 when n == 0
   int level_count[kMaxLevels] = {};  // cells of n points, and the boxes above
   int level_offset[kMaxLevels] = {};
+  bool short_key_runs = false;  // no key is shared by more than kShortKeyRun points
 };
 
 /// Owns the index's device memory. Move-only (through its buffers).
@@ -53,6 +56,9 @@ struct SpatialIndex {
   int n_knn = 0;        // finite points a kNN row may hold: n less the shadows (sorted after)
   int key_low_bit = 0;  // keys sorted on bits [key_low_bit, 64) over [0, n_knn), the bits
                         // below cleared
+  // No key is shared by more than kShortKeyRun points (checked on the first sort's keys, which
+  // a full sort and setting shadows aside only split): then there are no shadows either.
+  bool short_key_runs = false;
   device_buffer<float4> points;
   device_buffer<std::uint64_t> keys;
   device_buffer<float> bounds;  // 6 floats
