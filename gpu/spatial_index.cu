@@ -94,6 +94,12 @@ __global__ void order_check_kernel(const std::uint64_t* __restrict__ keys,
   }
 }
 
+// Flags (*out = 1) a run of more than kShortKeyRun points of one key among the first n.
+__global__ void long_run_kernel(const std::uint64_t* __restrict__ keys, int n, int* out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n - kShortKeyRun && keys[i] == keys[i + kShortKeyRun]) *out = 1;
+}
+
 __global__ void decode_bounds_kernel(const int* in, float* bounds) {
   for (int a = 0; a < 6; ++a) bounds[a] = ordered_to_float(in[a]);
 }
@@ -395,6 +401,21 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
   // stored. Taken before a full sort, it can miss copies that sat apart in a crowded bucket and
   // come together after it: then the runs are looked for anyway (a far outlier's cloud).
   if (checks[2] != 0 || checks[1] != 0) index.n_knn = set_aside_shadows(index, exact, stream, mr);
+  if (checks[1] != 0 && !index.short_key_runs && index.n_knn == index.n && index.n > kShortKeyRun) {
+    // The full sort split the first sort's runs, which may only have been long at its coarser
+    // keys (a far outlier's cloud, a LiDAR scan's crowded near field): the flag again, on the
+    // final keys, with one more round trip on this slower path.
+    int* flag = stats.data() + 9;
+    PCNN_CUDA_TRY(cudaMemsetAsync(flag, 0, sizeof(int), stream));
+    long_run_kernel<<<cuda::ceil_div(index.n - kShortKeyRun, kThreads), kThreads, 0, stream>>>(
+        index.keys.data(), index.n, flag);
+    PCNN_CHECK_LAUNCH();
+    int long_run = 1;
+    PCNN_CUDA_TRY(
+        cudaMemcpyAsync(&long_run, flag, sizeof long_run, cudaMemcpyDeviceToHost, stream));
+    PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+    index.short_key_runs = long_run == 0;
+  }
   build_levels(index.points.data(), index.n, index.box_lo, index.box_hi, index.level_count,
                index.level_offset, stream, mr);
   if (index.n_knn < index.n)

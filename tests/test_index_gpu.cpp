@@ -1166,8 +1166,9 @@ TEST(IndexRepeats, NoReturnsAtTheOriginSearchLikeOnePointAndEqualTheCpuBackend) 
 // curve key (first_copy_kernel): no distance is computed for a point without an earlier copy, and
 // the rows equal the CPU backend's, in one pass and in passes, with non-finite points, copies of
 // -0 and +0, and the cloud scaled by 1e25 and by 1e-40 (float denormals; both searched in a
-// scaled filter frame). A pile of 3,000 points under one key (a run longer than kShortKeyRun)
-// and float64 coordinates take the walk, with the same rows.
+// scaled filter frame), and a far point (the build's full sort). A pile of 3,000 points under
+// one key (a run longer than kShortKeyRun) and float64 coordinates take the walk, with the same
+// rows.
 TEST(IndexFirstCopies, KOneWithSelfLooksCopiesUpAndEqualsTheCpuBackend) {
   PCNN_REQUIRE_DEVICE();
   IndexOptions cpu;
@@ -1197,6 +1198,15 @@ TEST(IndexFirstCopies, KOneWithSelfLooksCopiesUpAndEqualsTheCpuBackend) {
     EXPECT_TRUE(same_knn(gpu.self_knn({1, false, 7000}), want));  // passes of 7,000 rows
     gpu.self_knn({1, true});
     EXPECT_GT(gpu.last_timings().distance_evaluations, 100 * evaluations);
+  }
+  {
+    // A far point squeezes the cloud into a few of the first sort's keys (long runs there), so
+    // the build sorts again on every bit, where the runs are short again: still the lookup.
+    std::vector<float> far = xyz;
+    far.insert(far.end(), {1e5f, 1e5f, 1e5f});
+    Index gpu(view(far), cuda_options());
+    EXPECT_TRUE(same_knn(gpu.self_knn(p), Index(view(far), cpu).self_knn(p)));
+    EXPECT_LE(gpu.last_timings().distance_evaluations, 10000);
   }
   std::vector<float> pile = test::make(test::Input::pile, 3000, 95);
   xyz.insert(xyz.end(), pile.begin(), pile.end());

@@ -57,7 +57,8 @@ struct SpatialIndex {
   int key_low_bit = 0;  // keys sorted on bits [key_low_bit, 64) over [0, n_knn), the bits
                         // below cleared
   // No key is shared by more than kShortKeyRun points (checked on the first sort's keys, which
-  // a full sort and setting shadows aside only split): then there are no shadows either.
+  // a full sort and setting shadows aside only split, and again after a full sort): then there
+  // are no shadows either.
   bool short_key_runs = false;
   device_buffer<float4> points;
   device_buffer<std::uint64_t> keys;
