@@ -92,8 +92,8 @@ __global__ void __launch_bounds__(kTreeWarps * 32, 8)
 /// equal filter coordinates and an equal curve key, and the points of one key are consecutive,
 /// by index (the build's sort is stable). So the row is the first point before the query in its
 /// key's run at exact distance 0, or the query itself. The index's runs are short
-/// (short_key_runs: at most kShortKeyRun points, and so no shadows); a query it could not settle
-/// that way would be listed as an outlier, for the walk.
+/// (short_key_runs: at most kShortKeyRun points, and no shadows, so every finite query is one of
+/// the kNN hierarchy's points).
 __global__ void first_copy_kernel(TreeView t, TreeKnnArgs a) {
   const int slot = a.slot_begin + blockIdx.x * blockDim.x + threadIdx.x;
   unsigned long long evals = 0;
@@ -102,30 +102,22 @@ __global__ void first_copy_kernel(TreeView t, TreeKnnArgs a) {
     const int qid = __float_as_int(q.w);
     int found = -1;  // padding: a query that is not finite has no neighbor
     if (finite3(q.x, q.y, q.z)) {
-      if (slot < t.n) {
-        const std::uint64_t key = t.keys[slot];
-        found = qid;
-        int j = slot - 1;
-        if (j >= 0 && t.keys[j] == key) {
-          const double3 qe = a.exact.query(q, qid);
-          for (; j >= 0 && t.keys[j] == key; --j) {
-            int id;
-            const double3 p = a.exact.ref(j, id);
-            ++evals;
-            if (exact_sqdist(qe, p) == 0) found = id;  // the earliest wins
-          }
+      const std::uint64_t key = t.keys[slot];
+      found = qid;
+      int j = slot - 1;
+      if (j >= 0 && t.keys[j] == key) {
+        const double3 qe = a.exact.query(q, qid);
+        for (; j >= 0 && t.keys[j] == key; --j) {
+          int id;
+          const double3 p = a.exact.ref(j, id);
+          ++evals;
+          if (exact_sqdist(qe, p) == 0) found = id;  // the earliest wins
         }
-      } else {  // a shadow (none where the runs are short)
-        const int at = atomicAdd(a.outliers, 1);
-        atomicExch(a.outliers + kOutlierCounters + at, ~slot);
       }
     }
-    if (found >= 0 || !finite3(q.x, q.y, q.z)) {
-      const auto o = a.out(slot, qid);
-      write_row(
-          o.idx, o.dist, 1, found >= 0 ? 1 : 0, [&](int) { return found; },
-          [](int) { return 0.f; });
-    }
+    const auto o = a.out(slot, qid);
+    write_row(
+        o.idx, o.dist, 1, found >= 0 ? 1 : 0, [&](int) { return found; }, [](int) { return 0.f; });
   }
   evals = block_combine(evals, SumOp{}, 0ull);
   if (threadIdx.x == 0 && evals) atomicAdd(a.evaluations, evals);
@@ -184,14 +176,9 @@ void launch(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, hybrid_bytes));
   const int device = current_device(), sms = sm_count(device);
   if (CAP == 1 && rows_are_first_copies(tree, a)) {
-    PCNN_CUDA_TRY(cudaMemsetAsync(a.outliers, 0, kOutlierCounters * sizeof(int), stream));
     constexpr int copy_threads = 256;
     first_copy_kernel<<<cuda::ceil_div(a.slot_end - a.slot_begin, copy_threads), copy_threads, 0,
                         stream>>>(tree, a);
-    PCNN_CHECK_LAUNCH();
-    // Shadows, which short runs do not have: the grid reads a count of 0.
-    knn_tree_outlier_kernel<CAP>
-        <<<std::max(1, std::min(blocks * kTreeWarps, 4 * sms)), threads, 0, stream>>>(tree, a);
     PCNN_CHECK_LAUNCH();
   } else if (hybrid) {
     if (a.collect) {

@@ -388,7 +388,7 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
   PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
   index.n = checks[0];
   index.n_knn = index.n;
-  index.short_key_runs = checks[3] == 0;
+  index.short_key_runs = checks[3] == 0;  // which also rules out shadows (runs of 130)
   if (checks[1] != 0) order(0);
   if (n_total > 0) {
     index.points.resize(n_total, stream,
