@@ -22,10 +22,12 @@ namespace {
 using namespace pcnn;
 
 // The adversarial kinds: near-ties within float ulps, exact ties, magnitudes that break float
-// squares, and a georeferenced offset.
+// squares, a georeferenced offset; and a LiDAR-like scan in scan order (whose rows from a few
+// million points on are searched in passes, in turn on two streams).
 std::vector<float> make_cloud(const std::string& kind, std::int64_t n, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<float> xyz;
+  if (kind == "lidar") return make_synthetic_cloud(SyntheticKind::lidar, n, seed);
   if (kind == "near_ties" || kind == "lattice") {  // shuffled lattice, spacing 0.1 or 1
     const int side = static_cast<int>(std::cbrt(double(n))) + 1;
     const float step = kind == "near_ties" ? 0.1f : 1.f;
@@ -59,11 +61,12 @@ std::vector<float> make_cloud(const std::string& kind, std::int64_t n, std::uint
 int main(int argc, char** argv) {
   CLI::App app{
       "pcnn exactness at scale: CUDA backend against the CPU backend and sampled brute force"};
-  std::string sizes_s = "1000000", kinds_s = "uniform,near_ties,lattice,duplicates,tiny,huge,utm";
+  std::string sizes_s = "1000000",
+              kinds_s = "uniform,near_ties,lattice,duplicates,tiny,huge,utm,lidar";
   int k = 8, samples = 1000;
   bool include_self = false;
   app.add_option("--sizes", sizes_s, "comma-separated point counts");
-  app.add_option("--kinds", kinds_s, "uniform,near_ties,lattice,duplicates,tiny,huge,utm");
+  app.add_option("--kinds", kinds_s, "uniform,near_ties,lattice,duplicates,tiny,huge,utm,lidar");
   app.add_option("-k", k, "neighbors (self-search, exclude_self unless --include-self)");
   app.add_flag("--include-self", include_self, "each point its own candidate (exclude_self false)");
   app.add_option("--samples", samples, "rows checked against brute force");

@@ -202,6 +202,7 @@ class CudaBackend final : public Index::Backend_ {
     detail::DeviceScope guard(o.device);
     PCNN_CUDA_TRY(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, o.device));
     PCNN_CUDA_TRY(cudaStreamCreateWithFlags(&aux_, cudaStreamNonBlocking));
+    PCNN_CUDA_TRY(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
     SearchTimings t;
     build(PointsView{}, aux_, t);  // an empty index until the first build: searches find nothing
   }
@@ -212,6 +213,10 @@ class CudaBackend final : public Index::Backend_ {
     PCNN_CUDA_TRY_NO_THROW(cudaEventSynchronize(async_done_.get()));  // _async work on any stream
     PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(aux_));
     PCNN_CUDA_TRY_NO_THROW(cudaStreamDestroy(aux_));
+    if (copy_) {
+      PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(copy_));
+      PCNN_CUDA_TRY_NO_THROW(cudaStreamDestroy(copy_));
+    }
   }
 
   Backend kind() const override { return Backend::cuda; }
@@ -656,6 +661,7 @@ class CudaBackend final : public Index::Backend_ {
   void abandon_call(cudaStream_t stream) noexcept {
     PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(stream));
     PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(aux_));
+    PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(copy_));
     ws_.end_call(stream, aux_);
   }
 
@@ -1029,7 +1035,7 @@ class CudaBackend final : public Index::Backend_ {
                           LockOutputs&& lock_outputs) {
     const int k = params.k;
     const std::int64_t rows = d_queries ? d_queries->count : index_.n_total;
-    cudaStream_t s1 = aux_;
+    cudaStream_t s1 = copy_;
     detail::device_buffer<float4> sorted_buf;
     if (d_queries)
       sorted_buf = detail::sort_queries(index_, d_queries->data, d_queries->stride,
@@ -1083,7 +1089,7 @@ class CudaBackend final : public Index::Backend_ {
     }
     detail::device_buffer<int> outliers(detail::tree_outlier_ints(pass), s0, ws_);
     const int passes = finite > 0 ? static_cast<int>((finite + pass - 1) / pass) : 0;
-    while (pass_events_.size() < static_cast<std::size_t>(2 * passes + 2 * chunks))
+    while (pass_events_.size() < static_cast<std::size_t>(2 * passes + 2 * chunks + 2))
       pass_events_.push_back(std::make_unique<detail::cuda_event>());
     auto ev = [&](int i) -> detail::cuda_event& { return *pass_events_[i]; };
     auto download = [&](int j) {  // rows [j * per, ...) to the host, on s1
@@ -1098,12 +1104,31 @@ class CudaBackend final : public Index::Backend_ {
     auto pass_end = [&](int p) {
       return static_cast<int>(std::min<std::int64_t>(finite, (p + 1) * pass));
     };
+    // Passes in turn on s0 and the aux stream: a pass ends with its outliers, a warp each, whose
+    // longest search is the pass's tail (1M LiDAR-like points, H200: 0.25 ms at k = 8, 0.79 at
+    // k = 32; ncu, bench/results/2026-11-29-round23.md), which the next pass's warps now fill.
+    // Not hybrid: its scratch, sized by the free memory, would be taken twice.
+    const bool turns = passes > 1 && !std::isfinite(bound.r2);
+    detail::device_buffer<int> outliers_aux(turns ? outliers.size() : 0, s0, ws_);
+    detail::cuda_event& ready = ev(2 * passes + 2 * chunks);
+    detail::cuda_event& aux_done = ev(2 * passes + 2 * chunks + 1);
+    if (turns) {
+      ready.record(s0);
+      PCNN_CUDA_TRY(cudaStreamWaitEvent(aux_, ready.get(), 0));
+    }
     for (int p = 0; p < passes; ++p) {
-      ev(2 * p).record(s0);
+      const bool on_aux = turns && p % 2 == 1;
+      cudaStream_t sp = on_aux ? aux_ : s0;
+      ev(2 * p).record(sp);
       detail::tree_search_range(index_, sorted, d_queries == nullptr, static_cast<int>(p * pass),
-                                pass_end(p), params, bound, d_out_idx, d_out_dist, outliers.data(),
-                                evals.data(), query_offset, ex, s0, ws_);
-      ev(2 * p + 1).record(s0);
+                                pass_end(p), params, bound, d_out_idx, d_out_dist,
+                                on_aux ? outliers_aux.data() : outliers.data(), evals.data(),
+                                query_offset, ex, sp, ws_);
+      ev(2 * p + 1).record(sp);
+    }
+    if (turns) {  // s0 reads the counts and releases the buffers: after the aux stream's passes
+      aux_done.record(aux_);
+      PCNN_CUDA_TRY(cudaStreamWaitEvent(s0, aux_done.get(), 0));
     }
     lock_outputs();
     // Every chunk after the first pass that ends past its last query (the last pass at the
@@ -1114,7 +1139,11 @@ class CudaBackend final : public Index::Backend_ {
         bool waited = false;
         for (int j = 0; j < chunks; ++j)
           if (!sent_[j] && (last_host_[j] < pass_end(p) || p == passes - 1)) {
-            if (!waited) PCNN_CUDA_TRY(cudaStreamWaitEvent(s1, ev(2 * p + 1).get(), 0));
+            if (!waited) {
+              PCNN_CUDA_TRY(cudaStreamWaitEvent(s1, ev(2 * p + 1).get(), 0));
+              // In turns, the pass before it ran on the other stream.
+              if (turns && p > 0) PCNN_CUDA_TRY(cudaStreamWaitEvent(s1, ev(2 * p - 1).get(), 0));
+            }
             waited = true;
             download(j);
             sent_[j] = 1;
@@ -1127,7 +1156,9 @@ class CudaBackend final : public Index::Backend_ {
     }
     read_counts(evals, s0, t);
     PCNN_CUDA_TRY(cudaStreamSynchronize(s1));
-    for (int p = 0; p < passes; ++p) t.search_ms += ev(2 * p + 1).since(ev(2 * p));
+    // The passes' span (in turns, they overlap).
+    for (int p = 0; p < passes; ++p)
+      t.search_ms = std::max(t.search_ms, ev(2 * p + 1).since(ev(0)));
     if (!mapped_)
       for (int j = 0; j < chunks; ++j)
         t.download_ms += ev(2 * passes + 2 * j + 1).since(ev(2 * passes + 2 * j));
@@ -1141,7 +1172,8 @@ class CudaBackend final : public Index::Backend_ {
   Staging staging_;
   bool mapped_;
   cudaStream_t aux_ = nullptr;
-  int sms_ = 1;  // the device's multiprocessors (the passes' size)
+  cudaStream_t copy_ = nullptr;  // curve_order_search's downloads (nothing is allocated there)
+  int sms_ = 1;                  // the device's multiprocessors (the passes' size)
   detail::SpatialIndex index_;
   // The float search's frame (choose_frame_f64, set_frame): filter = (x - origin_) × 2^scale_exp_,
   // rounded.

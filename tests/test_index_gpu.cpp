@@ -1236,6 +1236,56 @@ TEST(IndexGroups, WarpsTakingSeveralGroupsEqualTheCpuBackend) {
     }
 }
 
+// A cloud stored in curve order completes a chunk of its rows in each pass: the search then runs
+// in passes, taken in turn by two streams, each chunk going down once the passes that hold its
+// rows are done. A LiDAR-like scan with a few far points (outliers, searched at the end of their
+// pass) in curve order, in chunks of 2,048 rows (10 passes), with a few non-finite points: the
+// point itself excluded or not, float64 coordinates, a separate query set, a range of the rows
+// and mapped staging (rows written in place) all equal the CPU backend's rows.
+TEST(IndexPasses, PassesInTurnsEqualTheCpuBackend) {
+  PCNN_REQUIRE_DEVICE();
+  constexpr std::int64_t kChunk = 2048;
+  std::vector<float> scan = make_synthetic_cloud(SyntheticKind::lidar, 20000, 97);
+  for (int i = 0; i < 8; ++i) scan.insert(scan.end(), {90.f + 7 * i, -60.f + 11 * i, 30.f - 3 * i});
+  std::vector<float> xyz = in_curve_order(scan);
+  for (std::size_t i : {std::size_t(7), std::size_t(5200), xyz.size() / 3})  // the curve kept
+    xyz.insert(xyz.begin() + 3 * i, {1.f, NAN, 2.f});
+  const std::int64_t n = static_cast<std::int64_t>(xyz.size() / 3);
+  IndexOptions cpu, turns = cuda_options(), mapped = cuda_options(Staging::mapped);
+  cpu.backend = Backend::cpu;
+  turns.chunk_rows = mapped.chunk_rows = kChunk;
+  Index gpu(view(xyz), turns), reference(view(xyz), cpu);
+  for (int k : {1, 8, 32})
+    for (bool exclude_self : {true, false}) {
+      const KnnParams p{k, exclude_self};
+      EXPECT_TRUE(same_knn(gpu.self_knn(p), reference.self_knn(p)))
+          << "k = " << k << (exclude_self ? ", the point excluded" : "");
+      EXPECT_EQ(gpu.last_timings().passes, (n + kChunk - 1) / kChunk);
+    }
+  EXPECT_TRUE(same_knn(gpu.knn(view(xyz), {8}), reference.knn(view(xyz), {8})))
+      << "a separate query set";
+  constexpr std::int64_t kFirst = 2000, kRows = 15000;
+  KnnResult part;
+  part.rows = kRows;
+  part.k = 8;
+  part.indices.resize(kRows * 8);
+  part.sqdist.resize(kRows * 8);
+  gpu.self_knn_rows(kFirst, {8, true}, {part.indices.data(), kRows, 8},
+                    {part.sqdist.data(), kRows, 8});
+  std::vector<std::int64_t> picked(kRows);
+  for (std::int64_t i = 0; i < kRows; ++i) picked[i] = kFirst + i;
+  EXPECT_TRUE(same_knn(part, test::pick_rows(reference.self_knn({8, true}), picked)))
+      << "rows " << kFirst << " to " << kFirst + kRows;
+  std::vector<double> far(xyz.begin(), xyz.end());  // float64, a million metres out
+  for (std::size_t i = 0; i < far.size(); i += 3) far[i] += 1e6;
+  const PointsView fv = host_points(far.data(), n);
+  Index gpu64(fv, turns), reference64(fv, cpu);
+  EXPECT_TRUE(same_knn(gpu64.self_knn({8, true}), reference64.self_knn({8, true}))) << "float64";
+  Index in_place(view(xyz), mapped);
+  EXPECT_TRUE(same_knn(in_place.self_knn({8, true}), reference.self_knn({8, true})))
+      << "mapped staging";
+}
+
 // Repeats are points stored with identical coordinates, not points whose float filter is the
 // same: float64 points 1e-7 m apart at 1e6 m (one float) form two runs of 300, not one of 600,
 // and rows take the nearer run first.
