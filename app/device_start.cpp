@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -71,27 +72,49 @@ void start_device_early(int ordinal, std::function<void()> prepare) {
 }
 
 void warm_up(int ordinal, WarmUp kind, int k) {
-  std::vector<float> xyz(3 * 256);
-  std::uint32_t x = 12345;  // a fixed scatter in the unit cube
-  for (float& v : xyz) {
-    x = x * 1664525u + 1013904223u;
-    v = static_cast<float>(x >> 8) / 16777216.f;
-  }
+  // A fixed scatter in the unit cube.
+  const auto scatter = [](int n) {
+    std::vector<float> xyz(3 * static_cast<std::size_t>(n));
+    std::uint32_t x = 12345;
+    for (float& v : xyz) {
+      x = x * 1664525u + 1013904223u;
+      v = static_cast<float>(x >> 8) / 16777216.f;
+    }
+    return xyz;
+  };
   IndexOptions o;
   o.backend = Backend::cuda;
   o.device = ordinal;
-  Index index(host_points(xyz.data(), 256), o);
   const int kk = std::min(std::max(k, 1), 255);
+  {
+    // Kernels load at their first launch: 0.35-0.5 ms of a 1M-point command's GPU total (H200,
+    // bench/results/2026-11-29-round23.md). 20,000 points, one of them not finite: the radix
+    // sorts of many keys (256 keys take CUB's single-tile kernel, 20,000 its onesweep ones, as
+    // the cloud's build and its queries' order will); searched in chunks of 4,096 rows, where
+    // each chunk's last query lies, and the empty rows.
+    std::vector<float> many = scatter(20000);
+    many[3 * 777 + 1] = NAN;
+    IndexOptions chunked = o;
+    chunked.chunk_rows = 4096;
+    Index index(host_points(many.data(), 20000), chunked);
+    if (kind == WarmUp::knn)
+      static_cast<void>(index.self_knn({kk, true}));
+    else if (kind == WarmUp::hybrid)
+      static_cast<void>(index.self_hybrid({0.05, kk, true}));
+  }
+  // 256 points: a search of few queries, which loads both kernels of the shared walk.
+  std::vector<float> xyz = scatter(256);
+  Index index(host_points(xyz.data(), 256), o);
   if (kind == WarmUp::knn)
     static_cast<void>(index.self_knn({kk, true}));
   else if (kind == WarmUp::hybrid)
     static_cast<void>(index.self_hybrid({0.25, kk, true}));
   else {
-    // Kernels load at their first launch. The command counts first, then fills with the one walk
-    // that keeps what it counts and a second walk for the rows longer than that: r = 0.5 gives
-    // rows both under and over 64 here (up to ~130 inside the cube). With rows of ~17 only, a
-    // LiDAR-like scan's command loaded the longer rows' kernels in its search. (Rows over 256,
-    // and the fill passes that replace the one walk where memory is short, still load late.)
+    // The command counts first, then fills with the one walk that keeps what it counts and a
+    // second walk for the rows longer than that: r = 0.5 gives rows both under and over 64 here
+    // (up to ~130 inside the cube). With rows of ~17 only, a LiDAR-like scan's command loaded the
+    // longer rows' kernels in its search. (Rows over 256, and the fill passes that replace the
+    // one walk where memory is short, still load late.)
     std::vector<std::int64_t> offsets(257);
     static_cast<void>(index.self_radius_count({0.5, true}, {offsets.data(), 257}));
     static_cast<void>(index.self_radius({0.5, true}));

@@ -2,8 +2,8 @@
 //
 // A process pays for a GPU before its first search: the driver, the context, and the modules of
 // the kernels, which CUDA loads at each kernel's first launch (a command's one search paid for
-// all of them and took twice its warm time). Begun before loading, with a search of a few points
-// that loads the kernels the command will run, that cost overlaps the load instead of following
+// all of them and took twice its warm time). Begun before loading, with searches of small clouds
+// that load the kernels the command will run, that cost overlaps the load instead of following
 // it.
 #pragma once
 
@@ -16,7 +16,7 @@
 namespace pcnn::app {
 
 /// Begins the start-up of CUDA device `ordinal` on a thread, then runs `prepare` there (a
-/// search of a few points: see warm_up). At most one early start-up per process (later calls
+/// search of small clouds: see warm_up). At most one early start-up per process (later calls
 /// do nothing); an error it meets (no usable device) is kept for device_startup. Where no thread
 /// can be started, nothing is begun (device_startup then starts the device itself).
 void start_device_early(int ordinal = 0, std::function<void()> prepare = {});
@@ -24,9 +24,9 @@ void start_device_early(int ordinal = 0, std::function<void()> prepare = {});
 /// What a command will search, for warm_up: kNN (k), radius, or hybrid (k = max_nn).
 enum class WarmUp { knn, radius, hybrid };
 
-/// A search of 256 points on device `ordinal` of the kind a command will run (so that its
-/// kernels are loaded, and compiled where the device needs its PTX compiled). Throws what the
-/// search throws.
+/// Builds and searches small clouds (20,000 and 256 points) on device `ordinal` the way a command
+/// will (so that its kernels are loaded, and compiled where the device needs its PTX compiled).
+/// Throws what the searches throw.
 void warm_up(int ordinal, WarmUp kind, int k);
 
 /// Waits until the early start-up of device `ordinal` has its context up (the warm-up may still
