@@ -85,26 +85,24 @@ void warm_up(int ordinal, WarmUp kind, int k) {
   IndexOptions o;
   o.backend = Backend::cuda;
   o.device = ordinal;
+  o.chunk_rows = 4096;  // 20,000 points in chunks; 256 in one, as by default
+  Index index(o);
   const int kk = std::min(std::max(k, 1), 255);
-  {
-    // Kernels load at their first launch: 0.35-0.5 ms of a 1M-point command's GPU total (H200,
-    // bench/results/2026-11-29-round23.md). 20,000 points, one of them not finite: the radix
-    // sorts of many keys (256 keys take CUB's single-tile kernel, 20,000 its onesweep ones, as
-    // the cloud's build and its queries' order will); searched in chunks of 4,096 rows, where
-    // each chunk's last query lies, and the empty rows.
-    std::vector<float> many = scatter(20000);
-    many[3 * 777 + 1] = NAN;
-    IndexOptions chunked = o;
-    chunked.chunk_rows = 4096;
-    Index index(host_points(many.data(), 20000), chunked);
-    if (kind == WarmUp::knn)
-      static_cast<void>(index.self_knn({kk, true}));
-    else if (kind == WarmUp::hybrid)
-      static_cast<void>(index.self_hybrid({0.05, kk, true}));
-  }
+  // Kernels load at their first launch: 0.35-0.5 ms of a 1M-point command's GPU total (H200,
+  // bench/results/2026-11-29-round23.md). 20,000 points, one of them not finite: the radix sorts
+  // of many keys (256 keys take CUB's single-tile kernel, 20,000 its onesweep ones, as the cloud's
+  // build and its queries' order will); searched in chunks, where each chunk's last query lies,
+  // and the empty rows.
+  std::vector<float> many = scatter(20000);
+  many[3 * 777 + 1] = NAN;
+  index.build(host_points(many.data(), 20000));
+  if (kind == WarmUp::knn)
+    static_cast<void>(index.self_knn({kk, true}));
+  else if (kind == WarmUp::hybrid)
+    static_cast<void>(index.self_hybrid({0.05, kk, true}));
   // 256 points: a search of few queries, which loads both kernels of the shared walk.
   std::vector<float> xyz = scatter(256);
-  Index index(host_points(xyz.data(), 256), o);
+  index.build(host_points(xyz.data(), 256));
   if (kind == WarmUp::knn)
     static_cast<void>(index.self_knn({kk, true}));
   else if (kind == WarmUp::hybrid)

@@ -213,10 +213,8 @@ class CudaBackend final : public Index::Backend_ {
     PCNN_CUDA_TRY_NO_THROW(cudaEventSynchronize(async_done_.get()));  // _async work on any stream
     PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(aux_));
     PCNN_CUDA_TRY_NO_THROW(cudaStreamDestroy(aux_));
-    if (copy_) {
-      PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(copy_));
-      PCNN_CUDA_TRY_NO_THROW(cudaStreamDestroy(copy_));
-    }
+    PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(copy_));
+    PCNN_CUDA_TRY_NO_THROW(cudaStreamDestroy(copy_));
   }
 
   Backend kind() const override { return Backend::cuda; }
@@ -959,8 +957,8 @@ class CudaBackend final : public Index::Backend_ {
   }
 
   // Rows for host memory. When every row fits on the device, the search runs in passes along
-  // the index's curve (its fastest order) and each chunk of rows goes to the host on the aux
-  // stream as soon as all its queries are done; otherwise passes of rows, each downloaded before
+  // the index's curve (its fastest order) and each chunk of rows goes to the host on a stream of
+  // its own as soon as all its queries are done; otherwise passes of rows, each downloaded before
   // the next, so that results larger than the device memory left still work.
   void dense_to_host(const PointsView* d_queries, int query_offset, const KnnParams& params,
                      const detail::RadiusBound& bound, const detail::ExactSearch& ex,
@@ -969,9 +967,10 @@ class CudaBackend final : public Index::Backend_ {
     const int k = params.k;
     const std::int64_t rows = d_queries ? d_queries->count : index_.n_total;
     const std::size_t cells = static_cast<std::size_t>(rows) * k;
-    // Per row: its k results, a flagged group and reach, an outlier slot.
+    // Per row: its k results, a flagged group and reach, an outlier slot, and a second one for
+    // passes in turn (two passes' scratch at once: curve_order_search).
     const std::int64_t per_pass = detail::plan_rows_per_pass(
-        rows, std::int64_t(k + 2) * 8,
+        rows, std::int64_t(k + 2) * 8 + 4,
         d_queries ? query_working_bytes(*d_queries) : detail::working_reserve(ws_.available()),
         params.max_rows_per_pass,
         "a search of " + std::to_string(rows) + " queries with k = " + std::to_string(k),
@@ -1022,11 +1021,12 @@ class CudaBackend final : public Index::Backend_ {
                              {out_dist, h_dist, cells * sizeof(float)}});
   }
 
-  // Every row on the device; passes in curve order; chunks of rows (by original index)
-  // downloaded on the aux stream once their last query is searched. Every pass is queued first;
-  // then `lock_outputs` runs (page-locking the caller's outputs for registered staging: 17-20 ms
-  // for 640 MB on the H100 host, which the queued passes overlap; registering on a thread of its
-  // own while the passes were being queued gained nothing), then the downloads are queued.
+  // Every row on the device; passes in curve order (in turn on s0 and the aux stream); chunks of
+  // rows (by original index) downloaded on the copy stream once their last query is searched.
+  // Every pass is queued first; then `lock_outputs` runs (page-locking the caller's outputs for
+  // registered staging: 17-20 ms for 640 MB on the H100 host, which the queued passes overlap;
+  // registering on a thread of its own while the passes were being queued gained nothing), then
+  // the downloads are queued.
   // Synchronizes.
   template <class LockOutputs>
   void curve_order_search(const PointsView* d_queries, int query_offset, const KnnParams& params,
@@ -1075,9 +1075,10 @@ class CudaBackend final : public Index::Backend_ {
                                                 d_out_idx, d_out_dist, detail::RowShares{});
       PCNN_CHECK_LAUNCH();
     }
-    // Passes of `per` rows let a chunk go down while later passes search, but each pays a tail
+    // Passes of `per` rows let a chunk go down while later passes search, but each has a tail
     // (its kernel's last blocks and longest outlier; a clustered cloud's 1M-point search, H200:
-    // 0.2-0.3 ms of 1.8). Where no chunk ends before the last pass (a cloud stored in no spatial
+    // 0.2-0.3 ms of 1.8), which the next pass fills only in part (in turns, below). Where no
+    // chunk ends before the last pass (a cloud stored in no spatial
     // order), nothing would go down early: then one kNN pass. (Not hybrid: its collect walk's
     // scratch, 516 bytes a row, is sized by the pass, and without it the walk is 1.3-1.7x slower.)
     std::int64_t pass = per;

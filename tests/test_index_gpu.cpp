@@ -501,7 +501,7 @@ TEST_P(IndexFrameLoop, AllocatesNothingAfterTheFirstFrame) {
   const FrameCase c = GetParam();
   constexpr int kN = 6000, kM = 2000, kK = 8, kQK = 5;
   IndexOptions o = cuda_options(c.staging);
-  o.chunk_rows = 2048;  // several chunks over two streams
+  o.chunk_rows = 2048;  // several chunks over the streams
   Index index(o);
   // The caller's buffers, refilled every frame: a new scan of the same size.
   std::vector<float> scan(3 * kN), other(3 * kM);
@@ -1238,10 +1238,13 @@ TEST(IndexGroups, WarpsTakingSeveralGroupsEqualTheCpuBackend) {
 
 // A cloud stored in curve order completes a chunk of its rows in each pass: the search then runs
 // in passes, taken in turn by two streams, each chunk going down once the passes that hold its
-// rows are done. A LiDAR-like scan with a few far points (outliers, searched at the end of their
-// pass) in curve order, in chunks of 2,048 rows (10 passes), with a few non-finite points: the
-// point itself excluded or not, float64 coordinates, a separate query set, a range of the rows
-// and mapped staging (rows written in place) all equal the CPU backend's rows.
+// rows are done. A LiDAR-like scan with a few far points in curve order, in chunks of 2,048 rows
+// (10 passes: chunk j is the finite points [2048 j, 2048 (j + 1)) of the curve, by construction),
+// with a few non-finite points. Passes this short give each query a warp of its own by default
+// (few_queries_per_sm); 0 keeps them on the search kernel, whose far points are searched as
+// outliers at the end of their pass, and whose warps take groups in turn at k = 32. The point
+// itself excluded or not, float64 coordinates, a separate query set, a range of the rows and
+// mapped staging (rows written in place) all equal the CPU backend's rows.
 TEST(IndexPasses, PassesInTurnsEqualTheCpuBackend) {
   PCNN_REQUIRE_DEVICE();
   constexpr std::int64_t kChunk = 2048;
@@ -1255,15 +1258,21 @@ TEST(IndexPasses, PassesInTurnsEqualTheCpuBackend) {
   cpu.backend = Backend::cpu;
   turns.chunk_rows = mapped.chunk_rows = kChunk;
   Index gpu(view(xyz), turns), reference(view(xyz), cpu);
-  for (int k : {1, 8, 32})
-    for (bool exclude_self : {true, false}) {
-      const KnnParams p{k, exclude_self};
-      EXPECT_TRUE(same_knn(gpu.self_knn(p), reference.self_knn(p)))
-          << "k = " << k << (exclude_self ? ", the point excluded" : "");
-      EXPECT_EQ(gpu.last_timings().passes, (n + kChunk - 1) / kChunk);
-    }
-  EXPECT_TRUE(same_knn(gpu.knn(view(xyz), {8}), reference.knn(view(xyz), {8})))
-      << "a separate query set";
+  for (int few : {-1, 0})
+    for (int k : {1, 8, 32})
+      for (bool exclude_self : {true, false}) {
+        KnnParams p{k, exclude_self};
+        p.few_queries_per_sm = few;
+        EXPECT_TRUE(same_knn(gpu.self_knn(p), reference.self_knn({k, exclude_self})))
+            << "k = " << k << (exclude_self ? ", the point excluded" : "")
+            << ", few_queries_per_sm " << few;
+      }
+  for (int few : {-1, 0}) {
+    KnnParams p{8};
+    p.few_queries_per_sm = few;
+    EXPECT_TRUE(same_knn(gpu.knn(view(xyz), p), reference.knn(view(xyz), {8})))
+        << "a separate query set, few_queries_per_sm " << few;
+  }
   constexpr std::int64_t kFirst = 2000, kRows = 15000;
   KnnResult part;
   part.rows = kRows;
