@@ -657,10 +657,15 @@ class CudaBackend final : public Index::Backend_ {
 
   // A call that failed part-way: its queued work must finish before its blocks are reused.
   void abandon_call(cudaStream_t stream) noexcept {
+    wait_for_streams(stream);
+    ws_.end_call(stream, aux_);
+  }
+
+  // The work queued on `stream` and the index's own streams has ended (errors ignored).
+  void wait_for_streams(cudaStream_t stream) noexcept {
     PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(stream));
     PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(aux_));
     PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(copy_));
-    ws_.end_call(stream, aux_);
   }
 
   template <class T>
@@ -998,22 +1003,29 @@ class CudaBackend final : public Index::Backend_ {
       h_idx = idx_host_.data();
       h_dist = dist_host_.data();
     }
-    if (per_pass > 0) {  // rows do not fit: passes, each brought to the host before the next
-      detail::device_buffer<std::int32_t> d_idx(static_cast<std::size_t>(per_pass) * k, stream,
-                                                ws_);
-      detail::device_buffer<float> d_dist(d_idx.size(), stream, ws_);
-      detail::KnnOutput out{d_idx.data(), d_dist.data(), per_pass, h_idx, h_dist, query_offset};
-      lock_outputs();
-      const detail::TreeSearchStats st =
-          detail::tree_query(index_, d_queries, params, bound, out, ex, stream, ev_[2], ws_, true);
-      t.search_ms = st.search_ms;
-      t.download_ms = st.download_ms;
-      t.passes = st.passes;
-      t.distance_evaluations = st.evaluations;
-      t.refined_rows = st.refined_rows;
-    } else {
-      curve_order_search(d_queries, query_offset, params, bound, ex, h_idx, h_dist, stream, t,
-                         lock_outputs);
+    try {
+      if (per_pass > 0) {  // rows do not fit: passes, each brought to the host before the next
+        detail::device_buffer<std::int32_t> d_idx(static_cast<std::size_t>(per_pass) * k, stream,
+                                                  ws_);
+        detail::device_buffer<float> d_dist(d_idx.size(), stream, ws_);
+        detail::KnnOutput out{d_idx.data(), d_dist.data(), per_pass, h_idx, h_dist, query_offset};
+        lock_outputs();
+        const detail::TreeSearchStats st = detail::tree_query(index_, d_queries, params, bound, out,
+                                                              ex, stream, ev_[2], ws_, true);
+        t.search_ms = st.search_ms;
+        t.download_ms = st.download_ms;
+        t.passes = st.passes;
+        t.distance_evaluations = st.evaluations;
+        t.refined_rows = st.refined_rows;
+      } else {
+        curve_order_search(d_queries, query_offset, params, bound, ex, h_idx, h_dist, stream, t,
+                           lock_outputs);
+      }
+    } catch (...) {
+      // Copies into the caller's rows may still run: they end before the unwinding undoes the
+      // rows' registration (reg_idx, reg_dist).
+      wait_for_streams(stream);
+      throw;
     }
     t.download_bytes = static_cast<std::int64_t>(cells) * 8;
     if (h_idx != out_idx)
