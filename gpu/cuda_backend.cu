@@ -1090,9 +1090,9 @@ class CudaBackend final : public Index::Backend_ {
     // Passes of `per` rows let a chunk go down while later passes search, but each has a tail
     // (its kernel's last blocks and longest outlier; a clustered cloud's 1M-point search, H200:
     // 0.2-0.3 ms of 1.8), which the next pass fills only in part (in turns, below). Where no
-    // chunk ends before the last pass (a cloud stored in no spatial
-    // order), nothing would go down early: then one kNN pass. (Not hybrid: its collect walk's
-    // scratch, 516 bytes a row, is sized by the pass, and without it the walk is 1.3-1.7x slower.)
+    // chunk ends before the last pass (a cloud stored in no spatial order), nothing would go down
+    // early: then one kNN pass. (Not hybrid: its collect walk's scratch, 516 bytes a row, is
+    // sized by the pass, and without it the walk is 1.3-1.7x slower.)
     std::int64_t pass = per;
     if (chunks > 1 && finite > per && !std::isfinite(bound.r2)) {
       const std::int64_t last_pass_begin = (finite - 1) / per * per;
