@@ -1239,12 +1239,12 @@ TEST(IndexGroups, WarpsTakingSeveralGroupsEqualTheCpuBackend) {
 // A cloud stored in curve order completes a chunk of its rows in each pass: the search then runs
 // in passes, taken in turn by two streams, each chunk going down once the passes that hold its
 // rows are done. A LiDAR-like scan with a few far points in curve order, in chunks of 2,048 rows
-// (10 passes: chunk j is the finite points [2048 j, 2048 (j + 1)) of the curve, by construction),
-// with a few non-finite points. Passes this short give each query a warp of its own by default
-// (few_queries_per_sm); 0 keeps them on the search kernel, whose far points are searched as
-// outliers at the end of their pass, and whose warps take groups in turn at k = 32. The point
-// itself excluded or not, float64 coordinates, a separate query set, a range of the rows and
-// mapped staging (rows written in place) all equal the CPU backend's rows.
+// (10 passes: chunk j holds the finite points [2048 j, 2048 (j + 1)) of the curve, give or take
+// the non-finite points inserted before it, so that it ends in pass j). Passes this short give
+// each query a warp of its own by default (few_queries_per_sm); 0 keeps them on the search kernel,
+// whose far points are searched as outliers at the end of their pass, and whose warps take groups
+// in turn at k = 32. The point itself excluded or not, float64 coordinates, a separate query set,
+// a range of the rows and mapped staging (rows written in place) all equal the CPU backend's rows.
 TEST(IndexPasses, PassesInTurnsEqualTheCpuBackend) {
   PCNN_REQUIRE_DEVICE();
   constexpr std::int64_t kChunk = 2048;
