@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <ostream>
@@ -974,6 +975,20 @@ TEST(IndexLarger, ACloudWithDeepTreesMatchesSampledReferenceRows) {
   EXPECT_TRUE(same_knn(head, reference_knn(v, &first, {33})));
 }
 
+// For each k of `ks`, with the point itself excluded and not: `gpu`'s self-kNN rows (searched with
+// `few_queries_per_sm`) equal `reference`'s.
+void expect_self_rows_equal(Index& gpu, Index& reference, std::initializer_list<int> ks,
+                            const std::string& what = "", int few_queries_per_sm = -1) {
+  for (int k : ks)
+    for (bool exclude_self : {true, false}) {
+      KnnParams p{k, exclude_self};
+      p.few_queries_per_sm = few_queries_per_sm;
+      EXPECT_TRUE(same_knn(gpu.self_knn(p), reference.self_knn({k, exclude_self})))
+          << what << "k = " << k << (exclude_self ? ", the point excluded" : "")
+          << ", few_queries_per_sm " << few_queries_per_sm;
+    }
+}
+
 // The lists' seeded limits (knn_tree.cuh, seed_limit) at every capacity that seeds (1 to 16), in
 // launches longer than one wave (the instantiations without the outlier search inside) and of one
 // wave: a uniform cloud, and one whose every point has nine exact copies (the seed's groups then
@@ -991,13 +1006,8 @@ TEST(IndexSeededLimits, EveryCapacityAndLaunchEqualsTheCpuBackend) {
     const PointsView v = view(*cloud);
     Index gpu(v, cuda_options());
     Index reference(v, cpu);
-    for (int k : {1, 2, 3, 5, 16})
-      for (bool exclude_self : {true, false}) {
-        const KnnParams p{k, exclude_self};
-        EXPECT_TRUE(same_knn(gpu.self_knn(p), reference.self_knn(p)))
-            << (cloud == &uniform ? "uniform" : "copies") << ", k = " << k
-            << (exclude_self ? ", the point excluded" : "");
-      }
+    expect_self_rows_equal(gpu, reference, {1, 2, 3, 5, 16},
+                           cloud == &uniform ? "uniform, " : "copies, ");
     // One wave: the first 50,000 points as a separate query set.
     const PointsView head = host_points(cloud->data(), 50000);
     EXPECT_TRUE(same_knn(gpu.knn(head, {3}), reference.knn(head, {3})));
@@ -1128,12 +1138,7 @@ TEST(IndexRepeats, NoReturnsAtTheOriginSearchLikeOnePointAndEqualTheCpuBackend) 
 
   Index gpu(view(zeros), cuda_options());
   Index reference(view(zeros), cpu);
-  for (int k : {1, 8, 128})
-    for (bool exclude_self : {true, false}) {
-      const KnnParams p{k, exclude_self};
-      EXPECT_TRUE(same_knn(gpu.self_knn(p), reference.self_knn(p)))
-          << "k = " << k << (exclude_self ? ", the point excluded" : "");
-    }
+  expect_self_rows_equal(gpu, reference, {1, 8, 128});
   const HybridParams h{3.0, 32, true};
   EXPECT_TRUE(same_hybrid(gpu.self_hybrid(h), reference.self_hybrid(h)));
   // In passes of 7,000 rows (ranges of the self-search, shadows among them).
@@ -1228,12 +1233,7 @@ TEST(IndexGroups, WarpsTakingSeveralGroupsEqualTheCpuBackend) {
   const std::vector<float> xyz = make_synthetic_cloud(SyntheticKind::clustered, 60000, 96);
   Index gpu(view(xyz), cuda_options());
   Index reference(view(xyz), cpu);
-  for (int k : {32, 64, 128})
-    for (bool exclude_self : {true, false}) {
-      const KnnParams p{k, exclude_self};
-      EXPECT_TRUE(same_knn(gpu.self_knn(p), reference.self_knn(p)))
-          << "k = " << k << (exclude_self ? ", the point excluded" : "");
-    }
+  expect_self_rows_equal(gpu, reference, {32, 64, 128});
 }
 
 // A cloud stored in curve order completes a chunk of its rows in each pass: the search then runs
@@ -1258,15 +1258,7 @@ TEST(IndexPasses, PassesInTurnsEqualTheCpuBackend) {
   cpu.backend = Backend::cpu;
   turns.chunk_rows = mapped.chunk_rows = kChunk;
   Index gpu(view(xyz), turns), reference(view(xyz), cpu);
-  for (int few : {-1, 0})
-    for (int k : {1, 8, 32})
-      for (bool exclude_self : {true, false}) {
-        KnnParams p{k, exclude_self};
-        p.few_queries_per_sm = few;
-        EXPECT_TRUE(same_knn(gpu.self_knn(p), reference.self_knn({k, exclude_self})))
-            << "k = " << k << (exclude_self ? ", the point excluded" : "")
-            << ", few_queries_per_sm " << few;
-      }
+  for (int few : {-1, 0}) expect_self_rows_equal(gpu, reference, {1, 8, 32}, "", few);
   for (int few : {-1, 0}) {
     KnnParams p{8};
     p.few_queries_per_sm = few;
@@ -1311,12 +1303,7 @@ TEST(IndexRepeats, Float64PointsOneFloatApartAreTwoRuns) {
   const PointsView v = host_points(xyz.data(), static_cast<std::int64_t>(xyz.size() / 3));
   Index gpu(v, cuda_options());
   Index reference(v, cpu);
-  for (int k : {8, 128})
-    for (bool exclude_self : {true, false}) {
-      const KnnParams p{k, exclude_self};
-      EXPECT_TRUE(same_knn(gpu.self_knn(p), reference.self_knn(p)))
-          << "k = " << k << (exclude_self ? ", the point excluded" : "");
-    }
+  expect_self_rows_equal(gpu, reference, {8, 128});
   const std::vector<double> near = {1e6 + 100.1 + 2e-7, 2e6 + 3.0, 2e6 - 7.0};
   EXPECT_TRUE(same_knn(gpu.knn(host_points(near.data(), 1), {128}),
                        reference.knn(host_points(near.data(), 1), {128})));
