@@ -63,26 +63,47 @@ Staging staging_for(Staging staging, std::size_t bytes) {
 
 }  // namespace
 
+// Slots a block of last_slot_kernel covers (8 a thread), and the chunks whose last slots it
+// gathers in shared memory (16 KB; more chunks, from a small IndexOptions::chunk_rows, go to
+// global memory a warp at a time).
+constexpr int kLastSlotThreads = 256, kLastSlotSpan = 8 * kLastSlotThreads;
+constexpr int kLastSlotSharedChunks = 4096;
+
 // For each chunk of `per` rows (by original query index), the last slot (curve order) holding
 // one of its finite queries; counts the finite queries. The atomics go to a handful of
-// addresses (one per chunk), so a warp makes one per chunk among its lanes and one for the count:
-// two per query took 80 us for 100k queries (ncu, H100), ~10 ms at 10M.
-__global__ void last_slot_kernel(const float4* __restrict__ sorted, int n, std::int64_t per,
-                                 int* __restrict__ last, int* __restrict__ finite) {
-  const int s = blockIdx.x * blockDim.x + threadIdx.x;  // whole warps: lanes past n take part
+// addresses (one per chunk), so a block gathers its own first and makes one a chunk it holds and
+// one for the count: one a warp took 50 us for 1M queries (ncu, H200), the atomics on each
+// address waiting on each other (bench/results/2026-11-29-round24.md).
+__global__ void __launch_bounds__(kLastSlotThreads)
+    last_slot_kernel(const float4* __restrict__ sorted, int n, std::int64_t per, int chunks,
+                     int* __restrict__ last, int* __restrict__ finite) {
+  __shared__ int block_last[kLastSlotSharedChunks];
+  const int held = min(chunks, kLastSlotSharedChunks);
+  for (int c = threadIdx.x; c < held; c += kLastSlotThreads) block_last[c] = -1;
+  __syncthreads();
   const int lane = threadIdx.x & 31;
-  bool ok = false;
-  int chunk = -1;
-  if (s < n) {
-    const float4 q = sorted[s];
-    ok = isfinite(q.x) && isfinite(q.y) && isfinite(q.z);
-    if (ok) chunk = static_cast<int>(__float_as_int(q.w) / per);
+  const std::int64_t begin = std::int64_t(blockIdx.x) * kLastSlotSpan;
+  int count = 0;
+#pragma unroll
+  for (int i = 0; i < kLastSlotSpan / kLastSlotThreads; ++i) {  // whole warps: lanes past n too
+    const std::int64_t s = begin + i * kLastSlotThreads + threadIdx.x;
+    bool ok = false;
+    int chunk = -1;
+    if (s < n) {
+      const float4 q = sorted[s];
+      ok = isfinite(q.x) && isfinite(q.y) && isfinite(q.z);
+      if (ok) chunk = static_cast<int>(__float_as_int(q.w) / per);
+    }
+    count += ok;
+    // Slots grow with the lane: the highest lane of those sharing a chunk holds their largest.
+    const unsigned same = __match_any_sync(0xffffffffu, chunk);
+    if (ok && lane == 31 - __clz(same))
+      atomicMax(chunk < held ? block_last + chunk : last + chunk, static_cast<int>(s));
   }
-  const unsigned found = __ballot_sync(0xffffffffu, ok);
-  if (lane == 0 && found) atomicAdd(finite, __popc(found));
-  // Slots grow with the lane: the highest lane of those sharing a chunk holds their largest.
-  const unsigned same = __match_any_sync(0xffffffffu, chunk);
-  if (ok && lane == 31 - __clz(same)) atomicMax(last + chunk, s);
+  count = detail::block_combine(count, detail::SumOp{}, 0);  // also orders the writes above
+  if (threadIdx.x == 0 && count) atomicAdd(finite, count);
+  for (int c = threadIdx.x; c < held; c += kLastSlotThreads)
+    if (block_last[c] >= 0) atomicMax(last + c, block_last[c]);
 }
 
 // A double's bits mapped so that unsigned order is the doubles' order (for atomics).
@@ -1074,8 +1095,9 @@ class CudaBackend final : public Index::Backend_ {
       // themselves, so a single chunk (a frame) is launched over every row without it.
       PCNN_CUDA_TRY(cudaMemsetAsync(last.data(), 0xff, last.bytes(), s0));  // -1
       PCNN_CUDA_TRY(cudaMemsetAsync(last.data() + chunks, 0, sizeof(int), s0));
-      last_slot_kernel<<<blocks, 256, 0, s0>>>(sorted, static_cast<int>(rows), per, last.data(),
-                                               last.data() + chunks);
+      last_slot_kernel<<<cuda::ceil_div(rows, std::int64_t(kLastSlotSpan)), kLastSlotThreads, 0,
+                         s0>>>(sorted, static_cast<int>(rows), per, chunks, last.data(),
+                               last.data() + chunks);
       PCNN_CHECK_LAUNCH();
       PCNN_CUDA_TRY(cudaMemcpyAsync(last_host_.data(), last.data(), last.bytes(),
                                     cudaMemcpyDeviceToHost, s0));

@@ -443,6 +443,23 @@ TEST(IndexStaging, SmallChunksGiveTheSameRows) {
   }
 }
 
+// More chunks of rows than the kernel that finds each chunk's last slot gathers in shared memory
+// (4,096): 540,000 LiDAR-like points in scan order, 1 % of them not finite, in chunks of 128 rows
+// (4,219), each chunk's rows downloaded after the pass that holds its last query. Every row
+// equals the CPU backend's.
+TEST(IndexStaging, ThousandsOfChunksGiveTheSameRows) {
+  PCNN_REQUIRE_DEVICE();
+  std::vector<float> cloud = make_synthetic_cloud(SyntheticKind::lidar, 540000, 43);
+  test::poison(cloud, 0.01, 44);
+  IndexOptions o = cuda_options(Staging::pinned), cpu;
+  o.chunk_rows = 128;
+  cpu.backend = Backend::cpu;
+  Index gpu(view(cloud), o);
+  const KnnResult got = gpu.self_knn({4, true});
+  EXPECT_EQ(gpu.last_timings().passes, (540000 + 127) / 128);
+  EXPECT_TRUE(same_knn(got, Index(view(cloud), cpu).self_knn({4, true})));
+}
+
 // Pinned staging of more than 64 MB goes through two page-locked chunks of 32 MB, filled while
 // the other is copied: strided float points (96 MB) and float64 queries (70 MB) of several
 // chunks give the rows the caller's registered memory gives.
