@@ -445,8 +445,9 @@ TEST(IndexStaging, SmallChunksGiveTheSameRows) {
 
 // More chunks of rows than the kernel that finds each chunk's last slot gathers in shared memory
 // (4,096): 540,000 LiDAR-like points in scan order, 1 % of them not finite, in chunks of 128 rows
-// (4,219), each chunk's rows downloaded after the pass that holds its last query. Every row
-// equals the CPU backend's.
+// (4,219; `passes` reports the chunks). Every row equals the CPU backend's: a finite count too
+// small leaves rows empty, and a missing last slot downloads a chunk before its pass. A last slot
+// reported a pass early only races with that pass, which this test may not catch.
 TEST(IndexStaging, ThousandsOfChunksGiveTheSameRows) {
   PCNN_REQUIRE_DEVICE();
   std::vector<float> cloud = make_synthetic_cloud(SyntheticKind::lidar, 540000, 43);

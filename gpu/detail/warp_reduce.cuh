@@ -40,7 +40,9 @@ __device__ __forceinline__ int warp_sum(int v) { return warp_all_reduce(v, SumOp
 /// The block's reduction of one value a thread, valid in thread 0 (`identity`: op's), for a
 /// kernel that then makes one atomic a block: one a warp, to a handful of addresses, took 16-19 us
 /// for 100k points (391 blocks of 8 warps, H100), the atomics waiting on each other. Every thread
-/// of the block calls it; blockDim.x is a multiple of 32.
+/// of the block calls it; blockDim.x is a multiple of 32. Its barriers also order the block's
+/// shared-memory writes before the call against its reads after it (last_slot_kernel relies on
+/// that).
 template <class T, class Op>
 __device__ __forceinline__ T block_combine(T v, Op op, T identity) {
   __shared__ T per_warp[32];
