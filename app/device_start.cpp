@@ -88,6 +88,13 @@ void warm_up(int ordinal, WarmUp kind, int k) {
   o.chunk_rows = 4096;  // 20,000 points in chunks; 256 in one, as by default
   Index index(o);
   const int kk = std::min(std::max(k, 1), 255);
+  // The command's kNN or hybrid search of the indexed points (a radius search: below).
+  const auto search = [&](double hybrid_radius) {
+    if (kind == WarmUp::knn)
+      static_cast<void>(index.self_knn({kk, true}));
+    else if (kind == WarmUp::hybrid)
+      static_cast<void>(index.self_hybrid({hybrid_radius, kk, true}));
+  };
   // Kernels load at their first launch: 0.35-0.5 ms of a 1M-point command's GPU total (H200,
   // bench/results/2026-11-29-round23.md). 20,000 points, one of them not finite: the radix sorts
   // of many keys (256 keys take CUB's single-tile kernel, 20,000 its onesweep ones, as the cloud's
@@ -96,18 +103,12 @@ void warm_up(int ordinal, WarmUp kind, int k) {
   std::vector<float> many = scatter(20000);
   many[3 * 777 + 1] = NAN;
   index.build(host_points(many.data(), 20000));
-  if (kind == WarmUp::knn)
-    static_cast<void>(index.self_knn({kk, true}));
-  else if (kind == WarmUp::hybrid)
-    static_cast<void>(index.self_hybrid({0.05, kk, true}));
+  search(0.05);
   // 256 points: a search of few queries, which loads both kernels of the shared walk.
   std::vector<float> xyz = scatter(256);
   index.build(host_points(xyz.data(), 256));
-  if (kind == WarmUp::knn)
-    static_cast<void>(index.self_knn({kk, true}));
-  else if (kind == WarmUp::hybrid)
-    static_cast<void>(index.self_hybrid({0.25, kk, true}));
-  else {
+  search(0.25);
+  if (kind == WarmUp::radius) {
     // The command counts first, then fills with the one walk that keeps what it counts and a
     // second walk for the rows longer than that: r = 0.5 gives rows both under and over 64 here
     // (up to ~130 inside the cube). With rows of ~17 only, a LiDAR-like scan's command loaded the
