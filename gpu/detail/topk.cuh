@@ -127,6 +127,12 @@ struct TopK {
   /// last slot while the list fills, each insertion also moved every free slot, about k² / 2
   /// moves to fill a list of k.
   __device__ __forceinline__ void insert(float dist, int nid) {
+    if constexpr (CAP == 1) {  // k = 1: the one slot at a compile-time index, held in registers
+      held = 1;
+      s.d(0) = worst = dist;
+      s.id(0) = worst_id = nid;
+      return;
+    }
     int i = held < k ? held++ : k - 1;
 #pragma unroll 1
     while (i > 0) {
