@@ -127,7 +127,9 @@ struct TopK {
   /// last slot while the list fills, each insertion also moved every free slot, about k² / 2
   /// moves to fill a list of k.
   __device__ __forceinline__ void insert(float dist, int nid) {
-    if constexpr (CAP == 1) {  // k = 1: the one slot at a compile-time index, held in registers
+    // k = 1: the one slot, at a compile-time index (a per-thread list then lives in registers
+    // rather than local memory).
+    if constexpr (CAP == 1) {
       held = 1;
       s.d(0) = worst = dist;
       s.id(0) = worst_id = nid;
