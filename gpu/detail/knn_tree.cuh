@@ -23,6 +23,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/row_shares.hpp"
 #include "curve_key.cuh"
@@ -323,7 +324,8 @@ __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, i
   const float4 q = a.queries[slot];
   const int qid = __float_as_int(q.w);
   const int self = a.exclude_self ? qid + a.query_offset : -1;
-  TopK<CAP> best;
+  // A warp's list from CAP 2 to 32 (TopK's local memory held every insertion up), else TopK.
+  std::conditional_t<(CAP > 1 && CAP <= 32), WarpTopK<CAP>, TopK<CAP>> best;
   best.init(a.k);
   unsigned long long evals = 0;
   // A query that is not finite has no neighbors (its row is padding, as for an inactive lane
@@ -362,11 +364,19 @@ __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, i
   }
   bool flagged = false;
   float reach = 0.f;
-  if (lane == 0) {
-    const auto o = a.out(slot, qid);
-    flagged = !settle_row<CAP>(best.s, best.count(), a.k, best.spill, a.exact.query(q, qid),
-                               a.exact, o.idx, o.dist, reach);
-    atomicAdd(a.evaluations, evals);
+  auto settle = [&](auto& slots) {
+    if (lane == 0) {
+      const auto o = a.out(slot, qid);
+      flagged = !settle_row<CAP>(slots, best.count(), a.k, best.spill, a.exact.query(q, qid),
+                                 a.exact, o.idx, o.dist, reach);
+      atomicAdd(a.evaluations, evals);
+    }
+  };
+  if constexpr (CAP > 1 && CAP <= 32) {
+    SharedSlots slots = best.slots(stack);  // the walk's stack is empty now
+    settle(slots);
+  } else {
+    settle(best.s);
   }
   flag_rows(a.exact, a.slot_begin, slot, flagged, reach);
 }

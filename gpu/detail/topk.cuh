@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "exact.cuh"
+#include "warp_reduce.cuh"
 
 namespace pcnn::detail {
 
@@ -149,6 +150,73 @@ struct TopK {
     s.id(i) = nid;
     worst = s.d(k - 1);
     worst_id = s.id(k - 1);
+  }
+};
+
+/// The same list for a query that a whole warp searches (the outlier search, knn_tree.cuh), CAP
+/// <= 32: entry j in lane j's registers. Every lane calls every member with the same arguments,
+/// and the scalars (worst, limit, held, spill) are the same in every lane. An insertion is a
+/// ballot for its position and a shuffle that moves the entries after it, where TopK's loop
+/// moved them one by one through local memory (the outlier search keeps one list a warp, so
+/// TopK put it in every lane's local memory). Ranks, limits and spills follow TopK's exactly.
+template <int CAP>
+struct WarpTopK {
+  static_assert(CAP <= 32, "an entry a lane");
+  float d;  // this lane's entry (lanes >= k: unused)
+  int id;
+  float worst;
+  int worst_id;
+  int k;
+  float limit;
+  int held;
+  Spill spill;
+
+  __device__ __forceinline__ void init(int k_) {
+    k = k_;
+    d = worst = limit = INFINITY;
+    id = worst_id = INT_MAX;
+    held = 0;
+    spill = Spill{};
+  }
+  __device__ __forceinline__ int count() const { return held; }
+
+  /// Offers a point within `limit` (TopK::offer).
+  __device__ __forceinline__ void offer(float dist, int nid, float term) {
+    if (!TopK<CAP>::before(dist, nid, worst, worst_id)) {
+      spill.add(dist, nid);
+      return;
+    }
+    if (worst_id != INT_MAX) spill.add(worst, worst_id);  // the k-th leaves
+    const int lane = threadIdx.x & 31;
+    // Entries before it (the free ones, +inf and INT_MAX, never are); the last one falls off.
+    const int at =
+        __popc(__ballot_sync(kFullMask, lane < k && TopK<CAP>::before(d, id, dist, nid)));
+    const float up_d = __shfl_up_sync(kFullMask, d, 1);
+    const int up_id = __shfl_up_sync(kFullMask, id, 1);
+    if (lane > at) {
+      d = up_d;
+      id = up_id;
+    } else if (lane == at) {
+      d = dist;
+      id = nid;
+    }
+    held = min(held + 1, k);
+    worst = __shfl_sync(kFullMask, d, k - 1);
+    worst_id = __shfl_sync(kFullMask, id, k - 1);
+    limit = fminf(limit, FilterError::widen(worst, term));
+  }
+
+  /// The entries written to `room` (2 * CAP words of the warp's shared memory, free now), as
+  /// slots for settle_row (every lane calls).
+  __device__ __forceinline__ SharedSlots slots(int* room) const {
+    const int lane = threadIdx.x & 31;
+    __syncwarp();  // every lane is done with what `room` held
+    if (lane < CAP) {
+      reinterpret_cast<float*>(room)[lane] = d;
+      room[CAP + lane] = id;
+    }
+    __syncwarp();
+    return {reinterpret_cast<float*>(room), room + CAP, 1};
   }
 };
 
