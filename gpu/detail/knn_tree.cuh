@@ -375,6 +375,7 @@ __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, i
   if constexpr (CAP > 1 && CAP <= 32) {
     SharedSlots slots = best.slots(stack);  // the walk's stack is empty now
     settle(slots);
+    __syncwarp();  // lane 0 is done with the stack before the next search pushes onto it
   } else {
     settle(best.s);
   }
