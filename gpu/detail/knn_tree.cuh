@@ -303,12 +303,13 @@ __device__ __forceinline__ int push_nearest_last(const TreeView& t, float4 q, fl
 
 /// One warp per outlier query: depth-first, nearest child first, so that the radius shrinks as
 /// fast as it can. Lane t tests child t of a node (children sorted by distance across the warp
-/// and pushed nearest-on-top) and computes the distance to point t of a cell; every lane keeps
-/// the same list, updated with the cell's candidates in lane order. The nodes' bounds are kept
-/// on a second stack where `bounds` is given (knn_tree_outlier_kernel); inside the search kernel,
-/// where a stack of bounds took 4 KB more shared memory a block and L1 cache from its walks, a
-/// popped node's bound is computed again from its box (one more dependent load a step: the
-/// outlier kernel's search at 1M LiDAR points took 136 us that way instead of 107).
+/// and pushed nearest-on-top) and computes the distance to point t of a cell; the warp keeps one
+/// list (WarpTopK: entry j in lane j, for k up to 32; else the same TopK in every lane), offered
+/// the cell's candidates in lane order. The nodes' bounds are kept on a second stack where
+/// `bounds` is given (knn_tree_outlier_kernel); inside the search kernel, where a stack of bounds
+/// took 4 KB more shared memory a block and L1 cache from its walks, a popped node's bound is
+/// computed again from its box (one more dependent load a step: the outlier kernel's search at
+/// 1M LiDAR points took 136 us that way instead of 107).
 template <int CAP>
 __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, int* stack,
                                float* bounds) {
