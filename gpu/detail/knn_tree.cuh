@@ -326,7 +326,8 @@ __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, i
   const int qid = __float_as_int(q.w);
   const int self = a.exclude_self ? qid + a.query_offset : -1;
   // A warp's list from CAP 2 to 32 (TopK's local memory held every insertion up), else TopK.
-  std::conditional_t<(CAP > 1 && CAP <= 32), WarpTopK<CAP>, TopK<CAP>> best;
+  constexpr bool kWarpList = CAP > 1 && CAP <= 32;
+  std::conditional_t<kWarpList, WarpTopK<CAP>, TopK<CAP>> best;
   best.init(a.k);
   unsigned long long evals = 0;
   // A query that is not finite has no neighbors (its row is padding, as for an inactive lane
@@ -373,7 +374,7 @@ __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, i
       atomicAdd(a.evaluations, evals);
     }
   };
-  if constexpr (CAP > 1 && CAP <= 32) {
+  if constexpr (kWarpList) {
     SharedSlots slots = best.slots(stack);  // the walk's stack is empty now
     settle(slots);
     __syncwarp();  // lane 0 is done with the stack before the next search pushes onto it
