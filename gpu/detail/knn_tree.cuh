@@ -102,13 +102,13 @@ struct TreeKnnArgs {
 template <int CAP>
 struct NearestList {
   float4 q;
-  int self;    // the query's own index when it is excluded, else -1
-  float term;  // FilterError::widen_term()
-  TopK<CAP, SharedSlots> best;
+  int self;                        // the query's own index when it is excluded, else -1
+  float term;                      // FilterError::widen_term()
+  TopK<CAP, TreeSlots<CAP>> best;  // blocks of kTreeWarps warps only
 
   __device__ NearestList(float4 q_, int self_, float term_, int k)
       : q(q_), self(self_), term(term_) {
-    best.s = thread_list<CAP>();
+    best.s = thread_block_list<CAP>();
     best.init(k);
   }
   __device__ __forceinline__ float limit() const { return best.limit; }

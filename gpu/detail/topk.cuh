@@ -37,6 +37,26 @@ struct SharedSlots {
   __device__ __forceinline__ int id(int i) const { return id_[i * stride]; }
 };
 
+/// Storage in the block's shared memory at a compile-time stride (kStride words: the block's
+/// thread count), the ids CAP * kStride words after the distances: every entry is then a constant
+/// offset from one register. With SharedSlots (a stride known only at run time) an insertion
+/// step of the kNN walk spent 6 of its 17 instructions on addresses, and the unrolled init kept
+/// an address register per entry: ptxas spills of knn_tree_kernel<8, false> 78 -> 50 bytes, 167 ->
+/// 90 registers at CAP 64; the searches 5-15 % faster at k >= 8
+/// (bench/results/2026-11-29-round26.md).
+template <int CAP, int kStride>
+struct BlockSlots {
+  float* d_;  // this thread's entry 0
+  __device__ __forceinline__ float& d(int i) { return d_[i * kStride]; }
+  __device__ __forceinline__ int& id(int i) {
+    return reinterpret_cast<int*>(d_)[(CAP + i) * kStride];
+  }
+  __device__ __forceinline__ float d(int i) const { return d_[i * kStride]; }
+  __device__ __forceinline__ int id(int i) const {
+    return reinterpret_cast<const int*>(d_)[(CAP + i) * kStride];
+  }
+};
+
 /// The nearest points a search was offered and did not keep (rejected, or pushed out of its k):
 /// the float distance and id of the nearest (the list's id: for the tree searches, a position in
 /// the index), and the float distance of the second. NaN: none.

@@ -74,6 +74,15 @@ __device__ __forceinline__ SharedSlots thread_list() {
   const int stride = blockDim.x + (kPadded ? 1 : 0);
   return {lists + threadIdx.x, reinterpret_cast<int*>(lists + CAP * stride) + threadIdx.x, stride};
 }
+/// The same list at a compile-time stride (BlockSlots), for kernels launched with blocks of
+/// kTreeWarps warps exactly (not padded).
+template <int CAP>
+using TreeSlots = BlockSlots<CAP, kTreeWarps * 32>;
+template <int CAP>
+__device__ __forceinline__ TreeSlots<CAP> thread_block_list() {
+  extern __shared__ float lists[];
+  return {lists + threadIdx.x};
+}
 
 /// The warp's place: its queries are the slots [first, first + 32) of [slot_begin, slot_end).
 struct WarpQueries {
