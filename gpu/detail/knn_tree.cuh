@@ -97,7 +97,7 @@ struct TreeKnnArgs {
 };
 
 /// The k-list result policy: the k best (distance, position) pairs seen so far, in the thread's
-/// slice of the block's shared memory (tree_walk.cuh, thread_list), and what the exact
+/// slice of the block's shared memory (tree_walk.cuh, thread_block_list), and what the exact
 /// refinement needs (TopK's spill).
 template <int CAP>
 struct NearestList {
@@ -431,8 +431,8 @@ __device__ __forceinline__ int next_slot_group(const Args& a) {
 /// sm_90: 8 (32 warps, 64 registers a thread). Left alone, the compiler settles a register or
 /// two above 64 for some CAP, which costs a block per SM; 64 is reached without spills there
 /// (ptxas -v). From CAP 64 on, shared memory holds 3 blocks or fewer and the registers are left
-/// to the compiler (0: no bound; 72 and 96 registers), as they are on other architectures,
-/// where the bound costs spills.
+/// to the compiler (0: no bound; 90 registers at CAP 64 and 128), as they are on other
+/// architectures, where the bound costs spills.
 template <int CAP>
 constexpr int knn_blocks_per_sm() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

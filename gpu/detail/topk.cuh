@@ -42,7 +42,7 @@ struct SharedSlots {
 /// offset from one register. With SharedSlots (a stride known only at run time) an insertion
 /// step of the kNN walk spent 6 of its 17 instructions on addresses, and the unrolled init kept
 /// an address register per entry: ptxas spills of knn_tree_kernel<8, false> 78 -> 50 bytes, 167 ->
-/// 90 registers at CAP 64; the searches 5-15 % faster at k >= 8
+/// 90 registers at CAP 64; searches of 1M points 5-15 % faster from k = 8 to 64
 /// (bench/results/2026-11-29-round26.md).
 template <int CAP, int kStride>
 struct BlockSlots {
