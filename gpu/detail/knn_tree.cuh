@@ -96,15 +96,20 @@ struct TreeKnnArgs {
   }
 };
 
+/// The capacities from which the kNN walk keeps a heap (HeapTopK) rather than a sorted list.
+inline constexpr int kHeapCap = 32;
+
 /// The k-list result policy: the k best (distance, position) pairs seen so far, in the thread's
 /// slice of the block's shared memory (tree_walk.cuh, thread_block_list), and what the exact
-/// refinement needs (TopK's spill).
+/// refinement needs (TopK's spill). Sorted by finish().
 template <int CAP>
 struct NearestList {
   float4 q;
-  int self;                        // the query's own index when it is excluded, else -1
-  float term;                      // FilterError::widen_term()
-  TopK<CAP, TreeSlots<CAP>> best;  // blocks of kTreeWarps warps only
+  int self;    // the query's own index when it is excluded, else -1
+  float term;  // FilterError::widen_term()
+  // Blocks of kTreeWarps warps only.
+  std::conditional_t<(CAP >= kHeapCap), HeapTopK<CAP, TreeSlots<CAP>>, TopK<CAP, TreeSlots<CAP>>>
+      best;
 
   __device__ NearestList(float4 q_, int self_, float term_, int k)
       : q(q_), self(self_), term(term_) {
@@ -556,6 +561,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
     float reach = 0.f;
     if (slot < a.slot_end && !outlier) {
       const auto o = a.out(slot, qid);
+      list.best.finish();
       flagged = !settle_row<CAP>(list.best.s, list.best.count(), a.k, list.best.spill,
                                  a.exact.query(q, qid), a.exact, o.idx, o.dist, reach);
     }

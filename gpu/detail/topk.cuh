@@ -143,6 +143,9 @@ struct TopK {
   /// The number of entries held (k once full).
   __device__ __forceinline__ int count() const { return held; }
 
+  /// Nothing to do: the list is kept sorted (HeapTopK sorts here).
+  __device__ __forceinline__ void finish() {}
+
   /// Inserts a candidate for which improves() holds. It goes in at the first free slot (the last
   /// slot once the list is full) and moves up past the entries it comes before: started at the
   /// last slot while the list fills, each insertion also moved every free slot, about k² / 2
@@ -170,6 +173,111 @@ struct TopK {
     s.id(i) = nid;
     worst = s.d(k - 1);
     worst_id = s.id(k - 1);
+  }
+};
+
+/// The same list for long lists (the kNN walk's from CAP 32 on): a max-heap by (distance, id)
+/// once it holds k, filled in arrival order until then. A better candidate replaces the worst
+/// (the root) and sinks in log2(k) steps, where TopK's insertion moved it past every entry it
+/// comes before: at 1M uniform points and k = 32 that loop took 78 % of the walk's instructions,
+/// 15 entries moved an insertion, with 8 of 32 lanes active (ncu source counters,
+/// bench/results/2026-11-29-round26.md). finish() then sorts it (heap sort), so that the rows are
+/// settled from an ascending list as TopK's are. The list kept, the limit and the spill are
+/// TopK's: the k smallest of what was offered, widen(the k-th), and the nearest two of the rest.
+template <int CAP, class Slots>
+struct HeapTopK {
+  Slots s;
+  float worst;   // the root's distance once full, else INFINITY
+  int worst_id;  // the root's id once full, else INT_MAX
+  int k;
+  float limit;  // widen(worst): the scan offers every point within it
+  int held;     // entries held: in arrival order below k, a heap at k
+  Spill spill;
+
+  __device__ __forceinline__ void init(int k_) {
+    k = k_;
+    worst = INFINITY;
+    worst_id = INT_MAX;
+    limit = INFINITY;
+    held = 0;
+    spill = Spill{};
+  }
+  // (da, ia) comes after (db, ib): the heap's order, the worst at the root.
+  static __device__ __forceinline__ bool after(float da, int ia, float db, int ib) {
+    return da > db || (da == db && ia > ib);
+  }
+  __device__ __forceinline__ void bound(float u, float term) {
+    limit = fminf(limit, FilterError::widen(u, term));
+  }
+  __device__ __forceinline__ int count() const { return held; }
+
+  /// Places (d, id) at position i of the heap [0, n) and sinks it below its children.
+  __device__ __forceinline__ void sift_down(int i, float d, int id, int n) {
+#pragma unroll 1
+    for (;;) {
+      int c = 2 * i + 1;
+      if (c >= n) break;
+      float cd = s.d(c);
+      int cid = s.id(c);
+      if (c + 1 < n) {
+        const float rd = s.d(c + 1);
+        const int rid = s.id(c + 1);
+        if (after(rd, rid, cd, cid)) {
+          ++c;
+          cd = rd;
+          cid = rid;
+        }
+      }
+      if (!after(cd, cid, d, id)) break;
+      s.d(i) = cd;
+      s.id(i) = cid;
+      i = c;
+    }
+    s.d(i) = d;
+    s.id(i) = id;
+  }
+  __device__ __forceinline__ void heapify(int n) {
+#pragma unroll 1
+    for (int i = n / 2 - 1; i >= 0; --i) sift_down(i, s.d(i), s.id(i), n);
+  }
+  __device__ __forceinline__ void take_root(float term) {
+    worst = s.d(0);
+    worst_id = s.id(0);
+    limit = fminf(limit, FilterError::widen(worst, term));  // a seeded limit stays (bound())
+  }
+
+  /// Offers a point within `limit` (`term`: FilterError::widen_term()).
+  __device__ __forceinline__ void offer(float dist, int nid, float term) {
+    if (held < k) {
+      s.d(held) = dist;
+      s.id(held) = nid;
+      if (++held == k) {
+        heapify(k);
+        take_root(term);
+      }
+      return;
+    }
+    if (!after(worst, worst_id, dist, nid)) {
+      spill.add(dist, nid);
+      return;
+    }
+    spill.add(worst, worst_id);  // the k-th leaves
+    sift_down(0, dist, nid, k);
+    take_root(term);
+  }
+
+  /// Sorts the entries held ascending (a heap sort; a list that never filled is made a heap
+  /// first).
+  __device__ __forceinline__ void finish() {
+    if (held < k) heapify(held);
+#pragma unroll 1
+    for (int end = held - 1; end > 0; --end) {
+      const float d = s.d(end);
+      const int id = s.id(end);
+      s.d(end) = s.d(0);
+      s.id(end) = s.id(0);
+      sift_down(0, d, id, end);
+    }
   }
 };
 
