@@ -3,12 +3,12 @@
 // The tree search runs in float on filter coordinates: the caller's coordinates, shifted by an
 // origin and scaled by a power of two, rounded to float (exactly the caller's floats when they
 // are floats of a sensible magnitude). It is exact for the float distances it computes. Its list
-// (TopK, or the hybrid's heap) keeps the k best by float distance, as positions in the index's
-// sorted points, and `spill`, the smallest float distance of any point it was offered and did not
-// keep; the scan offers every point within FilterError::widen of the list's k-th float distance.
-// Which of two points at the same float distance is kept does not matter to what follows. The
-// search kernel's epilogue then settles each row in double precision from the coordinates as the
-// caller stored them (settle_row):
+// (TopK; HeapTopK, the kNN walk's from k = 32; or the hybrid's heap) keeps the k best by float
+// distance, as positions in the index's sorted points, and `spill`, the smallest float distance of
+// any point it was offered and did not keep; the scan offers every point within FilterError::widen
+// of the list's k-th float distance. Which of two points at the same float distance is kept does
+// not matter to what follows. The search kernel's epilogue then settles each row in double
+// precision from the coordinates as the caller stored them (settle_row):
 //
 //   D  = the largest exact squared distance among the k kept. The true k nearest all lie at
 //        exact distance <= D (the k kept are k points within D).

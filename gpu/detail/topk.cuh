@@ -1,4 +1,5 @@
-// A per-thread list of the best candidates, sorted by (squared distance, index).
+// Lists of the best candidates by (squared distance, index): kept sorted (TopK, WarpTopK), or a
+// heap sorted at the end (HeapTopK).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -267,7 +268,7 @@ struct HeapTopK {
   }
 
   /// Sorts the entries held ascending (a heap sort; a list that never filled is made a heap
-  /// first).
+  /// first). Once, after the last offer: the sorted list is no longer a heap.
   __device__ __forceinline__ void finish() {
     if (held < k) heapify(held);
 #pragma unroll 1
