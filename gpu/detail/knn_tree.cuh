@@ -330,9 +330,12 @@ __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, i
   const float4 q = a.queries[slot];
   const int qid = __float_as_int(q.w);
   const int self = a.exclude_self ? qid + a.query_offset : -1;
-  // A warp's list from CAP 2 to 32 (TopK's local memory held every insertion up), else TopK.
+  // A warp's list from CAP 2 to 32 (TopK's local memory held every insertion up), a heap above
+  // (as the walk's), TopK for one.
   constexpr bool kWarpList = CAP > 1 && CAP <= 32;
-  std::conditional_t<kWarpList, WarpTopK<CAP>, TopK<CAP>> best;
+  std::conditional_t<kWarpList, WarpTopK<CAP>,
+                     std::conditional_t<(CAP > 32), HeapTopK<CAP, ThreadSlots<CAP>>, TopK<CAP>>>
+      best;
   best.init(a.k);
   unsigned long long evals = 0;
   // A query that is not finite has no neighbors (its row is padding, as for an inactive lane
@@ -384,6 +387,7 @@ __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, i
     settle(slots);
     __syncwarp();  // lane 0 is done with the stack before the next search pushes onto it
   } else {
+    best.finish();
     settle(best.s);
   }
   flag_rows(a.exact, a.slot_begin, slot, flagged, reach);
