@@ -177,14 +177,15 @@ struct TopK {
   }
 };
 
-/// The same list for long lists (the kNN walk's from CAP 32 on): a max-heap by (distance, id)
-/// once it holds k, filled in arrival order until then. A better candidate replaces the worst
-/// (the root) and sinks in log2(k) steps, where TopK's insertion moved it past every entry it
-/// comes before: at 1M uniform points and k = 32 that loop took 78 % of the walk's instructions,
-/// 15 entries moved an insertion, with 8 of 32 lanes active (ncu source counters,
-/// bench/results/2026-11-29-round26.md). finish() then sorts it (heap sort), so that the rows are
-/// settled from an ascending list as TopK's are. The list kept, the limit and the spill are
-/// TopK's: the k smallest of what was offered, widen(the k-th), and the nearest two of the rest.
+/// The same list for long lists (the kNN walk's from CAP 32, the outlier search's above): a
+/// max-heap by (distance, id) once it holds k, filled in arrival order until then. A better
+/// candidate replaces the worst (the root) and sinks in log2(k) steps, where TopK's insertion moved
+/// it past every entry it comes before: at 1M uniform points and k = 32 that loop took 78 % of the
+/// walk's instructions, 15 entries moved an insertion, with 8 of 32 lanes active (ncu source
+/// counters, bench/results/2026-11-29-round26.md). finish() then sorts it (heap sort), so that the
+/// rows are settled from an ascending list as TopK's are. The list kept, the limit and the spill
+/// are TopK's: the k smallest of what was offered, widen(the k-th), and the nearest two of the
+/// rest.
 template <int CAP, class Slots>
 struct HeapTopK {
   Slots s;
