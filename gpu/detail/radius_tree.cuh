@@ -140,72 +140,29 @@ __global__ void __launch_bounds__(kTreeWarps * 32) radius_tree_kernel(TreeView t
 }
 
 /// The hybrid result policy: the k nearest among the points within r, by (float distance,
-/// position in the index) as in the kNN search. The list (shared memory) is filled in arrival
-/// order, with no sorting, until it holds k; then it is made a max-heap, a better point replaces
-/// the worst (the root) in O(log k), and the lane's threshold drops to widen(the worst distance).
-/// Sorted once at the end, then settled exactly (refine.cuh; `spill` as TopK's).
+/// position in the index) as in the kNN search. The list (shared memory) is HeapTopK's: filled in
+/// arrival order until it holds k, then a max-heap whose root a better point replaces in
+/// O(log k); the lane's threshold is r's, then widen(the worst distance) below it. Sorted once
+/// at the end, then settled exactly (refine.cuh; `spill` as TopK's).
 template <int CAP>
 struct NearestHeap {
   float4 q;
   int self;
   const RadiusBound& bound;
   float term;  // FilterError::widen_term()
-  SharedSlots s;
-  int k;
-  int count = 0;
-  Spill spill;
-  float threshold = bound.upper;
+  HeapTopK<CAP, SharedSlots> list;
 
-  static __device__ bool after(float da, int ia, float db, int ib) {
-    return da > db || (da == db && ia > ib);
+  __device__ NearestHeap(float4 q_, int self_, const RadiusBound& bound_, float term_,
+                         SharedSlots s, int k)
+      : q(q_), self(self_), bound(bound_), term(term_) {
+    list.s = s;
+    list.init(k);
+    list.limit = bound.upper;  // the heap's limits only lower it
   }
-  __device__ float limit() const { return threshold; }
-  // Restores the heap below position i (children 2i+1, 2i+2) for an entry (d, id) placed there.
-  __device__ void sift_down(int i, float d, int id) {
-    for (;;) {
-      int c = 2 * i + 1;
-      if (c >= k) break;
-      if (c + 1 < k && after(s.d(c + 1), s.id(c + 1), s.d(c), s.id(c))) ++c;
-      if (!after(s.d(c), s.id(c), d, id)) break;
-      s.d(i) = s.d(c);
-      s.id(i) = s.id(c);
-      i = c;
-    }
-    s.d(i) = d;
-    s.id(i) = id;
-  }
+  __device__ float limit() const { return list.limit; }
   __device__ void hit(float4 p, float d, int id) {
     if (__float_as_int(p.w) == self || !bound.contains(q, p, d)) return;
-    if (count < k) {
-      s.d(count) = d;
-      s.id(count) = id;
-      if (++count == k) {
-        for (int i = k / 2 - 1; i >= 0; --i) sift_down(i, s.d(i), s.id(i));
-        threshold = fminf(bound.upper, FilterError::widen(s.d(0), term));
-      }
-      return;
-    }
-    if (!after(s.d(0), s.id(0), d, id)) {
-      spill.add(d, id);
-      return;
-    }
-    spill.add(s.d(0), s.id(0));  // the worst leaves
-    sift_down(0, d, id);
-    threshold = fminf(bound.upper, FilterError::widen(s.d(0), term));
-  }
-  /// Sorts the list by (distance, position), alone (lists longer than a warp).
-  __device__ void sort() {
-    for (int i = 1; i < count; ++i) {
-      const float d = s.d(i);
-      const int id = s.id(i);
-      int j = i;
-      for (; j > 0 && (s.d(j - 1) > d || (s.d(j - 1) == d && s.id(j - 1) > id)); --j) {
-        s.d(j) = s.d(j - 1);
-        s.id(j) = s.id(j - 1);
-      }
-      s.d(j) = d;
-      s.id(j) = id;
-    }
+    list.offer(d, id, term);
   }
 };
 
@@ -247,21 +204,18 @@ __global__ void __launch_bounds__(kTreeWarps * 32) hybrid_tree_kernel(TreeView t
   // After the collect walk, only the rows it could not hold.
   const bool mine = !a.collected || (w.in_range && a.collected[w.slot - a.slot_begin] > kCollect);
   if (a.collected && !__any_sync(kFullMask, mine)) return;
-  NearestHeap<CAP> sink{w.q,
-                        a.exclude_self ? w.qid + a.query_offset : -1,
-                        a.bound,
-                        a.exact.term,
-                        thread_list<CAP, (CAP <= 32)>(),
-                        a.k};
+  NearestHeap<CAP> sink(w.q, a.exclude_self ? w.qid + a.query_offset : -1, a.bound, a.exact.term,
+                        thread_list<CAP, (CAP <= 32)>(), a.k);
   unsigned long long evals = radius_walk(t, w.q, w.active && mine, a.bound.upper * kPruneSlack,
                                          stage_all[warp], stack_all[warp], sink);
   bool flagged = false;
   float reach = 0.f;
-  if constexpr (CAP <= 32) sort_lists(sink.s, sink.count);
+  auto& best = sink.list;
+  if constexpr (CAP <= 32) sort_lists(best.s, best.count());
   if (w.in_range && mine) {
     const auto o = a.out(w.slot, w.qid);
-    if constexpr (CAP > 32) sink.sort();
-    flagged = !settle_row<CAP>(sink.s, sink.count, a.k, sink.spill, a.exact.query(w.q, w.qid),
+    if constexpr (CAP > 32) best.finish();
+    flagged = !settle_row<CAP>(best.s, best.count(), a.k, best.spill, a.exact.query(w.q, w.qid),
                                a.exact, o.idx, o.dist, reach);
   }
   flag_rows(a.exact, a.slot_begin, w.slot - lane, flagged, reach);
