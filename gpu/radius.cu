@@ -30,7 +30,7 @@ namespace {
 
 /// Row layout of the slots [slot_begin, slot_begin + n): each row's length (from the counts per
 /// original index) and, when `offsets` is given, its start (the offset of its original index).
-/// Rows of at most `longer_than` entries (after the collect pass: kCollect; else -1) get length
+/// Rows of at most `longer_than` entries (after the collect pass: its capacity; else -1) get length
 /// 0 and start -1, which the fill kernel skips.
 __global__ void radius_rows_kernel(const float4* __restrict__ queries, int slot_begin, int n,
                                    const std::int64_t* __restrict__ counts,
@@ -59,22 +59,22 @@ union RowSortStorage {
   typename RowSort<8>::TempStorage eight;
 };
 
-/// Sorts the row of m <= 32 * kItems keys at keys[s] and writes it as (index, distance) at the
-/// same positions. Missing keys sort last (~0: a NaN distance, which no neighbor has).
+/// Sorts the row of m <= 32 * kItems keys at keys[from] and writes it as (index, distance) at
+/// idx/dist[to]. Missing keys sort last (~0: a NaN distance, which no neighbor has).
 template <int kItems>
 __device__ __forceinline__ void sort_medium_row(typename RowSort<kItems>::TempStorage& temp, int m,
-                                                std::int64_t s,
+                                                std::int64_t from, std::int64_t to,
                                                 const std::uint64_t* __restrict__ keys,
                                                 std::int32_t* __restrict__ idx,
                                                 float* __restrict__ dist) {
   const int first = (threadIdx.x & 31) * kItems;
   std::uint64_t v[kItems];
 #pragma unroll
-  for (int i = 0; i < kItems; ++i) v[i] = first + i < m ? keys[s + first + i] : ~0ull;
+  for (int i = 0; i < kItems; ++i) v[i] = first + i < m ? keys[from + first + i] : ~0ull;
   RowSort<kItems>(temp).Sort(v, [](std::uint64_t a, std::uint64_t b) { return a < b; });
 #pragma unroll
   for (int i = 0; i < kItems; ++i)
-    if (first + i < m) split_key(v[i], idx + s + first + i, dist + s + first + i);
+    if (first + i < m) split_key(v[i], idx + to + first + i, dist + to + first + i);
 }
 
 // The threads an SM holds (sm_80 and sm_90: 2048, sm_86 to sm_89: 1536, sm_75: 1024): a launch
@@ -114,9 +114,9 @@ __global__ void __launch_bounds__(kTreeWarps * 32, kSmThreads / (kTreeWarps * 32
       __syncwarp();  // the previous row's sort is done with the storage
       if (rm == 0 || rm > kMediumRow) continue;
       if (rm <= 128)
-        sort_medium_row<4>(storage_all[warp].four, rm, rs, keys, idx, dist);
+        sort_medium_row<4>(storage_all[warp].four, rm, rs, rs, keys, idx, dist);
       else
-        sort_medium_row<8>(storage_all[warp].eight, rm, rs, keys, idx, dist);
+        sort_medium_row<8>(storage_all[warp].eight, rm, rs, rs, keys, idx, dist);
     }
     if (m > kMediumRow) long_rows[atomicAdd(long_count, 1)] = mine;
     __syncwarp();  // the rows are written
@@ -142,18 +142,26 @@ __global__ void long_rows_ties_kernel(const int* __restrict__ rows, int n_long,
              len[row]);
 }
 
-/// After the collect pass: the rows of at most kCollect neighbors, 32 slots to a warp, sorted from
-/// the scratch (slot s's keys at s * kCollect) into idx/dist at their offsets, and their ties
-/// ordered by their own lanes. Longer rows (their neighbors only counted) are counted in
+/// The most keys the collect pass keeps a query (where memory allows, else kCollect): a row of up
+/// to kWarpRow is sorted in the warp's registers, a longer one by sort_medium_row<4>. Uniform
+/// points with 31 neighbors on average have up to 63, a LiDAR-like scan's up to 74: at 64 its
+/// longer rows took a second walk and a sort of their own, 0.63 of 2.1 ms at 1M points (H200,
+/// bench/results/2026-11-29-round27.md).
+inline constexpr int kRadiusCollect = 128;
+static_assert(kRadiusCollect <= 32 * 4 && kCollect <= kRadiusCollect);
+
+/// After the collect pass: the rows of at most `capacity` neighbors, 32 slots to a warp, sorted
+/// from the scratch (slot s's keys at s * capacity) into idx/dist at their offsets, and their
+/// ties ordered by their own lanes. Longer rows (their neighbors only counted) are counted in
 /// `longer`, for a fill of their own.
 __global__ void __launch_bounds__(kTreeWarps * 32)
-    collected_sort_kernel(const float4* __restrict__ queries, int n,
+    collected_sort_kernel(const float4* __restrict__ queries, int n, int capacity,
                           const std::int64_t* __restrict__ counts,
                           const std::int64_t* __restrict__ offsets,
                           const std::uint64_t* __restrict__ scratch, ExactCoords refs,
                           ExactCoords queries_exact, std::int32_t* __restrict__ idx,
                           float* __restrict__ dist, int* __restrict__ longer) {
-  static_assert(kCollect == kWarpRow, "a collected row is loaded and sorted by its warp whole");
+  __shared__ typename RowSort<4>::TempStorage sort_all[kTreeWarps];
   const int lane = threadIdx.x & 31;
   const int first = (blockIdx.x * kTreeWarps + threadIdx.x / 32) * 32;
   if (first >= n) return;  // whole warps only
@@ -162,13 +170,19 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
   const std::int64_t m = qid >= 0 ? counts[qid] : 0, to = qid >= 0 ? offsets[qid] : 0;
   const int m_lane = static_cast<int>(min(m, std::int64_t(INT_MAX)));
   auto load = [&](int r) {
-    return load_warp_row(__shfl_sync(kFullMask, m_lane, r), std::int64_t(first + r) * kCollect,
+    return load_warp_row(__shfl_sync(kFullMask, m_lane, r), std::int64_t(first + r) * capacity,
                          __shfl_sync(kFullMask, to, r), scratch);
   };
-  const unsigned ties = for_each_warp_row(load, [&](int, const WarpRow& row) {
-    if (row.m > kCollect) {
+  const unsigned ties = for_each_warp_row(load, [&](int r, const WarpRow& row) {
+    if (row.m > capacity) {
       if (lane == 0) atomicAdd(longer, 1);
       return false;
+    }
+    if (row.m > kWarpRow) {  // load_warp_row left it: sorted from memory, ties ordered always
+      __syncwarp();          // the previous row's sort is done with the storage
+      sort_medium_row<4>(sort_all[threadIdx.x / 32], row.m, std::int64_t(first + r) * capacity,
+                         row.to, scratch, idx, dist);
+      return true;
     }
     return row.m > 0 && sort_warp_row(row, idx, dist);
   });
@@ -310,11 +324,11 @@ struct Counted {
 };
 
 // The count pass: fills `c` and copies the offsets (n + 1) to the host `h_offsets`.
-// Synchronizes. With `scratch` (kCollect keys a slot), the collect pass instead: the same walk
-// and counts, and each query's first kCollect neighbors' keys kept at slot * kCollect.
+// Synchronizes. With `scratch` (`capacity` keys a slot), the collect pass instead: the same walk
+// and counts, and each query's first `capacity` neighbors' keys kept at slot * capacity.
 RadiusTimes count_pass(const TreeView& tree, RadiusArgs a, int n, Counted& c,
-                       std::int64_t* h_offsets, std::uint64_t* scratch, cudaStream_t stream,
-                       DeviceMemoryResource& mr) {
+                       std::int64_t* h_offsets, std::uint64_t* scratch, int capacity,
+                       cudaStream_t stream, DeviceMemoryResource& mr) {
   RadiusTimes times;
   cuda_event start, counted;
   start.record(stream);
@@ -330,7 +344,7 @@ RadiusTimes count_pass(const TreeView& tree, RadiusArgs a, int n, Counted& c,
   const int blocks = cuda::ceil_div(n, kTreeQueryBlock);
   if (scratch) {
     a.keys = scratch;
-    a.capacity = kCollect;
+    a.capacity = capacity;
     radius_tree_kernel<RadiusPass::collect><<<blocks, kTreeQueryBlock, 0, stream>>>(tree, a);
   } else {
     radius_tree_kernel<RadiusPass::count><<<blocks, kTreeQueryBlock, 0, stream>>>(tree, a);
@@ -502,8 +516,8 @@ RadiusTimes fill_passes(const TreeView& tree, RadiusArgs a, int n, const Counted
 }
 
 // After the collect pass (count_pass with a scratch): every row into host memory `out_idx` /
-// `out_dist` at h_offsets[q] (h_offsets[n] = total entries): rows of up to kCollect neighbors
-// sorted from the scratch, longer ones walked again and filled as the fill passes do.
+// `out_dist` at h_offsets[q] (h_offsets[n] = total entries): rows of up to the scratch's capacity
+// (its keys a slot) sorted from it, longer ones walked again and filled as the fill passes do.
 RadiusTimes finish_collected(const TreeView& tree, RadiusArgs a, int n, const Counted& c,
                              device_buffer<std::uint64_t>& scratch, std::int64_t total,
                              const ExactSearch& ex, std::int32_t* out_idx, float* out_dist,
@@ -514,9 +528,10 @@ RadiusTimes finish_collected(const TreeView& tree, RadiusArgs a, int n, const Co
   pass_start.record(stream);
   FillBuffers b(total, n, stream, mr);
   PCNN_CUDA_TRY(cudaMemsetAsync(b.listed_counts.data(), 0, b.listed_counts.bytes(), stream));
+  const int capacity = static_cast<int>(scratch.size() / n);  // count_collecting's choice
   collected_sort_kernel<<<cuda::ceil_div(n, kTreeQueryBlock), kTreeQueryBlock, 0, stream>>>(
-      a.queries, n, c.counts.data(), c.offsets.data(), scratch.data(), ex.refs, ex.queries,
-      b.idx.data(), b.dist.data(), b.listed_counts.data());
+      a.queries, n, capacity, c.counts.data(), c.offsets.data(), scratch.data(), ex.refs,
+      ex.queries, b.idx.data(), b.dist.data(), b.listed_counts.data());
   PCNN_CHECK_LAUNCH();
   int longer = 0;
   PCNN_CUDA_TRY(cudaMemcpyAsync(&longer, b.listed_counts.data(), sizeof(int),
@@ -527,7 +542,7 @@ RadiusTimes finish_collected(const TreeView& tree, RadiusArgs a, int n, const Co
     // walks for neighbors along the curve (gathered side by side, the longer rows of a LiDAR-like
     // scan were far apart, and their fill took as long as the whole cloud's).
     radius_rows_kernel<<<cuda::ceil_div(n, kThreads), kThreads, 0, stream>>>(
-        a.queries, 0, n, c.counts.data(), c.offsets.data(), kCollect, b.len.data(),
+        a.queries, 0, n, c.counts.data(), c.offsets.data(), capacity, b.len.data(),
         b.row_start.data());
     PCNN_CHECK_LAUNCH();
     // Their keys over the scratch where it holds every row's (its rows are sorted out of it
@@ -582,28 +597,34 @@ void report(SearchTimings* timings, cuda_event& start, cuda_event& uploaded, cud
   timings->distance_evaluations = count.evaluations;
 }
 
-// The count pass of a search that fills its rows next, as the collect pass where the scratch of
-// kCollect keys a query fits with rows of kCollect entries beside it (planned as the fill
-// passes plan, kEntryBytes an entry): then one walk instead of two. Where it does not, memory is
-// short, and the count and fill passes keep all of it: a scratch given up for them would stay
-// the call's until it ends. Forced passes (max_rows_per_pass) keep the two walks too.
+// The count pass of a search that fills its rows next, as the collect pass where a scratch of
+// kRadiusCollect (else kCollect) keys a query fits with rows of as many entries beside it
+// (planned as the fill passes plan, kEntryBytes an entry): then one walk instead of two. Where
+// neither does, memory is short, and the count and fill passes keep all of it: a scratch given
+// up for them would stay the call's until it ends. Forced passes (max_rows_per_pass) keep the
+// two walks too.
 RadiusTimes count_collecting(const TreeView& tree, const Prepared& p, const RadiusParams& params,
                              Counted& c, std::int64_t* h_offsets,
                              device_buffer<std::uint64_t>& scratch, cudaStream_t stream,
                              DeviceMemoryResource& mr) {
   const std::int64_t available = mr.available();
-  if (params.max_rows_per_pass <= 0 &&
-      std::int64_t(p.rows) * (kSlotBytes + kCollect * (8 + kEntryBytes)) <=
-          available - available / 10)
-    scratch.resize(std::size_t(p.rows) * kCollect, stream, mr);
-  return count_pass(tree, p.args, p.rows, c, h_offsets,
-                    scratch.size() > 0 ? scratch.data() : nullptr, stream, mr);
+  int capacity = 0;
+  if (params.max_rows_per_pass <= 0)
+    for (const int keys : {kRadiusCollect, kCollect})
+      if (std::int64_t(p.rows) * (kSlotBytes + keys * (8 + kEntryBytes)) <=
+          available - available / 10) {
+        capacity = keys;
+        scratch.resize(std::size_t(p.rows) * keys, stream, mr);
+        break;
+      }
+  return count_pass(tree, p.args, p.rows, c, h_offsets, capacity > 0 ? scratch.data() : nullptr,
+                    capacity, stream, mr);
 }
 
 // The rows after count_collecting into host memory `out_idx` / `out_dist` at h_offsets[q]: from
 // the scratch when every row fits beside it on the device (total entries at kEntryBytes, as the
-// fill passes plan, which covers the rows longer than kCollect), else the fill passes (rows of
-// more than kCollect entries on average), which then plan without the scratch's memory.
+// fill passes plan, which covers the rows longer than its capacity), else the fill passes (rows
+// of more than that on average), which then plan without the scratch's memory.
 RadiusTimes fill_counted(const TreeView& tree, const Prepared& p, const RadiusParams& params,
                          const Counted& c, const std::int64_t* h_offsets,
                          device_buffer<std::uint64_t>& scratch, const ExactSearch& ex,
@@ -674,7 +695,7 @@ std::int64_t radius_count_query(const SpatialIndex& index, const PointsView* que
   if (p.rows == 0) return 0;
   Counted c;
   const RadiusTimes counted =
-      count_pass(index.view(), p.args, p.rows, c, h_offsets, nullptr, stream, mr);
+      count_pass(index.view(), p.args, p.rows, c, h_offsets, nullptr, 0, stream, mr);
   report(timings, start, uploaded, built, counted, RadiusTimes{});
   return h_offsets[p.rows];
 }

@@ -315,8 +315,8 @@ TEST_P(IndexBackend, HybridIsTheRadiusSearchCutAtMaxNn) {
 TEST_P(IndexBackend, RadiusRowsOfEveryLength) {
   // Rows of every length at once: empty, short, a few hundred, over a thousand. The CUDA backend
   // sorts each band its own way: by a warp, one key a lane up to 32 and two up to 64 (from the
-  // collect pass's scratch, or in the fill kernel), a warp merge sort of 4 or 8 keys a lane up to
-  // 128 and 256, a segmented sort above.
+  // collect pass's scratch, or in the fill kernel), a warp merge sort of 4 keys a lane up to 128
+  // (from the scratch too, or after the fill kernel) and of 8 up to 256, a segmented sort above.
   const std::vector<float> pts = make_synthetic_cloud(SyntheticKind::clustered, 5000, 14);
   const PointsView v = view(pts);
   Index index(v, opts());

@@ -808,6 +808,32 @@ TEST(IndexMemory, ACapThatForcesPassesOfLongRowsGivesOnePassResults) {
   EXPECT_LE(o.memory->stats().peak_bytes, built + (96 << 20));
 }
 
+// The collect pass keeps up to 128 keys a query where memory holds them, else 64, else the
+// search counts and fills in two walks: each gives the CPU backend's rows. 20,000 uniform points
+// at r = 9 have rows of 65 to 128, which only the larger scratch holds. Planned at ~104 MB for
+// 128 keys, ~52 MB for 64 (rows beside at 32 bytes an entry, and a tenth spare), the caps below
+// take each way in turn.
+TEST(IndexMemory, RadiusCollectsWhatMemoryHolds) {
+  PCNN_REQUIRE_DEVICE();
+  const std::vector<float> pts = make_synthetic_cloud(SyntheticKind::uniform, 20000, 24);
+  const PointsView v = view(pts);
+  IndexOptions cpu;
+  cpu.backend = Backend::cpu;
+  const RadiusResult want = Index(v, cpu).self_radius({9.0, true});
+  int longer = 0;
+  for (std::int64_t q = 0; q < want.rows; ++q) longer += want.count(q) > 64 ? 1 : 0;
+  ASSERT_GT(longer, 0);
+  EXPECT_TRUE(same_radius(Index(v, cuda_options()).self_radius({9.0, true}), want));
+  const std::int64_t built = Index(v, cuda_options()).memory_stats().device.peak_bytes;
+  for (const int mb : {256, 96, 40}) {
+    IndexOptions o = cuda_options();
+    o.memory = make_limited_pool_resource(built + (std::int64_t(mb) << 20));
+    Index capped(v, o);
+    EXPECT_TRUE(same_radius(capped.self_radius({9.0, true}), want)) << mb << " MB";
+    EXPECT_LE(o.memory->stats().peak_bytes, built + (std::int64_t(mb) << 20));
+  }
+}
+
 TEST(IndexMemory, MaxRowsPerPassGivesOnePassResults) {
   PCNN_REQUIRE_DEVICE();
   const std::vector<float> pts = make_synthetic_cloud(SyntheticKind::lidar, 50000, 18);

@@ -10,10 +10,10 @@
 // bench/results/2026-11-27-round13.md).
 //
 // The collect pass does both walks' work in one where it can (radius.cu: radius_query and
-// radius_fill_query): it
-// counts every neighbor and keeps each query's first kCollect keys in a scratch of fixed rows,
-// sorted into place once the counts give the rows' offsets; only rows longer than that are
-// filled by a second walk, which skips every other slot.
+// radius_fill_query): it counts every neighbor and keeps each query's first keys (radius.cu's
+// kRadiusCollect, or kCollect where memory is short) in a scratch of fixed rows, sorted into
+// place once the counts give the rows' offsets; only rows longer than that are filled by a
+// second walk, which skips every other slot.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -50,10 +50,10 @@ struct RadiusArgs {
   unsigned long long* evaluations = nullptr;  // lane-point distances computed
 };
 
-// Keys a query keeps in the collect pass (radius.cu's radius_query and radius_fill_query: its
-// row when it has no more; uniform points with 31 neighbors on average have up to 63, a
-// LiDAR-like scan's up to 74), and in the hybrid's collect walk (hybrid_collect_kernel: its
-// nearest, cut to max_nn whenever a cell's hits would overflow them).
+// Keys a query keeps in the hybrid's collect walk (hybrid_collect_kernel: its nearest, cut to
+// max_nn whenever a cell's hits would overflow them), and in the radius collect pass where
+// memory is too short for radius.cu's kRadiusCollect (radius_query and radius_fill_query: its
+// row when it has no more).
 inline constexpr int kCollect = kWarpRow;
 
 __device__ __forceinline__ std::uint64_t radius_key(const RadiusBound& bound, float4 q, float4 p) {
