@@ -29,11 +29,12 @@ __device__ __forceinline__ void split_key(std::uint64_t key, std::int32_t* idx, 
 
 /// The second half of a bitonic sort: the warp's 32 values, a bitonic sequence across the lanes,
 /// in ascending order.
-__device__ __forceinline__ std::uint64_t bitonic_merge(std::uint64_t v) {
+template <class T>
+__device__ __forceinline__ T bitonic_merge(T v) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int stride = 16; stride > 0; stride >>= 1) {
-    const std::uint64_t other = shfl_xor(v, stride);
+    const T other = shfl_xor(v, stride);
     v = (lane & stride) == 0 ? min(v, other) : max(v, other);
   }
   return v;
@@ -61,8 +62,61 @@ __device__ __forceinline__ WarpRow load_warp_row(int m, std::int64_t from, std::
   return r;
 }
 
-/// Sorts a loaded row in place (entry `lane` in lo, `lane + 32` in hi). Every lane must call it.
+/// A row entry's 32-bit sort key (sort_row_keys_short): its distance's bits with the `mask` bits
+/// cleared, then its position in the row in those bits. Distances are finite and non-negative, so
+/// their bits, truncated or not, order as they do; a missing key (~0) sorts last.
+__device__ __forceinline__ unsigned short_key(std::uint64_t key, int position, unsigned mask) {
+  return (static_cast<unsigned>(key >> 32) & ~mask) | static_cast<unsigned>(position);
+}
+
+/// sort_row_keys' way for rows whose distances differ in their bits above the lowest 5 (rows of up
+/// to 32) or 6 (up to 64): a sort of 32-bit keys (short_key), one shuffle a step where the 64-bit
+/// keys take two and twice the compares, then each whole key fetched from its position. Where no
+/// two of the row's entries share a truncated distance, the truncated order is the distances'
+/// order (truncation keeps order, and distinct truncations come from distinct distances), so the
+/// row comes out as the 64-bit sort leaves it. Where two do (exact ties among them: lattices,
+/// duplicates), it returns false with the row untouched, for the 64-bit sort. Every lane must call
+/// it.
+__device__ __forceinline__ bool sort_row_keys_short(WarpRow& row) {
+  const int lane = threadIdx.x & 31;
+  const bool two = row.m > 32;  // the same in every lane
+  const unsigned mask = two ? 63u : 31u;
+  unsigned lo = warp_sort(short_key(row.lo, lane, mask)), hi = ~0u;
+  if (two) {
+    const unsigned h =
+        __shfl_sync(kFullMask, warp_sort(short_key(row.hi, lane + 32, mask)), 31 - lane);
+    const unsigned a = min(lo, h), b = max(lo, h);  // as in the 64-bit sort below
+    lo = bitonic_merge(a);
+    hi = bitonic_merge(b);
+  }
+  // Sorted entry p against entry p - 1, p < m, by truncated distance.
+  const unsigned t_lo = lo & ~mask, t_hi = hi & ~mask;
+  const unsigned before_lo = __shfl_up_sync(kFullMask, t_lo, 1);
+  const unsigned last_lo = __shfl_sync(kFullMask, t_lo, 31);
+  const unsigned up_hi = __shfl_up_sync(kFullMask, t_hi, 1);
+  const unsigned before_hi = lane == 0 ? last_lo : up_hi;
+  const bool tie =
+      (lane > 0 && lane < row.m && t_lo == before_lo) || (lane + 32 < row.m && t_hi == before_hi);
+  if (__any_sync(kFullMask, tie)) return false;
+  // The whole keys, from their positions (past m: missing keys, ~0, from missing places).
+  const int from_lo = static_cast<int>(lo & mask), from_hi = static_cast<int>(hi & mask);
+  const std::uint64_t lo_of_lo = __shfl_sync(kFullMask, row.lo, from_lo & 31);
+  if (!two) {
+    row.lo = lo_of_lo;
+    return true;
+  }
+  const std::uint64_t lo_of_hi = __shfl_sync(kFullMask, row.hi, from_lo & 31);
+  const std::uint64_t hi_of_lo = __shfl_sync(kFullMask, row.lo, from_hi & 31);
+  const std::uint64_t hi_of_hi = __shfl_sync(kFullMask, row.hi, from_hi & 31);
+  row.lo = from_lo < 32 ? lo_of_lo : lo_of_hi;
+  row.hi = from_hi < 32 ? hi_of_lo : hi_of_hi;
+  return true;
+}
+
+/// Sorts a loaded row in place (entry `lane` in lo, `lane + 32` in hi): by 32-bit keys where
+/// they order it (sort_row_keys_short), else by the 64-bit keys. Every lane must call it.
 __device__ __forceinline__ void sort_row_keys(WarpRow& row) {
+  if (sort_row_keys_short(row)) return;
   const int lane = threadIdx.x & 31;
   row.lo = warp_sort(row.lo);
   if (row.m > 32) {

@@ -22,6 +22,9 @@ __device__ __forceinline__ float shfl_xor(float v, int mask) {
 __device__ __forceinline__ int shfl_xor(int v, int mask) {
   return __shfl_xor_sync(kFullMask, v, mask);
 }
+__device__ __forceinline__ unsigned shfl_xor(unsigned v, int mask) {
+  return __shfl_xor_sync(kFullMask, v, mask);
+}
 __device__ __forceinline__ std::uint64_t shfl_xor(std::uint64_t v, int mask) {
   return __shfl_xor_sync(kFullMask, v, mask);
 }
@@ -41,8 +44,8 @@ __device__ __forceinline__ void bitonic_network(Step step) {
   }
 }
 
-/// The warp's 32 values (float, int or 64-bit unsigned) in ascending order: lane i returns the
-/// i-th. min/max keep it branch-free (one instruction each for floats).
+/// The warp's 32 values (float, int, unsigned or 64-bit unsigned) in ascending order: lane i
+/// returns the i-th. min/max keep it branch-free (one instruction each for floats).
 template <class T>
 __device__ __forceinline__ T warp_sort(T v) {
   bitonic_network([&](int stride, bool keep_first) {
