@@ -60,9 +60,10 @@ union RowSortStorage {
 };
 
 /// Sorts the row of m <= 32 * kItems keys at keys[from] and writes it as (index, distance) at
-/// idx/dist[to]. Missing keys sort last (~0: a NaN distance, which no neighbor has).
+/// idx/dist[to]. Missing keys sort last (~0: a NaN distance, which no neighbor has). Returns, in
+/// every lane, whether two of its entries share a float distance (order_ties is then due).
 template <int kItems>
-__device__ __forceinline__ void sort_medium_row(typename RowSort<kItems>::TempStorage& temp, int m,
+__device__ __forceinline__ bool sort_medium_row(typename RowSort<kItems>::TempStorage& temp, int m,
                                                 std::int64_t from, std::int64_t to,
                                                 const std::uint64_t* __restrict__ keys,
                                                 std::int32_t* __restrict__ idx,
@@ -72,9 +73,57 @@ __device__ __forceinline__ void sort_medium_row(typename RowSort<kItems>::TempSt
 #pragma unroll
   for (int i = 0; i < kItems; ++i) v[i] = first + i < m ? keys[from + first + i] : ~0ull;
   RowSort<kItems>(temp).Sort(v, [](std::uint64_t a, std::uint64_t b) { return a < b; });
+  // Entry p against p - 1 (a lane's items are consecutive entries), by their distance bits.
+  const unsigned before = __shfl_up_sync(kFullMask, static_cast<unsigned>(v[kItems - 1] >> 32), 1);
+  bool tie = first > 0 && first < m && static_cast<unsigned>(v[0] >> 32) == before;
 #pragma unroll
-  for (int i = 0; i < kItems; ++i)
+  for (int i = 0; i < kItems; ++i) {
     if (first + i < m) split_key(v[i], idx + to + first + i, dist + to + first + i);
+    if (i > 0 && first + i < m && (v[i] >> 32) == (v[i - 1] >> 32)) tie = true;
+  }
+  return __any_sync(kFullMask, tie);
+}
+
+/// sort_medium_row's way for rows of up to 128 keys whose distances differ above their lowest 7
+/// bits, as sort_row_keys_short's for shorter rows: a bitonic sort of 32-bit short keys (the
+/// truncated distance, then the position in the row), four a lane, then each whole key fetched
+/// from its position and written as (index, distance) at idx/dist[to]. No two entries share a
+/// float distance then (no ties to order). Returns false, writing nothing, where two entries share
+/// a truncated distance: sort_medium_row's 64-bit sort is then due. Every lane must call it.
+__device__ __forceinline__ bool sort_medium_row_short(int m, std::int64_t from, std::int64_t to,
+                                                      const std::uint64_t* __restrict__ keys,
+                                                      std::int32_t* __restrict__ idx,
+                                                      float* __restrict__ dist) {
+  constexpr int kItems = 4;
+  constexpr unsigned kMask = 127;  // 32 * kItems positions
+  const int lane = threadIdx.x & 31;
+  unsigned v[kItems];
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    const int e = i * 32 + lane;
+    v[i] = e < m ? short_key(keys[from + e], e, kMask) : ~0u;
+  }
+  warp_sort_striped(v);
+  // Sorted entry e against e - 1, by truncated distance: lane - 1 of the same item, or lane 31 of
+  // the item before.
+  bool tie = false;
+  unsigned last = 0;  // item i - 1's entry in lane 31
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    const int e = i * 32 + lane;
+    const unsigned t = v[i] & ~kMask;
+    const unsigned up = __shfl_up_sync(kFullMask, t, 1);
+    const unsigned before = lane == 0 ? last : up;
+    if (e > 0 && e < m && t == before) tie = true;
+    last = __shfl_sync(kFullMask, t, 31);
+  }
+  if (__any_sync(kFullMask, tie)) return false;
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    const int e = i * 32 + lane;
+    if (e < m) split_key(keys[from + (v[i] & kMask)], idx + to + e, dist + to + e);
+  }
+  return true;
 }
 
 // The threads an SM holds (sm_80 and sm_90: 2048, sm_86 to sm_89: 1536, sm_75: 1024): a launch
@@ -88,11 +137,13 @@ inline constexpr int kSmThreads = 1024;
 #endif
 
 /// Rows longer than kWarpRow (listed by the fill kernel), 32 to a warp: each row's keys sorted by
-/// the warp and written as (index, distance) at the same positions, then every row's ties
-/// ordered by a lane of its own. Rows longer than kMediumRow are appended to `long_rows` instead.
-/// The count is read on the device, over a fixed grid. Blocks enough to fill an SM (32 registers
-/// a thread on sm_90): the merge sort's 8 keys a lane fit without spilling, and rows are short,
-/// so occupancy is what hides their loads.
+/// the warp and written as (index, distance) at the same positions (up to 128 by 32-bit keys
+/// where they order the row, sort_medium_row_short), then each row with entries of equal float
+/// distance has its ties ordered by a lane of its own. Rows longer than kMediumRow are appended
+/// to `long_rows` instead. The count is read on the device, over a fixed grid. Blocks enough to
+/// fill an SM (32 registers a thread on sm_90): the merge sort's 8 keys a lane fit, and rows are
+/// short, so occupancy is what hides their loads (ptxas: 88 bytes of spills with the 32-bit
+/// sort, 36 without).
 __global__ void __launch_bounds__(kTreeWarps * 32, kSmThreads / (kTreeWarps * 32))
     radius_sort_kernel(const int* __restrict__ listed, const int* __restrict__ listed_count,
                        const std::int64_t* __restrict__ start, const std::int64_t* __restrict__ len,
@@ -108,19 +159,21 @@ __global__ void __launch_bounds__(kTreeWarps * 32, kSmThreads / (kTreeWarps * 32
     const int mine = first + lane < n ? listed[first + lane] : -1;  // this lane's row
     const std::int64_t s = mine >= 0 ? start[mine] : 0;
     const int m = mine >= 0 ? static_cast<int>(min(len[mine], std::int64_t(INT_MAX))) : 0;
+    unsigned ties = 0;
     for (int r = 0; r < 32; ++r) {
       const int rm = __shfl_sync(kFullMask, m, r);
       const std::int64_t rs = __shfl_sync(kFullMask, s, r);
       __syncwarp();  // the previous row's sort is done with the storage
       if (rm == 0 || rm > kMediumRow) continue;
-      if (rm <= 128)
-        sort_medium_row<4>(storage_all[warp].four, rm, rs, rs, keys, idx, dist);
-      else
-        sort_medium_row<8>(storage_all[warp].eight, rm, rs, rs, keys, idx, dist);
+      if (rm <= 128 && sort_medium_row_short(rm, rs, rs, keys, idx, dist)) continue;
+      const bool tie =
+          rm <= 128 ? sort_medium_row<4>(storage_all[warp].four, rm, rs, rs, keys, idx, dist)
+                    : sort_medium_row<8>(storage_all[warp].eight, rm, rs, rs, keys, idx, dist);
+      if (tie) ties |= 1u << r;
     }
     if (m > kMediumRow) long_rows[atomicAdd(long_count, 1)] = mine;
     __syncwarp();  // the rows are written
-    if (m > 0 && m <= kMediumRow)
+    if (ties >> lane & 1)
       order_ties(queries_exact.at(__float_as_int(queries[slot_begin + mine].w)), refs, idx + s,
                  dist + s, m);
   }
@@ -178,11 +231,12 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
       if (lane == 0) atomicAdd(longer, 1);
       return false;
     }
-    if (row.m > kWarpRow) {  // load_warp_row left it: sorted from memory, ties ordered always
-      __syncwarp();          // the previous row's sort is done with the storage
-      sort_medium_row<4>(sort_all[threadIdx.x / 32], row.m, std::int64_t(first + r) * capacity,
-                         row.to, scratch, idx, dist);
-      return true;
+    if (row.m > kWarpRow) {  // load_warp_row left it: sorted from memory
+      const std::int64_t from = std::int64_t(first + r) * capacity;
+      if (sort_medium_row_short(row.m, from, row.to, scratch, idx, dist)) return false;
+      __syncwarp();  // the previous row's sort is done with the storage
+      return sort_medium_row<4>(sort_all[threadIdx.x / 32], row.m, from, row.to, scratch, idx,
+                                dist);
     }
     return row.m > 0 && sort_warp_row(row, idx, dist);
   });

@@ -315,8 +315,9 @@ TEST_P(IndexBackend, HybridIsTheRadiusSearchCutAtMaxNn) {
 TEST_P(IndexBackend, RadiusRowsOfEveryLength) {
   // Rows of every length at once: empty, short, a few hundred, over a thousand. The CUDA backend
   // sorts each band its own way: by a warp, one key a lane up to 32 and two up to 64 (from the
-  // collect pass's scratch, or in the fill kernel), a warp merge sort of 4 keys a lane up to 128
-  // (from the scratch too, or after the fill kernel) and of 8 up to 256, a segmented sort above.
+  // collect pass's scratch, or in the fill kernel), 32-bit keys four a lane up to 128 (from the
+  // scratch too, or after the fill kernel), a warp merge sort of 8 keys a lane up to 256, a
+  // segmented sort above.
   const std::vector<float> pts = make_synthetic_cloud(SyntheticKind::clustered, 5000, 14);
   const PointsView v = view(pts);
   Index index(v, opts());
@@ -362,10 +363,13 @@ std::vector<float> float_tie_cloud(int nearer, int farther = 0) {
 TEST_P(IndexBackend, FloatTiesPastAWarpOfARowAreOrderedExactly) {
   // The exactly nearer of the two tied points must come first. Behind 30 or 31 nearer ones they
   // come 31st and 32nd, or 32nd and 33rd: across the two halves of a row the CUDA backend sorts
-  // in a warp, or in its second half, where a tie went unseen once (1 row in 1M). Behind 62 and
-  // 300, in rows sorted by the warp merge sort and by the segmented sort. Each through the
-  // one-walk search and through the count and fill passes (forced by max_rows_per_pass).
-  for (int nearer : {30, 31, 62, 300}) {
+  // in a warp, or in its second half, where a tie went unseen once (1 row in 1M). Behind 62, 94
+  // and 100, in rows of 65 to 128, which the CUDA backend sorts by 32-bit keys four a lane before
+  // the warp merge sort (the tie at entries 63 and 64: the lanes' second and third keys; 95 and
+  // 96: third and fourth; 101 and 102: two lanes' fourth); behind 300, by the segmented sort. Each
+  // through the one-walk search and through the count and fill passes (forced by
+  // max_rows_per_pass).
+  for (int nearer : {30, 31, 62, 94, 100, 300}) {
     SCOPED_TRACE(nearer);
     const std::vector<float> pts = float_tie_cloud(nearer);
     const PointsView v = view(pts);

@@ -114,10 +114,9 @@ __device__ __forceinline__ bool sort_row_keys_short(WarpRow& row) {
   return true;
 }
 
-/// Sorts a loaded row in place (entry `lane` in lo, `lane + 32` in hi): by 32-bit keys where
-/// they order it (sort_row_keys_short), else by the 64-bit keys. Every lane must call it.
-__device__ __forceinline__ void sort_row_keys(WarpRow& row) {
-  if (sort_row_keys_short(row)) return;
+/// Sorts a loaded row in place (entry `lane` in lo, `lane + 32` in hi) by its 64-bit keys. Every
+/// lane must call it.
+__device__ __forceinline__ void sort_row_keys_wide(WarpRow& row) {
   const int lane = threadIdx.x & 31;
   row.lo = warp_sort(row.lo);
   if (row.m > 32) {
@@ -128,6 +127,15 @@ __device__ __forceinline__ void sort_row_keys(WarpRow& row) {
     row.lo = bitonic_merge(a);
     row.hi = bitonic_merge(b);
   }
+}
+
+/// Sorts a loaded row in place: by 32-bit keys where they order it (sort_row_keys_short), else
+/// by the 64-bit keys. Returns, in every lane, whether the 32-bit keys did: then no two of its
+/// entries share a float distance. Every lane must call it.
+__device__ __forceinline__ bool sort_row_keys(WarpRow& row) {
+  if (sort_row_keys_short(row)) return true;
+  sort_row_keys_wide(row);
+  return false;
 }
 
 /// Whether two of the first `m` entries of a sorted row share a float distance (order_ties is
@@ -150,16 +158,17 @@ __device__ __forceinline__ bool row_has_ties(const WarpRow& row, int m) {
 }
 
 /// Sorts a loaded row and writes it as (index, distance) at idx/dist[to, to + m). Returns, in
-/// every lane, whether two of its entries share a float distance (order_ties is then due). Every
-/// lane must call it.
+/// every lane, whether two of its entries share a float distance (order_ties is then due: never
+/// where the 32-bit keys sorted it, whose truncated distances all differ). Every lane must call
+/// it.
 __device__ __forceinline__ bool sort_warp_row(WarpRow row, std::int32_t* __restrict__ idx,
                                               float* __restrict__ dist) {
   const int lane = threadIdx.x & 31, m = row.m;
-  sort_row_keys(row);
+  const bool distinct = sort_row_keys(row);
   const std::int64_t to = row.to;
   if (lane < m) split_key(row.lo, idx + to + lane, dist + to + lane);
   if (lane + 32 < m) split_key(row.hi, idx + to + lane + 32, dist + to + lane + 32);
-  return row_has_ties(row, m);
+  return !distinct && row_has_ties(row, m);
 }
 
 /// The warp's 32 rows, one after the other: `load(r)` loads row r (load_warp_row), the next one

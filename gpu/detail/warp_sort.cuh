@@ -55,6 +55,36 @@ __device__ __forceinline__ T warp_sort(T v) {
   return v;
 }
 
+/// The warp's 32 * kItems values (an integer type) in ascending order, kItems a lane, striped:
+/// entry e = i * 32 + lane in v[i], before and after. A bitonic network whose strides under 32 are
+/// shuffles and whose longer ones are exchanges between a lane's own registers. Every lane must
+/// call it.
+template <int kItems, class T>
+__device__ __forceinline__ void warp_sort_striped(T (&v)[kItems]) {
+  static_assert(kItems >= 1 && (kItems & (kItems - 1)) == 0, "a power of two");
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int size = 2; size <= 32 * kItems; size <<= 1) {
+#pragma unroll
+    for (int stride = size / 2; stride > 0; stride >>= 1) {
+#pragma unroll
+      for (int i = 0; i < kItems; ++i) {
+        const bool ascending = ((i * 32 + lane) & size) == 0;
+        if (stride >= 32) {
+          const int j = i ^ (stride / 32);
+          if (j < i) continue;  // the pair is handled from its lower entry
+          const T lo = min(v[i], v[j]), hi = max(v[i], v[j]);
+          v[i] = ascending ? lo : hi;
+          v[j] = ascending ? hi : lo;
+        } else {
+          const T other = shfl_xor(v[i], stride);
+          v[i] = ascending == ((lane & stride) == 0) ? min(v[i], other) : max(v[i], other);
+        }
+      }
+    }
+  }
+}
+
 /// Sorts the warp's 32 (key, value) pairs by key in `before` order (a strict weak order): lane i
 /// ends with the i-th. A lane keeps its own pair where the keys are equivalent.
 template <class K, class V, class Before>
