@@ -205,15 +205,15 @@ static_assert(kRadiusCollect <= 32 * 4 && kCollect <= kRadiusCollect);
 
 /// After the collect pass: the rows of at most `capacity` neighbors, 32 slots to a warp, sorted
 /// from the scratch (slot s's keys at s * capacity) into idx/dist at their offsets, and their
-/// ties ordered by their own lanes. Longer rows (their neighbors only counted) are counted in
-/// `longer`, for a fill of their own.
+/// ties ordered by their own lanes. Longer rows (their neighbors only counted, the rows the
+/// collect pass counted as longer) are left to a fill of their own.
 __global__ void __launch_bounds__(kTreeWarps * 32)
     collected_sort_kernel(const float4* __restrict__ queries, int n, int capacity,
                           const std::int64_t* __restrict__ counts,
                           const std::int64_t* __restrict__ offsets,
                           const std::uint64_t* __restrict__ scratch, ExactCoords refs,
                           ExactCoords queries_exact, std::int32_t* __restrict__ idx,
-                          float* __restrict__ dist, int* __restrict__ longer) {
+                          float* __restrict__ dist) {
   __shared__ typename RowSort<4>::TempStorage sort_all[kTreeWarps];
   const int lane = threadIdx.x & 31;
   const int first = (blockIdx.x * kTreeWarps + threadIdx.x / 32) * 32;
@@ -227,10 +227,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
                          __shfl_sync(kFullMask, to, r), scratch);
   };
   const unsigned ties = for_each_warp_row(load, [&](int r, const WarpRow& row) {
-    if (row.m > capacity) {
-      if (lane == 0) atomicAdd(longer, 1);
-      return false;
-    }
+    if (row.m > capacity) return false;
     if (row.m > kWarpRow) {  // load_warp_row left it: sorted from memory
       const std::int64_t from = std::int64_t(first + r) * capacity;
       if (sort_medium_row_short(row.m, from, row.to, scratch, idx, dist)) return false;
@@ -369,6 +366,7 @@ struct RadiusTimes {
   float search_ms = 0, download_ms = 0;
   int passes = 0;
   std::int64_t evaluations = 0;
+  std::int64_t longer = 0;  // the collect pass: rows longer than its capacity
 };
 
 // A radius search of `n` queries sorted along the index's curve, counted: the count of each
@@ -379,7 +377,8 @@ struct Counted {
 
 // The count pass: fills `c` and copies the offsets (n + 1) to the host `h_offsets`.
 // Synchronizes. With `scratch` (`capacity` keys a slot), the collect pass instead: the same walk
-// and counts, and each query's first `capacity` neighbors' keys kept at slot * capacity.
+// and counts, and each query's first `capacity` neighbors' keys kept at slot * capacity (the
+// rows longer than that counted in the times' `longer`).
 RadiusTimes count_pass(const TreeView& tree, RadiusArgs a, int n, Counted& c,
                        std::int64_t* h_offsets, std::uint64_t* scratch, int capacity,
                        cudaStream_t stream, DeviceMemoryResource& mr) {
@@ -388,13 +387,13 @@ RadiusTimes count_pass(const TreeView& tree, RadiusArgs a, int n, Counted& c,
   start.record(stream);
   c.counts.resize(n + 1, stream, mr);
   c.offsets.resize(n + 1, stream, mr);
-  device_buffer<unsigned long long> evaluations(1, stream, mr);
+  device_buffer<unsigned long long> counters(2, stream, mr);  // evaluations, longer rows
   PCNN_CUDA_TRY(cudaMemsetAsync(c.counts.data(), 0, c.counts.bytes(), stream));
-  PCNN_CUDA_TRY(cudaMemsetAsync(evaluations.data(), 0, evaluations.bytes(), stream));
+  PCNN_CUDA_TRY(cudaMemsetAsync(counters.data(), 0, counters.bytes(), stream));
   a.slot_begin = 0;
   a.slot_end = n;
   a.counts = c.counts.data();
-  a.evaluations = evaluations.data();
+  a.counters = counters.data();
   const int blocks = cuda::ceil_div(n, kTreeQueryBlock);
   if (scratch) {
     a.keys = scratch;
@@ -406,14 +405,15 @@ RadiusTimes count_pass(const TreeView& tree, RadiusArgs a, int n, Counted& c,
   PCNN_CHECK_LAUNCH();
   exclusive_sum(c.counts.data(), c.offsets.data(), n + 1, stream, mr);
   counted.record(stream);
-  unsigned long long evals = 0;
+  unsigned long long h_counters[2] = {0, 0};
   PCNN_CUDA_TRY(cudaMemcpyAsync(h_offsets, c.offsets.data(), c.offsets.bytes(),
                                 cudaMemcpyDeviceToHost, stream));
-  PCNN_CUDA_TRY(
-      cudaMemcpyAsync(&evals, evaluations.data(), sizeof evals, cudaMemcpyDeviceToHost, stream));
+  PCNN_CUDA_TRY(cudaMemcpyAsync(h_counters, counters.data(), counters.bytes(),
+                                cudaMemcpyDeviceToHost, stream));
   PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
   times.search_ms = counted.since(start);
-  times.evaluations = static_cast<std::int64_t>(evals);
+  times.evaluations = static_cast<std::int64_t>(h_counters[0]);
+  times.longer = static_cast<std::int64_t>(h_counters[1]);
   return times;
 }
 
@@ -571,26 +571,22 @@ RadiusTimes fill_passes(const TreeView& tree, RadiusArgs a, int n, const Counted
 
 // After the collect pass (count_pass with a scratch): every row into host memory `out_idx` /
 // `out_dist` at h_offsets[q] (h_offsets[n] = total entries): rows of up to the scratch's capacity
-// (its keys a slot) sorted from it, longer ones walked again and filled as the fill passes do.
+// (its keys a slot) sorted from it, the `longer` ones (the collect pass's count) walked again and
+// filled as the fill passes do. Without those, no round trip before the rows go down.
 RadiusTimes finish_collected(const TreeView& tree, RadiusArgs a, int n, const Counted& c,
-                             device_buffer<std::uint64_t>& scratch, std::int64_t total,
-                             const ExactSearch& ex, std::int32_t* out_idx, float* out_dist,
-                             cudaStream_t stream, DeviceMemoryResource& mr) {
+                             std::int64_t longer, device_buffer<std::uint64_t>& scratch,
+                             std::int64_t total, const ExactSearch& ex, std::int32_t* out_idx,
+                             float* out_dist, cudaStream_t stream, DeviceMemoryResource& mr) {
   RadiusTimes times;
   if (total == 0) return times;
   cuda_event pass_start, searched, downloaded;
   pass_start.record(stream);
   FillBuffers b(total, n, stream, mr);
-  PCNN_CUDA_TRY(cudaMemsetAsync(b.listed_counts.data(), 0, b.listed_counts.bytes(), stream));
   const int capacity = static_cast<int>(scratch.size() / n);  // count_collecting's choice
   collected_sort_kernel<<<cuda::ceil_div(n, kTreeQueryBlock), kTreeQueryBlock, 0, stream>>>(
       a.queries, n, capacity, c.counts.data(), c.offsets.data(), scratch.data(), ex.refs,
-      ex.queries, b.idx.data(), b.dist.data(), b.listed_counts.data());
+      ex.queries, b.idx.data(), b.dist.data());
   PCNN_CHECK_LAUNCH();
-  int longer = 0;
-  PCNN_CUDA_TRY(cudaMemcpyAsync(&longer, b.listed_counts.data(), sizeof(int),
-                                cudaMemcpyDeviceToHost, stream));
-  PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
   if (longer > 0) {
     // Walked again where they are: a fill over every slot that skips the others, so that a warp
     // walks for neighbors along the curve (gathered side by side, the longer rows of a LiDAR-like
@@ -680,15 +676,15 @@ RadiusTimes count_collecting(const TreeView& tree, const Prepared& p, const Radi
 // fill passes plan, which covers the rows longer than its capacity), else the fill passes (rows
 // of more than that on average), which then plan without the scratch's memory.
 RadiusTimes fill_counted(const TreeView& tree, const Prepared& p, const RadiusParams& params,
-                         const Counted& c, const std::int64_t* h_offsets,
-                         device_buffer<std::uint64_t>& scratch, const ExactSearch& ex,
-                         std::int32_t* out_idx, float* out_dist, cudaStream_t stream,
-                         DeviceMemoryResource& mr) {
+                         const Counted& c, const RadiusTimes& counted,
+                         const std::int64_t* h_offsets, device_buffer<std::uint64_t>& scratch,
+                         const ExactSearch& ex, std::int32_t* out_idx, float* out_dist,
+                         cudaStream_t stream, DeviceMemoryResource& mr) {
   const std::int64_t total = h_offsets[p.rows], left = mr.available();
   if (scratch.size() > 0 &&
       total * kEntryBytes + std::int64_t(p.rows) * kSlotBytes <= left - left / 10)
-    return finish_collected(tree, p.args, p.rows, c, scratch, total, ex, out_idx, out_dist, stream,
-                            mr);
+    return finish_collected(tree, p.args, p.rows, c, counted.longer, scratch, total, ex, out_idx,
+                            out_dist, stream, mr);
   scratch = device_buffer<std::uint64_t>();
   return fill_passes(tree, p.args, p.rows, c, h_offsets, params.max_rows_per_pass, ex, out_idx,
                      out_dist, stream, mr);
@@ -731,8 +727,9 @@ RadiusResult radius_query(const SpatialIndex& index, const PointsView* queries,
                               needed, host);
   result.indices.resize(total);
   result.sqdist.resize(total);
-  const RadiusTimes filled = fill_counted(tree, p, params, c, result.offsets.data(), scratch, ex,
-                                          result.indices.data(), result.sqdist.data(), stream, mr);
+  const RadiusTimes filled =
+      fill_counted(tree, p, params, c, counted, result.offsets.data(), scratch, ex,
+                   result.indices.data(), result.sqdist.data(), stream, mr);
   report(timings, start, uploaded, built, counted, filled);
   return result;
 }
@@ -774,8 +771,8 @@ void radius_fill_query(const SpatialIndex& index, const PointsView* queries,
   for (int q = 0; q < p.rows; ++q)
     PCNN_EXPECTS(offsets[q + 1] - offsets[q] == given[q + 1] - given[q],
                  "radius_fill: the offsets are not those radius_count wrote for this search");
-  const RadiusTimes filled =
-      fill_counted(tree, p, params, c, offsets.data(), scratch, ex, out_idx, out_dist, stream, mr);
+  const RadiusTimes filled = fill_counted(tree, p, params, c, counted, offsets.data(), scratch, ex,
+                                          out_idx, out_dist, stream, mr);
   report(timings, start, uploaded, built, counted, filled);
 }
 

@@ -47,7 +47,8 @@ struct RadiusArgs {
   float* dist = nullptr;
   int* listed = nullptr;        // fill pass: rows (slot - slot_begin) longer than kWarpRow ...
   int* listed_count = nullptr;  // ... left to radius.cu's sort, and how many
-  unsigned long long* evaluations = nullptr;  // lane-point distances computed
+  // [0]: lane-point distances computed; collect pass, [1]: the rows longer than `capacity`.
+  unsigned long long* counters = nullptr;
 };
 
 // Keys a query keeps in the hybrid's collect walk (hybrid_collect_kernel: its nearest, cut to
@@ -135,7 +136,8 @@ __global__ void __launch_bounds__(kTreeWarps * 32) radius_tree_kernel(TreeView t
   } else {
     if (w.in_range) a.counts[w.qid] = sink.count;
     const unsigned long long warp_evals = warp_all_reduce(evals, SumOp{});
-    if (lane == 0 && warp_evals) atomicAdd(a.evaluations, warp_evals);
+    if (lane == 0 && warp_evals) atomicAdd(a.counters, warp_evals);
+    if (kCollecting && active && sink.count > a.capacity) atomicAdd(a.counters + 1, 1ull);
   }
 }
 
