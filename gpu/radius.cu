@@ -196,7 +196,8 @@ __global__ void long_rows_ties_kernel(const int* __restrict__ rows, int n_long,
 }
 
 /// The most keys the collect pass keeps a query (where memory allows, else kCollect): a row of up
-/// to kWarpRow is sorted in the warp's registers, a longer one by sort_medium_row<4>. Uniform
+/// to kWarpRow is sorted in the warp's registers, a longer one by sort_medium_row_short (or, where
+/// its 32-bit keys tie, sort_medium_row<4>). Uniform
 /// points with 31 neighbors on average have up to 63, a LiDAR-like scan's up to 74: at 64 its
 /// longer rows took a second walk and a sort of their own, 0.63 of 2.1 ms at 1M points (H200,
 /// bench/results/2026-11-29-round27.md).

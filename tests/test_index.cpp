@@ -340,10 +340,12 @@ TEST_P(IndexBackend, RadiusRowsOfEveryLength) {
 // (a) the nearer, behind `nearer` points on the z axis within 1.4 of the origin and before
 // `farther` ones on the x axis between 1.6 and 1.95 (beside a and b along the index's curve,
 // so that they come in the same cells): the origin is point 0, the axis points 1..nearer, b
-// nearer + 1, a nearer + 2, then the farther ones.
+// nearer + 1, a nearer + 2, then the farther ones. b comes before a along the curve (a host
+// model of the build and the walk, round 28's review), so a row whose sort missed the tie lists b
+// first whether it keeps the walk's order or the indices'.
 std::vector<float> float_tie_cloud(int nearer, int farther = 0) {
-  const float b[3] = {1.0055584907531738f, 1.1130372285842896f, 0.f};
-  const float a[3] = {1.1093069314956665f, 1.0096721649169922f, 0.f};
+  const float b[3] = {1.1130372285842896f, 1.0055584907531738f, 0.f};
+  const float a[3] = {1.0096721649169922f, 1.1093069314956665f, 0.f};
   auto sq = [](const float* p) {
     return double(p[0]) * double(p[0]) + double(p[1]) * double(p[1]) + double(p[2]) * double(p[2]);
   };
@@ -364,12 +366,14 @@ TEST_P(IndexBackend, FloatTiesPastAWarpOfARowAreOrderedExactly) {
   // The exactly nearer of the two tied points must come first. Behind 30 or 31 nearer ones they
   // come 31st and 32nd, or 32nd and 33rd: across the two halves of a row the CUDA backend sorts
   // in a warp, or in its second half, where a tie went unseen once (1 row in 1M). Behind 62, 94
-  // and 100, in rows of 65 to 128, which the CUDA backend sorts by 32-bit keys four a lane before
-  // the warp merge sort (the tie at entries 63 and 64: the lanes' second and third keys; 95 and
-  // 96: third and fourth; 101 and 102: two lanes' fourth); behind 300, by the segmented sort. Each
-  // through the one-walk search and through the count and fill passes (forced by
-  // max_rows_per_pass).
-  for (int nearer : {30, 31, 62, 94, 100, 300}) {
+  // and 100 (the tie at entries 63/64, 95/96, 101/102), in rows of 65 to 128, which the CUDA
+  // backend sorts by 32-bit keys four a lane, striped (entry i * 32 + lane in a lane's item i: the
+  // tie across items 1 and 2, 2 and 3, within item 3), and where those keys tie, as here, by a
+  // warp merge sort of 64-bit keys four a lane, blocked (across lanes 15 and 16, 23 and 24, within
+  // lane 25). Behind 150, by the merge sort of eight a lane (across lanes 18 and 19); behind 300,
+  // by the segmented sort. Each through the one-walk search and through the count and fill passes
+  // (forced by max_rows_per_pass).
+  for (int nearer : {30, 31, 62, 94, 100, 150, 300}) {
     SCOPED_TRACE(nearer);
     const std::vector<float> pts = float_tie_cloud(nearer);
     const PointsView v = view(pts);

@@ -137,7 +137,11 @@ __global__ void __launch_bounds__(kTreeWarps * 32) radius_tree_kernel(TreeView t
     if (w.in_range) a.counts[w.qid] = sink.count;
     const unsigned long long warp_evals = warp_all_reduce(evals, SumOp{});
     if (lane == 0 && warp_evals) atomicAdd(a.counters, warp_evals);
-    if (kCollecting && active && sink.count > a.capacity) atomicAdd(a.counters + 1, 1ull);
+    if constexpr (kCollecting) {  // the rows collected_sort_kernel leaves: counts over capacity
+      const unsigned over = __ballot_sync(kFullMask, w.in_range && sink.count > a.capacity);
+      if (lane == 0 && over)
+        atomicAdd(a.counters + 1, static_cast<unsigned long long>(__popc(over)));
+    }
   }
 }
 

@@ -4,11 +4,13 @@
 //
 // A row of up to kWarpRow keys is sorted by a warp in registers: right after the fill walk, from
 // the collect pass's scratch (radius.cu), or in the hybrid's collect walk, which writes only the
-// row's first max_nn (knn_tree.cu); longer radius rows are sorted by radius.cu's kernels
-// (cub::WarpMergeSort up to 256: those of the collect pass's scratch, up to 128, where they are
-// collected, the fill's after it; a segmented sort above). Keys with equal float distances come out
-// by index, but their exact distances may differ below float resolution: order_ties then puts each
-// such run in (exact distance, index) order, as the contract and the CPU backend have it.
+// row's first max_nn (knn_tree.cu); longer radius rows are sorted by radius.cu's kernels (up to 128
+// by 32-bit keys four a lane where those order the row, else and up to 256 by cub::WarpMergeSort:
+// those of the collect pass's scratch where they are collected, the fill's after it; a segmented
+// sort above). Keys with equal float distances come out by index, but their exact distances may
+// differ below float resolution: order_ties then puts each such run in (exact distance, index)
+// order, as the contract and the CPU backend have it. A row sorted by its 32-bit keys has no
+// such run: distinct truncated distances come from distinct float ones.
 #pragma once
 
 #include <cuda_runtime.h>
