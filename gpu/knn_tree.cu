@@ -44,7 +44,7 @@ int sm_count(int device) {
 /// float search's settling.
 // 8 blocks an SM: 64 registers, without spilling (unbounded, make_room inlined took 96).
 __global__ void __launch_bounds__(kTreeWarps * 32, 8)
-    hybrid_collect_kernel(TreeView t, TreeKnnArgs a) {
+    hybrid_collect_kernel(const __grid_constant__ TreeView t, TreeKnnArgs a) {
   __shared__ float4 stage_all[kTreeWarps][kStage];
   __shared__ int stack_all[kTreeWarps][kTreeStack];
   if (!warp_has_queries(a)) return;
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32, 8)
 /// key's run at exact distance 0, or the query itself. The index's runs are short
 /// (short_key_runs: at most kShortKeyRun points, and no shadows, so every finite query is one of
 /// the kNN hierarchy's points).
-__global__ void first_copy_kernel(TreeView t, TreeKnnArgs a) {
+__global__ void first_copy_kernel(const __grid_constant__ TreeView t, TreeKnnArgs a) {
   const int slot = a.slot_begin + blockIdx.x * blockDim.x + threadIdx.x;
   unsigned long long evals = 0;
   if (slot < a.slot_end) {

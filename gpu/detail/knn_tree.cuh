@@ -494,7 +494,7 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 
 template <int CAP, bool kClaim>
 __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP, kClaim>())
-    knn_tree_kernel(TreeView t, TreeKnnArgs a) {
+    knn_tree_kernel(const __grid_constant__ TreeView t, TreeKnnArgs a) {
   __shared__ float4 stage_all[kTreeWarps][kStage];
   __shared__ int stack_all[kTreeWarps][kTreeStack];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -620,7 +620,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
 /// which the listed count is final.
 template <int CAP>
 __global__ void __launch_bounds__(kTreeWarps * 32)
-    knn_tree_outlier_kernel(TreeView t, TreeKnnArgs a) {
+    knn_tree_outlier_kernel(const __grid_constant__ TreeView t, TreeKnnArgs a) {
   __shared__ int stack_all[kTreeWarps][kTreeStack];
   __shared__ float bounds_all[kTreeWarps][kTreeStack];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -647,7 +647,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
 /// of a warp walk together: the walk's reach is the warp's largest.
 template <int CAP>
 __global__ void __launch_bounds__(kTreeWarps * 32)
-    gather_flagged_kernel(TreeView t, TreeKnnArgs a) {
+    gather_flagged_kernel(const __grid_constant__ TreeView t, TreeKnnArgs a) {
   __shared__ float4 stage_all[kTreeWarps][kStage];
   __shared__ int stack_all[kTreeWarps][kTreeStack];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;

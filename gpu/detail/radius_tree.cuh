@@ -114,7 +114,8 @@ __device__ __forceinline__ void sort_rows(const RadiusArgs& a, const WarpQueries
 }
 
 template <RadiusPass kPass>
-__global__ void __launch_bounds__(kTreeWarps * 32) radius_tree_kernel(TreeView t, RadiusArgs a) {
+__global__ void __launch_bounds__(kTreeWarps * 32)
+    radius_tree_kernel(const __grid_constant__ TreeView t, RadiusArgs a) {
   constexpr bool kFill = kPass == RadiusPass::fill, kCollecting = kPass == RadiusPass::collect;
   __shared__ float4 stage_all[kTreeWarps][kStage];
   __shared__ int stack_all[kTreeWarps][kTreeStack];
@@ -201,7 +202,8 @@ __device__ __forceinline__ void sort_lists(const SharedSlots& s, int count) {
 }
 
 template <int CAP>
-__global__ void __launch_bounds__(kTreeWarps * 32) hybrid_tree_kernel(TreeView t, TreeKnnArgs a) {
+__global__ void __launch_bounds__(kTreeWarps * 32)
+    hybrid_tree_kernel(const __grid_constant__ TreeView t, TreeKnnArgs a) {
   __shared__ float4 stage_all[kTreeWarps][kStage];
   __shared__ int stack_all[kTreeWarps][kTreeStack];
   if (!warp_has_queries(a)) return;

@@ -33,7 +33,12 @@ inline constexpr int kMaxLevels = 8;  // enough for 2^31 points (6 levels) with 
 /// The longest run of one curve key that a build calls short (SpatialIndex::short_key_runs).
 inline constexpr int kShortKeyRun = 64;
 
-/// What the kernels need, by value.
+/// What the kernels need, by value. Kernels take it as `const __grid_constant__ TreeView`: the
+/// walks index level_count and level_offset at run time and hold a reference to the view, and
+/// an ordinary parameter was then copied to every thread's local memory at the kernel's start
+/// (120 bytes of stores a thread, and local loads at every node). Read in place from the
+/// parameter space instead, 1M points searched 3-6 % faster at k = 1 and in radius searches
+/// (H200, bench/results/2026-11-29-round29.md).
 struct TreeView {
   const float4* points = nullptr;       // sorted; w = original index (int bits); finite ones first
   const std::uint64_t* keys = nullptr;  // curve keys, bits below key_low_bit cleared, sorted
