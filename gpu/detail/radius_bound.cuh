@@ -27,7 +27,16 @@ struct RadiusBound {
   // search took 2.09-2.12 ms instead of 1.91, H100).
   bool filter_exact = false;
 
-  /// The exact squared distance of query `q` and indexed point `p` (w: their original indices).
+  /// The caller's coordinates of query `q` and of indexed point `p` (w: their original indices).
+  /// The radius walk that writes keys takes its query's once: converted at every neighbor, they
+  /// were 3 of the 7 conversions (F2F, a quarter-rate unit on sm_90) of each key it wrote.
+  __device__ __forceinline__ double3 query(float4 q) const {
+    return filter_exact ? make_double3(q.x, q.y, q.z) : queries.at(__float_as_int(q.w));
+  }
+  __device__ __forceinline__ double3 ref(float4 p) const {
+    return filter_exact ? make_double3(p.x, p.y, p.z) : refs.at(__float_as_int(p.w));
+  }
+  /// The exact squared distance of query `q` and indexed point `p`.
   __device__ __forceinline__ double exact(float4 q, float4 p) const {
     if (filter_exact) return exact_sqdist(make_double3(q.x, q.y, q.z), make_double3(p.x, p.y, p.z));
     return exact_sqdist(queries.at(__float_as_int(q.w)), refs.at(__float_as_int(p.w)));

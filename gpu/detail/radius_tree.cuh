@@ -57,8 +57,9 @@ struct RadiusArgs {
 // row when it has no more).
 inline constexpr int kCollect = kWarpRow;
 
-__device__ __forceinline__ std::uint64_t radius_key(const RadiusBound& bound, float4 q, float4 p) {
-  const float d = __double2float_rn(bound.exact(q, p));
+/// The key of indexed point `p` at exact squared distance `d2` from its query.
+__device__ __forceinline__ std::uint64_t radius_key(double d2, float4 p) {
+  const float d = __double2float_rn(d2);
   return (static_cast<std::uint64_t>(__float_as_uint(d)) << 32) |
          static_cast<std::uint32_t>(__float_as_int(p.w));
 }
@@ -73,15 +74,18 @@ enum class RadiusPass { count, fill, collect };
 template <bool kWrite>
 struct WithinRadius {
   float4 q;
+  double3 qe;  // kWrite: bound.query(q)
   int self;
   RadiusBound bound;
   std::uint64_t* out;
-  std::int64_t cap;
-  std::int64_t count = 0;
+  // A row holds fewer than 2^31 points: 32-bit counts spare two registers and two instructions
+  // a hit.
+  int cap;
+  int count = 0;
   __device__ float limit() const { return bound.upper; }
   __device__ void hit(float4 p, float d, int) {
     if (__float_as_int(p.w) == self || !bound.contains(q, p, d)) return;
-    if (kWrite && count < cap) out[count] = radius_key(bound, q, p);
+    if (kWrite && count < cap) out[count] = radius_key(exact_sqdist(qe, bound.ref(p)), p);
     ++count;
   }
 };
@@ -122,14 +126,19 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
   if (!warp_has_queries(a)) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const WarpQueries w(t, a);
-  WithinRadius<kFill || kCollecting> sink{w.q, a.exclude_self ? w.qid + a.query_offset : -1,
-                                          a.bound, nullptr, a.capacity};
+  constexpr bool kWrite = kFill || kCollecting;
+  WithinRadius<kWrite> sink{w.q,
+                            kWrite && w.active ? a.bound.query(w.q) : double3{},
+                            a.exclude_self ? w.qid + a.query_offset : -1,
+                            a.bound,
+                            nullptr,
+                            static_cast<int>(min(a.capacity, std::int64_t(INT_MAX)))};
   // A fill's slot whose row start is negative has no row to fill: its lane only walks along.
   const std::int64_t start = !w.in_range ? -1
                              : kFill     ? a.row_start[w.slot - a.slot_begin]
                                          : std::int64_t(w.slot - a.slot_begin) * a.capacity;
   const bool active = w.active && (!kFill || start >= 0);
-  if ((kFill || kCollecting) && active) sink.out = a.keys + start;
+  if (kWrite && active) sink.out = a.keys + start;
   const unsigned long long evals = radius_walk(t, w.q, active, a.bound.upper * kPruneSlack,
                                                stage_all[warp], stack_all[warp], sink);
   if constexpr (kFill) {
@@ -256,7 +265,7 @@ struct NearestCollect {
     // After a cut, hits of the cell beyond the new threshold are no longer wanted.
     if (over || d > threshold || __float_as_int(p.w) == self || !bound.contains(q, p, d)) return;
     if (count < kCollect)
-      out[count++] = radius_key(bound, q, p);
+      out[count++] = radius_key(bound.exact(q, p), p);
     else
       over = true;  // make_room left no room: not reached, a guard
   }
