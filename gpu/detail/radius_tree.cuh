@@ -139,8 +139,8 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
                                          : std::int64_t(w.slot - a.slot_begin) * a.capacity;
   const bool active = w.active && (!kFill || start >= 0);
   if (kWrite && active) sink.out = a.keys + start;
-  const unsigned long long evals = radius_walk(t, w.q, active, a.bound.upper * kPruneSlack,
-                                               stage_all[warp], stack_all[warp], sink);
+  const unsigned long long evals = radius_walk<true>(t, w.q, active, a.bound.upper * kPruneSlack,
+                                                     stage_all[warp], stack_all[warp], sink);
   if constexpr (kFill) {
     sort_rows(a, w, start, sink.count);
   } else {

@@ -347,7 +347,13 @@ struct NoOfferHook {
 /// every lane calls `before_offers(its hits in the cell)`: a policy may make room there,
 /// warp-synchronously, and lower its limit (its hit() then sees points beyond the new limit
 /// too). Returns the lane's distance evaluations.
-template <class Policy, class BeforeOffers = NoOfferHook>
+///
+/// kAhead: the next cell is chosen, and its load issued, before the current one is scanned, as in
+/// the kNN kernel (with the limits from before the scan: conservative, since they only shrink).
+/// It costs registers: taken by the radius kernels, whose LiDAR-like walks wait on their loads
+/// (1M points, radius CSR 3.6 % faster, uniform 2 % slower, H200); the hybrid's collect walk,
+/// held to 64 registers, spilled and was 2-3 % slower (bench/results/2026-11-29-round29.md).
+template <bool kAhead = false, class Policy, class BeforeOffers = NoOfferHook>
 __device__ __forceinline__ unsigned long long radius_walk(const TreeView& t, float4 q, bool active,
                                                           float reach, float4* stage, int* stack,
                                                           Policy& policy,
@@ -356,17 +362,30 @@ __device__ __forceinline__ unsigned long long radius_walk(const TreeView& t, flo
   CellWalk<false> walk(t, stack);
   walk.start(q, active, policy.limit(), reach);
   unsigned long long evals = 0;
-  for (;;) {
-    bool near;
-    const int cell = walk.next(q, active, policy.limit(), near);
-    if (cell < 0) break;
-    const float4 p = load_cell(t, cell);
+  auto scan = [&](int cell, float4 p, bool near) {
     stage_cell(stage, p, cell);
     if (near) evals += kCell;
     int near_lanes;
     const unsigned hits = lane_cell_hits(stage, p, q, policy.limit(), near, near_lanes);
     before_offers(__popc(hits));
     offer_hits(stage, q, hits, policy);
+  };
+  bool near;
+  if constexpr (kAhead) {
+    int cell = walk.next(q, active, policy.limit(), near);
+    float4 p = load_cell(t, cell);
+    while (cell >= 0) {
+      bool near_next;
+      const int following = walk.next(q, active, policy.limit(), near_next);
+      const float4 p_next = load_cell(t, following);
+      scan(cell, p, near);
+      cell = following;
+      near = near_next;
+      p = p_next;
+    }
+  } else {
+    for (int cell; (cell = walk.next(q, active, policy.limit(), near)) >= 0;)
+      scan(cell, load_cell(t, cell), near);
   }
   return evals;
 }
