@@ -351,8 +351,9 @@ struct NoOfferHook {
 /// kAhead: the next cell is chosen, and its load issued, before the current one is scanned, as in
 /// the kNN kernel (with the limits from before the scan: conservative, since they only shrink).
 /// It costs registers: taken by the radius kernels, whose LiDAR-like walks wait on their loads
-/// (1M points, radius CSR 3.6 % faster, uniform 2 % slower, H200); the hybrid's collect walk,
-/// held to 64 registers, spilled and was 2-3 % slower (bench/results/2026-11-29-round29.md).
+/// (1M points, radius CSR 2.7 % faster LiDAR-like, 1.5 % slower uniform, H200); the hybrid's
+/// collect walk, held to 64 registers, spilled and was 2-3 % slower
+/// (bench/results/2026-11-29-round29.md).
 template <bool kAhead = false, class Policy, class BeforeOffers = NoOfferHook>
 __device__ __forceinline__ unsigned long long radius_walk(const TreeView& t, float4 q, bool active,
                                                           float reach, float4* stage, int* stack,
@@ -375,7 +376,7 @@ __device__ __forceinline__ unsigned long long radius_walk(const TreeView& t, flo
     int cell = walk.next(q, active, policy.limit(), near);
     float4 p = load_cell(t, cell);
     while (cell >= 0) {
-      bool near_next;
+      bool near_next = false;
       const int following = walk.next(q, active, policy.limit(), near_next);
       const float4 p_next = load_cell(t, following);
       scan(cell, p, near);
