@@ -74,7 +74,7 @@ enum class RadiusPass { count, fill, collect };
 template <bool kWrite>
 struct WithinRadius {
   float4 q;
-  double3 qe;  // kWrite, an active lane: bound.query(q)
+  double3 qe;  // kWrite: bound.query(q) for an active query
   int self;
   RadiusBound bound;
   std::uint64_t* out;
@@ -127,17 +127,19 @@ __global__ void __launch_bounds__(kTreeWarps * 32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const WarpQueries w(t, a);
   constexpr bool kWrite = kFill || kCollecting;
-  // A fill's slot whose row start is negative has no row to fill: its lane only walks along.
-  const std::int64_t start = !w.in_range || !kWrite ? -1
-                             : kFill                ? a.row_start[w.slot - a.slot_begin]
-                                     : std::int64_t(w.slot - a.slot_begin) * a.capacity;
-  const bool active = w.active && (!kFill || start >= 0);
   WithinRadius<kWrite> sink{w.q,
-                            kWrite && active ? a.bound.query(w.q) : double3{},
+                            kWrite && w.active ? a.bound.query(w.q) : double3{},
                             a.exclude_self ? w.qid + a.query_offset : -1,
                             a.bound,
-                            kWrite && active ? a.keys + start : nullptr,
+                            nullptr,
                             static_cast<int>(min(a.capacity, std::int64_t(INT_MAX)))};
+  // A fill's slot whose row start is negative has no row to fill: its lane only walks along.
+  const std::int64_t start = !w.in_range   ? -1
+                             : kFill       ? a.row_start[w.slot - a.slot_begin]
+                             : kCollecting ? std::int64_t(w.slot - a.slot_begin) * a.capacity
+                                           : 0;
+  const bool active = w.active && (!kFill || start >= 0);
+  if (kWrite && active) sink.out = a.keys + start;
   const unsigned long long evals = radius_walk<true>(t, w.q, active, a.bound.upper * kPruneSlack,
                                                      stage_all[warp], stack_all[warp], sink);
   if constexpr (kFill) {
