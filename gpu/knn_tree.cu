@@ -133,6 +133,15 @@ bool rows_are_first_copies(const TreeView& tree, const TreeKnnArgs& a) {
          a.exact.refs.f32 != nullptr && a.exact.refs.f64 == nullptr && tree.short_key_runs;
 }
 
+// The search kernel of `a`: a k = 1 self-search's walks without the nearest-first order
+// (knn_tree_kernel's kOrdered).
+template <int CAP, bool kClaim>
+auto search_kernel(const TreeKnnArgs& a) {
+  if constexpr (CAP == 1)
+    if (a.self_search) return knn_tree_kernel<CAP, kClaim, false>;
+  return knn_tree_kernel<CAP, kClaim>;
+}
+
 // The blocks of knn_tree_kernel<CAP, kClaim> resident at once on the device (at least one). The
 // occupancy is asked once a device (it is on every frame's path).
 template <int CAP, bool kClaim>
@@ -220,9 +229,9 @@ void launch(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
     // later does not load them: with lazy loading, a command whose small warm-up search took this
     // way paid ~0.35 ms at its first shared walk.
     cudaFuncAttributes attributes;
-    PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, knn_tree_kernel<CAP, false>));
+    PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, search_kernel<CAP, false>(a)));
     if constexpr (claims_outliers<CAP>())
-      PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, knn_tree_kernel<CAP, true>));
+      PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, search_kernel<CAP, true>(a)));
     const int slots = a.slot_end - a.slot_begin;
     list_all_kernel<<<cuda::ceil_div(slots, threads), threads, 0, stream>>>(a);
     PCNN_CHECK_LAUNCH();
@@ -249,8 +258,8 @@ void launch(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
       grid = std::min(blocks, resident);
     }
     if constexpr (claims_outliers<CAP>())
-      if (claim) knn_tree_kernel<CAP, true><<<grid, threads, list_bytes, stream>>>(tree, a);
-    if (!claim) knn_tree_kernel<CAP, false><<<grid, threads, list_bytes, stream>>>(tree, a);
+      if (claim) search_kernel<CAP, true>(a)<<<grid, threads, list_bytes, stream>>>(tree, a);
+    if (!claim) search_kernel<CAP, false>(a)<<<grid, threads, list_bytes, stream>>>(tree, a);
     PCNN_CHECK_LAUNCH();
     // Outliers are rare (a fraction of a percent): a few waves of warps cover those left. After
     // a search kernel that does not claim them, started early (knn_tree_outlier_kernel): it

@@ -492,7 +492,12 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 #endif
 }
 
-template <int CAP, bool kClaim>
+/// kOrdered: the walk takes nodes and cells nearest the warp's queries first (CellWalk). A k = 1
+/// self-search walks without that order (knn_tree.cu's search_kernel): its queries are the
+/// index's points, whose first limits come from their own cells and are tight, and at 1M points
+/// it was 9-11 % faster so; a k = 1 query set off the cloud, whose first limits are wide, was up
+/// to 78 % slower (bench/results/2026-11-29-round29.md).
+template <int CAP, bool kClaim, bool kOrdered = true>
 __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP, kClaim>())
     knn_tree_kernel(const __grid_constant__ TreeView t, TreeKnnArgs a) {
   __shared__ float4 stage_all[kTreeWarps][kStage];
@@ -523,7 +528,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
       const CellRange first = first_cells(t, a, slot, q, valid);
       seed_limit(t, first, stage, q, active, list, evals);
       const int c0 = first.first, c1 = first.last;
-      CellWalk<true> walk(t, stack_all[warp], c0, c1);
+      CellWalk<true, kOrdered> walk(t, stack_all[warp], c0, c1);
       bool walking = false;
       int range = c0;
       // Cells come from the first range, then the walk; next_cell yields them one at a time so

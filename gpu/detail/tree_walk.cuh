@@ -193,14 +193,14 @@ __device__ __forceinline__ unsigned lane_cell_hits(const float4* stage, float4 p
 /// `limit` (the lane's current threshold, which may only shrink between calls).
 ///
 /// kNearest (the k-nearest search, whose lists start wide and shrink as they fill): the reach
-/// for opening children is taken from the lanes' current limits at each opening; the cells of a
-/// node are yielded nearest the warp's queries first and the children of a node are popped
-/// nearest first too (those overlapping the queries' box in curve order), so that the lists
-/// settle early; the cells [skip_first, skip_last] (the first range: scanned before the walk, or
-/// passed over where no lane could reach them with a limit at least as large as the walk's) are
-/// never yielded. Otherwise the reach is fixed at start() and cells come in the order of the
-/// hierarchy.
-template <bool kNearest>
+/// for opening children is taken from the lanes' current limits at each opening, and the cells
+/// [skip_first, skip_last] (the first range: scanned before the walk, or passed over where no
+/// lane could reach them with a limit at least as large as the walk's) are never yielded.
+/// kOrdered (by default with kNearest): the cells of a node are yielded nearest the warp's
+/// queries first and the children of a node are popped nearest first too (those overlapping the
+/// queries' box in curve order), so that the lists settle early. Otherwise the reach is fixed at
+/// start() and cells come in the order of the hierarchy.
+template <bool kNearest, bool kOrdered = kNearest>
 class CellWalk {
  public:
   __device__ __forceinline__ CellWalk(const TreeView& t, int* stack, int skip_first = 0,
@@ -255,7 +255,7 @@ class CellWalk {
   __device__ __forceinline__ int take_pending() {
     const int lane = threadIdx.x & 31;
     int j;
-    if constexpr (kNearest) {
+    if constexpr (kOrdered) {
       const bool mine = pending_ >> lane & 1;
       const float nearest = warp_min(mine ? cell_near_ : INFINITY);
       j = __ffs(__ballot_sync(kFullMask, mine && cell_near_ == nearest)) - 1;
@@ -290,7 +290,7 @@ class CellWalk {
       pending_first_ = first_child;
       cell_lo_ = lo;
       cell_hi_ = hi;
-      if constexpr (kNearest) {
+      if constexpr (kOrdered) {
         const float4 center =
             make_float4(0.5f * (box_lo_.x + box_hi_.x), 0.5f * (box_lo_.y + box_hi_.y),
                         0.5f * (box_lo_.z + box_hi_.z), 0.f);
@@ -299,7 +299,7 @@ class CellWalk {
       return;
     }
     const int pushed = __popc(mask), below = __popc(mask & ((1u << lane) - 1));
-    if constexpr (kNearest) {
+    if constexpr (kOrdered) {
       // Nearest the warp's queries on top, ties (children overlapping the queries' box) in
       // curve order. In curve order alone, a warp whose first limits were far too wide (queries
       // off the cloud: above a scan, between clusters, whose home cells along the curve lie far
@@ -308,8 +308,9 @@ class CellWalk {
       // 2.62-2.65 ms on an H100; 5k queries 10-50 m above it: 4.50 against 2.53 ms). It gains
       // 5 % on clustered clouds and costs 1M self-searches at k = 1 ~7 %, for a reason not found:
       // sorting only where more than 4 or 8 children pass, a rolled sort (no spills) and one out
-      // of line cost the same or more (bench/results/2026-11-28-round18.md). The key is the gap's
-      // bits with the lane in the low five (finite gaps >= 0 order as ints).
+      // of line cost the same or more (bench/results/2026-11-28-round18.md); those walk without
+      // it (kOrdered false: knn_tree_kernel). The key is the gap's bits with the lane in the low
+      // five (finite gaps >= 0 order as ints).
       if (pushed > 1 && __any_sync(kFullMask, pass && gap > 0.f)) {
         const int key = warp_sort(pass ? (__float_as_int(gap) & ~31) | lane : INT_MAX);
         if (lane < pushed)
