@@ -142,16 +142,19 @@ auto search_kernel(const TreeKnnArgs& a) {
   return knn_tree_kernel<CAP, kClaim>;
 }
 
-// The blocks of knn_tree_kernel<CAP, kClaim> resident at once on the device (at least one). The
-// occupancy is asked once a device (it is on every frame's path).
+// The blocks of `a`'s search kernel (search_kernel<CAP, kClaim>) resident at once on the device
+// (at least one). The occupancy is asked once a device and kernel (it is on every frame's path):
+// the two orders of k = 1 may differ where registers are not bounded (sm_75).
 template <int CAP, bool kClaim>
-int resident_blocks(int device, int sms) {
-  static std::array<std::atomic<int>, 64> per_sm{};  // 0: not asked yet
-  int fit = device < static_cast<int>(per_sm.size()) ? per_sm[device].load() : 0;
+int resident_blocks(const TreeKnnArgs& a, int device, int sms) {
+  static std::array<std::atomic<int>, 64> per_sm[2]{};  // [ordered]; 0: not asked yet
+  const auto kernel = search_kernel<CAP, kClaim>(a);
+  auto& known = per_sm[kernel == knn_tree_kernel<CAP, kClaim> ? 1 : 0];
+  int fit = device < static_cast<int>(known.size()) ? known[device].load() : 0;
   if (fit == 0) {
-    PCNN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &fit, knn_tree_kernel<CAP, kClaim>, kTreeWarps * 32, tree_list_bytes<CAP>()));
-    if (device < static_cast<int>(per_sm.size())) per_sm[device] = fit;
+    PCNN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, kTreeWarps * 32,
+                                                                tree_list_bytes<CAP>()));
+    if (device < static_cast<int>(known.size())) known[device] = fit;
   }
   return std::max(1, fit * sms);
 }
@@ -225,13 +228,18 @@ void launch(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
     PCNN_CHECK_LAUNCH();
   } else if (a.slot_end - a.slot_begin <= std::int64_t(a.few_per_sm) * sms && tree.levels > 0) {
     // Few queries (kFewQueriesPerSm): a warp each (search_outlier), every query listed as an
-    // outlier. Both kernels of the shared walk are loaded here too, so that a larger search
-    // later does not load them: with lazy loading, a command whose small warm-up search took this
-    // way paid ~0.35 ms at its first shared walk.
+    // outlier. The kernels of the shared walk are loaded here too (at k = 1 both orders: a
+    // command's warm-up is a self-search, its search perhaps not), so that a larger search later
+    // does not load them: with lazy loading, a command whose small warm-up search took this way
+    // paid ~0.35 ms at its first shared walk.
     cudaFuncAttributes attributes;
-    PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, search_kernel<CAP, false>(a)));
+    PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, knn_tree_kernel<CAP, false>));
     if constexpr (claims_outliers<CAP>())
-      PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, search_kernel<CAP, true>(a)));
+      PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, knn_tree_kernel<CAP, true>));
+    if constexpr (CAP == 1) {
+      PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, knn_tree_kernel<CAP, false, false>));
+      PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, knn_tree_kernel<CAP, true, false>));
+    }
     const int slots = a.slot_end - a.slot_begin;
     list_all_kernel<<<cuda::ceil_div(slots, threads), threads, 0, stream>>>(a);
     PCNN_CHECK_LAUNCH();
@@ -244,7 +252,8 @@ void launch(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
     // warp there that listed many would search them one after another (a 1M LiDAR self-search
     // took 2.6 ms instead of 0.45): they are left to the outlier kernel, a warp each.
     bool claim = false;
-    if constexpr (claims_outliers<CAP>()) claim = blocks <= resident_blocks<CAP, true>(device, sms);
+    if constexpr (claims_outliers<CAP>())
+      claim = blocks <= resident_blocks<CAP, true>(a, device, sms);
     // The counters, and the list, which is read while written (one fill: a second one cost 6 us
     // of a 160 us search).
     const int cleared = kOutlierCounters + (a.slot_end - a.slot_begin);
@@ -252,9 +261,9 @@ void launch(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
     // Warps that take their groups in turn need no more blocks than are resident at once.
     int grid = blocks;
     if constexpr (takes_slot_groups<CAP>()) {
-      int resident = resident_blocks<CAP, false>(device, sms);
+      int resident = resident_blocks<CAP, false>(a, device, sms);
       if constexpr (claims_outliers<CAP>())
-        if (claim) resident = resident_blocks<CAP, true>(device, sms);
+        if (claim) resident = resident_blocks<CAP, true>(a, device, sms);
       grid = std::min(blocks, resident);
     }
     if constexpr (claims_outliers<CAP>())

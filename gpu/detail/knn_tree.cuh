@@ -3,10 +3,11 @@
 //
 // knn_tree_kernel: a warp of 32 queries first scans the cells around its queries' place on the
 // curve, which fills every list and gives each query a first radius; then it walks the box
-// hierarchy nearest first (CellWalk<true>), each lane's limit its current k-th distance. The lists
-// hold positions in the index's sorted points, not original indices: the epilogue then reads the
-// neighbors' coordinates (and original indices) near the cells just scanned rather than all over
-// the caller's array, and ranks the row by (exact distance, original index) (refine.cuh).
+// hierarchy (CellWalk<true>: nearest first, but for k = 1 self-searches), each lane's limit its
+// current k-th distance. The lists hold positions in the index's sorted points, not original
+// indices: the epilogue then reads the neighbors' coordinates (and original indices) near the
+// cells just scanned rather than all over the caller's array, and ranks the row by (exact
+// distance, original index) (refine.cuh).
 //
 // A query whose first radius is far larger than its warp-mates' (an isolated outlier among
 // dense points, or a query on the far side of a jump of the curve) would drag the whole warp

@@ -196,10 +196,10 @@ __device__ __forceinline__ unsigned lane_cell_hits(const float4* stage, float4 p
 /// for opening children is taken from the lanes' current limits at each opening, and the cells
 /// [skip_first, skip_last] (the first range: scanned before the walk, or passed over where no
 /// lane could reach them with a limit at least as large as the walk's) are never yielded.
-/// kOrdered (by default with kNearest): the cells of a node are yielded nearest the warp's
-/// queries first and the children of a node are popped nearest first too (those overlapping the
-/// queries' box in curve order), so that the lists settle early. Otherwise the reach is fixed at
-/// start() and cells come in the order of the hierarchy.
+/// Otherwise the reach is fixed at start(). kOrdered (by default with kNearest): the cells of a
+/// node are yielded nearest the warp's queries first and the children of a node are popped
+/// nearest first too (those overlapping the queries' box in curve order), so that the lists
+/// settle early; otherwise cells come in the order of the hierarchy.
 template <bool kNearest, bool kOrdered = kNearest>
 class CellWalk {
  public:
@@ -335,7 +335,7 @@ class CellWalk {
   unsigned pending_ = 0;    // cells of the current level-1 node still to yield, as lane bits
   int pending_first_ = 0;
   float4 cell_lo_ = make_float4(0.f, 0.f, 0.f, 0.f), cell_hi_ = cell_lo_;  // this lane's cell
-  float cell_near_ = INFINITY;  // kNearest: this lane's cell's distance to the queries' center
+  float cell_near_ = INFINITY;  // kOrdered: this lane's cell's distance to the queries' center
 };
 
 /// What radius_walk calls before each cell's hits are offered, by default: nothing.
