@@ -133,7 +133,7 @@ bool rows_are_first_copies(const TreeView& tree, const TreeKnnArgs& a) {
          a.exact.refs.f32 != nullptr && a.exact.refs.f64 == nullptr && tree.short_key_runs;
 }
 
-// The search kernel of `a`: a k = 1 self-search's walks without the nearest-first order
+// The search kernel of `a`: a k = 1 self-search walks without the nearest-first order
 // (knn_tree_kernel's kOrdered).
 template <int CAP, bool kClaim>
 auto search_kernel(const TreeKnnArgs& a) {
