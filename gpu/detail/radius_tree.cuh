@@ -96,13 +96,12 @@ struct WithinRadius {
 /// row). The rows with ties are then ordered by their own lanes, side by side. Every lane must
 /// call it.
 __device__ __forceinline__ void sort_rows(const RadiusArgs& a, const WarpQueries& w,
-                                          std::int64_t start, std::int64_t count) {
+                                          std::int64_t start, int count) {
   const int lane = threadIdx.x & 31;
   const int first_row = w.slot - lane - a.slot_begin;
-  const int m_lane = static_cast<int>(min(count, std::int64_t(INT_MAX)));
   auto load = [&](int r) {
     const std::int64_t s = __shfl_sync(kFullMask, start, r);
-    return load_warp_row(__shfl_sync(kFullMask, m_lane, r), s, s, a.keys);
+    return load_warp_row(__shfl_sync(kFullMask, count, r), s, s, a.keys);
   };
   __syncwarp();  // every lane's keys are written (global memory, ordered within the warp)
   const unsigned ties = for_each_warp_row(load, [&](int r, const WarpRow& row) {
