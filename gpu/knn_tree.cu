@@ -159,6 +159,29 @@ int resident_blocks(const TreeKnnArgs& a, int device, int sms) {
   return std::max(1, fit * sms);
 }
 
+/// The fewest queries a warp of knn_tree_kernel takes.
+inline constexpr int kLeastQueriesPerWarp = 8;
+
+/// The queries a warp of knn_tree_kernel takes in a launch (TreeKnnArgs::group): 32, halved
+/// while the launch's warps would still fill no more than half the device's places (resident
+/// blocks of the search kernel), down to kLeastQueriesPerWarp. A warp's walk is a chain of
+/// dependent loads and votes that runs as long as its queries' cells take, and the queries of a
+/// scan sparser than its map each want cells of their own: 25k LiDAR-like scan points against a
+/// 1M-point map, 782 warps of 32 (a fifth of an H200's places), searched in 0.59 ms, more than
+/// 100k points in 3,125 warps (0.47 ms); in 3,125 warps of 8 they took 0.31 ms. Where the warps
+/// of 32 fill the device, fewer queries a warp only repeat the walk: 100k scan points took
+/// 0.54-0.56 ms in warps of 16 or 8 (bench/results/2026-11-29-round30.md).
+template <int CAP>
+int queries_per_warp(const TreeKnnArgs& a, int device, int sms) {
+  const std::int64_t places =
+      std::int64_t(resident_blocks<CAP, false>(a, device, sms)) * kTreeWarps;
+  const int slots = a.slot_end - a.slot_begin;
+  int group = 32;
+  while (group > kLeastQueriesPerWarp && 2 * std::int64_t(cuda::ceil_div(slots, group)) <= places)
+    group /= 2;
+  return group;
+}
+
 /// Lists every slot of the launch as an outlier (few queries: each searched by a warp of its own).
 __global__ void list_all_kernel(TreeKnnArgs a) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x, slots = a.slot_end - a.slot_begin;
@@ -199,9 +222,9 @@ bool starts_early(int device) {
 // device). A hybrid search (a radius bound) takes the fixed-radius walk instead, which has no
 // outliers.
 template <int CAP>
-void launch(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
+void launch(const TreeView& tree, TreeKnnArgs a, cudaStream_t stream) {
   constexpr int threads = kTreeWarps * 32;
-  const int blocks = cuda::ceil_div(a.slot_end - a.slot_begin, threads);
+  int blocks = cuda::ceil_div(a.slot_end - a.slot_begin, threads);
   constexpr int list_bytes = tree_list_bytes<CAP>(),
                 hybrid_bytes = tree_list_bytes<CAP, (CAP <= 32)>();
   const bool hybrid = std::isfinite(a.bound.r2);
@@ -251,6 +274,8 @@ void launch(const TreeView& tree, const TreeKnnArgs& a, cudaStream_t stream) {
     // run. In a longer one, the last wave is shorter than an outlier's search (~100 us), and a
     // warp there that listed many would search them one after another (a 1M LiDAR self-search
     // took 2.6 ms instead of 0.45): they are left to the outlier kernel, a warp each.
+    a.group = queries_per_warp<CAP>(a, device, sms);
+    blocks = cuda::ceil_div(a.slot_end - a.slot_begin, kTreeWarps * a.group);
     bool claim = false;
     if constexpr (claims_outliers<CAP>())
       claim = blocks <= resident_blocks<CAP, true>(a, device, sms);

@@ -1281,6 +1281,36 @@ TEST(IndexGroups, WarpsTakingSeveralGroupsEqualTheCpuBackend) {
   expect_self_rows_equal(gpu, reference, {32, 64, 128});
 }
 
+// A launch that would fill no more than half the device's places with warps of 32 queries gives
+// each warp 16 or 8 (knn_tree.cu, queries_per_warp). Query sets of about 100, 400 and 700 queries
+// an SM (warps of 8, 16 and 32 at 8 blocks of 4 warps an SM), none a whole number of warps, from
+// a sparser LiDAR-like scan with a point that is not finite and one far away, against a denser
+// map, and a self-search of the smallest size: the rows equal the CPU backend's at k = 1, 8 and 32.
+TEST(IndexGroups, WarpsOfFewerQueriesInSmallLaunchesEqualTheCpuBackend) {
+  PCNN_REQUIRE_DEVICE();
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  IndexOptions cpu;
+  cpu.backend = Backend::cpu;
+  const std::vector<float> map = make_synthetic_cloud(SyntheticKind::lidar, 200000, 98);
+  std::vector<float> scan = make_synthetic_cloud(SyntheticKind::lidar, 700 * sms + 5, 99);
+  std::copy_n(std::initializer_list<float>{NAN, 1.f, 2.f, 400.f, -300.f, 90.f}.begin(), 6,
+              scan.begin() + 3 * 4000);
+  Index gpu(view(map), cuda_options());
+  Index reference(view(map), cpu);
+  for (const std::int64_t n : {100 * sms + 7, 400 * sms + 13, 700 * sms + 5}) {
+    const PointsView queries = host_points(scan.data(), n);
+    for (int k : {1, 8, 32})
+      EXPECT_TRUE(same_knn(gpu.knn(queries, {k}), reference.knn(queries, {k})))
+          << n << " queries, k = " << k;
+  }
+  const std::vector<float> small(scan.begin(), scan.begin() + 3 * (100 * sms + 7));
+  Index gpu_small(view(small), cuda_options());
+  Index reference_small(view(small), cpu);
+  expect_self_rows_equal(gpu_small, reference_small, {1, 8, 32});
+}
+
 // A cloud stored in curve order completes a chunk of its rows in each pass: the search then runs
 // in passes, taken in turn by two streams, each chunk going down once the passes that hold its
 // rows are done. A LiDAR-like scan with a few far points in curve order, in chunks of 2,048 rows

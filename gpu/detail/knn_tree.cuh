@@ -1,7 +1,8 @@
 // Exact kNN over the spatial index: the k-list result policy of the tree walk
 // (tree_walk.cuh) and its kernels.
 //
-// knn_tree_kernel: a warp of 32 queries first scans the cells around its queries' place on the
+// knn_tree_kernel: a warp of 32 queries (16 or 8 in a launch too small to fill the device:
+// knn_tree.cu's queries_per_warp) first scans the cells around its queries' place on the
 // curve, which fills every list and gives each query a first radius; then it walks the box
 // hierarchy (CellWalk<true>: nearest first, but for k = 1 self-searches), each lane's limit its
 // current k-th distance. The lists hold positions in the index's sorted points, not original
@@ -59,6 +60,7 @@ struct TreeKnnArgs {
   int k = 1;
   bool exclude_self = false;
   int few_per_sm = 0;      // launches of at most this many queries per SM: a warp a query
+  int group = 32;          // the queries of a warp of knn_tree_kernel: 32, 16 or 8
   int out_slot_base = -1;  // < 0: row = original query index; else row = slot - out_slot_base
   int query_offset = 0;    // exclude_self: query i is reference i + query_offset
   RadiusBound bound;       // hybrid search: only points within the radius
@@ -68,7 +70,7 @@ struct TreeKnnArgs {
   RowShares shares;  // count > 0: rows go to these shares instead of out_idx / out_dist
   // The outliers: kOutlierCounters counters, [0] listed, [1] claimed for a search (claimed <=
   // listed while any is listed still; past it, the outlier kernel's tickets that found none),
-  // [2] blocks of the search kernel started, [3] groups of 32 slots taken by its warps
+  // [2] blocks of the search kernel started, [3] groups of slots taken by its warps
   // (next_slot_group); then the list, slot s as ~s. The list is read while written (by warps of
   // the search kernel that claim outliers, or by the outlier kernel started beside it), so it is
   // cleared too, 0 meaning listed but not written yet: one buffer, so that one fill of zeros
@@ -153,7 +155,7 @@ inline constexpr int kFirstSpan = 16;
 /// kFirstSpan cells (a jump of the curve), the range is the middle lane's.
 struct CellRange {
   int first, last;
-  int home;  // this lane's home cell
+  int home;  // this lane's home cell (a lane not in `valid`: the first valid lane's)
 };
 __device__ __forceinline__ CellRange first_cells(const TreeView& t, const TreeKnnArgs& a, int slot,
                                                  float4 q, unsigned valid) {
@@ -165,10 +167,12 @@ __device__ __forceinline__ CellRange first_cells(const TreeView& t, const TreeKn
   const int lo = __shfl_sync(kFullMask, home, __ffs(valid) - 1);
   const int hi = __shfl_sync(kFullMask, home, 31 - __clz(valid));
   const int reach = cuda::ceil_div(a.k, kCell);
+  const int own = (valid >> (threadIdx.x & 31)) & 1 ? home : lo;
   if (lo <= hi && hi - lo <= kFirstSpan)
-    return {max(lo - reach, 0), min(hi + reach, cells - 1), home};
-  const int center = __shfl_sync(kFullMask, home, (valid >> 16) & 1 ? 16 : __ffs(valid) - 1);
-  return {max(center - reach, 0), min(center + reach, cells - 1), home};
+    return {max(lo - reach, 0), min(hi + reach, cells - 1), own};
+  // The middle valid lane's (lane 16 of a full warp).
+  const int center = __shfl_sync(kFullMask, home, __fns(valid, 0, __popc(valid) / 2 + 1));
+  return {max(center - reach, 0), min(center + reach, cells - 1), own};
 }
 
 /// The groups whose nearest points seed a list's limit (seed_limit): one per list slot, up to 16
@@ -415,7 +419,7 @@ __device__ __forceinline__ int claim_outlier(const TreeKnnArgs& a) {
   return __shfl_sync(kFullMask, i, 0);
 }
 
-/// Whether the warps of knn_tree_kernel<CAP> take their groups of 32 slots in turn
+/// Whether the warps of knn_tree_kernel<CAP> take their groups of slots in turn
 /// (next_slot_group) rather than by block index: from CAP 32 on. There a block's place (a
 /// sixth of an SM's shared memory or more) was held until its slowest warp finished; taken in
 /// turn, 1M points searched 8 % (k = 32) and 6 % (k = 64) faster uniform, 6 % and 5 % clustered,
@@ -427,15 +431,15 @@ constexpr bool takes_slot_groups() {
   return CAP >= 32;
 }
 
-/// The first slot of the next group of 32 that the calling warp searches: groups go to warps as
-/// they become free (counter [3] of the outliers), so that a launch of no more blocks than the
-/// device holds at once keeps every warp busy until the last group.
-template <class Args>
-__device__ __forceinline__ int next_slot_group(const Args& a) {
+/// The first slot of the next group of a.group slots that the calling warp searches: groups go
+/// to warps as they become free (counter [3] of the outliers), so that a launch of no more blocks
+/// than the device holds at once keeps every warp busy until the last group.
+__device__ __forceinline__ int next_slot_group(const TreeKnnArgs& a) {
   int group = 0;
   if ((threadIdx.x & 31) == 0) group = atomicAdd(a.outliers + 3, 1);
   // Past the last group (by up to a take a warp): the end, without overflowing an int.
-  const std::int64_t first = a.slot_begin + std::int64_t(__shfl_sync(kFullMask, group, 0)) * 32;
+  const std::int64_t first =
+      a.slot_begin + std::int64_t(__shfl_sync(kFullMask, group, 0)) * a.group;
   return first < a.slot_end ? static_cast<int>(first) : a.slot_end;
 }
 
@@ -509,19 +513,20 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
   // searches the outliers while the others run.
   if constexpr (!kClaim) let_next_kernel_start();
   if (kClaim && threadIdx.x == 0) atomicAdd(a.outliers + 2, 1);
-  // The warp's group of 32 slots by block index, or groups in turn until none is left (whole
-  // warps only).
+  // The warp's group of a.group slots (lanes past it have no query) by block index, or groups in
+  // turn until none is left (whole warps only).
   constexpr bool kTakesGroups = takes_slot_groups<CAP>();
   int first_slot =
-      kTakesGroups ? next_slot_group(a) : a.slot_begin + (blockIdx.x * kTreeWarps + warp) * 32;
+      kTakesGroups ? next_slot_group(a) : a.slot_begin + (blockIdx.x * kTreeWarps + warp) * a.group;
   if (!kTakesGroups && first_slot >= a.slot_end) return;
   for (; first_slot < a.slot_end; first_slot = kTakesGroups ? next_slot_group(a) : a.slot_end) {
     float4* stage = stage_all[warp];
     unsigned long long evals = 0;  // lane-point distance computations
     const int slot = first_slot + lane;
-    const float4 q = slot < a.slot_end ? a.queries[slot] : make_float4(NAN, NAN, NAN, 0.f);
+    const bool mine = lane < a.group && slot < a.slot_end;
+    const float4 q = mine ? a.queries[slot] : make_float4(NAN, NAN, NAN, 0.f);
     const int qid = __float_as_int(q.w);
-    bool active = slot < a.slot_end && finite3(q.x, q.y, q.z) && t.levels > 0;
+    bool active = mine && finite3(q.x, q.y, q.z) && t.levels > 0;
     NearestList<CAP> list(q, a.exclude_self ? qid + a.query_offset : -1, a.exact.term, a.k);
     bool outlier = false;
     const unsigned valid = __ballot_sync(kFullMask, active);
@@ -593,7 +598,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
     // The epilogue: each row settled exactly, or flagged for the gather.
     bool flagged = false;
     float reach = 0.f;
-    if (slot < a.slot_end && !outlier) {
+    if (mine && !outlier) {
       const auto o = a.out(slot, qid);
       list.best.finish();
       flagged = !settle_row<CAP>(list.best.s, list.best.count(), a.k, list.best.spill,
