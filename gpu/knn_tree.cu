@@ -164,22 +164,31 @@ inline constexpr int kLeastQueriesPerWarp = 8;
 
 /// The queries a warp of knn_tree_kernel takes in a launch (TreeKnnArgs::group): 32, halved
 /// while the launch's warps would still fill no more than half the device's places (resident
-/// blocks of the search kernel), down to kLeastQueriesPerWarp. A warp's walk is a chain of
-/// dependent loads and votes that runs as long as its queries' cells take, and the queries of a
-/// scan sparser than its map each want cells of their own: 25k LiDAR-like scan points against a
-/// 1M-point map, 782 warps of 32 (a fifth of an H200's places), searched in 0.59 ms, more than
-/// 100k points in 3,125 warps (0.47 ms); in 3,125 warps of 8 they took 0.31 ms. Where the warps
-/// of 32 fill the device, fewer queries a warp only repeat the walk: 100k scan points took
-/// 0.54-0.56 ms in warps of 16 or 8 (bench/results/2026-11-29-round30.md).
+/// blocks of the kernel that a launch of one wave takes: the claiming one up to CAP 32, so that
+/// a halved launch still claims its outliers), down to kLeastQueriesPerWarp; always 32 where
+/// KnnParams::few_queries_per_sm is 0, and from CAP 64 on, where the lists fill the shared memory
+/// (3 blocks an SM) and 25k points at k = 64 searched 18 % faster uniform but 18 % slower
+/// LiDAR-like in warps of 16. A warp's walk is a chain of dependent loads and votes that
+/// runs as long as its queries' cells take, and the queries of a scan sparser than its map each
+/// want cells of their own: 25k LiDAR-like scan points against a 1M-point map, 782 warps of 32 (a
+/// fifth of an H200's places), searched in 0.59 ms, more than 100k points in 3,125 warps (0.47
+/// ms); in 3,125 warps of 8 they took 0.31 ms. Where the warps of 32 fill the device, fewer
+/// queries a warp only repeat the walk: 100k scan points took 0.54-0.56 ms in warps of 16 or 8
+/// (bench/results/2026-11-29-round30.md).
 template <int CAP>
 int queries_per_warp(const TreeKnnArgs& a, int device, int sms) {
-  const std::int64_t places =
-      std::int64_t(resident_blocks<CAP, false>(a, device, sms)) * kTreeWarps;
-  const int slots = a.slot_end - a.slot_begin;
-  int group = 32;
-  while (group > kLeastQueriesPerWarp && 2 * std::int64_t(cuda::ceil_div(slots, group)) <= places)
-    group /= 2;
-  return group;
+  if constexpr (!claims_outliers<CAP>()) {
+    return 32;
+  } else {
+    if (a.few_per_sm == 0) return 32;
+    const std::int64_t places =
+        std::int64_t(resident_blocks<CAP, true>(a, device, sms)) * kTreeWarps;
+    const int slots = a.slot_end - a.slot_begin;
+    int group = 32;
+    while (group > kLeastQueriesPerWarp && 2 * std::int64_t(cuda::ceil_div(slots, group)) <= places)
+      group /= 2;
+    return group;
+  }
 }
 
 /// Lists every slot of the launch as an outlier (few queries: each searched by a warp of its own).

@@ -1268,7 +1268,7 @@ TEST(IndexFirstCopies, KOneWithSelfLooksCopiesUpAndEqualsTheCpuBackend) {
   EXPECT_TRUE(same_knn(Index(v64, cuda_options()).self_knn(p), want));
 }
 
-// From k = 17 on, the search kernel's warps take groups of 32 queries in turn, over no more blocks
+// From k = 17 on, the search kernel's warps take groups of queries in turn, over no more blocks
 // than are resident (at 60,000 points and k = 64 or 128, several groups a warp): the rows equal
 // the CPU backend's, with and without the point itself.
 TEST(IndexGroups, WarpsTakingSeveralGroupsEqualTheCpuBackend) {
@@ -1282,10 +1282,12 @@ TEST(IndexGroups, WarpsTakingSeveralGroupsEqualTheCpuBackend) {
 }
 
 // A launch that would fill no more than half the device's places with warps of 32 queries gives
-// each warp 16 or 8 (knn_tree.cu, queries_per_warp). Query sets of about 100, 400 and 700 queries
-// an SM (warps of 8, 16 and 32 at 8 blocks of 4 warps an SM), none a whole number of warps, from
-// a sparser LiDAR-like scan with a point that is not finite and one far away, against a denser
-// map, and a self-search of the smallest size: the rows equal the CPU backend's at k = 1, 8 and 32.
+// each warp 16 or 8 (knn_tree.cu, queries_per_warp). Query sets from 90 to 700 queries an SM, none
+// a whole number of warps, so that a device takes groups of 8, 16 and 32 at each k whatever its
+// occupancy (on an H200 at k = 8: 8, 8, 16, 16, 32, 32; at k = 32, where fewer blocks fit: 8, 8,
+// 16, 32, 32, 32), from a sparser LiDAR-like scan with a point that is not finite and one far
+// away, against a denser map; and a self-search of the smallest size: the rows equal the CPU
+// backend's at k = 1, 8 and 32.
 TEST(IndexGroups, WarpsOfFewerQueriesInSmallLaunchesEqualTheCpuBackend) {
   PCNN_REQUIRE_DEVICE();
   int device = 0, sms = 0;
@@ -1293,19 +1295,22 @@ TEST(IndexGroups, WarpsOfFewerQueriesInSmallLaunchesEqualTheCpuBackend) {
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
   IndexOptions cpu;
   cpu.backend = Backend::cpu;
+  const std::int64_t least = 90 * sms + 7;
   const std::vector<float> map = make_synthetic_cloud(SyntheticKind::lidar, 200000, 98);
   std::vector<float> scan = make_synthetic_cloud(SyntheticKind::lidar, 700 * sms + 5, 99);
   std::copy_n(std::initializer_list<float>{NAN, 1.f, 2.f, 400.f, -300.f, 90.f}.begin(), 6,
-              scan.begin() + 3 * 4000);
+              scan.begin() + 3 * (least / 2));
   Index gpu(view(map), cuda_options());
   Index reference(view(map), cpu);
-  for (const std::int64_t n : {100 * sms + 7, 400 * sms + 13, 700 * sms + 5}) {
+  const std::int64_t m = sms;
+  for (const std::int64_t n :
+       {least, 130 * m + 13, 240 * m + 3, 330 * m + 9, 480 * m + 1, 700 * m + 5}) {
     const PointsView queries = host_points(scan.data(), n);
     for (int k : {1, 8, 32})
       EXPECT_TRUE(same_knn(gpu.knn(queries, {k}), reference.knn(queries, {k})))
           << n << " queries, k = " << k;
   }
-  const std::vector<float> small(scan.begin(), scan.begin() + 3 * (100 * sms + 7));
+  const std::vector<float> small(scan.begin(), scan.begin() + 3 * least);
   Index gpu_small(view(small), cuda_options());
   Index reference_small(view(small), cpu);
   expect_self_rows_equal(gpu_small, reference_small, {1, 8, 32});

@@ -60,7 +60,7 @@ struct TreeKnnArgs {
   int k = 1;
   bool exclude_self = false;
   int few_per_sm = 0;      // launches of at most this many queries per SM: a warp a query
-  int group = 32;          // the queries of a warp of knn_tree_kernel: 32, 16 or 8
+  int group = 32;          // the queries of a warp of knn_tree_kernel: 32, 16 or 8 (knn_tree.cu)
   int out_slot_base = -1;  // < 0: row = original query index; else row = slot - out_slot_base
   int query_offset = 0;    // exclude_self: query i is reference i + query_offset
   RadiusBound bound;       // hybrid search: only points within the radius
@@ -523,7 +523,9 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
     float4* stage = stage_all[warp];
     unsigned long long evals = 0;  // lane-point distance computations
     const int slot = first_slot + lane;
-    const bool mine = lane < a.group && slot < a.slot_end;
+    // (One bound rather than two tests: `lane < a.group && slot < a.slot_end` cost the kernels from
+    // CAP 32 on registers and spills, ptxas -v.)
+    const bool mine = lane < min(a.group, a.slot_end - first_slot);
     const float4 q = mine ? a.queries[slot] : make_float4(NAN, NAN, NAN, 0.f);
     const int qid = __float_as_int(q.w);
     bool active = mine && finite3(q.x, q.y, q.z) && t.levels > 0;

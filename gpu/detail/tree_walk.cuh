@@ -1,10 +1,10 @@
 // The one warp traversal of the spatial index, shared by every tree search (kNN, radius count and
 // fill, hybrid, and the exact refinement's gather).
 //
-// A warp serves 32 consecutive queries in curve order (lane = query; spatial neighbors, so they
-// want mostly the same cells). CellWalk walks the box hierarchy from the top for the whole warp:
-// a node is opened when any lane's sphere (its current limit) may reach the node's box, and its
-// children are pushed when they may reach the box around the warp's queries grown by the
+// A warp serves up to 32 consecutive queries in curve order (lane = query; spatial neighbors, so
+// they want mostly the same cells). CellWalk walks the box hierarchy from the top for the whole
+// warp: a node is opened when any lane's sphere (its current limit) may reach the node's box, and
+// its children are pushed when they may reach the box around the warp's queries grown by the
 // opening reach. It yields cells one at a time, each with the lanes whose query may reach it
 // (`near`); a cell is staged once in shared memory and scanned for those lanes only: by rows
 // (each lane its own query, broadcast reads) or, where few lanes are near, transposed (lane =
