@@ -334,7 +334,7 @@ inline void expect_knn_rows(Index& index, PointsView rv, const PointsView* queri
     const std::int64_t rows = want.rows;
     // The automatic search (on the CUDA backend, clouds this small give each query a warp), the
     // shared walk of 32 queries a warp (0), and the shared walk of fewer (1: a warp a query only
-    // up to one query an SM; launches this small give each warp 8 queries).
+    // up to one query an SM; launches this small give each warp 8 queries up to k = 32).
     for (int few : {-1, 0, 1}) {
       KnnParams pf = p;
       pf.few_queries_per_sm = few;

@@ -1283,9 +1283,10 @@ TEST(IndexGroups, WarpsTakingSeveralGroupsEqualTheCpuBackend) {
 
 // A launch that would fill no more than half the device's places with warps of 32 queries gives
 // each warp 16 or 8 (knn_tree.cu, queries_per_warp). Query sets from 90 to 700 queries an SM, none
-// a whole number of warps, so that a device takes groups of 8, 16 and 32 at each k whatever its
-// occupancy (on an H200 at k = 8: 8, 8, 16, 16, 32, 32; at k = 32, where fewer blocks fit: 8, 8,
-// 16, 32, 32, 32), from a sparser LiDAR-like scan with a point that is not finite and one far
+// a whole number of warps, so that a device where 3 to 10 blocks of the search kernel fit an SM
+// takes groups of 8, 16 and 32 at each k (on an H200 at k = 8: 8, 8, 16, 16, 32, 32; at k = 32,
+// where 5 blocks fit: 8, 8, 16, 32, 32, 32; with 100 KB of shared memory an SM, k = 32 takes
+// 16 and 32 only), from a sparser LiDAR-like scan with a point that is not finite and one far
 // away, against a denser map; and a self-search of the smallest size: the rows equal the CPU
 // backend's at k = 1, 8 and 32.
 TEST(IndexGroups, WarpsOfFewerQueriesInSmallLaunchesEqualTheCpuBackend) {

@@ -1,8 +1,8 @@
 // Exact kNN over the spatial index: the k-list result policy of the tree walk
 // (tree_walk.cuh) and its kernels.
 //
-// knn_tree_kernel: a warp of 32 queries (16 or 8 in a launch too small to fill the device:
-// knn_tree.cu's queries_per_warp) first scans the cells around its queries' place on the
+// knn_tree_kernel: a warp of 32 queries (16 or 8 up to k = 32 in a launch too small to fill the
+// device: knn_tree.cu's queries_per_warp) first scans the cells around its queries' place on the
 // curve, which fills every list and gives each query a first radius; then it walks the box
 // hierarchy (CellWalk<true>: nearest first, but for k = 1 self-searches), each lane's limit its
 // current k-th distance. The lists hold positions in the index's sorted points, not original
