@@ -993,10 +993,10 @@ class CudaBackend final : public Index::Backend_ {
     const int k = params.k;
     const std::int64_t rows = d_queries ? d_queries->count : index_.n_total;
     const std::size_t cells = static_cast<std::size_t>(rows) * k;
-    // Per row: its k results, a flagged group and reach, an outlier slot, and a second one for
-    // passes in turn (two passes' scratch at once: curve_order_search).
+    // Per row: its k results, a flagged group and reach, an outlier slot and its limit, and a
+    // second pair for passes in turn (two passes' scratch at once: curve_order_search).
     const std::int64_t per_pass = detail::plan_rows_per_pass(
-        rows, std::int64_t(k + 2) * 8 + 4,
+        rows, std::int64_t(k + 2) * 8 + 12,
         d_queries ? query_working_bytes(*d_queries) : detail::working_reserve(ws_.available()),
         params.max_rows_per_pass,
         "a search of " + std::to_string(rows) + " queries with k = " + std::to_string(k),

@@ -14,6 +14,7 @@
 #include <limits>
 #include <memory>
 #include <ostream>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -1315,6 +1316,56 @@ TEST(IndexGroups, WarpsOfFewerQueriesInSmallLaunchesEqualTheCpuBackend) {
   Index gpu_small(view(small), cuda_options());
   Index reference_small(view(small), cpu);
   expect_self_rows_equal(gpu_small, reference_small, {1, 8, 32});
+}
+
+// In a one-wave search of a query set, a warp still walking once nine warps in ten are done hands
+// its queries off: each is listed with its current limit and searched by an idle warp alone
+// (knn_tree.cuh, hand_off). A dense plane of 200,000 points (20 m square) queried by 200 points
+// an SM: 95 % on the plane outside a 2 m square, whose warps walk a few cells, and 5 % over that
+// square, 0.5 to 2 m above it (consecutive along the curve, which keys them as if on the plane:
+// warps of their own), whose nearest lie a metre or more away, so that their warps walk
+// hundreds of cells and are still walking when the others are done; among the queries a point
+// that is not finite, one far off and exact copies of map points. Rows equal the CPU backend's
+// at k = 1, 8 and 32, and with few_queries_per_sm = 0 (warps of 32, no hand-off).
+TEST(IndexHandOff, QueriesOfSlowWarpsSearchedAloneEqualTheCpuBackend) {
+  PCNN_REQUIRE_DEVICE();
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> side(-10.f, 10.f), patch(0.f, 2.f), lift(0.5f, 2.f),
+      jitter(-1e-3f, 1e-3f);
+  std::vector<float> map;
+  for (int i = 0; i < 200000; ++i) map.insert(map.end(), {side(rng), side(rng), jitter(rng)});
+  const std::int64_t n = 200 * std::int64_t(sms);
+  std::vector<float> queries;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (i % 20 == 7) {
+      queries.insert(queries.end(), {patch(rng), patch(rng), lift(rng)});
+      continue;
+    }
+    float x = 0.f, y = 0.f;
+    do {
+      x = side(rng);
+      y = side(rng);
+    } while (x >= 0.f && x < 2.f && y >= 0.f && y < 2.f);
+    queries.insert(queries.end(), {x, y, jitter(rng)});
+  }
+  std::copy_n(map.begin(), 30, queries.begin() + 3 * (n / 2));  // exact copies
+  std::copy_n(std::initializer_list<float>{NAN, 1.f, 2.f, 400.f, -300.f, 90.f}.begin(), 6,
+              queries.begin() + 3 * (n / 3));
+  IndexOptions cpu;
+  cpu.backend = Backend::cpu;
+  Index gpu(view(map), cuda_options());
+  Index reference(view(map), cpu);
+  const PointsView q = host_points(queries.data(), n);
+  for (int few : {-1, 0})
+    for (int k : {1, 8, 32}) {
+      KnnParams p{k};
+      p.few_queries_per_sm = few;
+      EXPECT_TRUE(same_knn(gpu.knn(q, p), reference.knn(q, {k})))
+          << "k = " << k << ", few_queries_per_sm " << few;
+    }
 }
 
 // A cloud stored in curve order completes a chunk of its rows in each pass: the search then runs

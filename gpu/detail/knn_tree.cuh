@@ -19,6 +19,12 @@
 // search the outliers while others still run; knn_tree_outlier_kernel searches what is left
 // after the kernel, and a longer launch's from its last wave on (started early where the device
 // and the build allow it, up to CAP 32).
+//
+// A one-wave launch lasts as long as its slowest warp. Against a map, a few warps of scan points
+// (off the map's surfaces, in its sparse parts) walk three to six times the cells of the median
+// warp, while most of the device waits idle for them. So in such a launch of a query set
+// (TreeKnnArgs::hand_off), once nine warps in ten are done, a warp still walking lists its
+// queries as outliers, each with its current limit, and the idle warps search them, a warp each.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -61,6 +67,7 @@ struct TreeKnnArgs {
   bool exclude_self = false;
   int few_per_sm = 0;      // launches of at most this many queries per SM: a warp a query
   int group = 32;          // the queries of a warp of knn_tree_kernel: 32, 16 or 8 (knn_tree.cu)
+  bool hand_off = false;   // knn_tree_kernel<CAP, true>: slow warps hand their queries off
   int out_slot_base = -1;  // < 0: row = original query index; else row = slot - out_slot_base
   int query_offset = 0;    // exclude_self: query i is reference i + query_offset
   RadiusBound bound;       // hybrid search: only points within the radius
@@ -69,12 +76,14 @@ struct TreeKnnArgs {
   float* out_dist = nullptr;
   RowShares shares;  // count > 0: rows go to these shares instead of out_idx / out_dist
   // The outliers: kOutlierCounters counters, [0] listed, [1] claimed for a search (claimed <=
-  // listed while any is listed still; past it, the outlier kernel's tickets that found none),
-  // [2] blocks of the search kernel started, [3] groups of slots taken by its warps
-  // (next_slot_group); then the list, slot s as ~s. The list is read while written (by warps of
-  // the search kernel that claim outliers, or by the outlier kernel started beside it), so it is
-  // cleared too, 0 meaning listed but not written yet: one buffer, so that one fill of zeros
-  // clears both.
+  // listed while any is listed still; past it, the outlier kernel's tickets that found none;
+  // with hand_off, the tickets of the search kernel's waiting warps), [2] blocks of the search
+  // kernel started, [3] groups of slots taken by its warps (next_slot_group), [4] its warps done
+  // with their own queries (hand_off); then the list, slot s as ~s. The list is read while
+  // written (by warps of the search kernel that claim outliers, or by the outlier kernel started
+  // beside it), so it is cleared too, 0 meaning listed but not written yet: one buffer, so that
+  // one fill of zeros clears both. After the list, as many floats: the limit each listed query
+  // is searched from (outlier_limit; written before its entry, never cleared).
   int* outliers = nullptr;
   unsigned long long* evaluations = nullptr;
   // Hybrid search of max_nn <= kCollectRoom, where the scratch fits (knn_tree.cu): the collect
@@ -287,6 +296,22 @@ __device__ __forceinline__ int load_relaxed(const int* p) {
   return v;
 }
 
+/// Where the limit of listed outlier i is kept: after the list (TreeKnnArgs::outliers).
+__device__ __forceinline__ int* outlier_limit(const TreeKnnArgs& a, int i) {
+  return a.outliers + kOutlierCounters + (a.slot_end - a.slot_begin) + i;
+}
+
+/// Lists the query at `slot` as an outlier, to be searched from `limit`: the lane's current
+/// limit, which only ever lies at or above the widened distance of the k-th of k candidates
+/// (TopK::bound), so a search started from it still offers every point the exact refinement
+/// needs.
+__device__ __forceinline__ void list_outlier(const TreeKnnArgs& a, int slot, float limit) {
+  const int listed = atomicAdd(a.outliers, 1);
+  *outlier_limit(a, listed) = __float_as_int(limit);
+  __threadfence();                                            // the limit is seen before the entry
+  atomicExch(a.outliers + kOutlierCounters + listed, ~slot);  // written
+}
+
 /// Pushes the children [first, first + n) at `level` whose box q's sphere (`worst`) may reach on
 /// the outlier stack (`sp` deep), nearest on top, with their bounds where `bounds` is given.
 /// Returns the new depth. Lane t tests child t.
@@ -321,7 +346,9 @@ __device__ __forceinline__ int push_nearest_last(const TreeView& t, float4 q, fl
 /// `bounds` is given (knn_tree_outlier_kernel); inside the search kernel, where a stack of bounds
 /// took 4 KB more shared memory a block and L1 cache from its walks, a popped node's bound is
 /// computed again from its box (one more dependent load a step: the outlier kernel's search at
-/// 1M LiDAR points took 136 us that way instead of 107).
+/// 1M LiDAR points took 136 us that way instead of 107). The list starts from the limit the
+/// query was listed with (list_outlier): from it rather than from infinity, 1M LiDAR-like points
+/// were searched 6 % faster at k = 8 and 3 % at k = 32 (H200).
 template <int CAP>
 __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, int* stack,
                                float* bounds) {
@@ -329,10 +356,13 @@ __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, i
   // Listed, but perhaps not written yet by the lane that listed it (a moment away: it listed it
   // and is running), when the search overlaps the listing: an atomic write, read with relaxed
   // loads until it lands, by lane 0 for the warp.
-  int entry = 0;
-  if (lane == 0)
+  int entry = 0, from = 0;
+  if (lane == 0) {
     while ((entry = load_relaxed(a.outliers + kOutlierCounters + i)) == 0) {
     }
+    __threadfence();  // the limit, written before the entry, is seen
+    from = load_relaxed(outlier_limit(a, i));
+  }
   const int slot = ~__shfl_sync(kFullMask, entry, 0);
   const float4 q = a.queries[slot];
   const int qid = __float_as_int(q.w);
@@ -344,6 +374,7 @@ __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, i
                      std::conditional_t<(CAP > 32), HeapTopK<CAP, ThreadSlots<CAP>>, TopK<CAP>>>
       best;
   best.init(a.k);
+  best.limit = __int_as_float(__shfl_sync(kFullMask, from, 0));  // infinite, or list_outlier's
   unsigned long long evals = 0;
   // A query that is not finite has no neighbors (its row is padding, as for an inactive lane
   // of knn_tree_kernel): with an infinite coordinate every distance is infinite, which the list
@@ -414,6 +445,50 @@ __device__ __forceinline__ int claim_outlier(const TreeKnnArgs& a) {
         break;
       }
       seen = was;
+    }
+  }
+  return __shfl_sync(kFullMask, i, 0);
+}
+
+/// Hand-off (TreeKnnArgs::hand_off): a warp still walking checks every kHandOffCheckCells cells
+/// whether nine warps in ten are done (hand_off_now); waiting warps look for listed outliers
+/// every kHandOffPollNs. Measured on the map frame (100k LiDAR-like scan points against a 1M
+/// map, k = 8, H200): handed off once 8.5 / 9 / 9.5 warps in 10 were done, its search took 0.34
+/// / 0.31 / 0.32 ms against 0.47; polled every 0.5 us, the waiting warps slowed the walks that
+/// were left (their loads queue at the counters' L2 slice), every 2 or 4 us they did not; after
+/// a fixed number of cells instead (32, 1.5x the median warp's), 0.35 ms, but 3-4x as many
+/// queries were handed off (bench/results/2026-11-30-round31.md).
+inline constexpr int kHandOffCheckCells = 4;
+inline constexpr unsigned kHandOffPollNs = 2000;
+
+/// Whether nine in ten of the launch's warps are done with their own queries (counter [4]).
+/// Warp-synchronous.
+__device__ __forceinline__ bool hand_off_now(const TreeKnnArgs& a) {
+  const int done =
+      __shfl_sync(kFullMask, (threadIdx.x & 31) == 0 ? load_relaxed(a.outliers + 4) : 0, 0);
+  return 10ll * done >= 9ll * gridDim.x * kTreeWarps;
+}
+
+/// With hand_off: the next outlier for the calling warp, by ticket (counter [1]), waiting until
+/// it is listed, or -1 once every warp of the launch is done with its own queries and it is not
+/// (no more will be). Only while every block of the launch runs: the warps waited on must.
+__device__ __forceinline__ int wait_for_outlier(const TreeKnnArgs& a) {
+  const int warps = static_cast<int>(gridDim.x) * kTreeWarps;
+  int i = -1;
+  if ((threadIdx.x & 31) == 0) {
+    const int ticket = atomicAdd(a.outliers + 1, 1);
+    for (;;) {
+      if (ticket < load_relaxed(a.outliers)) {
+        i = ticket;
+        break;
+      }
+      if (load_relaxed(a.outliers + 4) == warps) {
+        // Every warp that listed fenced its listings before it counted itself done.
+        __threadfence();
+        if (ticket < load_relaxed(a.outliers)) i = ticket;
+        break;
+      }
+      __nanosleep(kHandOffPollNs);
     }
   }
   return __shfl_sync(kFullMask, i, 0);
@@ -518,7 +593,11 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
   constexpr bool kTakesGroups = takes_slot_groups<CAP>();
   int first_slot =
       kTakesGroups ? next_slot_group(a) : a.slot_begin + (blockIdx.x * kTreeWarps + warp) * a.group;
-  if (!kTakesGroups && first_slot >= a.slot_end) return;
+  if (!kTakesGroups && first_slot >= a.slot_end) {
+    if (kClaim && a.hand_off && lane == 0) atomicAdd(a.outliers + 4, 1);  // done
+    return;
+  }
+  bool listed = false;  // some lane of this warp listed an outlier
   for (; first_slot < a.slot_end; first_slot = kTakesGroups ? next_slot_group(a) : a.slot_end) {
     float4* stage = stage_all[warp];
     unsigned long long evals = 0;  // lane-point distance computations
@@ -558,8 +637,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
           if (ahead) return -2;
           walking = true;
           if (is_outlier(t, list.limit(), active, valid)) {
-            const int listed = atomicAdd(a.outliers, 1);
-            atomicExch(a.outliers + kOutlierCounters + listed, ~slot);  // written
+            list_outlier(a, slot, list.limit());
             outlier = true;
             active = false;
           }
@@ -573,6 +651,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
       // starts). Choosing it with the limits from before the scan is conservative (limits only
       // shrink).
       bool near = false;
+      int walked = 0;  // cells of the walk scanned
       int cell = next_cell(near, false);
       float4 p = load_cell(t, cell);
       while (cell >= 0) {
@@ -588,6 +667,13 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
         const unsigned hits = lane_cell_hits(stage, p, q, list.limit(), near, near_lanes);
         evals += kCell * near_lanes;
         offer_hits(stage, q, hits, list);
+        // Late in a launch whose other warps are mostly done: this warp's queries go to them.
+        if (kClaim && a.hand_off && walking && ++walked % kHandOffCheckCells == 0 &&
+            hand_off_now(a)) {
+          if (active) list_outlier(a, slot, list.limit());
+          outlier = outlier || active;
+          break;
+        }
         if (following == -2) {
           following = next_cell(near_next, false);
           p_next = load_cell(t, following);
@@ -608,16 +694,27 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
     }
     flag_rows(a.exact, a.slot_begin, first_slot, flagged, reach);
     if (lane == 0 && evals) atomicAdd(a.evaluations, evals);
+    if constexpr (kClaim) listed = listed || __any_sync(kFullMask, outlier);
   }
   // This warp's queries are done. In a launch of one wave (kClaim), once every block has started
   // (no block waits for this one's place: another kernel may share the device), it searches the
   // outliers listed so far. Lane 0 reads the count for the warp: the code below is
   // warp-synchronous.
+  // With hand_off, it counts itself done (its listings seen first) and waits for outliers until
+  // every warp is done.
   if constexpr (kClaim) {
     const int started = __shfl_sync(kFullMask, lane == 0 ? load_relaxed(a.outliers + 2) : 0, 0);
-    if (started == static_cast<int>(gridDim.x))
+    const bool all_started = started == static_cast<int>(gridDim.x);
+    if (a.hand_off) {
+      if (listed) __threadfence();
+      if (lane == 0) atomicAdd(a.outliers + 4, 1);
+      if (all_started)
+        for (int i = wait_for_outlier(a); i >= 0; i = wait_for_outlier(a))
+          search_outlier<CAP>(t, a, i, stack_all[warp], nullptr);
+    } else if (all_started) {
       for (int i = claim_outlier(a); i >= 0; i = claim_outlier(a))
         search_outlier<CAP>(t, a, i, stack_all[warp], nullptr);
+    }
   }
 }
 

@@ -59,9 +59,9 @@ TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries,
 TreeSearchStats read_search_counts(const unsigned long long* counters, cudaStream_t stream);
 
 /// The ints of a tree search's outlier buffer for launches of up to `slots` queries: its
-/// counters and a list (TreeKnnArgs::outliers).
-inline constexpr int kOutlierCounters = 4;
-inline std::int64_t tree_outlier_ints(std::int64_t slots) { return kOutlierCounters + slots; }
+/// counters, a list, and the listed queries' limits (TreeKnnArgs::outliers).
+inline constexpr int kOutlierCounters = 5;
+inline std::int64_t tree_outlier_ints(std::int64_t slots) { return kOutlierCounters + 2 * slots; }
 
 /// One launch of the tree kNN over the sorted queries [slot_begin, slot_end) (the index's own
 /// points when `self_search`), rows written by original query index; `outliers` holds
