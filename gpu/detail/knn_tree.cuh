@@ -451,44 +451,65 @@ __device__ __forceinline__ int claim_outlier(const TreeKnnArgs& a) {
 }
 
 /// Hand-off (TreeKnnArgs::hand_off): a warp still walking checks every kHandOffCheckCells cells
-/// whether nine warps in ten are done (hand_off_now); waiting warps look for listed outliers
-/// every kHandOffPollNs. Measured on the map frame (100k LiDAR-like scan points against a 1M
-/// map, k = 8, H200): handed off once 8.5 / 9 / 9.5 warps in 10 were done, its search took 0.34
-/// / 0.31 / 0.32 ms against 0.47; polled every 0.5 us, the waiting warps slowed the walks that
-/// were left (their loads queue at the counters' L2 slice), every 2 or 4 us they did not; after
-/// a fixed number of cells instead (32, 1.5x the median warp's), 0.35 ms, but 3-4x as many
-/// queries were handed off (bench/results/2026-11-30-round31.md).
+/// whether nine warps in ten are done (hand_off_now, on counter [4] as loaded a cell before, so
+/// that the check does not wait on the load); waiting warps look for listed outliers every
+/// kHandOffPollNs once nine in ten are done, every kHandOffIdleNs before (no hand-off comes
+/// then, and fewer polls load the counters' L2 slice less while most warps still walk: 16 and 2
+/// us measured the same as 2 and 2). Measured on the map frame (100k LiDAR-like scan points
+/// against a 1M map, k = 8, H200): handed off once 8.5 / 9 / 9.5 warps in 10 were done, its
+/// search took 0.34 / 0.31 / 0.32 ms against 0.47; polled every 0.5 us, the waiting warps slowed
+/// the walks that were left, every 2 or 4 us they did not; after a fixed number of cells instead
+/// (32, 1.5x the median warp's), 0.35 ms, but 3-4x as many queries were handed off. Its cost:
+/// where every warp takes about as long (100k uniform queries against 1M uniform points) the
+/// waiting and the hand-offs made the search 10-25 % slower (0.13 -> 0.16 ms at k = 1); 100k
+/// clustered queries were 40-47 % faster, LiDAR-like 14-33 % (bench/results/2026-11-30-round31.md).
 inline constexpr int kHandOffCheckCells = 4;
 inline constexpr unsigned kHandOffPollNs = 2000;
+inline constexpr unsigned kHandOffIdleNs = 16000;
 
-/// Whether nine in ten of the launch's warps are done with their own queries (counter [4]).
-/// Warp-synchronous.
-__device__ __forceinline__ bool hand_off_now(const TreeKnnArgs& a) {
-  const int done =
-      __shfl_sync(kFullMask, (threadIdx.x & 31) == 0 ? load_relaxed(a.outliers + 4) : 0, 0);
+/// Whether nine in ten of the launch's warps are done with their own queries (`done_seen`: lane
+/// 0's load of counter [4]). Warp-synchronous.
+__device__ __forceinline__ bool hand_off_now(int done_seen) {
+  const int done = __shfl_sync(kFullMask, done_seen, 0);
   return 10ll * done >= 9ll * gridDim.x * kTreeWarps;
 }
 
-/// With hand_off: the next outlier for the calling warp, by ticket (counter [1]), waiting until
-/// it is listed, or -1 once every warp of the launch is done with its own queries and it is not
-/// (no more will be). Only while every block of the launch runs: the warps waited on must.
+/// Counters [0] (listed) and [1] (claimed), read at once.
+__device__ __forceinline__ int2 load_relaxed_pair(const int* p) {
+  int2 v;
+  asm volatile("ld.relaxed.gpu.global.v2.s32 {%0, %1}, [%2];"
+               : "=r"(v.x), "=r"(v.y)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
+/// With hand_off: the next outlier for the calling warp, waiting until one is listed, or -1 once
+/// every warp of the launch is done with its own queries and every listed one is taken (no more
+/// will be). A warp takes a ticket (counter [1]) only when it sees one listed and not taken, and
+/// then searches the outlier of that number once it is listed (others may have taken those it
+/// saw first): taken at once by every waiting warp, the tickets were thousands of atomics on one
+/// address while the last warps still walked. Only while every block of the launch runs: the
+/// warps waited on must.
 __device__ __forceinline__ int wait_for_outlier(const TreeKnnArgs& a) {
   const int warps = static_cast<int>(gridDim.x) * kTreeWarps;
   int i = -1;
   if ((threadIdx.x & 31) == 0) {
-    const int ticket = atomicAdd(a.outliers + 1, 1);
-    for (;;) {
-      if (ticket < load_relaxed(a.outliers)) {
+    int ticket = -1;
+    for (bool last = false; !last;) {
+      const int done = load_relaxed(a.outliers + 4);
+      if (done == warps) {
+        // Every warp that listed fenced its listings before it counted itself done.
+        __threadfence();
+        last = true;
+      }
+      const int2 counts = load_relaxed_pair(a.outliers);  // listed, taken
+      if (ticket < 0 && counts.y < counts.x) ticket = atomicAdd(a.outliers + 1, 1);
+      if (ticket >= 0 && ticket < counts.x) {
         i = ticket;
         break;
       }
-      if (load_relaxed(a.outliers + 4) == warps) {
-        // Every warp that listed fenced its listings before it counted itself done.
-        __threadfence();
-        if (ticket < load_relaxed(a.outliers)) i = ticket;
-        break;
-      }
-      __nanosleep(kHandOffPollNs);
+      if (!last) __nanosleep(10ll * done >= 9ll * warps ? kHandOffPollNs : kHandOffIdleNs);
     }
   }
   return __shfl_sync(kFullMask, i, 0);
@@ -651,7 +672,8 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
       // starts). Choosing it with the limits from before the scan is conservative (limits only
       // shrink).
       bool near = false;
-      int walked = 0;  // cells of the walk scanned
+      int done_seen = 0;  // lane 0: counter [4]
+      int walked = 0;     // cells of the walk scanned
       int cell = next_cell(near, false);
       float4 p = load_cell(t, cell);
       while (cell >= 0) {
@@ -669,11 +691,15 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
         offer_hits(stage, q, hits, list);
         // Late in a launch whose other warps are mostly done: this warp's queries go to them.
         if (kClaim && a.hand_off && walking && ++walked % kHandOffCheckCells == 0 &&
-            hand_off_now(a)) {
+            hand_off_now(done_seen)) {
           if (active) list_outlier(a, slot, list.limit());
           outlier = outlier || active;
           break;
         }
+        // Counter [4] loaded a cell ahead of its check (hand_off_now).
+        if (kClaim && a.hand_off && walking &&
+            walked % kHandOffCheckCells == kHandOffCheckCells - 1 && lane == 0)
+          done_seen = load_relaxed(a.outliers + 4);
         if (following == -2) {
           following = next_cell(near_next, false);
           p_next = load_cell(t, following);
