@@ -65,7 +65,8 @@ struct TreeKnnArgs {
   bool self_search = false;          // the queries are the index's own points
   int k = 1;
   bool exclude_self = false;
-  int few_per_sm = 0;      // launches of at most this many queries per SM: a warp a query
+  int few_per_sm = 0;      // launches of at most this many queries per SM: a warp a query (0:
+                           // none, nor groups of fewer than 32, nor hand_off: knn_tree.cu)
   int group = 32;          // the queries of a warp of knn_tree_kernel: 32, 16 or 8 (knn_tree.cu)
   bool hand_off = false;   // knn_tree_kernel<CAP, true>: slow warps hand their queries off
   int out_slot_base = -1;  // < 0: row = original query index; else row = slot - out_slot_base
@@ -79,7 +80,8 @@ struct TreeKnnArgs {
   // listed while any is listed still; past it, the outlier kernel's tickets that found none;
   // with hand_off, the tickets of the search kernel's waiting warps), [2] blocks of the search
   // kernel started, [3] groups of slots taken by its warps (next_slot_group), [4] its warps done
-  // with their own queries (hand_off); then the list, slot s as ~s. The list is read while
+  // with their own queries and [5] those of them that wait for outliers (hand_off); then the
+  // list, slot s as ~s. The list is read while
   // written (by warps of the search kernel that claim outliers, or by the outlier kernel started
   // beside it), so it is cleared too, 0 meaning listed but not written yet: one buffer, so that
   // one fill of zeros clears both. After the list, as many floats: the limit each listed query
@@ -433,7 +435,7 @@ __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, i
 
 /// Claims the next listed outlier not yet claimed, for the calling warp: its index in the list,
 /// or -1 when every outlier listed so far is claimed. Its claims never pass the listed count
-/// (knn_tree_outlier_kernel's tickets do).
+/// (knn_tree_outlier_kernel's tickets do, and wait_for_outlier's may).
 __device__ __forceinline__ int claim_outlier(const TreeKnnArgs& a) {
   int i = -1;
   if ((threadIdx.x & 31) == 0) {
@@ -451,30 +453,33 @@ __device__ __forceinline__ int claim_outlier(const TreeKnnArgs& a) {
 }
 
 /// Hand-off (TreeKnnArgs::hand_off): a warp still walking checks every kHandOffCheckCells cells
-/// whether nine warps in ten are done (hand_off_now, on counter [4] as loaded a cell before, so
-/// that the check does not wait on the load); waiting warps look for listed outliers every
-/// kHandOffPollNs once nine in ten are done, every kHandOffIdleNs before (no hand-off comes
-/// then, and fewer polls load the counters' L2 slice less while most warps still walk: 16 and 2
-/// us measured the same as 2 and 2). Measured on the map frame (100k LiDAR-like scan points
-/// against a 1M map, k = 8, H200): handed off once 8.5 / 9 / 9.5 warps in 10 were done, its
+/// whether nine warps in ten wait for outliers (hand_off_now, on counter [5] as loaded a cell
+/// before, so that the check does not wait on the load; warps that are done but left, their
+/// launch not all resident, do not count: they would search nothing); waiting warps look for listed
+/// outliers every kHandOffPollNs once nine in ten are done, every kHandOffIdleNs before (no
+/// hand-off comes then, and fewer polls load the counters' L2 slice less while most warps still
+/// walk: 16 and 2 us measured the same as 2 and 2). Measured on the map frame (100k LiDAR-like scan
+/// points against a 1M map, k = 8, H200): handed off once 8.5 / 9 / 9.5 warps in 10 were done, its
 /// search took 0.34 / 0.31 / 0.32 ms against 0.47; polled every 0.5 us, the waiting warps slowed
 /// the walks that were left, every 2 or 4 us they did not; after a fixed number of cells instead
 /// (32, 1.5x the median warp's), 0.35 ms, but 3-4x as many queries were handed off. Its cost:
 /// where every warp takes about as long (100k uniform queries against 1M uniform points) the
-/// waiting and the hand-offs made the search 10-25 % slower (0.13 -> 0.16 ms at k = 1); 100k
-/// clustered queries were 40-47 % faster, LiDAR-like 14-33 % (bench/results/2026-11-30-round31.md).
+/// waiting and the hand-offs made the search 5-25 % slower (0.12 -> 0.14-0.16 ms at k = 1); 100k
+/// clustered queries were 45 % faster at k = 1 and 8, LiDAR-like 36 % and 14 %
+/// (bench/results/2026-11-30-round31.md).
 inline constexpr int kHandOffCheckCells = 4;
 inline constexpr unsigned kHandOffPollNs = 2000;
 inline constexpr unsigned kHandOffIdleNs = 16000;
 
-/// Whether nine in ten of the launch's warps are done with their own queries (`done_seen`: lane
-/// 0's load of counter [4]). Warp-synchronous.
-__device__ __forceinline__ bool hand_off_now(int done_seen) {
-  const int done = __shfl_sync(kFullMask, done_seen, 0);
-  return 10ll * done >= 9ll * gridDim.x * kTreeWarps;
+/// Whether nine in ten of the launch's warps wait for outliers (`waiting_seen`: lane 0's load of
+/// counter [5]). Warp-synchronous.
+__device__ __forceinline__ bool hand_off_now(int waiting_seen) {
+  const int waiting = __shfl_sync(kFullMask, waiting_seen, 0);
+  return 10ll * waiting >= 9ll * gridDim.x * kTreeWarps;
 }
 
-/// Counters [0] (listed) and [1] (claimed), read at once.
+/// Counters [0] (listed) and [1] (claimed), by one instruction (each word a relaxed load: the
+/// caller needs no more).
 __device__ __forceinline__ int2 load_relaxed_pair(const int* p) {
   int2 v;
   asm volatile("ld.relaxed.gpu.global.v2.s32 {%0, %1}, [%2];"
@@ -615,7 +620,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
   int first_slot =
       kTakesGroups ? next_slot_group(a) : a.slot_begin + (blockIdx.x * kTreeWarps + warp) * a.group;
   if (!kTakesGroups && first_slot >= a.slot_end) {
-    if (kClaim && a.hand_off && lane == 0) atomicAdd(a.outliers + 4, 1);  // done
+    if (kClaim && kOrdered && a.hand_off && lane == 0) atomicAdd(a.outliers + 4, 1);  // done
     return;
   }
   bool listed = false;  // some lane of this warp listed an outlier
@@ -672,8 +677,8 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
       // starts). Choosing it with the limits from before the scan is conservative (limits only
       // shrink).
       bool near = false;
-      int done_seen = 0;  // lane 0: counter [4]
-      int walked = 0;     // cells of the walk scanned
+      int waiting_seen = 0;  // lane 0: counter [5]
+      int walked = 0;        // cells of the walk scanned
       int cell = next_cell(near, false);
       float4 p = load_cell(t, cell);
       while (cell >= 0) {
@@ -690,16 +695,16 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
         evals += kCell * near_lanes;
         offer_hits(stage, q, hits, list);
         // Late in a launch whose other warps are mostly done: this warp's queries go to them.
-        if (kClaim && a.hand_off && walking && ++walked % kHandOffCheckCells == 0 &&
-            hand_off_now(done_seen)) {
+        if (kClaim && kOrdered && a.hand_off && walking && ++walked % kHandOffCheckCells == 0 &&
+            hand_off_now(waiting_seen)) {
           if (active) list_outlier(a, slot, list.limit());
           outlier = outlier || active;
           break;
         }
-        // Counter [4] loaded a cell ahead of its check (hand_off_now).
-        if (kClaim && a.hand_off && walking &&
+        // Counter [5] loaded a cell ahead of its check (hand_off_now).
+        if (kClaim && kOrdered && a.hand_off && walking &&
             walked % kHandOffCheckCells == kHandOffCheckCells - 1 && lane == 0)
-          done_seen = load_relaxed(a.outliers + 4);
+          waiting_seen = load_relaxed(a.outliers + 5);
         if (following == -2) {
           following = next_cell(near_next, false);
           p_next = load_cell(t, following);
@@ -731,9 +736,13 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
   if constexpr (kClaim) {
     const int started = __shfl_sync(kFullMask, lane == 0 ? load_relaxed(a.outliers + 2) : 0, 0);
     const bool all_started = started == static_cast<int>(gridDim.x);
-    if (a.hand_off) {
-      if (listed) __threadfence();
-      if (lane == 0) atomicAdd(a.outliers + 4, 1);
+    if (kOrdered && a.hand_off) {  // (k = 1 self-searches walk unordered, and never hand off)
+      __syncwarp();                // the warp's listings, then lane 0's fence
+      if (lane == 0) {
+        if (listed) __threadfence();
+        atomicAdd(a.outliers + 4, 1);
+        if (all_started) atomicAdd(a.outliers + 5, 1);
+      }
       if (all_started)
         for (int i = wait_for_outlier(a); i >= 0; i = wait_for_outlier(a))
           search_outlier<CAP>(t, a, i, stack_all[warp], nullptr);

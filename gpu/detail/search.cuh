@@ -60,7 +60,7 @@ TreeSearchStats read_search_counts(const unsigned long long* counters, cudaStrea
 
 /// The ints of a tree search's outlier buffer for launches of up to `slots` queries: its
 /// counters, a list, and the listed queries' limits (TreeKnnArgs::outliers).
-inline constexpr int kOutlierCounters = 5;
+inline constexpr int kOutlierCounters = 6;
 inline std::int64_t tree_outlier_ints(std::int64_t slots) { return kOutlierCounters + 2 * slots; }
 
 /// One launch of the tree kNN over the sorted queries [slot_begin, slot_end) (the index's own

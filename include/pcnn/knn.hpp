@@ -21,8 +21,8 @@ struct KnnParams {
   /// query a warp of its own. Searched 32 to a warp, a few thousand queries leave most of the
   /// GPU idle, and scattered ones make each warp walk the cells of all its queries; a larger
   /// search that still leaves most of the GPU idle gives each warp 16 or 8 queries (k <= 32), and
-  /// in a search of a query set that fills the GPU once (k <= 32), warps still walking when nine
-  /// in ten are done hand their queries to the idle ones, a warp each. < 0: automatic (64); 0:
+  /// in a search of a query set whose warps all run at once (k <= 32), warps still walking when
+  /// nine in ten are done hand their queries to the idle ones, a warp each. < 0: automatic (64); 0:
   /// none of these (32 queries a warp). (PartitionedIndex and DistributedIndex search their parts
   /// with the automatic value.)
   int few_queries_per_sm = -1;
