@@ -23,8 +23,9 @@
 // A one-wave launch lasts as long as its slowest warp. Against a map, a few warps of scan points
 // (off the map's surfaces, in its sparse parts) walk three to six times the cells of the median
 // warp, while most of the device waits idle for them. So in such a launch of a query set
-// (TreeKnnArgs::hand_off), once nine warps in ten are done, a warp still walking lists its
-// queries as outliers, each with its current limit, and the idle warps search them, a warp each.
+// (TreeKnnArgs::hand_off), once nine warps in ten are done and waiting, a warp still walking lists
+// its queries as outliers, each with its current limit, and the waiting warps search them, a warp
+// each.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -81,11 +82,11 @@ struct TreeKnnArgs {
   // with hand_off, the tickets of the search kernel's waiting warps), [2] blocks of the search
   // kernel started, [3] groups of slots taken by its warps (next_slot_group), [4] its warps done
   // with their own queries and [5] those of them that wait for outliers (hand_off); then the
-  // list, slot s as ~s. The list is read while
-  // written (by warps of the search kernel that claim outliers, or by the outlier kernel started
-  // beside it), so it is cleared too, 0 meaning listed but not written yet: one buffer, so that
-  // one fill of zeros clears both. After the list, as many floats: the limit each listed query
-  // is searched from (outlier_limit; written before its entry, never cleared).
+  // list, slot s as ~s. The list is read while written (by warps of the search kernel that claim
+  // outliers, or by the outlier kernel started beside it), so it is cleared too, 0 meaning listed
+  // but not written yet: one buffer, so that one fill of zeros clears both. After the list, as
+  // many floats: the limit each listed query is searched from (outlier_limit; written before
+  // its entry, never cleared).
   int* outliers = nullptr;
   unsigned long long* evaluations = nullptr;
   // Hybrid search of max_nn <= kCollectRoom, where the scratch fits (knn_tree.cu): the collect
