@@ -455,16 +455,17 @@ __device__ __forceinline__ int claim_outlier(const TreeKnnArgs& a) {
 
 /// Hand-off (TreeKnnArgs::hand_off): a warp still walking checks every kHandOffCheckCells cells
 /// whether nine warps in ten wait for outliers (hand_off_now, on counter [5] as loaded a cell
-/// before, so that the check does not wait on the load; warps that are done but left, their
-/// launch not all resident, do not count: they would search nothing); waiting warps look for listed
-/// outliers every kHandOffPollNs once nine in ten are done, every kHandOffIdleNs before (no
-/// hand-off comes then, and fewer polls load the counters' L2 slice less while most warps still
-/// walk: 16 and 2 us measured the same as 2 and 2). Measured on the map frame (100k LiDAR-like scan
-/// points against a 1M map, k = 8, H200): handed off once 8.5 / 9 / 9.5 warps in 10 were done, its
-/// search took 0.34 / 0.31 / 0.32 ms against 0.47; polled every 0.5 us, the waiting warps slowed
-/// the walks that were left, every 2 or 4 us they did not; after a fixed number of cells instead
-/// (32, 1.5x the median warp's), 0.35 ms, but 3-4x as many queries were handed off. Its cost:
-/// where every warp takes about as long (100k uniform queries against 1M uniform points) the
+/// before, so that the check does not wait on the load; warps that had no queries, or are done
+/// but left, their launch not all resident, do not count: they would search nothing); waiting
+/// warps look for listed outliers every kHandOffPollNs once nine in ten are done (counter [4]),
+/// every kHandOffIdleNs before (no hand-off comes then, and fewer polls load the counters' L2
+/// slice less while most warps still walk: 16 and 2 us measured the same as 2 and 2). Measured on
+/// the map frame (100k LiDAR-like scan points against a 1M map, k = 8, H200; all of its blocks
+/// resident, so that every done warp waited): handed off once 8.5 / 9 / 9.5 warps in 10 were done,
+/// its search took 0.34 / 0.31 / 0.32 ms against 0.47; polled every 0.5 us, the waiting warps
+/// slowed the walks that were left, every 2 or 4 us they did not; after a fixed number of cells
+/// instead (32, 1.5x the median warp's), 0.35 ms, but 3-4x as many queries were handed off. Its
+/// cost: where every warp takes about as long (100k uniform queries against 1M uniform points) the
 /// waiting and the hand-offs made the search 5-25 % slower (0.12 -> 0.14-0.16 ms at k = 1); 100k
 /// clustered queries were 45 % faster at k = 1 and 8, LiDAR-like 36 % and 14 %
 /// (bench/results/2026-11-30-round31.md).
