@@ -1,5 +1,4 @@
 // Building the spatial index: bounds, curve keys, radix sort, cell and node boxes.
-#include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 #include <cuda/cmath>
 
@@ -8,6 +7,7 @@
 
 #include "detail/cuda_try.cuh"
 #include "detail/curve_key.cuh"
+#include "detail/curve_order.cuh"
 #include "detail/spatial_index.cuh"
 #include "detail/warp_reduce.cuh"
 #include "pcnn/knn.hpp"
@@ -104,17 +104,6 @@ __global__ void decode_bounds_kernel(const int* in, float* bounds) {
   for (int a = 0; a < 6; ++a) bounds[a] = ordered_to_float(in[a]);
 }
 
-// Keys with the bits below `low_bit` cleared (see key_low_bit).
-__global__ void keys_kernel(const float* __restrict__ xyz, std::int64_t stride, int n,
-                            const float* __restrict__ bounds, int low_bit,
-                            std::uint64_t* __restrict__ keys, int* __restrict__ ids) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float* p = xyz + i * stride;
-  keys[i] = curve_key(p[0], p[1], p[2], bounds, low_bit);
-  ids[i] = i;
-}
-
 // The lowest curve key bit that first orders an index of n points: about 2^18 key buckets a
 // point on average over the bounding cube (3 bits an octree level, plus 18); the bits below are
 // cleared, so the kept keys are sorted (home_cell's binary search), and the invalid key (bit 63)
@@ -128,15 +117,6 @@ int key_low_bit(std::int64_t n) {
   int levels = 1;
   while (levels < kCurveBits && (std::int64_t(1) << (3 * levels)) < n) ++levels;
   return 63 - std::min(63, 3 * levels + 18);
-}
-
-__global__ void gather_kernel(const float* __restrict__ xyz, std::int64_t stride, int n,
-                              const int* __restrict__ ids, float4* __restrict__ out) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= n) return;
-  const int i = ids[j];
-  const float* p = xyz + i * stride;
-  out[j] = make_float4(p[0], p[1], p[2], __int_as_float(i));
 }
 
 // One warp per cell: lane t holds point t of the cell.
@@ -294,22 +274,6 @@ void build_levels(const float4* pts, int count, device_buffer<float4>& box_lo,
   }
 }
 
-// Sorts (key, index) pairs with CUB; returns the buffers holding the sorted result.
-void sort_pairs(device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, int n, int low_bit,
-                cudaStream_t stream, DeviceMemoryResource& mr) {
-  device_buffer<std::uint64_t> keys_alt(n, stream, mr);
-  device_buffer<int> ids_alt(n, stream, mr);
-  cub::DoubleBuffer<std::uint64_t> k(keys.data(), keys_alt.data());
-  cub::DoubleBuffer<int> v(ids.data(), ids_alt.data());
-  std::size_t temp_bytes = 0;
-  PCNN_CUDA_TRY(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, k, v, n, low_bit, 64, stream));
-  device_buffer<unsigned char> temp(temp_bytes, stream, mr);
-  PCNN_CUDA_TRY(
-      cub::DeviceRadixSort::SortPairs(temp.data(), temp_bytes, k, v, n, low_bit, 64, stream));
-  if (k.Current() != keys.data()) std::swap(keys, keys_alt);
-  if (v.Current() != ids.data()) std::swap(ids, ids_alt);
-}
-
 }  // namespace
 
 TreeView SpatialIndex::view() const {
@@ -365,10 +329,7 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
   index.keys.resize(n_total, stream, mr);
   device_buffer<int> ids(n_total, stream, mr);
   const auto order = [&](int low_bit) {
-    keys_kernel<<<cuda::ceil_div(n_total, kThreads), kThreads, 0, stream>>>(
-        xyz, stride, n_total, index.bounds.data(), low_bit, index.keys.data(), ids.data());
-    PCNN_CHECK_LAUNCH();
-    sort_pairs(index.keys, ids, n_total, low_bit, stream, mr);
+    sort_by_curve(xyz, stride, n_total, index.bounds.data(), low_bit, index.keys, ids, stream, mr);
     index.key_low_bit = low_bit;
   };
   if (n_total > 0) {
@@ -393,9 +354,7 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
   if (n_total > 0) {
     index.points.resize(n_total, stream,
                         mr);  // after the sort, whose double buffers are gone by now
-    gather_kernel<<<cuda::ceil_div(n_total, kThreads), kThreads, 0, stream>>>(
-        xyz, stride, n_total, ids.data(), index.points.data());
-    PCNN_CHECK_LAUNCH();
+    gather_points(xyz, stride, n_total, ids.data(), index.points.data(), stream);
   }
   // The flag is a hint: set_aside_shadows finds the runs in the final order, on the points as
   // stored. Taken before a full sort, it can miss copies that sat apart in a crowded bucket and
@@ -427,18 +386,9 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
 device_buffer<float4> sort_queries(const SpatialIndex& index, const float* xyz, std::int64_t stride,
                                    int nq, cudaStream_t stream, DeviceMemoryResource& mr) {
   device_buffer<float4> sorted(nq, stream, mr);
-  if (nq == 0) return sorted;
-  device_buffer<std::uint64_t> keys(nq, stream, mr);
-  device_buffer<int> ids(nq, stream, mr);
   // At the index's resolution: the order serves its cells.
-  const int low_bit = index.key_low_bit;
-  keys_kernel<<<cuda::ceil_div(nq, kThreads), kThreads, 0, stream>>>(
-      xyz, stride, nq, index.bounds.data(), low_bit, keys.data(), ids.data());
-  PCNN_CHECK_LAUNCH();
-  sort_pairs(keys, ids, nq, low_bit, stream, mr);
-  gather_kernel<<<cuda::ceil_div(nq, kThreads), kThreads, 0, stream>>>(xyz, stride, nq, ids.data(),
-                                                                       sorted.data());
-  PCNN_CHECK_LAUNCH();
+  points_by_curve(xyz, stride, nq, index.bounds.data(), index.key_low_bit, sorted.data(), stream,
+                  mr);
   return sorted;
 }
 

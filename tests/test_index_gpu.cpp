@@ -23,6 +23,7 @@
 #include <math.h>  // the global isfinite, fminf and fmaxf that curve_key.cuh takes from CUDA
 
 #include "../gpu/detail/curve_key.cuh"
+#include "../gpu/detail/curve_order.cuh"
 #include "gpu_test.hpp"
 #include "index_test_util.hpp"
 #include "pcnn/error.hpp"
@@ -1446,4 +1447,68 @@ TEST(IndexRepeats, Float64PointsOneFloatApartAreTwoRuns) {
 }
 
 }  // namespace
+// The curve order of an index's points and of a query set (detail::sort_by_curve, and
+// points_by_curve, which writes the points themselves): one launch of blocks of 1,024 threads,
+// each taking 1, 2 or 4 keys, while the blocks fit the device at once (on an H200 up to 132 x
+// 1,024 keys, 2 x that, 4 x that), CUB's sort beyond. Sizes at those edges, keys of 40 bits (a
+// 1M-point index), 43 (10M), 64 (the build's full sort) and 4 (one pass), copies of points (equal
+// keys: their indices stay in order) and non-finite points (the invalid key, last): keys,
+// indices and points equal a stable sort on the host.
+TEST(CurveOrder, KeysAndIndicesEqualAStableSortOnTheHost) {
+  PCNN_REQUIRE_DEVICE();
+  PoolResource mr;
+  std::mt19937 rng(11);
+  for (const int n : {1, 31, 1024, 1025, 100003, 132 * 1024, 132 * 1024 + 1, 300000, 600000}) {
+    std::vector<float> xyz = make_synthetic_cloud(SyntheticKind::uniform, n, 3);
+    for (int i = 1; i < n; i += 5)  // a fifth of the points copies of others
+      std::copy_n(xyz.begin() + 3 * std::uniform_int_distribution<int>(0, i - 1)(rng), 3,
+                  xyz.begin() + 3 * i);
+    for (int i = 7; i < n; i += 997) xyz[3 * i + i % 3] = i % 2 ? NAN : -INFINITY;
+    float b[6] = {INFINITY, INFINITY, INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    for (int i = 0; i < n; ++i)
+      for (int a = 0; a < 3 && detail::finite3(xyz[3 * i], xyz[3 * i + 1], xyz[3 * i + 2]); ++a) {
+        b[a] = std::min(b[a], xyz[3 * i + a]);
+        b[3 + a] = std::max(b[3 + a], xyz[3 * i + a]);
+      }
+    DevicePoints points(xyz);
+    float* bounds = nullptr;
+    CUDA_OK(cudaMalloc(&bounds, sizeof b));
+    CUDA_OK(cudaMemcpy(bounds, b, sizeof b, cudaMemcpyHostToDevice));
+    for (const int low_bit : {24, 21, 0, 60}) {
+      std::vector<std::pair<std::uint64_t, int>> want(n);
+      for (int i = 0; i < n; ++i)
+        want[i] = {detail::curve_key(xyz[3 * i], xyz[3 * i + 1], xyz[3 * i + 2], b, low_bit), i};
+      std::stable_sort(want.begin(), want.end(),
+                       [](const auto& x, const auto& y) { return x.first < y.first; });
+      detail::device_buffer<std::uint64_t> keys;
+      detail::device_buffer<int> ids;
+      detail::sort_by_curve(static_cast<const float*>(points.view().data), 3, n, bounds, low_bit,
+                            keys, ids, nullptr, mr);
+      std::vector<std::uint64_t> got_keys(n);
+      std::vector<int> got_ids(n);
+      CUDA_OK(cudaMemcpy(got_keys.data(), keys.data(), n * sizeof(std::uint64_t),
+                         cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(got_ids.data(), ids.data(), n * sizeof(int), cudaMemcpyDeviceToHost));
+      detail::device_buffer<float4> points_out(n, nullptr, mr);
+      detail::points_by_curve(static_cast<const float*>(points.view().data), 3, n, bounds, low_bit,
+                              points_out.data(), nullptr, mr);
+      std::vector<float> got_points(4 * std::size_t(n));
+      CUDA_OK(cudaMemcpy(got_points.data(), points_out.data(), n * sizeof(float4),
+                         cudaMemcpyDeviceToHost));
+      for (int j = 0; j < n; ++j) {
+        ASSERT_EQ(got_keys[j], want[j].first) << "n " << n << ", low bit " << low_bit << ", " << j;
+        ASSERT_EQ(got_ids[j], want[j].second) << "n " << n << ", low bit " << low_bit << ", " << j;
+        const int i = want[j].second;
+        int w = 0;
+        std::memcpy(&w, &got_points[4 * std::size_t(j) + 3], sizeof w);
+        ASSERT_EQ(w, i) << "n " << n << ", low bit " << low_bit << ", " << j;
+        ASSERT_EQ(0, std::memcmp(&got_points[4 * std::size_t(j)], &xyz[3 * std::size_t(i)],
+                                 3 * sizeof(float)))
+            << "n " << n << ", low bit " << low_bit << ", " << j;
+      }
+    }
+    CUDA_OK(cudaFree(bounds));
+  }
+}
+
 }  // namespace pcnn

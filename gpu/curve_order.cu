@@ -1,0 +1,317 @@
+// Points ordered along the index's curve (see detail/curve_order.cuh).
+#include <cooperative_groups.h>
+
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_radix_sort.cuh>
+#include <cuda/cmath>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+
+#include "detail/cuda_try.cuh"
+#include "detail/curve_key.cuh"
+#include "detail/curve_order.cuh"
+#include "pcnn/error.hpp"
+
+namespace pcnn::detail {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Keys with the bits below `low_bit` cleared (see key_low_bit).
+__global__ void keys_kernel(const float* __restrict__ xyz, std::int64_t stride, int n,
+                            const float* __restrict__ bounds, int low_bit,
+                            std::uint64_t* __restrict__ keys, int* __restrict__ ids) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float* p = xyz + i * stride;
+  keys[i] = curve_key(p[0], p[1], p[2], bounds, low_bit);
+  ids[i] = i;
+}
+
+// Sorts (key, index) pairs with CUB; returns the buffers holding the sorted result.
+void sort_pairs(device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, int n, int low_bit,
+                cudaStream_t stream, DeviceMemoryResource& mr) {
+  device_buffer<std::uint64_t> keys_alt(n, stream, mr);
+  device_buffer<int> ids_alt(n, stream, mr);
+  cub::DoubleBuffer<std::uint64_t> k(keys.data(), keys_alt.data());
+  cub::DoubleBuffer<int> v(ids.data(), ids_alt.data());
+  std::size_t temp_bytes = 0;
+  PCNN_CUDA_TRY(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, k, v, n, low_bit, 64, stream));
+  device_buffer<unsigned char> temp(temp_bytes, stream, mr);
+  PCNN_CUDA_TRY(
+      cub::DeviceRadixSort::SortPairs(temp.data(), temp_bytes, k, v, n, low_bit, 64, stream));
+  if (k.Current() != keys.data()) std::swap(keys, keys_alt);
+  if (v.Current() != ids.data()) std::swap(ids, ids_alt);
+}
+
+__global__ void gather_kernel(const float* __restrict__ xyz, std::int64_t stride, int n,
+                              const int* __restrict__ ids, float4* __restrict__ out) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= n) return;
+  const int i = ids[j];
+  const float* p = xyz + i * stride;
+  out[j] = make_float4(p[0], p[1], p[2], __int_as_float(i));
+}
+
+// The one-kernel sort: a block of kSortThreads a tile of kSortThreads x kItems keys, one
+// least-significant-digit pass a digit of kDigitBits, the blocks meeting at a grid barrier twice
+// a pass (after counting, after placing).
+constexpr int kSortThreads = 1024;
+constexpr int kSortWarps = kSortThreads / 32;
+constexpr int kDigitBits = 8;
+constexpr int kBins = 1 << kDigitBits;
+constexpr int kCountGroups = kSortThreads / kBins;  // threads that sum a digit's counts
+static_assert(kSortThreads % kBins == 0, "whole groups of a thread a digit");
+// The most blocks it takes; beyond, CUB's sort (a wave of an H200 holds 132).
+constexpr int kMaxSortBlocks = 256;
+
+struct CurveSortArgs {
+  const float* xyz = nullptr;
+  std::int64_t stride = 0;
+  int n = 0;
+  const float* bounds = nullptr;
+  int low_bit = 0;
+  std::uint64_t* keys[2] = {};  // pass p writes keys[(passes - 1 - p) % 2]: the last, keys[0]
+  int* ids[2] = {};
+  int* counts = nullptr;       // gridDim.x x kBins: each block's keys of each digit
+  float4* gathered = nullptr;  // where given, the last pass writes the points here instead
+};
+
+__device__ __forceinline__ int digit_of(std::uint64_t key, int bit) {
+  return static_cast<int>(key >> bit) & (kBins - 1);
+}
+
+// Each pass, ranked as CUB's onesweep ranks: a warp takes 32 x kItems consecutive keys of its
+// block's tile, item j of lane l at j * 32 + l (loads coalesced), and ranks each among the
+// earlier keys of its digit: those of its earlier items (the warp's running count of the digit)
+// and of lower lanes in the same item (__match_any_sync). After the barrier, a key goes after the
+// keys of smaller digits (all blocks), of its digit in the blocks and warps before it, and its
+// rank: a stable pass over the whole.
+template <int kItems>
+__global__ void __launch_bounds__(kSortThreads)
+    curve_sort_kernel(const __grid_constant__ CurveSortArgs a) {
+  using BlockScan = cub::BlockScan<int, kSortThreads>;
+  __shared__ typename BlockScan::TempStorage scan;
+  __shared__ int warp_count[kSortWarps][kBins];  // then: the digit's keys in the warps before
+  __shared__ int sums[2][kCountGroups][kBins];   // the digit's keys: all blocks, blocks before
+  __shared__ int shift[kBins];                   // the block's first place for the digit
+  const cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const unsigned lower = (1u << lane) - 1;
+  const int block = static_cast<int>(blockIdx.x), blocks = static_cast<int>(gridDim.x);
+  const int chunk = (block * kSortWarps + warp) * 32 * kItems;
+  const int passes = (64 - a.low_bit + kDigitBits - 1) / kDigitBits;
+  for (int p = 0; p < passes; ++p) {
+    const int bit = a.low_bit + p * kDigitBits;
+    const int from = (passes - p) % 2, into = 1 - from;
+    std::uint64_t key[kItems];
+    int id[kItems], rank[kItems];
+    for (int d = lane; d < kBins; d += 32) warp_count[warp][d] = 0;
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {  // every load in flight before the first rank
+      const int i = chunk + j * 32 + lane;
+      key[j] = 0;
+      id[j] = -1;
+      if (i < a.n) {
+        if (p == 0) {
+          const float* q = a.xyz + i * a.stride;
+          key[j] = curve_key(q[0], q[1], q[2], a.bounds, a.low_bit);
+          id[j] = i;
+        } else {
+          key[j] = a.keys[from][i];
+          id[j] = a.ids[from][i];
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const int d = id[j] >= 0 ? digit_of(key[j], bit) : -1;
+      const unsigned peers = __match_any_sync(0xffffffffu, d);
+      const int before = __popc(peers & lower);
+      rank[j] = d >= 0 ? warp_count[warp][d] + before : 0;
+      __syncwarp();
+      if (d >= 0 && before == 0) warp_count[warp][d] += __popc(peers);
+      __syncwarp();
+    }
+    __syncthreads();
+    if (threadIdx.x < kBins) {  // the warps' counts of digit d, exclusive; the tile's
+      const int d = static_cast<int>(threadIdx.x);
+      int sum = 0;
+      for (int w = 0; w < kSortWarps; ++w) {
+        const int c = warp_count[w][d];
+        warp_count[w][d] = sum;
+        sum += c;
+      }
+      a.counts[block * kBins + d] = sum;
+    }
+    grid.sync();
+    {  // a quarter of the blocks' counts of digit d a thread
+      const int d = static_cast<int>(threadIdx.x) % kBins,
+                g = static_cast<int>(threadIdx.x) / kBins;
+      int total = 0, before = 0;
+#pragma unroll 4
+      for (int b = g; b < blocks; b += kCountGroups) {
+        const int c = a.counts[b * kBins + d];
+        total += c;
+        before += b < block ? c : 0;
+      }
+      sums[0][g][d] = total;
+      sums[1][g][d] = before;
+    }
+    __syncthreads();
+    int total = 0, before = 0, digit_first = 0;
+    if (threadIdx.x < kBins)
+      for (int g = 0; g < kCountGroups; ++g) {
+        total += sums[0][g][threadIdx.x];
+        before += sums[1][g][threadIdx.x];
+      }
+    BlockScan(scan).ExclusiveSum(total, digit_first);
+    if (threadIdx.x < kBins) shift[threadIdx.x] = digit_first + before;
+    __syncthreads();
+    const bool gather = a.gathered && p + 1 == passes;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      if (id[j] < 0) continue;
+      const int d = digit_of(key[j], bit), to = shift[d] + warp_count[warp][d] + rank[j];
+      if (gather) {
+        const float* q = a.xyz + id[j] * a.stride;
+        a.gathered[to] = make_float4(q[0], q[1], q[2], __int_as_float(id[j]));
+      } else {
+        a.keys[into][to] = key[j];
+        a.ids[into][to] = id[j];
+      }
+    }
+    if (p + 1 < passes) grid.sync();
+  }
+}
+
+using SortKernel = void (*)(CurveSortArgs);
+
+SortKernel sort_kernel(int items) {
+  return items == 1   ? curve_sort_kernel<1>
+         : items == 2 ? curve_sort_kernel<2>
+                      : curve_sort_kernel<4>;
+}
+
+// The blocks of curve_sort_kernel<items> that a cooperative launch can hold on `device`; 0 where
+// the device cannot launch cooperatively. Asked once a device and kernel (it is on every frame's
+// path).
+int sort_blocks_resident(int items, int device) {
+  static std::array<std::atomic<int>, 64> known[3]{};  // [log2 items]; stored plus one
+  auto& cached = known[items == 1 ? 0 : items == 2 ? 1 : 2];
+  int v = device < static_cast<int>(cached.size()) ? cached[device].load() : 0;
+  if (v == 0) {
+    int cooperative = 0, sms = 0, per_sm = 0;
+    PCNN_CUDA_TRY(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
+    PCNN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    PCNN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sort_kernel(items),
+                                                                kSortThreads, 0));
+    v = (cooperative != 0 ? per_sm * sms : 0) + 1;
+    if (device < static_cast<int>(cached.size())) cached[device] = v;
+  }
+  return v - 1;
+}
+
+// The keys a thread of the one-kernel sort of n keys takes: the fewest whose blocks the device
+// holds at once (more blocks, more of the device: the map frame's 100k queries, H200, were put in
+// order in 0.045-0.048 ms by 98 blocks of one key a thread, 0.074 by 25 of four, 0.077-0.098 by
+// CUB's sort; bench/results/2026-11-30-round32.md); 0 where none fits.
+int sort_items(int n, int device) {
+  for (int items = 1; items <= 4; items *= 2) {
+    const int blocks = cuda::ceil_div(n, kSortThreads * items);
+    if (blocks <= kMaxSortBlocks && blocks <= sort_blocks_resident(items, device)) return items;
+  }
+  return 0;
+}
+
+// Kernels load at their first launch (lazy loading: 0.35-0.5 ms of a 1M-point command's GPU
+// total, H200, bench/results/2026-11-29-round23.md), and which way a sort takes depends on its
+// size: a command's warm-up sorts 20,000 points, its cloud perhaps millions. So a process's first
+// sort on a device loads both ways' kernels: the one-kernel sort's and the key kernel by their
+// attributes, CUB's onesweep kernels (which more keys than one tile take) by a sort of 20,000 zero
+// keys on one digit.
+void load_both_ways(int device, cudaStream_t stream, DeviceMemoryResource& mr) {
+  static std::array<std::atomic<bool>, 64> loaded{};
+  if (device >= static_cast<int>(loaded.size()) || loaded[device].exchange(true)) return;
+  cudaFuncAttributes attributes;
+  for (int items = 1; items <= 4; items *= 2)
+    PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, sort_kernel(items)));
+  PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, keys_kernel));
+  PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, gather_kernel));
+  constexpr int kKeys = 20000;
+  try {
+    device_buffer<std::uint64_t> keys(kKeys, stream, mr);
+    device_buffer<int> ids(kKeys, stream, mr);
+    PCNN_CUDA_TRY(cudaMemsetAsync(keys.data(), 0, keys.bytes(), stream));
+    PCNN_CUDA_TRY(cudaMemsetAsync(ids.data(), 0, ids.bytes(), stream));
+    sort_pairs(keys, ids, kKeys, 64 - kDigitBits, stream, mr);
+  } catch (const out_of_memory_error&) {
+    // Under a tight cap: not loaded now, the sort that needs them loads them.
+  }
+}
+
+// The sorted keys and ids, or (`gathered`) the points in their order.
+void sort_along_curve(const float* xyz, std::int64_t stride, int n, const float* bounds,
+                      int low_bit, device_buffer<std::uint64_t>& keys, device_buffer<int>& ids,
+                      float4* gathered, cudaStream_t stream, DeviceMemoryResource& mr) {
+  keys.resize(n, stream, mr);
+  ids.resize(n, stream, mr);
+  if (n == 0) return;
+  int device = 0;
+  PCNN_CUDA_TRY(cudaGetDevice(&device));
+  load_both_ways(device, stream, mr);
+  const int items = sort_items(n, device);
+  if (items == 0) {
+    keys_kernel<<<cuda::ceil_div(n, kThreads), kThreads, 0, stream>>>(
+        xyz, stride, n, bounds, low_bit, keys.data(), ids.data());
+    PCNN_CHECK_LAUNCH();
+    sort_pairs(keys, ids, n, low_bit, stream, mr);
+    if (gathered) gather_points(xyz, stride, n, ids.data(), gathered, stream);
+    return;
+  }
+  const int blocks = cuda::ceil_div(n, kSortThreads * items);
+  device_buffer<std::uint64_t> keys_alt(n, stream, mr);
+  device_buffer<int> ids_alt(n, stream, mr), counts(std::size_t(kBins) * blocks, stream, mr);
+  CurveSortArgs a;
+  a.xyz = xyz;
+  a.stride = stride;
+  a.n = n;
+  a.bounds = bounds;
+  a.low_bit = low_bit;
+  a.keys[0] = keys.data();
+  a.keys[1] = keys_alt.data();
+  a.ids[0] = ids.data();
+  a.ids[1] = ids_alt.data();
+  a.counts = counts.data();
+  a.gathered = gathered;
+  void* args[] = {&a};
+  PCNN_CUDA_TRY(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(sort_kernel(items)),
+                                            dim3(blocks), dim3(kSortThreads), args, 0, stream));
+}
+
+}  // namespace
+
+void gather_points(const float* xyz, std::int64_t stride, int n, const int* ids, float4* out,
+                   cudaStream_t stream) {
+  if (n == 0) return;
+  gather_kernel<<<cuda::ceil_div(n, kThreads), kThreads, 0, stream>>>(xyz, stride, n, ids, out);
+  PCNN_CHECK_LAUNCH();
+}
+
+void sort_by_curve(const float* xyz, std::int64_t stride, int n, const float* bounds, int low_bit,
+                   device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, cudaStream_t stream,
+                   DeviceMemoryResource& mr) {
+  sort_along_curve(xyz, stride, n, bounds, low_bit, keys, ids, nullptr, stream, mr);
+}
+
+void points_by_curve(const float* xyz, std::int64_t stride, int n, const float* bounds, int low_bit,
+                     float4* out, cudaStream_t stream, DeviceMemoryResource& mr) {
+  device_buffer<std::uint64_t> keys;
+  device_buffer<int> ids;
+  sort_along_curve(xyz, stride, n, bounds, low_bit, keys, ids, out, stream, mr);
+}
+
+}  // namespace pcnn::detail

@@ -1,0 +1,29 @@
+// Points ordered along the index's curve: their keys and original indices, sorted.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "device_buffer.cuh"
+
+namespace pcnn::detail {
+
+/// Keys of the `n` points of `xyz` (`stride` floats apart) on the curve of `bounds` (device: lo
+/// xyz, hi xyz), bits below `low_bit` cleared (curve_key), sorted with their indices 0 .. n - 1:
+/// a stable sort, so equal keys keep their indices in order and non-finite points come last.
+/// `keys` and `ids` are resized to n. Queued on `stream`; does not synchronize.
+void sort_by_curve(const float* xyz, std::int64_t stride, int n, const float* bounds, int low_bit,
+                   device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, cudaStream_t stream,
+                   DeviceMemoryResource& mr);
+
+/// The `n` points themselves in that order: `out[j]` (n of them, on the device) holds x, y, z
+/// and, in w, the point's index (int bits). Queued on `stream`; does not synchronize.
+void points_by_curve(const float* xyz, std::int64_t stride, int n, const float* bounds, int low_bit,
+                     float4* out, cudaStream_t stream, DeviceMemoryResource& mr);
+
+/// `out[j]` = point `ids[j]` of `xyz`, as points_by_curve writes it. Queued on `stream`.
+void gather_points(const float* xyz, std::int64_t stride, int n, const int* ids, float4* out,
+                   cudaStream_t stream);
+
+}  // namespace pcnn::detail
