@@ -96,10 +96,9 @@ void warm_up(int ordinal, WarmUp kind, int k) {
       static_cast<void>(index.self_hybrid({hybrid_radius, kk, true}));
   };
   // Kernels load at their first launch: 0.35-0.5 ms of a 1M-point command's GPU total (H200,
-  // bench/results/2026-11-29-round23.md). 20,000 points, one of them not finite: the radix sorts
-  // of many keys (256 keys take CUB's single-tile kernel, 20,000 its onesweep ones, as the cloud's
-  // build and its queries' order will); searched in chunks, where each chunk's last query lies,
-  // and the empty rows.
+  // bench/results/2026-11-29-round23.md). 20,000 points, one of them not finite: searched in
+  // chunks, where each chunk's last query lies, and the empty rows. (The sorts that order a
+  // cloud's points, or its queries, loaded with the context: initialize_device.)
   std::vector<float> many = scatter(20000);
   many[3 * 777 + 1] = NAN;
   index.build(host_points(many.data(), 20000));

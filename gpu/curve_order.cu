@@ -12,7 +12,6 @@
 #include "detail/cuda_try.cuh"
 #include "detail/curve_key.cuh"
 #include "detail/curve_order.cuh"
-#include "pcnn/error.hpp"
 
 namespace pcnn::detail {
 namespace {
@@ -30,6 +29,13 @@ __global__ void keys_kernel(const float* __restrict__ xyz, std::int64_t stride, 
   ids[i] = i;
 }
 
+// CUB's sort of (key, index) pairs on bits [low_bit, 64); with `temp` null, its scratch bytes.
+void cub_sort_pairs(void* temp, std::size_t& temp_bytes, cub::DoubleBuffer<std::uint64_t>& keys,
+                    cub::DoubleBuffer<int>& ids, int n, int low_bit, cudaStream_t stream) {
+  PCNN_CUDA_TRY(
+      cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, ids, n, low_bit, 64, stream));
+}
+
 // Sorts (key, index) pairs with CUB; returns the buffers holding the sorted result.
 void sort_pairs(device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, int n, int low_bit,
                 cudaStream_t stream, DeviceMemoryResource& mr) {
@@ -38,10 +44,9 @@ void sort_pairs(device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, int
   cub::DoubleBuffer<std::uint64_t> k(keys.data(), keys_alt.data());
   cub::DoubleBuffer<int> v(ids.data(), ids_alt.data());
   std::size_t temp_bytes = 0;
-  PCNN_CUDA_TRY(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, k, v, n, low_bit, 64, stream));
+  cub_sort_pairs(nullptr, temp_bytes, k, v, n, low_bit, stream);
   device_buffer<unsigned char> temp(temp_bytes, stream, mr);
-  PCNN_CUDA_TRY(
-      cub::DeviceRadixSort::SortPairs(temp.data(), temp_bytes, k, v, n, low_bit, 64, stream));
+  cub_sort_pairs(temp.data(), temp_bytes, k, v, n, low_bit, stream);
   if (k.Current() != keys.data()) std::swap(keys, keys_alt);
   if (v.Current() != ids.data()) std::swap(ids, ids_alt);
 }
@@ -227,32 +232,6 @@ int sort_items(int n, int device) {
   return 0;
 }
 
-// Kernels load at their first launch (lazy loading: 0.35-0.5 ms of a 1M-point command's GPU
-// total, H200, bench/results/2026-11-29-round23.md), and which way a sort takes depends on its
-// size: a command's warm-up sorts 20,000 points, its cloud perhaps millions. So a process's first
-// sort on a device loads both ways' kernels: the one-kernel sort's and the key kernel by their
-// attributes, CUB's onesweep kernels (which more keys than one tile take) by a sort of 20,000 zero
-// keys on one digit.
-void load_both_ways(int device, cudaStream_t stream, DeviceMemoryResource& mr) {
-  static std::array<std::atomic<bool>, 64> loaded{};
-  if (device >= static_cast<int>(loaded.size()) || loaded[device].exchange(true)) return;
-  cudaFuncAttributes attributes;
-  for (int items = 1; items <= 4; items *= 2)
-    PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, sort_kernel(items)));
-  PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, keys_kernel));
-  PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, gather_kernel));
-  constexpr int kKeys = 20000;
-  try {
-    device_buffer<std::uint64_t> keys(kKeys, stream, mr);
-    device_buffer<int> ids(kKeys, stream, mr);
-    PCNN_CUDA_TRY(cudaMemsetAsync(keys.data(), 0, keys.bytes(), stream));
-    PCNN_CUDA_TRY(cudaMemsetAsync(ids.data(), 0, ids.bytes(), stream));
-    sort_pairs(keys, ids, kKeys, 64 - kDigitBits, stream, mr);
-  } catch (const out_of_memory_error&) {
-    // Under a tight cap: not loaded now, the sort that needs them loads them.
-  }
-}
-
 // The sorted keys and ids, or (`gathered`) the points in their order.
 void sort_along_curve(const float* xyz, std::int64_t stride, int n, const float* bounds,
                       int low_bit, device_buffer<std::uint64_t>& keys, device_buffer<int>& ids,
@@ -262,14 +241,16 @@ void sort_along_curve(const float* xyz, std::int64_t stride, int n, const float*
   if (n == 0) return;
   int device = 0;
   PCNN_CUDA_TRY(cudaGetDevice(&device));
-  load_both_ways(device, stream, mr);
-  const int items = sort_items(n, device);
-  if (items == 0) {
+  const auto cub_way = [&] {
     keys_kernel<<<cuda::ceil_div(n, kThreads), kThreads, 0, stream>>>(
         xyz, stride, n, bounds, low_bit, keys.data(), ids.data());
     PCNN_CHECK_LAUNCH();
     sort_pairs(keys, ids, n, low_bit, stream, mr);
     if (gathered) gather_points(xyz, stride, n, ids.data(), gathered, stream);
+  };
+  const int items = sort_items(n, device);
+  if (items == 0) {
+    cub_way();
     return;
   }
   const int blocks = cuda::ceil_div(n, kSortThreads * items);
@@ -288,9 +269,19 @@ void sort_along_curve(const float* xyz, std::int64_t stride, int n, const float*
   a.counts = counts.data();
   a.gathered = gathered;
   void* args[] = {&a};
-  PCNN_CUDA_TRY(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(sort_kernel(items)),
-                                            dim3(blocks), dim3(kSortThreads), args, 0, stream));
+  const cudaError_t launched =
+      cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(sort_kernel(items)), dim3(blocks),
+                                  dim3(kSortThreads), args, 0, stream);
+  if (launched == cudaErrorCooperativeLaunchTooLarge || launched == cudaErrorNotSupported) {
+    // Fewer SMs than the device's for this stream (a green context, MPS): CUB's sort.
+    static_cast<void>(cudaGetLastError());
+    cub_way();
+    return;
+  }
+  PCNN_CUDA_TRY(launched);
 }
+
+std::array<std::atomic<bool>, 64> sort_kernels_loaded{};  // by load_sort_kernels, per device
 
 }  // namespace
 
@@ -299,6 +290,54 @@ void gather_points(const float* xyz, std::int64_t stride, int n, const int* ids,
   if (n == 0) return;
   gather_kernel<<<cuda::ceil_div(n, kThreads), kThreads, 0, stream>>>(xyz, stride, n, ids, out);
   PCNN_CHECK_LAUNCH();
+}
+
+void load_sort_kernels(int device) {
+  if (device < 0 || device >= static_cast<int>(sort_kernels_loaded.size()) ||
+      sort_kernels_loaded[device].exchange(true))
+    return;
+  for (int items = 1; items <= 4; items *= 2)
+    static_cast<void>(sort_blocks_resident(items, device));  // its occupancy query loads it
+  cudaFuncAttributes attributes;
+  PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, keys_kernel));
+  PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, gather_kernel));
+  // CUB's onesweep kernels load only by a launch on more keys than one of its tiles: a sort of
+  // 20,000 zero keys on one digit, in stream-ordered memory of its own (none where the device
+  // has no memory pools: they then load at the first sort that takes them).
+  int pools = 0;
+  PCNN_CUDA_TRY(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device));
+  if (!pools) return;
+  struct Scratch {  // the stream and memory, given back whatever happens
+    cudaStream_t stream = nullptr;
+    void* memory = nullptr;
+    ~Scratch() {
+      if (memory) PCNN_CUDA_TRY_NO_THROW(cudaFreeAsync(memory, stream));
+      if (stream) {
+        PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(stream));
+        PCNN_CUDA_TRY_NO_THROW(cudaStreamDestroy(stream));
+      }
+    }
+  } s;
+  PCNN_CUDA_TRY(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+  constexpr int kKeys = 20000;
+  constexpr std::size_t kPairs = kKeys * (sizeof(std::uint64_t) + sizeof(int));
+  cub::DoubleBuffer<std::uint64_t> keys(nullptr, nullptr);
+  cub::DoubleBuffer<int> ids(nullptr, nullptr);
+  std::size_t temp_bytes = 0;
+  cub_sort_pairs(nullptr, temp_bytes, keys, ids, kKeys, 64 - kDigitBits, s.stream);
+  PCNN_CUDA_TRY(cudaMallocAsync(&s.memory, 2 * kPairs + temp_bytes, s.stream));
+  auto* bytes = static_cast<unsigned char*>(s.memory);
+  PCNN_CUDA_TRY(cudaMemsetAsync(bytes, 0, 2 * kPairs, s.stream));
+  auto* k = reinterpret_cast<std::uint64_t*>(bytes);
+  auto* v = reinterpret_cast<int*>(bytes + 2 * kKeys * sizeof(std::uint64_t));
+  keys = cub::DoubleBuffer<std::uint64_t>(k, k + kKeys);
+  ids = cub::DoubleBuffer<int>(v, v + kKeys);
+  cub_sort_pairs(bytes + 2 * kPairs, temp_bytes, keys, ids, kKeys, 64 - kDigitBits, s.stream);
+}
+
+void forget_sort_kernels(int device) {
+  if (device >= 0 && device < static_cast<int>(sort_kernels_loaded.size()))
+    sort_kernels_loaded[device] = false;
 }
 
 void sort_by_curve(const float* xyz, std::int64_t stride, int n, const float* bounds, int low_bit,

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "detail/cuda_try.cuh"
+#include "detail/curve_order.cuh"
 #include "pcnn/device.hpp"
 
 namespace pcnn {
@@ -67,6 +68,7 @@ double initialize_device(int ordinal) {
   if (!info.available) throw no_device_error("no usable CUDA device: " + info.reason);
   PCNN_CUDA_TRY(cudaSetDevice(ordinal));
   PCNN_CUDA_TRY(cudaFree(nullptr));  // forces context creation
+  detail::load_sort_kernels(ordinal);
   auto t1 = std::chrono::steady_clock::now();
   return std::chrono::duration<double, std::milli>(t1 - t0).count();
 }
@@ -77,7 +79,10 @@ void release_device(int ordinal) noexcept {
     cudaGetLastError();
     return;
   }
-  if (cudaSetDevice(ordinal) == cudaSuccess) PCNN_CUDA_TRY_NO_THROW(cudaDeviceReset());
+  if (cudaSetDevice(ordinal) == cudaSuccess) {
+    PCNN_CUDA_TRY_NO_THROW(cudaDeviceReset());
+    detail::forget_sort_kernels(ordinal);
+  }
   cudaGetLastError();
   if (previous != ordinal) static_cast<void>(cudaSetDevice(previous));
   cudaGetLastError();

@@ -1446,35 +1446,42 @@ TEST(IndexRepeats, Float64PointsOneFloatApartAreTwoRuns) {
                        reference.knn(host_points(near.data(), 1), {128})));
 }
 
-}  // namespace
 // The curve order of an index's points and of a query set (detail::sort_by_curve, and
-// points_by_curve, which writes the points themselves): one launch of blocks of 1,024 threads,
-// each taking 1, 2 or 4 keys, while the blocks fit the device at once (on an H200 up to 132 x
-// 1,024 keys, 2 x that, 4 x that), CUB's sort beyond. Sizes at those edges, keys of 40 bits (a
-// 1M-point index), 43 (10M), 64 (the build's full sort) and 4 (one pass), copies of points (equal
-// keys: their indices stay in order) and non-finite points (the invalid key, last): keys,
-// indices and points equal a stable sort on the host.
+// points_by_curve, which writes the points themselves): one cooperative launch of blocks of
+// 1,024 threads, each taking 1, 2 or 4 keys, while the blocks fit the device at once (one a
+// multiprocessor: up to SMs x 1,024 keys, twice, four times that), CUB's sort beyond (and past
+// 256 blocks of four on any device). Sizes 0, 1 and at those edges, points 3 or 4 floats apart,
+// keys of 40 bits (a 1M-point index), 43 (10M), 64 (the build's full sort) and 4 (one pass: runs
+// of equal keys across every block), copies of points (equal keys: their indices stay in order)
+// and non-finite points (the invalid key, last): keys, indices and points equal a stable sort on
+// the host.
 TEST(CurveOrder, KeysAndIndicesEqualAStableSortOnTheHost) {
   PCNN_REQUIRE_DEVICE();
+  const int wave = query_device().multiprocessors * 1024;
   PoolResource mr;
   std::mt19937 rng(11);
-  for (const int n : {1, 31, 1024, 1025, 100003, 132 * 1024, 132 * 1024 + 1, 300000, 600000}) {
+  for (const int n : {0, 1, 31, 1025, 100003, wave, wave + 1, 2 * wave + 1, 4 * wave, 4 * wave + 1,
+                      256 * 4096 + 1}) {
+    const int stride = n % 2 ? 4 : 3;  // odd sizes: an extra float a point
     std::vector<float> xyz = make_synthetic_cloud(SyntheticKind::uniform, n, 3);
     for (int i = 1; i < n; i += 5)  // a fifth of the points copies of others
       std::copy_n(xyz.begin() + 3 * std::uniform_int_distribution<int>(0, i - 1)(rng), 3,
                   xyz.begin() + 3 * i);
     for (int i = 7; i < n; i += 997) xyz[3 * i + i % 3] = i % 2 ? NAN : -INFINITY;
+    std::vector<float> strided(std::max<std::size_t>(std::size_t(n) * stride, 1), 7.f);
+    for (int i = 0; i < n; ++i)
+      std::copy_n(&xyz[3 * std::size_t(i)], 3, &strided[std::size_t(i) * stride]);
     float b[6] = {INFINITY, INFINITY, INFINITY, -INFINITY, -INFINITY, -INFINITY};
     for (int i = 0; i < n; ++i)
       for (int a = 0; a < 3 && detail::finite3(xyz[3 * i], xyz[3 * i + 1], xyz[3 * i + 2]); ++a) {
         b[a] = std::min(b[a], xyz[3 * i + a]);
         b[3 + a] = std::max(b[3 + a], xyz[3 * i + a]);
       }
-    DevicePoints points(xyz);
-    float* bounds = nullptr;
-    CUDA_OK(cudaMalloc(&bounds, sizeof b));
-    CUDA_OK(cudaMemcpy(bounds, b, sizeof b, cudaMemcpyHostToDevice));
+    detail::device_buffer<float> points(strided.size(), nullptr, mr), bounds(6, nullptr, mr);
+    CUDA_OK(cudaMemcpy(points.data(), strided.data(), points.bytes(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(bounds.data(), b, sizeof b, cudaMemcpyHostToDevice));
     for (const int low_bit : {24, 21, 0, 60}) {
+      SCOPED_TRACE("n " + std::to_string(n) + ", low bit " + std::to_string(low_bit));
       std::vector<std::pair<std::uint64_t, int>> want(n);
       for (int i = 0; i < n; ++i)
         want[i] = {detail::curve_key(xyz[3 * i], xyz[3 * i + 1], xyz[3 * i + 2], b, low_bit), i};
@@ -1482,33 +1489,34 @@ TEST(CurveOrder, KeysAndIndicesEqualAStableSortOnTheHost) {
                        [](const auto& x, const auto& y) { return x.first < y.first; });
       detail::device_buffer<std::uint64_t> keys;
       detail::device_buffer<int> ids;
-      detail::sort_by_curve(static_cast<const float*>(points.view().data), 3, n, bounds, low_bit,
-                            keys, ids, nullptr, mr);
+      detail::sort_by_curve(points.data(), stride, n, bounds.data(), low_bit, keys, ids, nullptr,
+                            mr);
+      detail::device_buffer<float4> sorted(n, nullptr, mr);
+      detail::points_by_curve(points.data(), stride, n, bounds.data(), low_bit, sorted.data(),
+                              nullptr, mr);
       std::vector<std::uint64_t> got_keys(n);
       std::vector<int> got_ids(n);
-      CUDA_OK(cudaMemcpy(got_keys.data(), keys.data(), n * sizeof(std::uint64_t),
-                         cudaMemcpyDeviceToHost));
-      CUDA_OK(cudaMemcpy(got_ids.data(), ids.data(), n * sizeof(int), cudaMemcpyDeviceToHost));
-      detail::device_buffer<float4> points_out(n, nullptr, mr);
-      detail::points_by_curve(static_cast<const float*>(points.view().data), 3, n, bounds, low_bit,
-                              points_out.data(), nullptr, mr);
       std::vector<float> got_points(4 * std::size_t(n));
-      CUDA_OK(cudaMemcpy(got_points.data(), points_out.data(), n * sizeof(float4),
-                         cudaMemcpyDeviceToHost));
+      if (n > 0) {
+        CUDA_OK(cudaMemcpy(got_keys.data(), keys.data(), keys.bytes(), cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(got_ids.data(), ids.data(), ids.bytes(), cudaMemcpyDeviceToHost));
+        CUDA_OK(
+            cudaMemcpy(got_points.data(), sorted.data(), sorted.bytes(), cudaMemcpyDeviceToHost));
+      }
       for (int j = 0; j < n; ++j) {
-        ASSERT_EQ(got_keys[j], want[j].first) << "n " << n << ", low bit " << low_bit << ", " << j;
-        ASSERT_EQ(got_ids[j], want[j].second) << "n " << n << ", low bit " << low_bit << ", " << j;
+        ASSERT_EQ(got_keys[j], want[j].first) << j;
+        ASSERT_EQ(got_ids[j], want[j].second) << j;
         const int i = want[j].second;
         int w = 0;
         std::memcpy(&w, &got_points[4 * std::size_t(j) + 3], sizeof w);
-        ASSERT_EQ(w, i) << "n " << n << ", low bit " << low_bit << ", " << j;
+        ASSERT_EQ(w, i) << j;
         ASSERT_EQ(0, std::memcmp(&got_points[4 * std::size_t(j)], &xyz[3 * std::size_t(i)],
                                  3 * sizeof(float)))
-            << "n " << n << ", low bit " << low_bit << ", " << j;
+            << j;
       }
     }
-    CUDA_OK(cudaFree(bounds));
   }
 }
 
+}  // namespace
 }  // namespace pcnn

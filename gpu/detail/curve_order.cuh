@@ -22,6 +22,16 @@ void sort_by_curve(const float* xyz, std::int64_t stride, int n, const float* bo
 void points_by_curve(const float* xyz, std::int64_t stride, int n, const float* bounds, int low_bit,
                      float4* out, cudaStream_t stream, DeviceMemoryResource& mr);
 
+/// Loads the kernels of both ways these sorts take on `device` (the current device), once a
+/// process: CUDA loads a kernel at its first launch (lazy loading: 0.35-0.5 ms of a 1M-point
+/// command's GPU total, H200, bench/results/2026-11-29-round23.md), and which way a sort takes
+/// depends on its size (a command's warm-up builds 20,000 points, its cloud perhaps millions).
+/// Synchronizes with its own stream only.
+void load_sort_kernels(int device);
+
+/// After the device's context is reset: the next load_sort_kernels loads again.
+void forget_sort_kernels(int device);
+
 /// `out[j]` = point `ids[j]` of `xyz`, as points_by_curve writes it. Queued on `stream`.
 void gather_points(const float* xyz, std::int64_t stride, int n, const int* ids, float4* out,
                    cudaStream_t stream);

@@ -26,9 +26,10 @@ DeviceInfo query_device(int ordinal = 0);
 /// The number of CUDA devices present (0 without a driver or a device). Never throws.
 int device_count();
 
-/// Starts the driver (where no call has yet) and creates the CUDA context on device `ordinal`:
-/// the one-time start-up cost, kept out of search timings. Returns the milliseconds it took.
-/// Throws pcnn::no_device_error when unusable.
+/// Starts the driver (where no call has yet) and creates the CUDA context on device `ordinal`,
+/// then (once a context) loads the code that orders an index's points, whatever their number
+/// (CUDA loads a kernel at its first launch): the one-time start-up cost, kept out of search
+/// timings. Returns the milliseconds it took. Throws pcnn::no_device_error when unusable.
 double initialize_device(int ordinal = 0);
 
 /// Gives back what this process holds on device `ordinal` (cudaDeviceReset: its memory and its
