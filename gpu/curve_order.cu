@@ -12,6 +12,7 @@
 #include "detail/cuda_try.cuh"
 #include "detail/curve_key.cuh"
 #include "detail/curve_order.cuh"
+#include "detail/per_device.cuh"
 
 namespace pcnn::detail {
 namespace {
@@ -205,19 +206,19 @@ SortKernel sort_kernel(int items) {
 // the device cannot launch cooperatively. Asked once a device and kernel (it is on every frame's
 // path).
 int sort_blocks_resident(int items, int device) {
-  static std::array<std::atomic<int>, 64> known[3]{};  // [log2 items]; stored plus one
-  auto& cached = known[items == 1 ? 0 : items == 2 ? 1 : 2];
-  int v = device < static_cast<int>(cached.size()) ? cached[device].load() : 0;
-  if (v == 0) {
-    int cooperative = 0, sms = 0, per_sm = 0;
-    PCNN_CUDA_TRY(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
-    PCNN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    PCNN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sort_kernel(items),
-                                                                kSortThreads, 0));
-    v = (cooperative != 0 ? per_sm * sms : 0) + 1;
-    if (device < static_cast<int>(cached.size())) cached[device] = v;
-  }
-  return v - 1;
+  static PerDevice known[3]{};  // [log2 items]
+  return asked_once(
+      known[items == 1   ? 0
+            : items == 2 ? 1
+                         : 2],
+      device, [&] {
+        int cooperative = 0, sms = 0, per_sm = 0;
+        PCNN_CUDA_TRY(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
+        PCNN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+        PCNN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sort_kernel(items),
+                                                                    kSortThreads, 0));
+        return cooperative != 0 ? per_sm * sms : 0;
+      });
 }
 
 // The keys a thread of the one-kernel sort of n keys takes: the fewest whose blocks the device

@@ -1,8 +1,6 @@
 // Exact kNN over the spatial index (see detail/knn_tree.cuh).
 #include <cuda/cmath>
 
-#include <array>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -10,6 +8,7 @@
 
 #include "detail/cuda_try.cuh"
 #include "detail/knn_tree.cuh"
+#include "detail/per_device.cuh"
 #include "detail/plan.cuh"
 #include "detail/radius_tree.cuh"
 #include "detail/refine.cuh"
@@ -147,15 +146,14 @@ auto search_kernel(const TreeKnnArgs& a) {
 // the two orders of k = 1 may differ where registers are not bounded (sm_75).
 template <int CAP, bool kClaim>
 int resident_blocks(const TreeKnnArgs& a, int device, int sms) {
-  static std::array<std::atomic<int>, 64> per_sm[2]{};  // [ordered]; 0: not asked yet
+  static PerDevice per_sm[2]{};  // [ordered]
   const auto kernel = search_kernel<CAP, kClaim>(a);
-  auto& known = per_sm[kernel == knn_tree_kernel<CAP, kClaim> ? 1 : 0];
-  int fit = device < static_cast<int>(known.size()) ? known[device].load() : 0;
-  if (fit == 0) {
-    PCNN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, kTreeWarps * 32,
+  const int fit = asked_once(per_sm[kernel == knn_tree_kernel<CAP, kClaim> ? 1 : 0], device, [&] {
+    int blocks = 0;
+    PCNN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kTreeWarps * 32,
                                                                 tree_list_bytes<CAP>()));
-    if (device < static_cast<int>(known.size())) known[device] = fit;
-  }
+    return blocks;
+  });
   return std::max(1, fit * sms);
 }
 
@@ -211,22 +209,16 @@ __global__ void list_all_kernel(TreeKnnArgs a) {
 // wait). Asked once a device.
 template <int CAP>
 bool starts_early(int device) {
-  static std::array<std::atomic<int>, 64> known{};  // 0: not asked yet, 1: no, 2: yes
-  int v = device < static_cast<int>(known.size()) ? known[device].load() : 0;
-  if (v == 0) {
-    int major = 0;
-    PCNN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    bool early = major >= 9;
-    if (early) {
-      cudaFuncAttributes search{}, outliers{};
-      PCNN_CUDA_TRY(cudaFuncGetAttributes(&search, knn_tree_kernel<CAP, false>));
-      PCNN_CUDA_TRY(cudaFuncGetAttributes(&outliers, knn_tree_outlier_kernel<CAP>));
-      early = search.ptxVersion >= 90 && outliers.ptxVersion >= 90;
-    }
-    v = early ? 2 : 1;
-    if (device < static_cast<int>(known.size())) known[device] = v;
-  }
-  return v == 2;
+  static PerDevice known{};  // 1: it may
+  return asked_once(known, device, [&] {
+           int major = 0;
+           PCNN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+           if (major < 9) return 0;
+           cudaFuncAttributes search{}, outliers{};
+           PCNN_CUDA_TRY(cudaFuncGetAttributes(&search, knn_tree_kernel<CAP, false>));
+           PCNN_CUDA_TRY(cudaFuncGetAttributes(&outliers, knn_tree_outlier_kernel<CAP>));
+           return search.ptxVersion >= 90 && outliers.ptxVersion >= 90 ? 1 : 0;
+         }) == 1;
 }
 
 // One launch over the slots [a.slot_begin, a.slot_end), then the outliers it found, then the

@@ -696,17 +696,17 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
         const unsigned hits = lane_cell_hits(stage, p, q, list.limit(), near, near_lanes);
         evals += kCell * near_lanes;
         offer_hits(stage, q, hits, list);
-        // Late in a launch whose other warps are mostly done: this warp's queries go to them.
-        if (kClaim && kOrdered && a.hand_off && walking && ++walked % kHandOffCheckCells == 0 &&
-            hand_off_now(waiting_seen)) {
-          if (active) list_outlier(a, slot, list.limit());
-          outlier = outlier || active;
-          break;
+        if (kClaim && kOrdered && a.hand_off && walking) {
+          // Late in a launch whose other warps are mostly done: this warp's queries go to them.
+          if (++walked % kHandOffCheckCells == 0 && hand_off_now(waiting_seen)) {
+            if (active) list_outlier(a, slot, list.limit());
+            outlier = outlier || active;
+            break;
+          }
+          // Counter [5] loaded a cell ahead of its check (hand_off_now).
+          if (walked % kHandOffCheckCells == kHandOffCheckCells - 1 && lane == 0)
+            waiting_seen = load_relaxed(a.outliers + 5);
         }
-        // Counter [5] loaded a cell ahead of its check (hand_off_now).
-        if (kClaim && kOrdered && a.hand_off && walking &&
-            walked % kHandOffCheckCells == kHandOffCheckCells - 1 && lane == 0)
-          waiting_seen = load_relaxed(a.outliers + 5);
         if (following == -2) {
           following = next_cell(near_next, false);
           p_next = load_cell(t, following);
