@@ -246,6 +246,8 @@ double finish_search_section(Report& s, const SearchTimings& build, const Search
     s.add("download", t.download_ms, "ms");
     if (t.download_ms > 0)
       s.add("download rate", t.download_bytes / (double(t.download_ms) * 1e6), "GB/s");
+    else if (t.download_bytes > 0)
+      s.add_note("", "rows written to host memory by the search's kernels (no download after it)");
     s.add("passes", t.passes);
     if (t.passes <= 1) s.json_only();  // the table shows passes only when there were several
     if (t.distance_evaluations > 0)

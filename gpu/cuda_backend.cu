@@ -1124,6 +1124,23 @@ class CudaBackend final : public Index::Backend_ {
     }
     detail::device_buffer<int> outliers(detail::tree_outlier_ints(pass), s0, ws_);
     const int passes = finite > 0 ? static_cast<int>((finite + pass - 1) / pass) : 0;
+    // A search in one pass into page-locked rows: a launch of one wave forwards the rows to the
+    // host as they complete, so that they cross the link while it runs rather than after it
+    // (detail/row_forward.cuh; knn_tree.cu says where it does not pay).
+    detail::RowForward forward;
+    detail::device_buffer<int> forward_done;
+    if (!mapped_ && passes == 1 && !std::isfinite(bound.r2) && k <= detail::kForwardSegment) {
+      forward.host_idx =
+          static_cast<std::int32_t*>(detail::mapped_alias(out_idx, cells * sizeof(std::int32_t)));
+      forward.host_dist =
+          static_cast<float*>(detail::mapped_alias(out_dist, cells * sizeof(float)));
+      forward.cells = static_cast<std::int64_t>(cells);
+      if (forward.host_idx && forward.host_dist) {
+        forward_done.resize(forward.segments(), s0, ws_);
+        forward.done = forward_done.data();
+      }
+    }
+    bool forwarded = false;
     while (pass_events_.size() < static_cast<std::size_t>(2 * passes + 2 * chunks + 2))
       pass_events_.push_back(std::make_unique<detail::cuda_event>());
     auto ev = [&](int i) -> detail::cuda_event& { return *pass_events_[i]; };
@@ -1155,10 +1172,10 @@ class CudaBackend final : public Index::Backend_ {
       const bool on_aux = turns && p % 2 == 1;
       cudaStream_t sp = on_aux ? aux_ : s0;
       ev(2 * p).record(sp);
-      detail::tree_search_range(index_, sorted, d_queries == nullptr, static_cast<int>(p * pass),
-                                pass_end(p), params, bound, d_out_idx, d_out_dist,
-                                on_aux ? outliers_aux.data() : outliers.data(), evals.data(),
-                                query_offset, ex, sp, ws_);
+      forwarded = detail::tree_search_range(
+          index_, sorted, d_queries == nullptr, static_cast<int>(p * pass), pass_end(p), params,
+          bound, d_out_idx, d_out_dist, on_aux ? outliers_aux.data() : outliers.data(),
+          evals.data(), query_offset, ex, sp, ws_, nullptr, forward.done ? &forward : nullptr);
       ev(2 * p + 1).record(sp);
     }
     if (turns) {  // s0 reads the counts and releases the buffers: after the aux stream's passes
@@ -1168,7 +1185,7 @@ class CudaBackend final : public Index::Backend_ {
     lock_outputs();
     // Every chunk after the first pass that ends past its last query (the last pass at the
     // latest).
-    if (!mapped_) {
+    if (!mapped_ && !forwarded) {
       sent_.assign(chunks, 0);
       for (int p = 0; p < passes; ++p) {
         bool waited = false;
@@ -1194,7 +1211,7 @@ class CudaBackend final : public Index::Backend_ {
     // The passes' span (in turns, they overlap).
     for (int p = 0; p < passes; ++p)
       t.search_ms = std::max(t.search_ms, ev(2 * p + 1).since(ev(0)));
-    if (!mapped_)
+    if (!mapped_ && !forwarded)
       for (int j = 0; j < chunks; ++j)
         t.download_ms += ev(2 * passes + 2 * j + 1).since(ev(2 * passes + 2 * j));
     t.build_ms = ev_[2].since(ev_[1]);

@@ -202,6 +202,18 @@ __global__ void list_all_kernel(TreeKnnArgs a) {
   }
 }
 
+/// After the kernels that write a forwarding launch's rows: copies every segment that none of them
+/// completed (rows of the gather: RowForward), a warp for 32 segments at a time.
+__global__ void forward_rest_kernel(RowForward f, const std::int32_t* idx, const float* dist) {
+  const int lane = threadIdx.x & 31, segments = f.segments();
+  const int warps = static_cast<int>(gridDim.x * blockDim.x / 32);
+  for (int w = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / 32);
+       std::int64_t(w) * 32 < segments; w += warps) {
+    const int s = w * 32 + lane;
+    copy_segments(f, idx, dist, s < segments && f.done[s] != f.entries(s) ? s : -1);
+  }
+}
+
 // Whether knn_tree_outlier_kernel<CAP> may start on `device` before the search kernel ahead of
 // it has ended (programmatic dependent launch): compute capability 9.0 on, and both kernels'
 // code built for it (griddepcontrol is compiled in from sm_90 only: a build for older
@@ -226,7 +238,7 @@ bool starts_early(int device) {
 // device). A hybrid search (a radius bound) takes the fixed-radius walk instead, which has no
 // outliers.
 template <int CAP>
-void launch(const TreeView& tree, TreeKnnArgs a, cudaStream_t stream) {
+bool launch(const TreeView& tree, TreeKnnArgs a, cudaStream_t stream) {
   constexpr int threads = kTreeWarps * 32;
   int blocks = cuda::ceil_div(a.slot_end - a.slot_begin, threads);
   constexpr int list_bytes = tree_list_bytes<CAP>(),
@@ -239,6 +251,8 @@ void launch(const TreeView& tree, TreeKnnArgs a, cudaStream_t stream) {
     PCNN_CUDA_TRY(cudaFuncSetAttribute(hybrid_tree_kernel<CAP>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, hybrid_bytes));
   const int device = current_device(), sms = sm_count(device);
+  const RowForward forward = a.forward;  // for a launch of one wave only (below)
+  a.forward = {};
   if (CAP == 1 && rows_are_first_copies(tree, a)) {
     constexpr int copy_threads = 256;
     first_copy_kernel<<<cuda::ceil_div(a.slot_end - a.slot_begin, copy_threads), copy_threads, 0,
@@ -287,6 +301,17 @@ void launch(const TreeView& tree, TreeKnnArgs a, cudaStream_t stream) {
     // first limits come from the queries' own cells and its warps take about as long as each
     // other: there the waiting and the hand-offs made the 100k frame's search 7-9 % slower.
     a.hand_off = claim && !a.self_search && a.few_per_sm != 0;
+    // Its rows to the host as they complete. In a launch of one wave the link would otherwise
+    // be idle until its last warp ends, and its rows go down after it: 100k rows of k = 8
+    // (6.4 MB), 0.12 ms. In a longer one (1M LiDAR-like points, k = 8 and 32, H200) the search
+    // with its rows forwarded took 3.7-6.2x the kernel alone, and the command's total grew
+    // 13-50 %: rows complete late, scattered over the original order, and the warps' stores
+    // crossed the link at 23-29 GB/s against the download's 52-55.
+    if (claim && forward.done) {
+      a.forward = forward;
+      PCNN_CUDA_TRY(
+          cudaMemsetAsync(forward.done, 0, std::size_t(forward.segments()) * sizeof(int), stream));
+    }
     // The counters, and the list, which is read while written (one fill: a second one cost 6 us
     // of a 160 us search).
     const int cleared = kOutlierCounters + (a.slot_end - a.slot_begin);
@@ -326,6 +351,14 @@ void launch(const TreeView& tree, TreeKnnArgs a, cudaStream_t stream) {
   gather_flagged_kernel<CAP>
       <<<std::max(1, std::min(blocks, 2 * sms)), threads, 0, stream>>>(tree, a);
   PCNN_CHECK_LAUNCH();
+  if (!a.forward.done) return false;
+  // The segments no search kernel completed (rows the gather wrote): a warp for 32 of them.
+  constexpr int rest_threads = 256;
+  forward_rest_kernel<<<std::max(1, std::min(cuda::ceil_div(a.forward.segments(), rest_threads),
+                                             4 * sms)),
+                        rest_threads, 0, stream>>>(a.forward, a.out_idx, a.out_dist);
+  PCNN_CHECK_LAUNCH();
+  return true;
 }
 
 // Calls f(std::integral_constant<int, CAP>{}) with the smallest list capacity that holds k: the
@@ -347,10 +380,10 @@ void with_capacity(int k, F&& f) {
 // The search of a launch's slots, each row settled exactly in the kernels' epilogue, then the
 // gather of the rows they flagged (see detail/refine.cuh), with no host round trip: the gather
 // reads the count of flagged groups on the device.
-void launch_exact(const TreeView& tree, TreeKnnArgs a, const ExactSearch& ex, cudaStream_t stream,
+bool launch_exact(const TreeView& tree, TreeKnnArgs a, const ExactSearch& ex, cudaStream_t stream,
                   DeviceMemoryResource& mr) {
   const int slots = a.slot_end - a.slot_begin;
-  if (slots <= 0) return;
+  if (slots <= 0) return false;
   device_buffer<int2> groups(slots, stream, mr);  // a group holds at least one row
   device_buffer<int> group_count(1, stream, mr);
   device_buffer<float> reach(slots, stream, mr);
@@ -380,7 +413,12 @@ void launch_exact(const TreeView& tree, TreeKnnArgs a, const ExactSearch& ex, cu
     a.collect = collect.data();
     a.collected = collected.data();
   }
-  with_capacity(a.k, [&](auto cap) { launch<decltype(cap)::value>(tree, a, stream); });
+  // Rows are forwarded from kNN lists of up to 32 (a row in at most two segments), else
+  // downloaded by the caller.
+  if (a.k > kForwardSegment || std::isfinite(a.bound.r2)) a.forward = {};
+  bool forwarded = false;
+  with_capacity(a.k, [&](auto cap) { forwarded = launch<decltype(cap)::value>(tree, a, stream); });
+  return forwarded;
 }
 
 // Chunked output: the passes, each downloaded and its rows put in place on the host.
@@ -434,12 +472,13 @@ TreeKnnArgs knn_args(const KnnParams& params, const RadiusBound& bound) {
 
 }  // namespace
 
-void tree_search_range(const SpatialIndex& index, const float4* queries, bool self_search,
+bool tree_search_range(const SpatialIndex& index, const float4* queries, bool self_search,
                        int slot_begin, int slot_end, KnnParams params, const RadiusBound& bound,
                        std::int32_t* d_idx, float* d_dist, int* outliers,
                        unsigned long long* evaluations, int query_offset, const ExactSearch& ex,
-                       cudaStream_t stream, DeviceMemoryResource& mr, const RowShares* shares) {
-  if (slot_end <= slot_begin) return;
+                       cudaStream_t stream, DeviceMemoryResource& mr, const RowShares* shares,
+                       const RowForward* forward) {
+  if (slot_end <= slot_begin) return false;
   TreeKnnArgs a = knn_args(params, bound);
   a.queries = queries;
   a.slot_begin = slot_begin;
@@ -451,7 +490,8 @@ void tree_search_range(const SpatialIndex& index, const float4* queries, bool se
   a.evaluations = evaluations;
   a.query_offset = query_offset;
   if (shares) a.shares = *shares;
-  launch_exact(index.knn_view(), a, ex, stream, mr);
+  if (forward && !shares) a.forward = *forward;
+  return launch_exact(index.knn_view(), a, ex, stream, mr);
 }
 
 TreeSearchStats tree_query(const SpatialIndex& index, const PointsView* queries, KnnParams params,

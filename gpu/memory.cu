@@ -219,6 +219,21 @@ bool is_page_locked(const void* ptr) {
   return attr.type == cudaMemoryTypeHost;
 }
 
+void* mapped_alias(const void* ptr, std::size_t bytes) {
+  if (!ptr || bytes == 0) return nullptr;
+  auto alias = [](const void* p) -> char* {
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    return attr.type == cudaMemoryTypeHost ? static_cast<char*>(attr.devicePointer) : nullptr;
+  };
+  char* first = alias(ptr);
+  char* last = alias(static_cast<const char*>(ptr) + bytes - 1);
+  return first && last == first + (bytes - 1) ? first : nullptr;
+}
+
 }  // namespace detail
 
 // ---- page-locked host memory for callers ----

@@ -1373,6 +1373,67 @@ TEST(IndexHandOff, QueriesOfSlowWarpsSearchedAloneEqualTheCpuBackend) {
   }
 }
 
+// A search of one wave copies each 128-byte segment of its rows to the host as soon as every
+// row in it is written (gpu/detail/row_forward.cuh), and no download follows. A LiDAR-like scan
+// against a LiDAR-like map holding a pile of 40 copies of one point (rows near it tie at the k-th
+// neighbor: flagged, and written by the gather, so their segments are copied after the search),
+// with copies of map points, non-finite and far queries: at every k, rows that straddle segments
+// (3, 5, 13) among them, the rows in the caller's page-locked memory (filled with junk first, twice
+// over: the counts start again at every call) and in the index's own buffers (a KnnResult) equal
+// the CPU backend's. At least one k must have forwarded: nothing was downloaded after its search.
+// The same for the self-search of a scan (no hand-off there) into page-locked rows.
+TEST(IndexHandOff, RowsForwardedToTheHostEqualTheCpuBackend) {
+  PCNN_REQUIRE_DEVICE();
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  std::vector<float> map = make_synthetic_cloud(SyntheticKind::lidar, 200000, 41);
+  for (int i = 0; i < 40; ++i) map.insert(map.end(), {map[3000], map[3001], map[3002]});
+  const std::int64_t n = 150 * std::int64_t(sms) + 7;
+  std::vector<float> queries = make_synthetic_cloud(SyntheticKind::lidar, n, 42);
+  std::copy_n(map.begin(), 60, queries.begin() + 3 * (n / 2));  // exact copies of map points
+  for (int i = 0; i < 40; ++i) {                                // around the pile
+    const float d = 1e-3f * float(i % 7);
+    std::copy_n(std::initializer_list<float>{map[3000] + d, map[3001] - d, map[3002]}.begin(), 3,
+                queries.begin() + 3 * (n / 4 + 3 * i));
+  }
+  std::copy_n(std::initializer_list<float>{NAN, 1.f, 2.f, 400.f, -300.f, 90.f}.begin(), 6,
+              queries.begin() + 3 * (n / 3));
+  IndexOptions cpu;
+  cpu.backend = Backend::cpu;
+  Index gpu(view(map), cuda_options(Staging::pinned));
+  Index reference(view(map), cpu);
+  const PointsView q = host_points(queries.data(), n);
+  bool forwarded = false;
+  for (int k : {1, 3, 5, 8, 13, 32}) {
+    const KnnResult expected = reference.knn(q, {k});
+    pcnn::page_locked_vector<std::int32_t> idx(n * k);
+    pcnn::page_locked_vector<float> dist(n * k);
+    for (int call = 0; call < 2; ++call) {
+      std::fill(idx.begin(), idx.end(), -7);
+      std::fill(dist.begin(), dist.end(), -1.f);
+      gpu.knn(q, {k}, {idx.data(), n, k}, {dist.data(), n, k});
+      forwarded = forwarded || gpu.last_timings().download_ms == 0.f;
+      EXPECT_TRUE(same_rows(idx.data(), dist.data(), expected)) << "k = " << k << ", call " << call;
+    }
+    EXPECT_TRUE(same_knn(gpu.knn(q, {k}), expected)) << "k = " << k << ", the index's buffers";
+  }
+  EXPECT_TRUE(forwarded) << "no search forwarded its rows";
+
+  const std::vector<float> scan(queries.begin(), queries.begin() + 3 * (n / 2));
+  Index self(view(scan), cuda_options(Staging::pinned));
+  forwarded = false;
+  for (int k : {1, 5, 8}) {
+    const KnnResult expected = reference_knn(view(scan), nullptr, {k, true});
+    pcnn::page_locked_vector<std::int32_t> idx(n / 2 * k, -7);
+    pcnn::page_locked_vector<float> dist(n / 2 * k, -1.f);
+    self.self_knn({k, true}, {idx.data(), n / 2, k}, {dist.data(), n / 2, k});
+    forwarded = forwarded || self.last_timings().download_ms == 0.f;
+    EXPECT_TRUE(same_rows(idx.data(), dist.data(), expected)) << "self, k = " << k;
+  }
+  EXPECT_TRUE(forwarded) << "no self-search forwarded its rows";
+}
+
 // A cloud stored in curve order completes a chunk of its rows in each pass: the search then runs
 // in passes, taken in turn by two streams, each chunk going down once the passes that hold its
 // rows are done. A LiDAR-like scan with a few far points in curve order, in chunks of 2,048 rows

@@ -40,6 +40,7 @@
 #include "distance.cuh"
 #include "radius_bound.cuh"
 #include "refine.cuh"
+#include "row_forward.cuh"
 #include "search.cuh"
 #include "spatial_index.cuh"
 #include "topk.cuh"
@@ -95,11 +96,20 @@ struct TreeKnnArgs {
   // heap walk then takes only those rows.
   std::uint64_t* collect = nullptr;
   int* collected = nullptr;
+  // Rows also forwarded to the host as their segments complete (row_forward.cuh), rows by
+  // original index: in a launch of one wave (knn_tree_kernel<CAP, true>), its rows and the
+  // outliers it searches; rows of other kernels (the gather's) are left to forward_rest_kernel
+  // (knn_tree.cu).
+  RowForward forward;
 
   struct Out {
     std::int32_t* idx;
     float* dist;
   };
+  /// The row of out_idx / out_dist of the query at `slot` (original index `qid`).
+  __device__ int row(int slot, int qid) const {
+    return out_slot_base < 0 ? qid : slot - out_slot_base;
+  }
   /// Where the row of the query at `slot` (original index `qid`) goes.
   __device__ Out out(int slot, int qid) const {
     Out o;
@@ -107,9 +117,13 @@ struct TreeKnnArgs {
       shares.at(qid, k, o.idx, o.dist);
       return o;
     }
-    const std::size_t r =
-        static_cast<std::size_t>(out_slot_base < 0 ? qid : slot - out_slot_base) * k;
+    const std::size_t r = static_cast<std::size_t>(row(slot, qid)) * k;
     return {out_idx + r, out_dist + r};
+  }
+  /// Every lane calls (warp-synchronous): `written` says its row (the query at `slot`) is now
+  /// complete on the device. Forwards the rows' completed segments, where rows are forwarded.
+  __device__ __forceinline__ void forward_row(bool written, int slot, int qid) const {
+    if (forward.done) forward_rows(forward, out_idx, out_dist, written ? row(slot, qid) : -1, k);
   }
 };
 
@@ -352,7 +366,7 @@ __device__ __forceinline__ int push_nearest_last(const TreeView& t, float4 q, fl
 /// 1M LiDAR points took 136 us that way instead of 107). The list starts from the limit the
 /// query was listed with (list_outlier): from it rather than from infinity, 1M LiDAR-like points
 /// were searched 6 % faster at k = 8 and 3 % at k = 32 (H200).
-template <int CAP>
+template <int CAP, bool kForwards = false>
 __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, int* stack,
                                float* bounds) {
   const int lane = threadIdx.x & 31;
@@ -432,6 +446,7 @@ __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, i
     settle(best.s);
   }
   flag_rows(a.exact, a.slot_begin, slot, flagged, reach);
+  if constexpr (kForwards) a.forward_row(lane == 0 && !flagged, slot, qid);  // lane 0's row
 }
 
 /// Claims the next listed outlier not yet claimed, for the calling warp: its index in the list,
@@ -726,6 +741,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
                                  a.exact.query(q, qid), a.exact, o.idx, o.dist, reach);
     }
     flag_rows(a.exact, a.slot_begin, first_slot, flagged, reach);
+    if constexpr (kClaim) a.forward_row(mine && !outlier && !flagged, slot, qid);
     if (lane == 0 && evals) atomicAdd(a.evaluations, evals);
     if constexpr (kClaim) listed = listed || __any_sync(kFullMask, outlier);
   }
@@ -747,10 +763,10 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
       }
       if (all_started)
         for (int i = wait_for_outlier(a); i >= 0; i = wait_for_outlier(a))
-          search_outlier<CAP>(t, a, i, stack_all[warp], nullptr);
+          search_outlier<CAP, true>(t, a, i, stack_all[warp], nullptr);
     } else if (all_started) {
       for (int i = claim_outlier(a); i >= 0; i = claim_outlier(a))
-        search_outlier<CAP>(t, a, i, stack_all[warp], nullptr);
+        search_outlier<CAP, true>(t, a, i, stack_all[warp], nullptr);
     }
   }
 }

@@ -13,6 +13,7 @@
 #include "pcnn/knn.hpp"
 #include "pcnn/radius.hpp"
 #include "radius_bound.cuh"
+#include "row_forward.cuh"
 #include "spatial_index.cuh"
 
 namespace pcnn::detail {
@@ -66,14 +67,16 @@ inline std::int64_t tree_outlier_ints(std::int64_t slots) { return kOutlierCount
 /// One launch of the tree kNN over the sorted queries [slot_begin, slot_end) (the index's own
 /// points when `self_search`), rows written by original query index; `outliers` holds
 /// tree_outlier_ints(slot_end - slot_begin) ints; with exclude_self, query i is indexed point
-/// i + query_offset; `shares` given, rows go to those shares instead of d_idx / d_dist. Does not
-/// synchronize.
-void tree_search_range(const SpatialIndex& index, const float4* queries, bool self_search,
+/// i + query_offset; `shares` given, rows go to those shares instead of d_idx / d_dist. With
+/// `forward` (rows for every query, slot_begin 0; not with `shares`), a launch of one wave
+/// (knn_tree.cu) also copies every row to the host rows there (row_forward.cuh), and then
+/// returns true: no download is needed. Does not synchronize.
+bool tree_search_range(const SpatialIndex& index, const float4* queries, bool self_search,
                        int slot_begin, int slot_end, KnnParams params, const RadiusBound& bound,
                        std::int32_t* d_idx, float* d_dist, int* outliers,
                        unsigned long long* evaluations, int query_offset, const ExactSearch& ex,
                        cudaStream_t stream, DeviceMemoryResource& mr,
-                       const RowShares* shares = nullptr);
+                       const RowShares* shares = nullptr, const RowForward* forward = nullptr);
 
 /// Throws pcnn::out_of_memory_error when `working` bytes plus the per-query memory of a radius
 /// search of `rows` queries exceed `available`.

@@ -1,0 +1,78 @@
+// Rows forwarded to the host by the search kernel itself, a 128-byte line at a time, as soon as
+// every row of the line is written: a one-wave search's rows then cross the link while its last
+// warps still walk, instead of in one download after the kernel.
+//
+// The caller's rows (page-locked, mapped host memory: row r's k entries at [r * k, r * k + k),
+// original query order) are cut into segments of kForwardSegment entries (128 bytes of indices
+// and 128 of distances). A lane that writes a row on the device counts its entries into the
+// segments it touches (an atomic a segment; k <= 32: one or two segments); the lane whose count
+// completes a segment has its warp copy that segment to the host, a coalesced 128-byte store per
+// array. Rows written later (the gather of flagged rows) never count, so their segments are
+// copied after every kernel that writes rows (forward_rest_kernel, knn_tree.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "warp_reduce.cuh"
+
+namespace pcnn::detail {
+
+inline constexpr int kForwardSegment = 32;  // row entries a segment: 128 bytes of each array
+
+/// Where forwarded rows go. `done` null: nothing is forwarded.
+struct RowForward {
+  int* done = nullptr;               // entries written so far, a segment: segments() ints, zeroed
+  std::int32_t* host_idx = nullptr;  // the host rows' device aliases (rows × k entries)
+  float* host_dist = nullptr;
+  std::int64_t cells = 0;  // rows × k
+  __host__ __device__ int segments() const {
+    return static_cast<int>((cells + kForwardSegment - 1) / kForwardSegment);
+  }
+  __device__ int entries(int s) const {  // of segment s (the last one may be short)
+    const std::int64_t left = cells - std::int64_t(s) * kForwardSegment;
+    return left < kForwardSegment ? static_cast<int>(left) : kForwardSegment;
+  }
+};
+
+/// The warp copies every segment its lanes name (`s` >= 0) from the device rows to the host's.
+/// Warp-synchronous.
+__device__ __forceinline__ void copy_segments(const RowForward& f, const std::int32_t* idx,
+                                              const float* dist, int s) {
+  const int lane = threadIdx.x & 31;
+  for (unsigned owners = __ballot_sync(kFullMask, s >= 0); owners; owners &= owners - 1) {
+    const int seg = __shfl_sync(kFullMask, s, __ffs(owners) - 1);
+    const std::int64_t e = std::int64_t(seg) * kForwardSegment + lane;
+    // Written by other warps (on other SMs) during this kernel: read from L2, not L1.
+    if (lane < f.entries(seg)) {
+      f.host_idx[e] = __ldcg(idx + e);
+      f.host_dist[e] = __ldcg(dist + e);
+    }
+  }
+}
+
+/// Every lane calls: `row` >= 0 is the row the lane has just written in full (k <= 32 entries
+/// at idx / dist + row * k), -1 none. Counts the rows into their segments, then the warp copies
+/// the segments they completed.
+__device__ __forceinline__ void forward_rows(const RowForward& f, const std::int32_t* idx,
+                                             const float* dist, std::int64_t row, int k) {
+  int first = -1, second = -1;  // segments this lane completed
+  if (row >= 0) {
+    __threadfence();  // the row's entries, before its counts
+    const std::int64_t e0 = row * k, e1 = e0 + k;
+    for (std::int64_t s = e0 / kForwardSegment; s * kForwardSegment < e1; ++s) {
+      const std::int64_t lo = s * kForwardSegment;
+      const int n = static_cast<int>((e1 < lo + kForwardSegment ? e1 : lo + kForwardSegment) -
+                                     (e0 > lo ? e0 : lo));
+      if (atomicAdd(f.done + s, n) + n == f.entries(static_cast<int>(s)))
+        (first < 0 ? first : second) = static_cast<int>(s);
+    }
+    if (first >= 0) __threadfence();  // the other rows of those segments, after their counts
+  }
+  __syncwarp();  // the completing lanes' fences, before the other lanes read
+  copy_segments(f, idx, dist, first);
+  copy_segments(f, idx, dist, second);
+}
+
+}  // namespace pcnn::detail
