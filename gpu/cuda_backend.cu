@@ -1126,14 +1126,18 @@ class CudaBackend final : public Index::Backend_ {
     const int passes = finite > 0 ? static_cast<int>((finite + pass - 1) / pass) : 0;
     // A search in one pass into page-locked rows: a launch of one wave forwards the rows to the
     // host as they complete, so that they cross the link while it runs rather than after it
-    // (detail/row_forward.cuh; knn_tree.cu says where it does not pay).
+    // (detail/row_forward.cuh; knn_tree.cu says where it does not pay). Only into memory pcnn took
+    // from cudaHostAlloc (the index's staging buffers, pcnn::allocate_page_locked): into rows
+    // locked by cudaHostRegister (the command's) the kernels' stores were slower (100k LiDAR-like
+    // self-search, k = 8, H200: 0.27-0.29 ms against a search and download of 0.25; into
+    // cudaHostAlloc rows written for the first time, 0.23-0.25 against 0.27).
     detail::RowForward forward;
     detail::device_buffer<int> forward_done;
     if (!mapped_ && passes == 1 && !std::isfinite(bound.r2) && k <= detail::kForwardSegment) {
-      forward.host_idx =
-          static_cast<std::int32_t*>(detail::mapped_alias(out_idx, cells * sizeof(std::int32_t)));
+      forward.host_idx = static_cast<std::int32_t*>(
+          detail::host_alloc_alias(out_idx, cells * sizeof(std::int32_t)));
       forward.host_dist =
-          static_cast<float*>(detail::mapped_alias(out_dist, cells * sizeof(float)));
+          static_cast<float*>(detail::host_alloc_alias(out_dist, cells * sizeof(float)));
       forward.cells = static_cast<std::int64_t>(cells);
       if (forward.host_idx && forward.host_dist) {
         forward_done.resize(forward.segments(), s0, ws_);

@@ -3,8 +3,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_set>
@@ -167,6 +169,33 @@ MemoryStats Workspace::stats() const {
 
 // ---- page-locked host memory ----
 
+namespace {
+
+// The blocks pcnn took from cudaHostAlloc (its staging buffers, allocate_page_locked's), by
+// address: where host_alloc_alias may let the search's kernels write rows. Memory locked by
+// cudaHostRegister is left out: the kernels' stores into it were slower than a download (see
+// CudaBackend::curve_order_search), and cudaHostGetFlags did not tell it apart.
+struct HostAllocBlocks {
+  std::mutex m;
+  std::map<std::uintptr_t, std::size_t> blocks;  // start, bytes
+};
+HostAllocBlocks& host_alloc_blocks() {
+  static HostAllocBlocks* b = new HostAllocBlocks;  // never destroyed: frees may come at exit
+  return *b;
+}
+void note_host_alloc(void* p, std::size_t bytes) {
+  HostAllocBlocks& b = host_alloc_blocks();
+  const std::lock_guard<std::mutex> lock(b.m);
+  b.blocks[reinterpret_cast<std::uintptr_t>(p)] = bytes;
+}
+void forget_host_alloc(void* p) {
+  HostAllocBlocks& b = host_alloc_blocks();
+  const std::lock_guard<std::mutex> lock(b.m);
+  b.blocks.erase(reinterpret_cast<std::uintptr_t>(p));
+}
+
+}  // namespace
+
 void* pinned_allocate_bytes(std::size_t bytes, bool mapped) {
   void* p = nullptr;
   const cudaError_t err =
@@ -178,10 +207,14 @@ void* pinned_allocate_bytes(std::size_t bytes, bool mapped) {
                               static_cast<std::int64_t>(bytes), 0);
   }
   PCNN_CUDA_TRY(err);
+  note_host_alloc(p, bytes);
   return p;
 }
 
-void pinned_free_bytes(void* ptr) noexcept { PCNN_CUDA_TRY_NO_THROW(cudaFreeHost(ptr)); }
+void pinned_free_bytes(void* ptr) noexcept {
+  if (ptr) forget_host_alloc(ptr);
+  PCNN_CUDA_TRY_NO_THROW(cudaFreeHost(ptr));
+}
 
 void* lock_host(const void* ptr, std::size_t bytes, unsigned flags, cudaError_t& err) {
   err = cudaSuccess;
@@ -219,8 +252,17 @@ bool is_page_locked(const void* ptr) {
   return attr.type == cudaMemoryTypeHost;
 }
 
-void* mapped_alias(const void* ptr, std::size_t bytes) {
+void* host_alloc_alias(const void* ptr, std::size_t bytes) {
   if (!ptr || bytes == 0) return nullptr;
+  {
+    HostAllocBlocks& b = host_alloc_blocks();
+    const std::lock_guard<std::mutex> lock(b.m);
+    const auto at = reinterpret_cast<std::uintptr_t>(ptr);
+    auto it = b.blocks.upper_bound(at);  // the first block after ptr: the one before holds it
+    if (it == b.blocks.begin()) return nullptr;
+    --it;
+    if (bytes > it->second || at - it->first > it->second - bytes) return nullptr;
+  }
   auto alias = [](const void* p) -> char* {
     cudaPointerAttributes attr{};
     if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
@@ -258,7 +300,10 @@ void* allocate_page_locked(std::size_t bytes) {
   if (bytes == 0) bytes = 1;
   void* p = nullptr;
   const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
-  if (err == cudaSuccess) return p;
+  if (err == cudaSuccess) {
+    detail::note_host_alloc(p, bytes);
+    return p;
+  }
   cudaGetLastError();
   if (err == cudaErrorMemoryAllocation)
     throw out_of_memory_error("out of page-locked host memory: " +
@@ -304,6 +349,7 @@ void free_page_locked(void* ptr) noexcept {
     }
   }
   // Page-locked: where the driver cannot free it any more (torn down), it is left to the exit.
+  detail::forget_host_alloc(ptr);
   PCNN_CUDA_TRY_NO_THROW(cudaFreeHost(ptr));
 }
 

@@ -1381,7 +1381,8 @@ TEST(IndexHandOff, QueriesOfSlowWarpsSearchedAloneEqualTheCpuBackend) {
 // (3, 5, 13) among them, the rows in the caller's page-locked memory (filled with junk first, twice
 // over: the counts start again at every call) and in the index's own buffers (a KnnResult) equal
 // the CPU backend's. At least one k must have forwarded: nothing was downloaded after its search.
-// The same for the self-search of a scan (no hand-off there) into page-locked rows.
+// Rows locked by cudaHostRegister (pcnn::PageLock) are downloaded instead, and equal too. The same
+// for the self-search of a scan (no hand-off there) into page-locked rows.
 TEST(IndexHandOff, RowsForwardedToTheHostEqualTheCpuBackend) {
   PCNN_REQUIRE_DEVICE();
   int device = 0, sms = 0;
@@ -1417,6 +1418,12 @@ TEST(IndexHandOff, RowsForwardedToTheHostEqualTheCpuBackend) {
       EXPECT_TRUE(same_rows(idx.data(), dist.data(), expected)) << "k = " << k << ", call " << call;
     }
     EXPECT_TRUE(same_knn(gpu.knn(q, {k}), expected)) << "k = " << k << ", the index's buffers";
+    std::vector<std::int32_t> locked_idx(n * k, -7);
+    std::vector<float> locked_dist(n * k, -1.f);
+    const pcnn::PageLock lock_idx(locked_idx.data(), locked_idx.size() * sizeof(std::int32_t));
+    const pcnn::PageLock lock_dist(locked_dist.data(), locked_dist.size() * sizeof(float));
+    gpu.knn(q, {k}, {locked_idx.data(), n, k}, {locked_dist.data(), n, k});
+    EXPECT_TRUE(same_rows(locked_idx, locked_dist, expected)) << "k = " << k << ", registered";
   }
   EXPECT_TRUE(forwarded) << "no search forwarded its rows";
 

@@ -199,9 +199,10 @@ class host_registration {
 /// to and from it can run asynchronously.
 bool is_page_locked(const void* ptr);
 
-/// The current device's address of [ptr, ptr + bytes) where that range is page-locked host memory
-/// mapped for the device (its first and last bytes, one contiguous alias), else null.
-void* mapped_alias(const void* ptr, std::size_t bytes);
+/// The current device's address of [ptr, ptr + bytes) where that range lies in one block pcnn
+/// took from cudaHostAlloc (pinned_buffer's, allocate_page_locked's), mapped for the device (its
+/// first and last bytes, one contiguous alias), else null: other page-locked memory among it.
+void* host_alloc_alias(const void* ptr, std::size_t bytes);
 
 /// Page-locks [ptr, ptr + bytes) with cudaHostRegister `flags` unless it already is (then, or
 /// where it overlaps a lock, or for null or empty ranges: null, `err` cudaSuccess). Returns the
