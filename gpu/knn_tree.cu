@@ -304,9 +304,10 @@ bool launch(const TreeView& tree, TreeKnnArgs a, cudaStream_t stream) {
     // Its rows to the host as they complete. In a launch of one wave the link would otherwise
     // be idle until its last warp ends, and its rows go down after it: 100k rows of k = 8
     // (6.4 MB), 0.12 ms. In a longer one (1M LiDAR-like points, k = 8 and 32, H200) the search
-    // with its rows forwarded took 3.7-6.2x the kernel alone, and the command's total grew
-    // 13-50 %: rows complete late, scattered over the original order, and the warps' stores
-    // crossed the link at 23-29 GB/s against the download's 52-55.
+    // with its rows forwarded took 3.7-6.3x the kernel alone, and the command's total grew
+    // 13-54 %: rows complete late, scattered over the original order, and the warps' stores
+    // crossed the link at 23-30 GB/s against the download's 52-55
+    // (bench/results/2026-11-30-round33.md).
     if (claim && forward.done) {
       a.forward = forward;
       PCNN_CUDA_TRY(
