@@ -35,14 +35,19 @@ double ms_since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
 }
 
+bool device_is_integrated(int ordinal) {
+  int integrated = 0;
+  PCNN_CUDA_TRY(cudaDeviceGetAttribute(&integrated, cudaDevAttrIntegrated, ordinal));
+  return integrated != 0;
+}
+
 // `automatic` stays automatic on a discrete GPU (chosen per transfer, see staging_for), and
 // becomes mapped on an integrated one (Jetson), where host memory is the device's.
 Staging resolve_staging(Staging staging, int ordinal) {
   if (staging != Staging::automatic) return staging;
-  int integrated = 0, can_map = 0;
-  PCNN_CUDA_TRY(cudaDeviceGetAttribute(&integrated, cudaDevAttrIntegrated, ordinal));
+  int can_map = 0;
   PCNN_CUDA_TRY(cudaDeviceGetAttribute(&can_map, cudaDevAttrCanMapHostMemory, ordinal));
-  return integrated && can_map ? Staging::mapped : Staging::automatic;
+  return device_is_integrated(ordinal) && can_map ? Staging::mapped : Staging::automatic;
 }
 
 // Pinned staging of more than two chunks goes through them (detail::upload_through_chunks).
@@ -216,6 +221,7 @@ class CudaBackend final : public Index::Backend_ {
         ws_(upstream_),
         staging_(resolve_staging(o.staging, o.device)),
         mapped_(staging_ == Staging::mapped),
+        integrated_(device_is_integrated(o.device)),
         refs_host_(mapped_, &ws_.host),
         queries_host_(mapped_, &ws_.host),
         idx_host_(mapped_, &ws_.host),
@@ -993,10 +999,11 @@ class CudaBackend final : public Index::Backend_ {
     const int k = params.k;
     const std::int64_t rows = d_queries ? d_queries->count : index_.n_total;
     const std::size_t cells = static_cast<std::size_t>(rows) * k;
-    // Per row: its k results, a flagged group and reach, an outlier slot and its limit, and a
-    // second pair for passes in turn (two passes' scratch at once: curve_order_search).
+    // Per row: its k results, a flagged group and reach, an outlier slot and its limit, a
+    // second pair for passes in turn (two passes' scratch at once: curve_order_search), and the
+    // forwarding's counters (k / 8 bytes).
     const std::int64_t per_pass = detail::plan_rows_per_pass(
-        rows, std::int64_t(k + 2) * 8 + 12,
+        rows, std::int64_t(k + 2) * 8 + 12 + (k + 7) / 8,
         d_queries ? query_working_bytes(*d_queries) : detail::working_reserve(ws_.available()),
         params.max_rows_per_pass,
         "a search of " + std::to_string(rows) + " queries with k = " + std::to_string(k),
@@ -1124,16 +1131,19 @@ class CudaBackend final : public Index::Backend_ {
     }
     detail::device_buffer<int> outliers(detail::tree_outlier_ints(pass), s0, ws_);
     const int passes = finite > 0 ? static_cast<int>((finite + pass - 1) / pass) : 0;
-    // A search in one pass into page-locked rows: a launch of one wave forwards the rows to the
-    // host as they complete, so that they cross the link while it runs rather than after it
-    // (detail/row_forward.cuh; knn_tree.cu says where it does not pay). Only into memory pcnn took
+    // A search in one pass into page-locked rows: its kernels forward the rows to the host as
+    // they complete, so that they cross the link while it runs rather than after it
+    // (detail/row_forward.cuh). Only into memory pcnn took
     // from cudaHostAlloc (the index's staging buffers, pcnn::allocate_page_locked): into rows
-    // locked by cudaHostRegister (the command's) the kernels' stores were slower (100k LiDAR-like
-    // self-search, k = 8, H200: 0.27-0.29 ms against a search and download of 0.25; into
-    // cudaHostAlloc rows written for the first time, 0.23-0.25 against 0.27).
+    // locked by cudaHostRegister for the call (the command's) the kernels' stores were slower
+    // (100k LiDAR-like self-search, k = 8, H200: 0.27-0.29 ms against a search and download of
+    // 0.25-0.26; into cudaHostAlloc rows written for the first time, 0.22-0.26 against
+    // 0.26-0.28). Not on an integrated GPU, whose "host" rows are its own memory: no link to hide.
+    // The counters take rows * k / 8 bytes (in plan_rows_per_pass's bytes a row).
     detail::RowForward forward;
     detail::device_buffer<int> forward_done;
-    if (!mapped_ && passes == 1 && !std::isfinite(bound.r2) && k <= detail::kForwardSegment) {
+    if (!mapped_ && !integrated_ && passes == 1 &&
+        detail::forwardable_rows(k, std::isfinite(bound.r2))) {
       forward.host_idx = static_cast<std::int32_t*>(
           detail::host_alloc_alias(out_idx, cells * sizeof(std::int32_t)));
       forward.host_dist =
@@ -1210,7 +1220,7 @@ class CudaBackend final : public Index::Backend_ {
       PCNN_CUDA_TRY(cudaStreamSynchronize(s0));
       for (int j = 0; j < chunks; ++j) download(j);
     }
-    read_counts(evals, s0, t);
+    read_counts(evals, s0, t);  // synchronizes s0: rows forwarded by its kernels are on the host
     PCNN_CUDA_TRY(cudaStreamSynchronize(s1));
     // The passes' span (in turns, they overlap).
     for (int p = 0; p < passes; ++p)
@@ -1227,6 +1237,7 @@ class CudaBackend final : public Index::Backend_ {
   detail::Workspace ws_;
   Staging staging_;
   bool mapped_;
+  bool integrated_;  // an integrated GPU (Jetson): host memory is the device's
   cudaStream_t aux_ = nullptr;
   cudaStream_t copy_ = nullptr;  // curve_order_search's downloads (nothing is allocated there)
   int sms_ = 1;                  // the device's multiprocessors (the passes' size)

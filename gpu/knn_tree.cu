@@ -203,7 +203,7 @@ __global__ void list_all_kernel(TreeKnnArgs a) {
 }
 
 /// After the kernels that write a forwarding launch's rows: copies every segment that none of them
-/// completed (rows of the gather: RowForward), a warp for 32 segments at a time.
+/// completed (rows of the gather and others: RowForward), a warp for 32 segments at a time.
 __global__ void forward_rest_kernel(RowForward f, const std::int32_t* idx, const float* dist) {
   const int lane = threadIdx.x & 31, segments = f.segments();
   const int warps = static_cast<int>(gridDim.x * blockDim.x / 32);
@@ -251,7 +251,7 @@ bool launch(const TreeView& tree, TreeKnnArgs a, cudaStream_t stream) {
     PCNN_CUDA_TRY(cudaFuncSetAttribute(hybrid_tree_kernel<CAP>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, hybrid_bytes));
   const int device = current_device(), sms = sm_count(device);
-  const RowForward forward = a.forward;  // for a launch of one wave only (below)
+  const RowForward forward = a.forward;  // for the shared walk's launch only (below)
   a.forward = {};
   if (CAP == 1 && rows_are_first_copies(tree, a)) {
     constexpr int copy_threads = 256;
@@ -301,14 +301,10 @@ bool launch(const TreeView& tree, TreeKnnArgs a, cudaStream_t stream) {
     // first limits come from the queries' own cells and its warps take about as long as each
     // other: there the waiting and the hand-offs made the 100k frame's search 7-9 % slower.
     a.hand_off = claim && !a.self_search && a.few_per_sm != 0;
-    // Its rows to the host as they complete. In a launch of one wave the link would otherwise
-    // be idle until its last warp ends, and its rows go down after it: 100k rows of k = 8
-    // (6.4 MB), 0.12 ms. In a longer one (1M LiDAR-like points, k = 8 and 32, H200) the search
-    // with its rows forwarded took 3.7-6.3x the kernel alone, and the command's total grew
-    // 13-54 %: rows complete late, scattered over the original order, and the warps' stores
-    // crossed the link at 23-30 GB/s against the download's 52-55
-    // (bench/results/2026-11-30-round33.md).
-    if (claim && forward.done) {
+    // Its rows to the host as they complete, so that they cross the link while it runs instead
+    // of after its last warp (LiDAR-like frames, k = 8, H200: 100k self 0.44 -> 0.38 ms, 400k
+    // 1.05 -> 0.88, 1M 2.30-2.38 -> 1.87-1.88; bench/results/2026-11-30-round33.md).
+    if (forward.done) {
       a.forward = forward;
       PCNN_CUDA_TRY(
           cudaMemsetAsync(forward.done, 0, std::size_t(forward.segments()) * sizeof(int), stream));
@@ -353,7 +349,7 @@ bool launch(const TreeView& tree, TreeKnnArgs a, cudaStream_t stream) {
       <<<std::max(1, std::min(blocks, 2 * sms)), threads, 0, stream>>>(tree, a);
   PCNN_CHECK_LAUNCH();
   if (!a.forward.done) return false;
-  // The segments no search kernel completed (rows the gather wrote): a warp for 32 of them.
+  // The segments no search kernel completed (rows the gather wrote, among others).
   constexpr int rest_threads = 256;
   forward_rest_kernel<<<std::max(1, std::min(cuda::ceil_div(a.forward.segments(), rest_threads),
                                              4 * sms)),
@@ -414,9 +410,7 @@ bool launch_exact(const TreeView& tree, TreeKnnArgs a, const ExactSearch& ex, cu
     a.collect = collect.data();
     a.collected = collected.data();
   }
-  // Rows are forwarded from kNN lists of up to 32 (a row in at most two segments), else
-  // downloaded by the caller.
-  if (a.k > kForwardSegment || std::isfinite(a.bound.r2)) a.forward = {};
+  if (!forwardable_rows(a.k, std::isfinite(a.bound.r2))) a.forward = {};  // the caller downloads
   bool forwarded = false;
   with_capacity(a.k, [&](auto cap) { forwarded = launch<decltype(cap)::value>(tree, a, stream); });
   return forwarded;

@@ -207,7 +207,12 @@ void* pinned_allocate_bytes(std::size_t bytes, bool mapped) {
                               static_cast<std::int64_t>(bytes), 0);
   }
   PCNN_CUDA_TRY(err);
-  note_host_alloc(p, bytes);
+  try {
+    note_host_alloc(p, bytes);
+  } catch (...) {
+    cudaFreeHost(p);
+    throw;
+  }
   return p;
 }
 
@@ -301,7 +306,12 @@ void* allocate_page_locked(std::size_t bytes) {
   void* p = nullptr;
   const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
   if (err == cudaSuccess) {
-    detail::note_host_alloc(p, bytes);
+    try {
+      detail::note_host_alloc(p, bytes);
+    } catch (...) {
+      cudaFreeHost(p);
+      throw;
+    }
     return p;
   }
   cudaGetLastError();

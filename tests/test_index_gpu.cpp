@@ -1380,9 +1380,13 @@ TEST(IndexHandOff, QueriesOfSlowWarpsSearchedAloneEqualTheCpuBackend) {
 // with copies of map points, non-finite and far queries: at every k, rows that straddle segments
 // (3, 5, 13) among them, the rows in the caller's page-locked memory (filled with junk first, twice
 // over: the counts start again at every call) and in the index's own buffers (a KnnResult) equal
-// the CPU backend's. At least one k must have forwarded: nothing was downloaded after its search.
-// Rows locked by cudaHostRegister (pcnn::PageLock) are downloaded instead, and equal too. The same
-// for the self-search of a scan (no hand-off there) into page-locked rows.
+// the CPU backend's. On a discrete GPU each of those searches must have forwarded (nothing was
+// downloaded after it), and some rows must have been flagged (the gather's rows). Rows locked by
+// cudaHostRegister (pcnn::PageLock) are downloaded instead, and equal too, as are rows of a search
+// in chunks of 4,096 (its non-finite queries' rows written before the search). The same for the
+// self-search of a scan (no hand-off there) into page-locked rows, of one wave and of many (a
+// scan ten times the size: the kernel that does not claim its outliers, and the outlier kernel
+// started beside it).
 TEST(IndexHandOff, RowsForwardedToTheHostEqualTheCpuBackend) {
   PCNN_REQUIRE_DEVICE();
   int device = 0, sms = 0;
@@ -1405,8 +1409,19 @@ TEST(IndexHandOff, RowsForwardedToTheHostEqualTheCpuBackend) {
   Index gpu(view(map), cuda_options(Staging::pinned));
   Index reference(view(map), cpu);
   const PointsView q = host_points(queries.data(), n);
-  bool forwarded = false;
+  int integrated = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&integrated, cudaDevAttrIntegrated, device), cudaSuccess);
+  auto forwarded = [&](const Index& index, const std::string& what) {
+    if (!integrated) {
+      EXPECT_EQ(index.last_timings().download_ms, 0.f) << what << ": downloaded";
+    }
+  };
+  IndexOptions chunked = cuda_options(Staging::pinned);
+  chunked.chunk_rows = 4096;
+  Index in_chunks(view(map), chunked);
+  bool refined = false;
   for (int k : {1, 3, 5, 8, 13, 32}) {
+    const std::string at = "k = " + std::to_string(k);
     const KnnResult expected = reference.knn(q, {k});
     pcnn::page_locked_vector<std::int32_t> idx(n * k);
     pcnn::page_locked_vector<float> dist(n * k);
@@ -1414,9 +1429,14 @@ TEST(IndexHandOff, RowsForwardedToTheHostEqualTheCpuBackend) {
       std::fill(idx.begin(), idx.end(), -7);
       std::fill(dist.begin(), dist.end(), -1.f);
       gpu.knn(q, {k}, {idx.data(), n, k}, {dist.data(), n, k});
-      forwarded = forwarded || gpu.last_timings().download_ms == 0.f;
-      EXPECT_TRUE(same_rows(idx.data(), dist.data(), expected)) << "k = " << k << ", call " << call;
+      forwarded(gpu, at);
+      refined = refined || gpu.last_timings().refined_rows > 0;
+      EXPECT_TRUE(same_rows(idx.data(), dist.data(), expected)) << at << ", call " << call;
     }
+    std::fill(idx.begin(), idx.end(), -7);
+    std::fill(dist.begin(), dist.end(), -1.f);
+    in_chunks.knn(q, {k}, {idx.data(), n, k}, {dist.data(), n, k});
+    EXPECT_TRUE(same_rows(idx.data(), dist.data(), expected)) << at << ", in chunks";
     EXPECT_TRUE(same_knn(gpu.knn(q, {k}), expected)) << "k = " << k << ", the index's buffers";
     std::vector<std::int32_t> locked_idx(n * k, -7);
     std::vector<float> locked_dist(n * k, -1.f);
@@ -1425,20 +1445,31 @@ TEST(IndexHandOff, RowsForwardedToTheHostEqualTheCpuBackend) {
     gpu.knn(q, {k}, {locked_idx.data(), n, k}, {locked_dist.data(), n, k});
     EXPECT_TRUE(same_rows(locked_idx, locked_dist, expected)) << "k = " << k << ", registered";
   }
-  EXPECT_TRUE(forwarded) << "no search forwarded its rows";
+  EXPECT_TRUE(refined) << "no row flagged: the gather's rows were not forwarded after it";
 
   const std::vector<float> scan(queries.begin(), queries.begin() + 3 * (n / 2));
   Index self(view(scan), cuda_options(Staging::pinned));
-  forwarded = false;
   for (int k : {1, 5, 8}) {
     const KnnResult expected = reference_knn(view(scan), nullptr, {k, true});
     pcnn::page_locked_vector<std::int32_t> idx(n / 2 * k, -7);
     pcnn::page_locked_vector<float> dist(n / 2 * k, -1.f);
     self.self_knn({k, true}, {idx.data(), n / 2, k}, {dist.data(), n / 2, k});
-    forwarded = forwarded || self.last_timings().download_ms == 0.f;
+    forwarded(self, "self, k = " + std::to_string(k));
     EXPECT_TRUE(same_rows(idx.data(), dist.data(), expected)) << "self, k = " << k;
   }
-  EXPECT_TRUE(forwarded) << "no self-search forwarded its rows";
+
+  const std::int64_t m = 10 * n;
+  std::vector<float> large = make_synthetic_cloud(SyntheticKind::lidar, m, 43);
+  std::copy_n(queries.begin(), 3 * n, large.begin() + 3 * (m / 2));  // the pile's neighbors too
+  Index many(view(large), cuda_options(Staging::pinned));
+  for (int k : {3, 8}) {
+    const KnnResult expected = reference_knn(view(large), nullptr, {k, true});
+    pcnn::page_locked_vector<std::int32_t> idx(m * k, -7);
+    pcnn::page_locked_vector<float> dist(m * k, -1.f);
+    many.self_knn({k, true}, {idx.data(), m, k}, {dist.data(), m, k});
+    forwarded(many, "many waves, k = " + std::to_string(k));
+    EXPECT_TRUE(same_rows(idx.data(), dist.data(), expected)) << "many waves, k = " << k;
+  }
 }
 
 // A cloud stored in curve order completes a chunk of its rows in each pass: the search then runs

@@ -97,8 +97,8 @@ struct TreeKnnArgs {
   std::uint64_t* collect = nullptr;
   int* collected = nullptr;
   // Rows also forwarded to the host as their segments complete (row_forward.cuh), rows by
-  // original index: in a launch of one wave (knn_tree_kernel<CAP, true>), its rows and the
-  // outliers it searches; rows of other kernels (the gather's) are left to forward_rest_kernel
+  // original index: knn_tree_kernel's and the outliers' (search_outlier), up to CAP 32; rows of
+  // other kernels (the gather's, empty_rows_kernel's) are left to forward_rest_kernel
   // (knn_tree.cu).
   RowForward forward;
 
@@ -126,6 +126,13 @@ struct TreeKnnArgs {
     if (forward.done) forward_rows(forward, out_idx, out_dist, written ? row(slot, qid) : -1, k);
   }
 };
+
+/// Whether the kNN kernels of capacity CAP forward rows (RowForward): those that can hold a
+/// forwardable row (knn_tree.cu's launch_exact forwards nothing above).
+template <int CAP>
+constexpr bool forwards_rows() {
+  return CAP <= kForwardSegment;
+}
 
 /// The capacities from which the kNN walk keeps a heap (HeapTopK) rather than a sorted list.
 inline constexpr int kHeapCap = 32;
@@ -366,7 +373,7 @@ __device__ __forceinline__ int push_nearest_last(const TreeView& t, float4 q, fl
 /// 1M LiDAR points took 136 us that way instead of 107). The list starts from the limit the
 /// query was listed with (list_outlier): from it rather than from infinity, 1M LiDAR-like points
 /// were searched 6 % faster at k = 8 and 3 % at k = 32 (H200).
-template <int CAP, bool kForwards = false>
+template <int CAP>
 __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, int* stack,
                                float* bounds) {
   const int lane = threadIdx.x & 31;
@@ -446,7 +453,7 @@ __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, i
     settle(best.s);
   }
   flag_rows(a.exact, a.slot_begin, slot, flagged, reach);
-  if constexpr (kForwards) a.forward_row(lane == 0 && !flagged, slot, qid);  // lane 0's row
+  if constexpr (forwards_rows<CAP>()) a.forward_row(lane == 0 && !flagged, slot, qid);  // lane 0's
 }
 
 /// Claims the next listed outlier not yet claimed, for the calling warp: its index in the list,
@@ -741,7 +748,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
                                  a.exact.query(q, qid), a.exact, o.idx, o.dist, reach);
     }
     flag_rows(a.exact, a.slot_begin, first_slot, flagged, reach);
-    if constexpr (kClaim) a.forward_row(mine && !outlier && !flagged, slot, qid);
+    if constexpr (forwards_rows<CAP>()) a.forward_row(mine && !outlier && !flagged, slot, qid);
     if (lane == 0 && evals) atomicAdd(a.evaluations, evals);
     if constexpr (kClaim) listed = listed || __any_sync(kFullMask, outlier);
   }
@@ -763,10 +770,10 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
       }
       if (all_started)
         for (int i = wait_for_outlier(a); i >= 0; i = wait_for_outlier(a))
-          search_outlier<CAP, true>(t, a, i, stack_all[warp], nullptr);
+          search_outlier<CAP>(t, a, i, stack_all[warp], nullptr);
     } else if (all_started) {
       for (int i = claim_outlier(a); i >= 0; i = claim_outlier(a))
-        search_outlier<CAP, true>(t, a, i, stack_all[warp], nullptr);
+        search_outlier<CAP>(t, a, i, stack_all[warp], nullptr);
     }
   }
 }

@@ -7,7 +7,8 @@
 // and 128 of distances). A lane that writes a row on the device counts its entries into the
 // segments it touches (an atomic a segment; k <= 32: one or two segments); the lane whose count
 // completes a segment has its warp copy that segment to the host, a coalesced 128-byte store per
-// array. Rows written later (the gather of flagged rows) never count, so their segments are
+// array. Rows written by other kernels (the gather of flagged rows, the outlier kernel's where
+// it does not forward, empty_rows_kernel's before the search) never count, so their segments are
 // copied after every kernel that writes rows (forward_rest_kernel, knn_tree.cu).
 #pragma once
 
@@ -20,6 +21,10 @@
 namespace pcnn::detail {
 
 inline constexpr int kForwardSegment = 32;  // row entries a segment: 128 bytes of each array
+
+/// Whether a kNN search's rows may be forwarded: lists of up to one segment (forward_rows takes a
+/// row to touch at most two segments), and not a hybrid search (its own kernels).
+inline bool forwardable_rows(int k, bool hybrid) { return k <= kForwardSegment && !hybrid; }
 
 /// Where forwarded rows go. `done` null: nothing is forwarded.
 struct RowForward {
@@ -53,8 +58,8 @@ __device__ __forceinline__ void copy_segments(const RowForward& f, const std::in
 }
 
 /// Every lane calls: `row` >= 0 is the row the lane has just written in full (k <= 32 entries
-/// at idx / dist + row * k), -1 none. Counts the rows into their segments, then the warp copies
-/// the segments they completed.
+/// at idx / dist + row * k: forwardable_rows), -1 none. Counts the rows into their segments,
+/// then the warp copies the segments they completed.
 __device__ __forceinline__ void forward_rows(const RowForward& f, const std::int32_t* idx,
                                              const float* dist, std::int64_t row, int k) {
   int first = -1, second = -1;  // segments this lane completed
