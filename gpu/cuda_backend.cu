@@ -1000,10 +1000,14 @@ class CudaBackend final : public Index::Backend_ {
     const std::int64_t rows = d_queries ? d_queries->count : index_.n_total;
     const std::size_t cells = static_cast<std::size_t>(rows) * k;
     // Per row: its k results, a flagged group and reach, an outlier slot and its limit, a
-    // second pair for passes in turn (two passes' scratch at once: curve_order_search), and the
-    // forwarding's counters (k / 8 bytes).
+    // second pair for passes in turn (two passes' scratch at once: curve_order_search), and,
+    // where rows may be forwarded, the forwarding's counters (k / 8 bytes).
+    const std::int64_t forward_bytes =
+        !mapped_ && !integrated_ && detail::forwardable_rows(k, std::isfinite(bound.r2))
+            ? (k + 7) / 8
+            : 0;
     const std::int64_t per_pass = detail::plan_rows_per_pass(
-        rows, std::int64_t(k + 2) * 8 + 12 + (k + 7) / 8,
+        rows, std::int64_t(k + 2) * 8 + 12 + forward_bytes,
         d_queries ? query_working_bytes(*d_queries) : detail::working_reserve(ws_.available()),
         params.max_rows_per_pass,
         "a search of " + std::to_string(rows) + " queries with k = " + std::to_string(k),

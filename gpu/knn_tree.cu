@@ -302,9 +302,9 @@ bool launch(const TreeView& tree, TreeKnnArgs a, cudaStream_t stream) {
     // other: there the waiting and the hand-offs made the 100k frame's search 7-9 % slower.
     a.hand_off = claim && !a.self_search && a.few_per_sm != 0;
     // The launch's rows to the host as they complete, so that they cross the link while it runs
-    // instead of after its last warp (LiDAR-like frames, k = 8, H200: 100k scan points against a
-    // 1M map 0.53 -> 0.42 ms; self-searches of 100k 0.44 -> 0.38, 400k 1.05 -> 0.88-0.92, 1M
-    // 2.30-2.38 -> 1.87; bench/results/2026-11-30-round33.md).
+    // instead of after its last warp (LiDAR-like frames, k = 8, H200, per frame: 100k scan points
+    // against a 1M map 0.53-0.56 -> 0.44 ms; self-searches of 100k 0.44-0.46 -> 0.40-0.42, 400k
+    // 1.05 -> 0.92, 1M 2.38 -> 1.87; bench/results/2026-11-30-round33.md, section 7).
     if (forward.done) {
       a.forward = forward;
       PCNN_CUDA_TRY(

@@ -172,9 +172,10 @@ MemoryStats Workspace::stats() const {
 namespace {
 
 // The blocks pcnn took from cudaHostAlloc (its staging buffers, allocate_page_locked's), by
-// address: where host_alloc_alias may let the search's kernels write rows. Memory locked by
-// cudaHostRegister is left out: the kernels' stores into it were slower than a download (see
-// CudaBackend::curve_order_search), and cudaHostGetFlags did not tell it apart.
+// address: where host_alloc_alias may let the search's kernels write rows. Other page-locked
+// memory is left out: into rows the command locked with cudaHostRegister just before its search
+// the kernels' stores were slower than a download (see CudaBackend::curve_order_search), and
+// cudaHostGetFlags did not tell registered memory apart.
 struct HostAllocBlocks {
   std::mutex m;
   std::map<std::uintptr_t, std::size_t> blocks;  // start, bytes

@@ -53,7 +53,8 @@ IndexOptions cuda_options(Staging staging = Staging::automatic) {
 }
 
 // Where a test puts results (or points): ordinary host memory, page-locked host memory
-// (cudaMallocHost), device memory (cudaMalloc).
+// (pcnn::allocate_page_locked: rows there are forwarded by the search's kernels), device memory
+// (cudaMalloc).
 enum class Where { pageable, page_locked, device };
 
 const char* name(Where w) {
@@ -79,7 +80,7 @@ class Buffer {
       host_.assign(std::max<std::size_t>(n, 1), T{});
       p = host_.data();
     } else if (where == Where::page_locked) {
-      CUDA_OK(cudaMallocHost(&p, bytes));
+      p = pcnn::allocate_page_locked(bytes);
     } else {
       CUDA_OK(cudaMalloc(&p, bytes));
     }
@@ -87,7 +88,7 @@ class Buffer {
     scribble();
   }
   ~Buffer() {
-    if (where_ == Where::page_locked) cudaFreeHost(data_);
+    if (where_ == Where::page_locked) pcnn::free_page_locked(data_);
     if (where_ == Where::device) cudaFree(data_);
   }
   Buffer(const Buffer&) = delete;
@@ -1384,9 +1385,9 @@ TEST(IndexHandOff, QueriesOfSlowWarpsSearchedAloneEqualTheCpuBackend) {
 // downloaded after it), and some rows must have been flagged (the gather's rows). Rows locked by
 // cudaHostRegister (pcnn::PageLock) are downloaded instead, and equal too, as are rows of a search
 // in chunks of 4,096 (its non-finite queries' rows written before the search). The same for the
-// self-search of a scan (no hand-off there) into page-locked rows, of one wave and of many (a
-// scan ten times the size: the kernel that does not claim its outliers, and the outlier kernel
-// started beside it).
+// self-search of a scan (no hand-off there) into page-locked rows, of one wave and of more (a
+// scan ten times the size with isolated far points: the kernel that does not claim its outliers,
+// or at k = 32 takes groups in turn, and the outlier kernel started beside it).
 TEST(IndexHandOff, RowsForwardedToTheHostEqualTheCpuBackend) {
   PCNN_REQUIRE_DEVICE();
   int device = 0, sms = 0;
@@ -1444,6 +1445,7 @@ TEST(IndexHandOff, RowsForwardedToTheHostEqualTheCpuBackend) {
     const pcnn::PageLock lock_dist(locked_dist.data(), locked_dist.size() * sizeof(float));
     gpu.knn(q, {k}, {locked_idx.data(), n, k}, {locked_dist.data(), n, k});
     EXPECT_TRUE(same_rows(locked_idx, locked_dist, expected)) << "k = " << k << ", registered";
+    EXPECT_GT(gpu.last_timings().download_ms, 0.f) << "k = " << k << ", registered: forwarded";
   }
   EXPECT_TRUE(refined) << "no row flagged: the gather's rows were not forwarded after it";
 
@@ -1461,8 +1463,13 @@ TEST(IndexHandOff, RowsForwardedToTheHostEqualTheCpuBackend) {
   const std::int64_t m = 10 * n;
   std::vector<float> large = make_synthetic_cloud(SyntheticKind::lidar, m, 43);
   std::copy_n(queries.begin(), 3 * n, large.begin() + 3 * (m / 2));  // the pile's neighbors too
+  for (std::int64_t i = 0; i < 12; ++i) {  // isolated far points: outliers of their warps
+    const float f = float(i);
+    std::copy_n(std::initializer_list<float>{200.f + 37 * f, -150.f + 23 * f, 40.f - 5 * f}.begin(),
+                3, large.begin() + 3 * (m / 12 * i + 5));
+  }
   Index many(view(large), cuda_options(Staging::pinned));
-  for (int k : {3, 8}) {
+  for (int k : {1, 8, 32}) {
     const KnnResult expected = reference_knn(view(large), nullptr, {k, true});
     pcnn::page_locked_vector<std::int32_t> idx(m * k, -7);
     pcnn::page_locked_vector<float> dist(m * k, -1.f);

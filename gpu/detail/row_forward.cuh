@@ -1,15 +1,15 @@
-// Rows forwarded to the host by the search kernel itself, a 128-byte line at a time, as soon as
-// every row of the line is written: a one-wave search's rows then cross the link while its last
-// warps still walk, instead of in one download after the kernel.
+// Rows forwarded to the host by the search's kernels themselves, a 128-byte line at a time, as
+// soon as every row of the line is written: the rows then cross the link while the search runs
+// (in a one-wave search, while its last warps walk alone) instead of in one download after it.
 //
 // The caller's rows (page-locked, mapped host memory: row r's k entries at [r * k, r * k + k),
 // original query order) are cut into segments of kForwardSegment entries (128 bytes of indices
 // and 128 of distances). A lane that writes a row on the device counts its entries into the
 // segments it touches (an atomic a segment; k <= 32: one or two segments); the lane whose count
 // completes a segment has its warp copy that segment to the host, a coalesced 128-byte store per
-// array. Rows written by other kernels (the gather of flagged rows, the outlier kernel's where
-// it does not forward, empty_rows_kernel's before the search) never count, so their segments are
-// copied after every kernel that writes rows (forward_rest_kernel, knn_tree.cu).
+// array. Rows written by other kernels (the gather of flagged rows, empty_rows_kernel's before
+// the search) never count, so their segments are copied after every kernel that writes rows
+// (forward_rest_kernel, knn_tree.cu).
 #pragma once
 
 #include <cuda_runtime.h>
