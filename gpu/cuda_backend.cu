@@ -1002,10 +1002,7 @@ class CudaBackend final : public Index::Backend_ {
     // Per row: its k results, a flagged group and reach, an outlier slot and its limit, a
     // second pair for passes in turn (two passes' scratch at once: curve_order_search), and,
     // where rows may be forwarded, the forwarding's counters (k / 8 bytes).
-    const std::int64_t forward_bytes =
-        !mapped_ && !integrated_ && detail::forwardable_rows(k, std::isfinite(bound.r2))
-            ? (k + 7) / 8
-            : 0;
+    const std::int64_t forward_bytes = may_forward(k, bound) ? (k + 7) / 8 : 0;
     const std::int64_t per_pass = detail::plan_rows_per_pass(
         rows, std::int64_t(k + 2) * 8 + 12 + forward_bytes,
         d_queries ? query_working_bytes(*d_queries) : detail::working_reserve(ws_.available()),
@@ -1063,6 +1060,12 @@ class CudaBackend final : public Index::Backend_ {
     if (h_idx != out_idx)
       detail::parallel_copy({{out_idx, h_idx, cells * sizeof(std::int32_t)},
                              {out_dist, h_dist, cells * sizeof(float)}});
+  }
+
+  // Whether a kNN search's rows may be forwarded to the host by its kernels (curve_order_search):
+  // not where they are written in place (mapped) or on an integrated GPU.
+  bool may_forward(int k, const detail::RadiusBound& bound) const {
+    return !mapped_ && !integrated_ && detail::forwardable_rows(k, std::isfinite(bound.r2));
   }
 
   // Every row on the device; passes in curve order (in turn on s0 and the aux stream); chunks of
@@ -1146,8 +1149,7 @@ class CudaBackend final : public Index::Backend_ {
     // The counters take rows * k / 8 bytes (in plan_rows_per_pass's bytes a row).
     detail::RowForward forward;
     detail::device_buffer<int> forward_done;
-    if (!mapped_ && !integrated_ && passes == 1 &&
-        detail::forwardable_rows(k, std::isfinite(bound.r2))) {
+    if (passes == 1 && may_forward(k, bound)) {
       forward.host_idx = static_cast<std::int32_t*>(
           detail::host_alloc_alias(out_idx, cells * sizeof(std::int32_t)));
       forward.host_dist =

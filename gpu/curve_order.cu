@@ -206,19 +206,15 @@ SortKernel sort_kernel(int items) {
 // the device cannot launch cooperatively. Asked once a device and kernel (it is on every frame's
 // path).
 int sort_blocks_resident(int items, int device) {
-  static PerDevice known[3]{};  // [log2 items]
-  return asked_once(
-      known[items == 1   ? 0
-            : items == 2 ? 1
-                         : 2],
-      device, [&] {
-        int cooperative = 0, sms = 0, per_sm = 0;
-        PCNN_CUDA_TRY(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
-        PCNN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-        PCNN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sort_kernel(items),
-                                                                    kSortThreads, 0));
-        return cooperative != 0 ? per_sm * sms : 0;
-      });
+  static PerDevice known[3]{};  // [items / 2]: 1, 2 or 4 items
+  return asked_once(known[items / 2], device, [&] {
+    int cooperative = 0, sms = 0, per_sm = 0;
+    PCNN_CUDA_TRY(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
+    PCNN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    PCNN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sort_kernel(items),
+                                                                kSortThreads, 0));
+    return cooperative != 0 ? per_sm * sms : 0;
+  });
 }
 
 // The keys a thread of the one-kernel sort of n keys takes: the fewest whose blocks the device

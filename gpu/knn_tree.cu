@@ -411,7 +411,6 @@ bool launch_exact(const TreeView& tree, TreeKnnArgs a, const ExactSearch& ex, cu
     a.collect = collect.data();
     a.collected = collected.data();
   }
-  if (!forwardable_rows(a.k, std::isfinite(a.bound.r2))) a.forward = {};  // the caller downloads
   bool forwarded = false;
   with_capacity(a.k, [&](auto cap) { forwarded = launch<decltype(cap)::value>(tree, a, stream); });
   return forwarded;

@@ -184,10 +184,16 @@ HostAllocBlocks& host_alloc_blocks() {
   static HostAllocBlocks* b = new HostAllocBlocks;  // never destroyed: frees may come at exit
   return *b;
 }
+// Notes block `p` from cudaHostAlloc; where it cannot, frees it and rethrows.
 void note_host_alloc(void* p, std::size_t bytes) {
-  HostAllocBlocks& b = host_alloc_blocks();
-  const std::lock_guard<std::mutex> lock(b.m);
-  b.blocks[reinterpret_cast<std::uintptr_t>(p)] = bytes;
+  try {
+    HostAllocBlocks& b = host_alloc_blocks();
+    const std::lock_guard<std::mutex> lock(b.m);
+    b.blocks[reinterpret_cast<std::uintptr_t>(p)] = bytes;
+  } catch (...) {
+    cudaFreeHost(p);
+    throw;
+  }
 }
 void forget_host_alloc(void* p) {
   HostAllocBlocks& b = host_alloc_blocks();
@@ -208,12 +214,7 @@ void* pinned_allocate_bytes(std::size_t bytes, bool mapped) {
                               static_cast<std::int64_t>(bytes), 0);
   }
   PCNN_CUDA_TRY(err);
-  try {
-    note_host_alloc(p, bytes);
-  } catch (...) {
-    cudaFreeHost(p);
-    throw;
-  }
+  note_host_alloc(p, bytes);
   return p;
 }
 
@@ -307,12 +308,7 @@ void* allocate_page_locked(std::size_t bytes) {
   void* p = nullptr;
   const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
   if (err == cudaSuccess) {
-    try {
-      detail::note_host_alloc(p, bytes);
-    } catch (...) {
-      cudaFreeHost(p);
-      throw;
-    }
+    detail::note_host_alloc(p, bytes);
     return p;
   }
   cudaGetLastError();

@@ -121,18 +121,14 @@ struct TreeKnnArgs {
     return {out_idx + r, out_dist + r};
   }
   /// Every lane calls (warp-synchronous): `written` says its row (the query at `slot`) is now
-  /// complete on the device. Forwards the rows' completed segments, where rows are forwarded.
+  /// complete on the device. Forwards the rows' completed segments, where rows are forwarded
+  /// (lists of up to a segment: a row in at most two; above, forward_rest_kernel copies them).
+  template <int CAP>
   __device__ __forceinline__ void forward_row(bool written, int slot, int qid) const {
-    if (forward.done) forward_rows(forward, out_idx, out_dist, written ? row(slot, qid) : -1, k);
+    if constexpr (CAP <= kForwardSegment)
+      if (forward.done) forward_rows(forward, out_idx, out_dist, written ? row(slot, qid) : -1, k);
   }
 };
-
-/// Whether the kNN kernels of capacity CAP forward rows (RowForward): those that can hold a
-/// forwardable row (knn_tree.cu's launch_exact forwards nothing above).
-template <int CAP>
-constexpr bool forwards_rows() {
-  return CAP <= kForwardSegment;
-}
 
 /// The capacities from which the kNN walk keeps a heap (HeapTopK) rather than a sorted list.
 inline constexpr int kHeapCap = 32;
@@ -453,7 +449,7 @@ __device__ void search_outlier(const TreeView& t, const TreeKnnArgs& a, int i, i
     settle(best.s);
   }
   flag_rows(a.exact, a.slot_begin, slot, flagged, reach);
-  if constexpr (forwards_rows<CAP>()) a.forward_row(lane == 0 && !flagged, slot, qid);  // lane 0's
+  a.forward_row<CAP>(lane == 0 && !flagged, slot, qid);  // lane 0 wrote the row
 }
 
 /// Claims the next listed outlier not yet claimed, for the calling warp: its index in the list,
@@ -748,7 +744,7 @@ __global__ void __launch_bounds__(kTreeWarps * 32, knn_launch_blocks_per_sm<CAP,
                                  a.exact.query(q, qid), a.exact, o.idx, o.dist, reach);
     }
     flag_rows(a.exact, a.slot_begin, first_slot, flagged, reach);
-    if constexpr (forwards_rows<CAP>()) a.forward_row(mine && !outlier && !flagged, slot, qid);
+    a.forward_row<CAP>(mine && !outlier && !flagged, slot, qid);
     if (lane == 0 && evals) atomicAdd(a.evaluations, evals);
     if constexpr (kClaim) listed = listed || __any_sync(kFullMask, outlier);
   }

@@ -68,10 +68,10 @@ inline std::int64_t tree_outlier_ints(std::int64_t slots) { return kOutlierCount
 /// points when `self_search`), rows written by original query index; `outliers` holds
 /// tree_outlier_ints(slot_end - slot_begin) ints; with exclude_self, query i is indexed point
 /// i + query_offset; `shares` given, rows go to those shares instead of d_idx / d_dist. With
-/// `forward` (rows for every query, slot_begin 0; not with `shares`), a launch of the shared walk
-/// (knn_tree.cu; not its few-queries, first-copies or hybrid paths) also copies every row to the
-/// host rows there (row_forward.cuh), and then returns true: no download is needed. Does not
-/// synchronize.
+/// `forward` (rows for every query, slot_begin 0, forwardable_rows; not with `shares`), a launch of
+/// the shared walk (knn_tree.cu; not its few-queries, first-copies or hybrid paths) also copies
+/// every row to the host rows there (row_forward.cuh), and then returns true: no download is
+/// needed. Does not synchronize.
 bool tree_search_range(const SpatialIndex& index, const float4* queries, bool self_search,
                        int slot_begin, int slot_end, KnnParams params, const RadiusBound& bound,
                        std::int32_t* d_idx, float* d_dist, int* outliers,
