@@ -8,6 +8,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -1140,21 +1141,23 @@ class CudaBackend final : public Index::Backend_ {
     const int passes = finite > 0 ? static_cast<int>((finite + pass - 1) / pass) : 0;
     // A search in one pass into page-locked rows: its kernels forward the rows to the host as
     // they complete, so that they cross the link while it runs rather than after it
-    // (detail/row_forward.cuh). Only into memory pcnn took
-    // from cudaHostAlloc (the index's staging buffers, pcnn::allocate_page_locked): into rows
-    // locked by cudaHostRegister for the call (the command's) the kernels' stores were slower
-    // (100k LiDAR-like self-search, k = 8, H200: 0.27-0.29 ms against a search and download of
-    // 0.25-0.26; into cudaHostAlloc rows written for the first time, 0.22-0.26 against
-    // 0.26-0.28). Not on an integrated GPU, whose "host" rows are its own memory: no link to hide.
-    // The counters take rows * k / 8 bytes (in plan_rows_per_pass's bytes a row).
+    // (detail/row_forward.cuh). Only into page-locked memory pcnn made (the index's staging
+    // buffers, pcnn::allocate_page_locked, the command's PageLock, a call's registration:
+    // own_locked_alias), and where both arrays begin at the same place in a 128-byte line (4-byte
+    // aligned), so that one segment is whole lines of each. Not on an integrated GPU, whose
+    // "host" rows are its own memory: no link to hide. The counters take rows * k / 8 bytes (in
+    // plan_rows_per_pass's bytes a row).
     detail::RowForward forward;
     detail::device_buffer<int> forward_done;
-    if (passes == 1 && may_forward(k, bound)) {
+    const auto idx_at = reinterpret_cast<std::uintptr_t>(out_idx);
+    const auto dist_at = reinterpret_cast<std::uintptr_t>(out_dist);
+    if (passes == 1 && may_forward(k, bound) && idx_at % 4 == 0 && idx_at % 128 == dist_at % 128) {
       forward.host_idx = static_cast<std::int32_t*>(
-          detail::host_alloc_alias(out_idx, cells * sizeof(std::int32_t)));
+          detail::own_locked_alias(out_idx, cells * sizeof(std::int32_t)));
       forward.host_dist =
-          static_cast<float*>(detail::host_alloc_alias(out_dist, cells * sizeof(float)));
+          static_cast<float*>(detail::own_locked_alias(out_dist, cells * sizeof(float)));
       forward.cells = static_cast<std::int64_t>(cells);
+      forward.lead = detail::forward_lead(out_idx);
       if (forward.host_idx && forward.host_dist) {
         forward_done.resize(forward.segments(), s0, ws_);
         forward.done = forward_done.data();

@@ -171,32 +171,37 @@ MemoryStats Workspace::stats() const {
 
 namespace {
 
-// The blocks pcnn took from cudaHostAlloc (its staging buffers, allocate_page_locked's), by
-// address: where host_alloc_alias may let the search's kernels write rows. Other page-locked
-// memory is left out: into rows the command locked with cudaHostRegister just before its search
-// the kernels' stores were slower than a download (see CudaBackend::curve_order_search), and
-// cudaHostGetFlags did not tell registered memory apart.
-struct HostAllocBlocks {
+// The page-locked blocks pcnn made, by address: those it took from cudaHostAlloc (its staging
+// buffers, allocate_page_locked's) and the ranges it locked with cudaHostRegister (the command's
+// arrays: PageLock; a call's host memory: host_registration). own_locked_alias lets the search's
+// kernels write rows only into these: pcnn knows they are whole, writable and mapped for as long
+// as the search runs. A caller's own page-locked memory is downloaded into, as before (a range
+// that only its first and last bytes show locked, or locked read-only, cannot fault a kernel).
+struct LockedBlocks {
   std::mutex m;
   std::map<std::uintptr_t, std::size_t> blocks;  // start, bytes
 };
-HostAllocBlocks& host_alloc_blocks() {
-  static HostAllocBlocks* b = new HostAllocBlocks;  // never destroyed: frees may come at exit
+LockedBlocks& locked_blocks() {
+  static LockedBlocks* b = new LockedBlocks;  // never destroyed: frees may come at exit
   return *b;
 }
-// Notes block `p` from cudaHostAlloc; where it cannot, frees it and rethrows.
-void note_host_alloc(void* p, std::size_t bytes) {
+// Notes block `p` from cudaHostAlloc (`registered` false) or cudaHostRegister; where it cannot,
+// frees or unregisters it and rethrows.
+void note_locked_block(void* p, std::size_t bytes, bool registered = false) {
   try {
-    HostAllocBlocks& b = host_alloc_blocks();
+    LockedBlocks& b = locked_blocks();
     const std::lock_guard<std::mutex> lock(b.m);
     b.blocks[reinterpret_cast<std::uintptr_t>(p)] = bytes;
   } catch (...) {
-    cudaFreeHost(p);
+    if (registered)
+      cudaHostUnregister(p);
+    else
+      cudaFreeHost(p);
     throw;
   }
 }
-void forget_host_alloc(void* p) {
-  HostAllocBlocks& b = host_alloc_blocks();
+void forget_locked_block(void* p) {
+  LockedBlocks& b = locked_blocks();
   const std::lock_guard<std::mutex> lock(b.m);
   b.blocks.erase(reinterpret_cast<std::uintptr_t>(p));
 }
@@ -214,12 +219,12 @@ void* pinned_allocate_bytes(std::size_t bytes, bool mapped) {
                               static_cast<std::int64_t>(bytes), 0);
   }
   PCNN_CUDA_TRY(err);
-  note_host_alloc(p, bytes);
+  note_locked_block(p, bytes);
   return p;
 }
 
 void pinned_free_bytes(void* ptr) noexcept {
-  if (ptr) forget_host_alloc(ptr);
+  if (ptr) forget_locked_block(ptr);
   PCNN_CUDA_TRY_NO_THROW(cudaFreeHost(ptr));
 }
 
@@ -227,7 +232,10 @@ void* lock_host(const void* ptr, std::size_t bytes, unsigned flags, cudaError_t&
   err = cudaSuccess;
   if (!ptr || bytes == 0 || is_page_locked(ptr)) return nullptr;  // a caller's own lock: kept
   err = cudaHostRegister(const_cast<void*>(ptr), bytes, flags);
-  if (err == cudaSuccess) return const_cast<void*>(ptr);
+  if (err == cudaSuccess) {
+    note_locked_block(const_cast<void*>(ptr), bytes, true);
+    return const_cast<void*>(ptr);
+  }
   cudaGetLastError();
   if (err == cudaErrorHostMemoryAlreadyRegistered) err = cudaSuccess;  // overlaps a lock
   return nullptr;
@@ -244,9 +252,14 @@ host_registration::host_registration(const void* ptr, std::size_t bytes, HostCou
   }
 }
 
+void unlock_host(void* ptr) noexcept {
+  forget_locked_block(ptr);
+  PCNN_CUDA_TRY_NO_THROW(cudaHostUnregister(ptr));
+}
+
 host_registration::~host_registration() {
   if (!ptr_) return;
-  PCNN_CUDA_TRY_NO_THROW(cudaHostUnregister(ptr_));
+  unlock_host(ptr_);
   if (counters_) --counters_->registered_now;
 }
 
@@ -259,10 +272,10 @@ bool is_page_locked(const void* ptr) {
   return attr.type == cudaMemoryTypeHost;
 }
 
-void* host_alloc_alias(const void* ptr, std::size_t bytes) {
+void* own_locked_alias(const void* ptr, std::size_t bytes) {
   if (!ptr || bytes == 0) return nullptr;
   {
-    HostAllocBlocks& b = host_alloc_blocks();
+    LockedBlocks& b = locked_blocks();
     const std::lock_guard<std::mutex> lock(b.m);
     const auto at = reinterpret_cast<std::uintptr_t>(ptr);
     auto it = b.blocks.upper_bound(at);  // the first block after ptr: the one before holds it
@@ -308,7 +321,7 @@ void* allocate_page_locked(std::size_t bytes) {
   void* p = nullptr;
   const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
   if (err == cudaSuccess) {
-    detail::note_host_alloc(p, bytes);
+    detail::note_locked_block(p, bytes);
     return p;
   }
   cudaGetLastError();
@@ -341,7 +354,7 @@ PageLock::PageLock(const void* data, std::size_t bytes) {
 
 void PageLock::release() noexcept {
   if (!ptr_) return;
-  PCNN_CUDA_TRY_NO_THROW(cudaHostUnregister(ptr_));
+  detail::unlock_host(ptr_);
   ptr_ = nullptr;
 }
 
@@ -356,7 +369,7 @@ void free_page_locked(void* ptr) noexcept {
     }
   }
   // Page-locked: where the driver cannot free it any more (torn down), it is left to the exit.
-  detail::forget_host_alloc(ptr);
+  detail::forget_locked_block(ptr);
   PCNN_CUDA_TRY_NO_THROW(cudaFreeHost(ptr));
 }
 

@@ -1382,9 +1382,12 @@ TEST(IndexHandOff, QueriesOfSlowWarpsSearchedAloneEqualTheCpuBackend) {
 // (3, 5, 13) among them, the rows in the caller's page-locked memory (filled with junk first, twice
 // over: the counts start again at every call) and in the index's own buffers (a KnnResult) equal
 // the CPU backend's. On a discrete GPU each of those searches must have forwarded (nothing was
-// downloaded after it), and some rows must have been flagged (the gather's rows). Rows locked by
-// cudaHostRegister (pcnn::PageLock) are downloaded instead, and equal too, as are rows of a search
-// in chunks of 4,096 (its non-finite queries' rows written before the search). The same for the
+// downloaded after it), and some rows must have been flagged (the gather's rows). So are rows
+// that begin inside a 128-byte line (segments cut along the host's lines), with the entries before
+// them untouched, and std::vectors locked by pcnn::PageLock (the command's rows); rows whose two
+// arrays begin at different places in their lines, and rows the caller locked itself
+// (cudaHostRegister), are downloaded instead, and equal too, as are rows of a search in chunks of
+// 4,096 (its non-finite queries' rows written before the search). The same for the
 // self-search of a scan (no hand-off there) into page-locked rows, of one wave and of more (a
 // scan ten times the size with isolated far points: the kernel that does not claim its outliers,
 // or at k = 32 takes groups in turn, and the outlier kernel started beside it).
@@ -1439,13 +1442,53 @@ TEST(IndexHandOff, RowsForwardedToTheHostEqualTheCpuBackend) {
     in_chunks.knn(q, {k}, {idx.data(), n, k}, {dist.data(), n, k});
     EXPECT_TRUE(same_rows(idx.data(), dist.data(), expected)) << at << ", in chunks";
     EXPECT_TRUE(same_knn(gpu.knn(q, {k}), expected)) << "k = " << k << ", the index's buffers";
+    // Rows that begin inside a 128-byte line: `a` and `b` entries past one (a std::vector's
+    // storage is 16 bytes past a page). Alike, forwarded along the host's lines; not alike,
+    // downloaded.
+    for (const auto& [a, b] : {std::pair{4, 4}, std::pair{3, 3}, std::pair{1, 2}}) {
+      const std::string where =
+          at + ", rows " + std::to_string(a) + " and " + std::to_string(b) + " entries into a line";
+      std::int32_t* ri = std::fill_n(idx.data(), a, -3);  // idx and dist begin on lines
+      float* rd = std::fill_n(dist.data(), b, -3.f);
+      const std::int64_t rows = n - 4;  // within the vectors (a, b <= 4)
+      std::fill_n(ri, rows * k, -7);
+      std::fill_n(rd, rows * k, -1.f);
+      gpu.knn(host_points(queries.data(), rows), {k}, {ri, rows, k}, {rd, rows, k});
+      if (a == b)
+        forwarded(gpu, where);
+      else
+        EXPECT_GT(gpu.last_timings().download_ms, 0.f) << where << ": forwarded";
+      const KnnResult head = reference.knn(host_points(queries.data(), rows), {k});
+      EXPECT_TRUE(same_rows(ri, rd, head)) << where;
+      EXPECT_EQ(std::count(idx.begin(), idx.begin() + a, -3), a) << where << ": written before";
+      EXPECT_EQ(std::count(dist.begin(), dist.begin() + b, -3.f), b) << where << ": written before";
+    }
+    // Rows the command's way: std::vectors locked by pcnn::PageLock are forwarded; rows the
+    // caller locked itself are downloaded (pcnn cannot know them whole and writable).
     std::vector<std::int32_t> locked_idx(n * k, -7);
     std::vector<float> locked_dist(n * k, -1.f);
-    const pcnn::PageLock lock_idx(locked_idx.data(), locked_idx.size() * sizeof(std::int32_t));
-    const pcnn::PageLock lock_dist(locked_dist.data(), locked_dist.size() * sizeof(float));
+    {
+      const pcnn::PageLock lock_idx(locked_idx.data(), locked_idx.size() * sizeof(std::int32_t));
+      const pcnn::PageLock lock_dist(locked_dist.data(), locked_dist.size() * sizeof(float));
+      gpu.knn(q, {k}, {locked_idx.data(), n, k}, {locked_dist.data(), n, k});
+      EXPECT_TRUE(same_rows(locked_idx, locked_dist, expected)) << at << ", PageLock";
+      if (reinterpret_cast<std::uintptr_t>(locked_idx.data()) % 128 ==
+          reinterpret_cast<std::uintptr_t>(locked_dist.data()) % 128)
+        forwarded(gpu, at + ", PageLock");
+    }
+    std::fill(locked_idx.begin(), locked_idx.end(), -7);
+    std::fill(locked_dist.begin(), locked_dist.end(), -1.f);
+    ASSERT_EQ(cudaHostRegister(locked_idx.data(), locked_idx.size() * sizeof(std::int32_t),
+                               cudaHostRegisterDefault),
+              cudaSuccess);
+    ASSERT_EQ(cudaHostRegister(locked_dist.data(), locked_dist.size() * sizeof(float),
+                               cudaHostRegisterDefault),
+              cudaSuccess);
     gpu.knn(q, {k}, {locked_idx.data(), n, k}, {locked_dist.data(), n, k});
-    EXPECT_TRUE(same_rows(locked_idx, locked_dist, expected)) << "k = " << k << ", registered";
-    EXPECT_GT(gpu.last_timings().download_ms, 0.f) << "k = " << k << ", registered: forwarded";
+    EXPECT_GT(gpu.last_timings().download_ms, 0.f) << at << ", the caller's lock: forwarded";
+    ASSERT_EQ(cudaHostUnregister(locked_idx.data()), cudaSuccess);
+    ASSERT_EQ(cudaHostUnregister(locked_dist.data()), cudaSuccess);
+    EXPECT_TRUE(same_rows(locked_idx, locked_dist, expected)) << at << ", the caller's lock";
   }
   EXPECT_TRUE(refined) << "no row flagged: the gather's rows were not forwarded after it";
 

@@ -199,15 +199,19 @@ class host_registration {
 /// to and from it can run asynchronously.
 bool is_page_locked(const void* ptr);
 
-/// The current device's address of [ptr, ptr + bytes) where that range lies in one block pcnn
-/// took from cudaHostAlloc (pinned_buffer's, allocate_page_locked's), mapped for the device (its
-/// first and last bytes, one contiguous alias), else null: other page-locked memory among it.
-void* host_alloc_alias(const void* ptr, std::size_t bytes);
+/// The current device's address of [ptr, ptr + bytes) where that range lies in one page-locked
+/// block pcnn made (pinned_buffer's and allocate_page_locked's cudaHostAlloc, lock_host's
+/// cudaHostRegister), mapped for the device (its first and last bytes, one contiguous alias),
+/// else null: other page-locked memory among it, or none.
+void* own_locked_alias(const void* ptr, std::size_t bytes);
 
 /// Page-locks [ptr, ptr + bytes) with cudaHostRegister `flags` unless it already is (then, or
 /// where it overlaps a lock, or for null or empty ranges: null, `err` cudaSuccess). Returns the
-/// pointer to unlock; null with the driver's error in `err` where the lock failed.
+/// pointer to unlock (unlock_host); null with the driver's error in `err` where the lock failed.
 void* lock_host(const void* ptr, std::size_t bytes, unsigned flags, cudaError_t& err);
+
+/// Unlocks what lock_host locked.
+void unlock_host(void* ptr) noexcept;
 
 /// A CUDA event, destroyed with its owner.
 class cuda_event {

@@ -1,15 +1,19 @@
 // Rows forwarded to the host by the search's kernels themselves, a 128-byte line at a time, as
 // soon as every row of the line is written: the rows then cross the link while the search runs
-// (in a one-wave search, while its last warps walk alone) instead of in one download after it.
+// instead of in one download after it.
 //
-// The caller's rows (page-locked, mapped host memory: row r's k entries at [r * k, r * k + k),
-// original query order) are cut into segments of kForwardSegment entries (128 bytes of indices
-// and 128 of distances). A lane that writes a row on the device counts its entries into the
-// segments it touches (an atomic a segment; k <= 32: one or two segments); the lane whose count
-// completes a segment has its warp copy that segment to the host, a coalesced 128-byte store per
-// array. Rows written by other kernels (the gather of flagged rows, empty_rows_kernel's before
-// the search) never count, so their segments are copied after every kernel that writes rows
-// (forward_rest_kernel, knn_tree.cu).
+// The caller's rows (page-locked host memory with a device alias: row r's k entries at
+// [r * k, r * k + k), original query order) are cut into segments along the host's 128-byte
+// lines: segment s holds the entries whose host addresses lie in the array's line s (the first
+// and last segments may be short). A lane that writes a row on the device counts its entries into
+// the segments it touches (an atomic a segment; k <= 32: one or two segments); the lane whose
+// count completes a segment has its warp copy that segment to the host, one store of whole lines
+// per array. Segments cut by entry index instead, where the host array does not begin on a line
+// (a std::vector's storage: 16 bytes past a page), straddle two lines each: the stores then
+// crossed the link at 26-35 GB/s against 51-52 along lines (H200, 64-256 MB,
+// bench/results/2026-11-30-round34.md). Rows written by other kernels (the gather of flagged
+// rows, empty_rows_kernel's before the search) never count, so their segments are copied after
+// every kernel that writes rows (forward_rest_kernel, knn_tree.cu).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,14 +36,27 @@ struct RowForward {
   std::int32_t* host_idx = nullptr;  // the host rows' device aliases (rows × k entries)
   float* host_dist = nullptr;
   std::int64_t cells = 0;  // rows × k
+  int lead = 0;  // entries of the first host line before the arrays begin (both arrays alike)
   __host__ __device__ int segments() const {
-    return static_cast<int>((cells + kForwardSegment - 1) / kForwardSegment);
+    return static_cast<int>((cells + lead + kForwardSegment - 1) / kForwardSegment);
   }
-  __device__ int entries(int s) const {  // of segment s (the last one may be short)
-    const std::int64_t left = cells - std::int64_t(s) * kForwardSegment;
-    return left < kForwardSegment ? static_cast<int>(left) : kForwardSegment;
+  __device__ std::int64_t begin(int s) const {  // of segment s's entries
+    const std::int64_t b = std::int64_t(s) * kForwardSegment - lead;
+    return b > 0 ? b : 0;
   }
+  __device__ std::int64_t end(int s) const {
+    const std::int64_t e = std::int64_t(s + 1) * kForwardSegment - lead;
+    return e < cells ? e : cells;
+  }
+  __device__ int entries(int s) const { return static_cast<int>(end(s) - begin(s)); }
 };
+
+/// The entries before the first 128-byte line boundary at or after `host` (4-byte aligned), as
+/// RowForward::lead wants them: 0 where the array begins on a line.
+inline int forward_lead(const void* host) {
+  const auto at = reinterpret_cast<std::uintptr_t>(host);
+  return static_cast<int>(at % (kForwardSegment * 4) / 4);
+}
 
 /// The warp copies every segment its lanes name (`s` >= 0) from the device rows to the host's.
 /// Warp-synchronous.
@@ -48,9 +65,9 @@ __device__ __forceinline__ void copy_segments(const RowForward& f, const std::in
   const int lane = threadIdx.x & 31;
   for (unsigned owners = __ballot_sync(kFullMask, s >= 0); owners; owners &= owners - 1) {
     const int seg = __shfl_sync(kFullMask, s, __ffs(owners) - 1);
-    const std::int64_t e = std::int64_t(seg) * kForwardSegment + lane;
+    const std::int64_t e = std::int64_t(seg) * kForwardSegment - f.lead + lane;
     // Written by other warps (on other SMs) during this kernel: read from L2, not L1.
-    if (lane < f.entries(seg)) {
+    if (e >= 0 && e < f.cells) {
       f.host_idx[e] = __ldcg(idx + e);
       f.host_dist[e] = __ldcg(dist + e);
     }
@@ -66,12 +83,10 @@ __device__ __forceinline__ void forward_rows(const RowForward& f, const std::int
   if (row >= 0) {
     __threadfence();  // the row's entries, before its counts
     const std::int64_t e0 = row * k, e1 = e0 + k;
-    for (std::int64_t s = e0 / kForwardSegment; s * kForwardSegment < e1; ++s) {
-      const std::int64_t lo = s * kForwardSegment;
-      const int n = static_cast<int>((e1 < lo + kForwardSegment ? e1 : lo + kForwardSegment) -
-                                     (e0 > lo ? e0 : lo));
-      if (atomicAdd(f.done + s, n) + n == f.entries(static_cast<int>(s)))
-        (first < 0 ? first : second) = static_cast<int>(s);
+    for (int s = static_cast<int>((e0 + f.lead) / kForwardSegment); f.begin(s) < e1; ++s) {
+      const std::int64_t lo = f.begin(s), hi = f.end(s);
+      const int n = static_cast<int>((e1 < hi ? e1 : hi) - (e0 > lo ? e0 : lo));
+      if (atomicAdd(f.done + s, n) + n == f.entries(s)) (first < 0 ? first : second) = s;
     }
     if (first >= 0) __threadfence();  // the other rows of those segments, after their counts
   }
