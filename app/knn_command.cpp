@@ -138,14 +138,25 @@ void add_startup(Report& s, int ordinal, std::chrono::steady_clock::time_point t
 // the memory anyway (auto, registered; not auto on an integrated GPU, which maps it): pinned,
 // pageable and mapped keep their own copies, so that comparing them still compares them. Where
 // the system will not lock more, what was locked stays locked and the copies lock the rest.
+//
+// Beside the locking, on a thread of its own, `device_bytes` of device memory are mapped into the
+// pool the index will allocate from (PoolResource::reserve): a fresh pool otherwise maps memory as
+// each of the build's and search's buffers first needs it, time on the search's wall clock
+// (H200, GPU total: 10M points, k = 8, 21.1-22.9 -> 20.7-20.9 ms; 1M LiDAR-like, k = 32,
+// 5.9-6.1 -> 5.6-5.7; 1M, k = 8, within the runs' spread). Beside the locking the reservation
+// took 3-4 ms at 1M, k = 8, 20-27 at 10M, ending 0.3-2 ms after it, while the warm-up still ran
+// (bench/results/2026-11-30-round34.md).
 struct HostLocks {
   std::vector<PageLock> locks;
-  double waited_ms = 0;  // for the context, before the locking
-  double ms = 0;         // the locking
+  std::shared_ptr<PoolResource> pool;  // the index's memory, reserved; null where none was
+  double waited_ms = 0;                // for the context, before the locking
+  double ms = 0;                       // the locking
+  double reserve_ms = 0;               // the reservation (beside the locking)
 };
 
 HostLocks lock_host_memory(const SearchOptions& opt,
-                           std::initializer_list<std::pair<const void*, std::size_t>> ranges) {
+                           std::initializer_list<std::pair<const void*, std::size_t>> ranges,
+                           std::int64_t device_bytes = 0) {
   HostLocks h;
   if (opt.device == "cpu" || !opt.devices.empty() || opt.tiles > 0 ||
       (opt.staging != "auto" && opt.staging != "registered"))
@@ -154,6 +165,22 @@ HostLocks lock_host_memory(const SearchOptions& opt,
   const bool up = wait_for_context(0);
   h.waited_ms = ms_since(waiting);
   if (!up || (opt.staging == "auto" && query_device(0).integrated)) return h;
+  std::thread reserving;
+  if (device_bytes > 0 && opt.max_device_memory <= 0) {
+    try {
+      reserving = std::thread([&h, device_bytes] {
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+          auto pool = std::make_shared<PoolResource>(0);
+          pool->reserve(static_cast<std::size_t>(device_bytes));
+          h.pool = std::move(pool);
+          h.reserve_ms = ms_since(t0);
+        } catch (...) {  // advice only: the index makes its own pool, as without it
+        }
+      });
+    } catch (const std::system_error&) {
+    }
+  }
   const auto t0 = std::chrono::steady_clock::now();
   try {
     for (const auto& [data, bytes] : ranges) {
@@ -163,7 +190,17 @@ HostLocks lock_host_memory(const SearchOptions& opt,
   } catch (const error&) {
   }
   h.ms = ms_since(t0);
+  if (reserving.joinable()) reserving.join();
   return h;
+}
+
+// The device memory a one-pass kNN search of `rows` rows over `refs` points takes, about, for
+// lock_host_memory's reservation: the rows (and their forwarding counters), ~61 bytes a point for
+// the index and the search's other buffers (1M and 10M points, k = 8 and 32: the index's peak,
+// less the rows, bench/results/2026-11-30-round34.md), 32 a query of a query set, and 16 MB over.
+std::int64_t knn_device_bytes(std::int64_t refs, std::int64_t rows, bool query_set, int k) {
+  return rows * (std::int64_t(k) * 8 + (k + 7) / 8) + refs * 64 + (query_set ? rows * 32 : 0) +
+         (std::int64_t(16) << 20);
 }
 
 // The host range of a cloud's coordinates, for lock_host_memory.
@@ -174,6 +211,7 @@ std::pair<const void*, std::size_t> host_range(const PointsView* v) {
 
 void add_locks(Report& s, const HostLocks& h) {
   if (!h.locks.empty()) s.add("page-lock host memory", h.ms, "ms");
+  if (h.pool) s.add("reserve device memory", h.reserve_ms, "ms");
 }
 
 // Waits, when it goes out of scope, for the early release that unlocks a command's host memory:
@@ -208,7 +246,7 @@ void start_gpu_early(const SearchOptions& opt, WarmUp kind, int k, bool auto_cpu
 // usable, else the CPU backend), the device's start-up reported apart, the memory cap as the
 // index's memory resource. Builds over the references; fills the section's first rows.
 Index build_index(const SearchOptions& opt, PointsView refs, Report& report, Report& s,
-                  double waited_ms) {
+                  double waited_ms, std::shared_ptr<PoolResource> reserved) {
   IndexOptions o;
   const auto t0 = std::chrono::steady_clock::now();  // choose_device waits for the driver too
   const std::optional<DeviceInfo> gpu = choose_device(opt.device, opt.mode.quiet);
@@ -220,6 +258,8 @@ Index build_index(const SearchOptions& opt, PointsView refs, Report& report, Rep
     if (opt.max_device_memory > 0) {
       o.memory = make_limited_pool_resource(opt.max_device_memory);
       s.add("device memory limit", static_cast<double>(opt.max_device_memory), "bytes");
+    } else if (reserved && reserved->device() == dev.ordinal) {
+      o.memory = std::move(reserved);
     }
   }
   o.staging = parse_staging(opt.staging);
@@ -818,13 +858,15 @@ int run_knn(const KnnCommand& given) {
   }
   const ReleaseWait release_wait;
   HostLocks locks =
-      lock_host_memory(cmd, {host_range(&in.ref_view),
-                             host_range(in.qv()),
-                             {result.indices.data(), result.indices.size() * sizeof(std::int32_t)},
-                             {result.sqdist.data(), result.sqdist.size() * sizeof(float)}});
+      lock_host_memory(cmd,
+                       {host_range(&in.ref_view),
+                        host_range(in.qv()),
+                        {result.indices.data(), result.indices.size() * sizeof(std::int32_t)},
+                        {result.sqdist.data(), result.sqdist.size() * sizeof(float)}},
+                       streamed ? 0 : knn_device_bytes(in.ref_view.count, rows, !!in.qv(), cmd.k));
   add_locks(s, locks);
   try {
-    built.emplace(build_index(cmd, in.ref_view, report, s, locks.waited_ms));
+    built.emplace(build_index(cmd, in.ref_view, report, s, locks.waited_ms, std::move(locks.pool)));
   } catch (const out_of_memory_error&) {
     // References larger than the device memory allowed: tiles of the index streamed through the
     // device, twice as many until one fits.

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -49,8 +50,10 @@ class Report;
 /// (--max-device-memory) as the index's memory resource, the staging mode. Builds over `refs`;
 /// adds the device and build rows to `s`. `waited_ms`: how long the command already waited for
 /// the device's start-up (before page-locking its memory), counted into the start-up's wait.
+/// `reserved`: device memory already mapped for the index (used where it is on the index's
+/// device and no cap applies).
 Index build_index(const SearchOptions& opt, PointsView refs, Report& report, Report& s,
-                  double waited_ms = 0);
+                  double waited_ms = 0, std::shared_ptr<PoolResource> reserved = nullptr);
 
 /// "512M", "2G", "1.5Gi", "1000000" -> bytes; throws pcnn::error otherwise.
 std::int64_t parse_bytes(const std::string& text);

@@ -466,6 +466,25 @@ void PoolResource::trim() {
   PCNN_CUDA_TRY(cudaMemPoolTrimTo(impl_->pool, 0));
 }
 
+void PoolResource::reserve(std::size_t bytes) {
+  if (!impl_->pool || bytes == 0) return;
+  const detail::DeviceScope on(impl_->device);
+  cudaStream_t stream = nullptr;
+  PCNN_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  void* p = nullptr;
+  cudaError_t err = cudaMallocFromPoolAsync(&p, bytes, impl_->pool, stream);
+  if (err == cudaSuccess) {
+    err = cudaFreeAsync(p, stream);
+  } else if (err == cudaErrorMemoryAllocation) {  // advice only: the searches will see
+    cudaGetLastError();
+    err = cudaSuccess;
+  }
+  const cudaError_t synced = cudaStreamSynchronize(stream);
+  PCNN_CUDA_TRY_NO_THROW(cudaStreamDestroy(stream));
+  PCNN_CUDA_TRY(err);
+  PCNN_CUDA_TRY(synced);
+}
+
 int PoolResource::device() const { return impl_->device; }
 
 // ---- LimitedResource ----

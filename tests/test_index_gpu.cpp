@@ -880,6 +880,36 @@ TEST(IndexMemory, TwoIndexesShareOneBudget) {
   EXPECT_LE(budget->available(), limit - s.current_bytes);
 }
 
+// PoolResource::reserve maps device memory into the pool at once and keeps it there: the device's
+// free memory drops by at least that much, the pool reports it available, an index on the pool
+// gives the CPU backend's rows, and a reservation of nothing, or of more than the device holds,
+// leaves the pool as it was and usable.
+TEST(IndexMemory, AReservedPoolHoldsItsMemoryForTheIndex) {
+  PCNN_REQUIRE_DEVICE();
+  int device = 0, pools = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device), cudaSuccess);
+  if (!pools) GTEST_SKIP() << "the device has no memory pools: reserve does nothing";
+  auto pool = std::make_shared<PoolResource>(device);
+  constexpr std::size_t kBytes = std::size_t(256) << 20;
+  std::size_t free0 = 0, free1 = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
+  pool->reserve(0);
+  pool->reserve(std::size_t(total) * 2);  // more than the device holds: nothing, no error
+  pool->reserve(kBytes);
+  ASSERT_EQ(cudaMemGetInfo(&free1, &total), cudaSuccess);
+  EXPECT_GE(std::int64_t(free0) - std::int64_t(free1), std::int64_t(kBytes));
+  EXPECT_GE(pool->available(), std::int64_t(free1) + std::int64_t(kBytes));
+  EXPECT_EQ(pool->stats().allocations, 0);
+  const std::vector<float> cloud = make_synthetic_cloud(SyntheticKind::lidar, 200000, 17);
+  IndexOptions o = cuda_options(), cpu;
+  o.memory = pool;
+  cpu.backend = Backend::cpu;
+  Index index(view(cloud), o);
+  EXPECT_TRUE(same_knn(index.self_knn({8, true}), Index(view(cloud), cpu).self_knn({8, true})));
+  EXPECT_GT(pool->stats().allocations, 0);
+}
+
 TEST(IndexMemory, ARealDeviceAllocationFailureIsReported) {
   PCNN_REQUIRE_DEVICE();
   const std::shared_ptr<DeviceMemoryResource> pool = make_pool_resource();

@@ -56,6 +56,11 @@ class PoolResource : public DeviceMemoryResource {
   MemoryStats stats() const override;
   /// Gives the cached memory back to the device (synchronizes the device first).
   void trim();
+  /// Maps `bytes` of device memory into the pool ahead of use (allocated and freed at once;
+  /// kept cached), so that later allocations up to that much find it there instead of each
+  /// mapping memory of its own as the pool grows. Does nothing where the device has not that
+  /// much free, or without a pool. Synchronizes a stream of its own.
+  void reserve(std::size_t bytes);
   int device() const;
 
  private:
