@@ -344,12 +344,24 @@ void report_written(const SearchOptions& opt, Report& report);
 // device such as /dev/null, which the output set holds as two targets of one name that two
 // threads could both claim) or no thread can be started. An error of the indices' file is the
 // one reported when both fail, as if written one after the other.
-void write_dense(OutputSet& outputs, const SearchOptions& opt, const KnnResult& r, Report& report) {
+// Dense rows (rows × k) in host memory: a KnnResult's, or the command's own (run_knn).
+struct DenseRows {
+  const std::int32_t* idx = nullptr;
+  const float* dist = nullptr;
+  std::int64_t rows = 0;
+  int k = 0;
+};
+
+DenseRows dense_rows(const KnnResult& r) {
+  return {r.indices.data(), r.sqdist.data(), r.rows, r.k};
+}
+
+void write_dense(OutputSet& outputs, const SearchOptions& opt, const DenseRows& r, Report& report) {
   std::exception_ptr distances_failed;
   std::thread distances;
   auto write_distances = [&] {
     try {
-      write_array(outputs, opt.distances, r.sqdist.data(), r.rows, r.k, "d");
+      write_array(outputs, opt.distances, r.dist, r.rows, r.k, "d");
     } catch (...) {
       distances_failed = std::current_exception();
     }
@@ -361,7 +373,7 @@ void write_dense(OutputSet& outputs, const SearchOptions& opt, const KnnResult& 
     }
   }
   try {
-    if (!opt.out.empty()) write_array(outputs, opt.out, r.indices.data(), r.rows, r.k, "n");
+    if (!opt.out.empty()) write_array(outputs, opt.out, r.idx, r.rows, r.k, "n");
   } catch (...) {
     if (distances.joinable()) distances.join();
     throw;
@@ -559,9 +571,12 @@ PointsView query_rows(const PointsView& q, std::int64_t first, std::int64_t n) {
 }
 
 // The end of every kNN run: the CPU comparison (--compare-cpu), the outputs (unless they were
-// streamed already), the summary. `total` is pcnn's build + search wall clock.
+// streamed already), the summary. `total` is pcnn's build + search wall clock. `placed`: where
+// the rows are when not in `result`'s arrays from their start (run_knn's, never with
+// --compare-cpu, which compares `result`).
 int compare_and_write(const KnnCommand& cmd, OutputSet& outputs, const Inputs& in, Report& report,
-                      const KnnResult& result, double total, bool streamed) {
+                      const KnnResult& result, double total, bool streamed,
+                      const DenseRows* placed = nullptr) {
   const KnnParams params{cmd.k, cmd.exclude_self};
   int exit_code = kExitOk;
   if (cmd.compare_cpu) {
@@ -590,7 +605,7 @@ int compare_and_write(const KnnCommand& cmd, OutputSet& outputs, const Inputs& i
   if (streamed) {
     report_written(cmd, report);
   } else {
-    write_dense(outputs, cmd, result, report);
+    write_dense(outputs, cmd, placed ? *placed : dense_rows(result), report);
   }
   commit_outputs(outputs, report, t0, !streamed && (!cmd.out.empty() || !cmd.distances.empty()));
   return finish(cmd, report, exit_code);
@@ -847,22 +862,33 @@ int run_knn(const KnnCommand& given) {
   std::optional<Index> built;
   const Report started = report;  // the tiles below start from here again
   // Rows held whole: their arrays are allocated (pages mapped and zeroed: 640 MB at 10M rows,
-  // k = 8) before the index waits for the device's start-up, which this overlaps.
+  // k = 8) before the index waits for the device's start-up, which this overlaps. Each begins
+  // on a 128-byte line, so that rows the search forwards a line at a time fill whole lines (at
+  // k = 32 a row is a line, sent once it is written; from a vector's start, 16 bytes past a page,
+  // each line waited for two rows). --compare-cpu keeps them in the KnnResult it compares.
   KnnResult result;
+  const std::size_t cells = streamed ? 0 : static_cast<std::size_t>(rows) * cmd.k;
+  std::size_t idx_at = 0, dist_at = 0;  // where the rows begin in result's arrays
   if (!streamed) {
     result.rows = rows;
     result.k = cmd.k;
-    const std::size_t cells = static_cast<std::size_t>(rows) * cmd.k;
-    detail::resize_fresh(result.indices, cells);
-    detail::resize_fresh(result.sqdist, cells);
+    if (cmd.compare_cpu) {
+      detail::resize_fresh(result.indices, cells);
+      detail::resize_fresh(result.sqdist, cells);
+    } else {
+      idx_at = detail::resize_fresh_on_line(result.indices, cells);
+      dist_at = detail::resize_fresh_on_line(result.sqdist, cells);
+    }
   }
+  std::int32_t* const out_idx = result.indices.data() + idx_at;
+  float* const out_dist = result.sqdist.data() + dist_at;
   const ReleaseWait release_wait;
   HostLocks locks =
       lock_host_memory(cmd,
                        {host_range(&in.ref_view),
                         host_range(in.qv()),
-                        {result.indices.data(), result.indices.size() * sizeof(std::int32_t)},
-                        {result.sqdist.data(), result.sqdist.size() * sizeof(float)}},
+                        {out_idx, cells * sizeof(std::int32_t)},
+                        {out_dist, cells * sizeof(float)}},
                        streamed ? 0 : knn_device_bytes(in.ref_view.count, rows, !!in.qv(), cmd.k));
   add_locks(s, locks);
   try {
@@ -901,16 +927,16 @@ int run_knn(const KnnCommand& given) {
     t = in_ranges(index, rows, std::max<std::int64_t>(rows / 100, 1 << 16), true,
                   [&](std::int64_t a, std::int64_t n) {
                     const std::size_t at = static_cast<std::size_t>(a) * cmd.k;
-                    const MatrixView<std::int32_t> iv{result.indices.data() + at, n, cmd.k};
-                    const MatrixView<float> dv{result.sqdist.data() + at, n, cmd.k};
+                    const MatrixView<std::int32_t> iv{out_idx + at, n, cmd.k};
+                    const MatrixView<float> dv{out_dist + at, n, cmd.k};
                     if (in.qv())
                       index.knn(query_rows(in.query_view, a, n), params, iv, dv);
                     else
                       index.self_knn_rows(a, params, iv, dv);
                   });
   } else {
-    const MatrixView<std::int32_t> iv{result.indices.data(), rows, cmd.k};
-    const MatrixView<float> dv{result.sqdist.data(), rows, cmd.k};
+    const MatrixView<std::int32_t> iv{out_idx, rows, cmd.k};
+    const MatrixView<float> dv{out_dist, rows, cmd.k};
     if (in.qv())
       index.knn(*in.qv(), params, iv, dv);
     else
@@ -920,7 +946,8 @@ int run_knn(const KnnCommand& given) {
   const double total = finish_search_section(s, build, t);
   report.add_section("search", std::move(s));
   release_early(std::move(index), std::move(locks));
-  return compare_and_write(cmd, outputs, in, report, result, total, streamed);
+  const DenseRows placed{out_idx, out_dist, rows, cmd.k};
+  return compare_and_write(cmd, outputs, in, report, result, total, streamed, &placed);
 }
 
 namespace {
@@ -1061,7 +1088,7 @@ int compare_and_write_radius(const RadiusCommand& cmd, OutputSet& outputs, const
     report_written(cmd, report);
     if (!cmd.counts.empty()) report.add("counts written to", cmd.counts);
   } else if (hybrid) {
-    write_dense(outputs, cmd, capped.knn, report);
+    write_dense(outputs, cmd, dense_rows(capped.knn), report);
     if (!cmd.counts.empty()) {
       write_vector(outputs, cmd.counts, capped.counts.data(), capped.knn.rows, "count");
       report.add("counts written to", cmd.counts);

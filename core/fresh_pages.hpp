@@ -42,4 +42,18 @@ void resize_fresh(std::vector<T>& v, std::size_t n) {
   v.resize(n);
 }
 
+/// `v` resized to hold `n` elements (value-initialized) from a 128-byte line of host memory on,
+/// its fresh pages mapped in first: returns where the elements begin (v.data() + the result;
+/// the fewer than 128 bytes before them are unused). A large std::vector's storage begins 16
+/// bytes past a page (malloc's header), which rows that the GPU writes a line at a time would
+/// straddle (gpu/detail/row_forward.cuh).
+template <class T>
+std::size_t resize_fresh_on_line(std::vector<T>& v, std::size_t n) {
+  constexpr std::size_t kLine = 128;
+  static_assert(kLine % sizeof(T) == 0, "elements that tile a line");
+  resize_fresh(v, n + kLine / sizeof(T));
+  const auto at = reinterpret_cast<std::uintptr_t>(v.data()) % kLine;
+  return at % sizeof(T) ? 0 : (kLine - at) % kLine / sizeof(T);
+}
+
 }  // namespace pcnn::detail
