@@ -165,16 +165,25 @@ HostLocks lock_host_memory(const SearchOptions& opt,
   const bool up = wait_for_context(0);
   h.waited_ms = ms_since(waiting);
   if (!up || (opt.staging == "auto" && query_device(0).integrated)) return h;
-  std::thread reserving;
+  struct Joined {  // the reservation's thread, joined however the locking ends
+    std::thread t;
+    ~Joined() {
+      if (t.joinable()) t.join();
+    }
+  } reserving;
   if (device_bytes > 0 && opt.max_device_memory <= 0) {
     try {
-      reserving = std::thread([&h, device_bytes] {
+      reserving.t = std::thread([&h, device_bytes] {
         const auto t0 = std::chrono::steady_clock::now();
         try {
           auto pool = std::make_shared<PoolResource>(0);
-          pool->reserve(static_cast<std::size_t>(device_bytes));
-          h.pool = std::move(pool);
-          h.reserve_ms = ms_since(t0);
+          // Room left for the warm-up's searches, which run meanwhile (a few MB), and others.
+          const std::int64_t room = pool->available() - (std::int64_t(256) << 20);
+          if (std::min(device_bytes, room) > 0 &&
+              pool->reserve(static_cast<std::size_t>(std::min(device_bytes, room)))) {
+            h.pool = std::move(pool);
+            h.reserve_ms = ms_since(t0);
+          }
         } catch (...) {  // advice only: the index makes its own pool, as without it
         }
       });
@@ -190,7 +199,7 @@ HostLocks lock_host_memory(const SearchOptions& opt,
   } catch (const error&) {
   }
   h.ms = ms_since(t0);
-  if (reserving.joinable()) reserving.join();
+  if (reserving.t.joinable()) reserving.t.join();
   return h;
 }
 
@@ -571,8 +580,8 @@ PointsView query_rows(const PointsView& q, std::int64_t first, std::int64_t n) {
 }
 
 // The end of every kNN run: the CPU comparison (--compare-cpu), the outputs (unless they were
-// streamed already), the summary. `total` is pcnn's build + search wall clock. `placed`: where
-// the rows are when not in `result`'s arrays from their start (run_knn's, never with
+// streamed already), the summary. `total` is pcnn's build + search wall clock. `placed`: the
+// rows, where not in `result` (run_knn keeps them in arrays of its own, except with
 // --compare-cpu, which compares `result`).
 int compare_and_write(const KnnCommand& cmd, OutputSet& outputs, const Inputs& in, Report& report,
                       const KnnResult& result, double total, bool streamed,
@@ -867,29 +876,36 @@ int run_knn(const KnnCommand& given) {
   // k = 32 a row is a line, sent once it is written; from a vector's start, 16 bytes past a page,
   // each line waited for two rows). --compare-cpu keeps them in the KnnResult it compares.
   KnnResult result;
+  std::vector<std::int32_t> idx_store;  // the rows' arrays, from a line on, when not in `result`
+  std::vector<float> dist_store;
   const std::size_t cells = streamed ? 0 : static_cast<std::size_t>(rows) * cmd.k;
-  std::size_t idx_at = 0, dist_at = 0;  // where the rows begin in result's arrays
-  if (!streamed) {
+  std::int32_t* out_idx = nullptr;
+  float* out_dist = nullptr;
+  if (!streamed && cmd.compare_cpu) {
     result.rows = rows;
     result.k = cmd.k;
-    if (cmd.compare_cpu) {
-      detail::resize_fresh(result.indices, cells);
-      detail::resize_fresh(result.sqdist, cells);
-    } else {
-      idx_at = detail::resize_fresh_on_line(result.indices, cells);
-      dist_at = detail::resize_fresh_on_line(result.sqdist, cells);
-    }
+    detail::resize_fresh(result.indices, cells);
+    detail::resize_fresh(result.sqdist, cells);
+    out_idx = result.indices.data();
+    out_dist = result.sqdist.data();
+  } else if (!streamed) {
+    const std::size_t idx_at = detail::resize_fresh_on_line(idx_store, cells);
+    out_idx = idx_store.data() + idx_at;
+    const std::size_t dist_at = detail::resize_fresh_on_line(dist_store, cells);
+    out_dist = dist_store.data() + dist_at;
   }
-  std::int32_t* const out_idx = result.indices.data() + idx_at;
-  float* const out_dist = result.sqdist.data() + dist_at;
+  // On a terminal, a large search runs in about a hundred ranges so that progress can be shown.
+  const bool in_ranges_shown = Progress::wanted(cmd.mode.quiet) && rows >= (std::int64_t(1) << 20);
+  const std::int64_t range_rows =
+      in_ranges_shown ? std::max<std::int64_t>(rows / 100, 1 << 16) : rows;
   const ReleaseWait release_wait;
-  HostLocks locks =
-      lock_host_memory(cmd,
-                       {host_range(&in.ref_view),
-                        host_range(in.qv()),
-                        {out_idx, cells * sizeof(std::int32_t)},
-                        {out_dist, cells * sizeof(float)}},
-                       streamed ? 0 : knn_device_bytes(in.ref_view.count, rows, !!in.qv(), cmd.k));
+  HostLocks locks = lock_host_memory(
+      cmd,
+      {host_range(&in.ref_view),
+       host_range(in.qv()),
+       {out_idx, cells * sizeof(std::int32_t)},
+       {out_dist, cells * sizeof(float)}},
+      streamed ? 0 : knn_device_bytes(in.ref_view.count, range_rows, !!in.qv(), cmd.k));
   add_locks(s, locks);
   try {
     built.emplace(build_index(cmd, in.ref_view, report, s, locks.waited_ms, std::move(locks.pool)));
@@ -899,6 +915,8 @@ int run_knn(const KnnCommand& given) {
     if (cmd.max_device_memory <= 0 || resolve_backend(cmd, true) != Backend::cuda) throw;
     locks = HostLocks();   // unlocked before the rows they cover are freed
     result = KnnResult();  // the tiles hold their own rows
+    idx_store = std::vector<std::int32_t>();
+    dist_store = std::vector<float>();
     for (int tiles = 2;; tiles *= 2) {
       try {
         report = started;
@@ -910,8 +928,6 @@ int run_knn(const KnnCommand& given) {
   }
   Index& index = *built;
   const SearchTimings build = index.last_timings();
-  // On a terminal, a large search runs in about a hundred chunks so that progress can be shown.
-  const bool show_progress = Progress::wanted(cmd.mode.quiet);
   SearchTimings t;
   if (streamed) {
     t = stream_dense(
@@ -923,17 +939,16 @@ int run_knn(const KnnCommand& given) {
             index.self_knn_rows(a, params, iv, dv);
         },
         s);
-  } else if (show_progress && rows >= (std::int64_t(1) << 20)) {
-    t = in_ranges(index, rows, std::max<std::int64_t>(rows / 100, 1 << 16), true,
-                  [&](std::int64_t a, std::int64_t n) {
-                    const std::size_t at = static_cast<std::size_t>(a) * cmd.k;
-                    const MatrixView<std::int32_t> iv{out_idx + at, n, cmd.k};
-                    const MatrixView<float> dv{out_dist + at, n, cmd.k};
-                    if (in.qv())
-                      index.knn(query_rows(in.query_view, a, n), params, iv, dv);
-                    else
-                      index.self_knn_rows(a, params, iv, dv);
-                  });
+  } else if (in_ranges_shown) {
+    t = in_ranges(index, rows, range_rows, true, [&](std::int64_t a, std::int64_t n) {
+      const std::size_t at = static_cast<std::size_t>(a) * cmd.k;
+      const MatrixView<std::int32_t> iv{out_idx + at, n, cmd.k};
+      const MatrixView<float> dv{out_dist + at, n, cmd.k};
+      if (in.qv())
+        index.knn(query_rows(in.query_view, a, n), params, iv, dv);
+      else
+        index.self_knn_rows(a, params, iv, dv);
+    });
   } else {
     const MatrixView<std::int32_t> iv{out_idx, rows, cmd.k};
     const MatrixView<float> dv{out_dist, rows, cmd.k};

@@ -1142,16 +1142,14 @@ class CudaBackend final : public Index::Backend_ {
     // A search in one pass into page-locked rows: its kernels forward the rows to the host as
     // they complete, so that they cross the link while it runs rather than after it
     // (detail/row_forward.cuh). Only into page-locked memory pcnn made (the index's staging
-    // buffers, pcnn::allocate_page_locked, the command's PageLock, a call's registration:
-    // own_locked_alias), and where both arrays begin at the same place in a 128-byte line (4-byte
-    // aligned), so that one segment is whole lines of each. Not on an integrated GPU, whose
-    // "host" rows are its own memory: no link to hide. The counters take rows * k / 8 bytes (in
-    // plan_rows_per_pass's bytes a row).
+    // buffers, pcnn::allocate_page_locked, pcnn::PageLock: own_locked_alias; rows this call
+    // registers itself, in lock_outputs below, are downloaded), and where both arrays begin at
+    // the same place in a 128-byte line (forwardable_layout), so that one segment is whole lines
+    // of each. Not on an integrated GPU, whose "host" rows are its own memory: no link to hide.
+    // The counters take rows * k / 8 bytes (in plan_rows_per_pass's bytes a row).
     detail::RowForward forward;
     detail::device_buffer<int> forward_done;
-    const auto idx_at = reinterpret_cast<std::uintptr_t>(out_idx);
-    const auto dist_at = reinterpret_cast<std::uintptr_t>(out_dist);
-    if (passes == 1 && may_forward(k, bound) && idx_at % 4 == 0 && idx_at % 128 == dist_at % 128) {
+    if (passes == 1 && may_forward(k, bound) && detail::forwardable_layout(out_idx, out_dist)) {
       forward.host_idx = static_cast<std::int32_t*>(
           detail::own_locked_alias(out_idx, cells * sizeof(std::int32_t)));
       forward.host_dist =

@@ -172,11 +172,12 @@ MemoryStats Workspace::stats() const {
 namespace {
 
 // The page-locked blocks pcnn made, by address: those it took from cudaHostAlloc (its staging
-// buffers, allocate_page_locked's) and the ranges it locked with cudaHostRegister (the command's
-// arrays: PageLock; a call's host memory: host_registration). own_locked_alias lets the search's
-// kernels write rows only into these: pcnn knows they are whole, writable and mapped for as long
-// as the search runs. A caller's own page-locked memory is downloaded into, as before (a range
-// that only its first and last bytes show locked, or locked read-only, cannot fault a kernel).
+// buffers, allocate_page_locked's) and the ranges it locked with cudaHostRegister (PageLock's:
+// the command's arrays; host_registration's, though a call registers its rows only after
+// choosing whether to forward them, so those are downloaded). own_locked_alias lets the search's
+// kernels write rows only into these: pcnn knows them whole, writable and mapped for as long as
+// the search runs. A caller's own page-locked memory is downloaded into, as before (a range that
+// only its first and last bytes show locked, or locked read-only, cannot fault a kernel).
 struct LockedBlocks {
   std::mutex m;
   std::map<std::uintptr_t, std::size_t> blocks;  // start, bytes
@@ -466,14 +467,15 @@ void PoolResource::trim() {
   PCNN_CUDA_TRY(cudaMemPoolTrimTo(impl_->pool, 0));
 }
 
-void PoolResource::reserve(std::size_t bytes) {
-  if (!impl_->pool || bytes == 0) return;
+bool PoolResource::reserve(std::size_t bytes) {
+  if (!impl_->pool || bytes == 0) return false;
   const detail::DeviceScope on(impl_->device);
   cudaStream_t stream = nullptr;
   PCNN_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   void* p = nullptr;
   cudaError_t err = cudaMallocFromPoolAsync(&p, bytes, impl_->pool, stream);
-  if (err == cudaSuccess) {
+  const bool mapped = err == cudaSuccess;
+  if (mapped) {
     err = cudaFreeAsync(p, stream);
   } else if (err == cudaErrorMemoryAllocation) {  // advice only: the searches will see
     cudaGetLastError();
@@ -483,6 +485,7 @@ void PoolResource::reserve(std::size_t bytes) {
   PCNN_CUDA_TRY_NO_THROW(cudaStreamDestroy(stream));
   PCNN_CUDA_TRY(err);
   PCNN_CUDA_TRY(synced);
+  return mapped;
 }
 
 int PoolResource::device() const { return impl_->device; }

@@ -2,8 +2,10 @@
 // wrong results), synthetic clouds and re-centering.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/fresh_pages.hpp"
 #include "core/parallel_copy.hpp"
 #include "pcnn/error.hpp"
 #include "pcnn/radius.hpp"
@@ -374,6 +377,26 @@ TEST(ParallelCopy, EveryByteOfEveryArrayLandsInPlace) {
       EXPECT_EQ(a_out, a) << a_bytes << " + " << b_bytes;
       EXPECT_EQ(b_out, b) << a_bytes << " + " << b_bytes;
     }
+  }
+}
+
+// Arrays placed on a 128-byte line within their vectors (the command's rows): the elements begin
+// on a line, inside the vector, with room for all of them, and are value-initialized; small and
+// large (mmap'd: 16 bytes past a page) sizes, 4- and 8-byte elements.
+TEST(FreshPages, ArraysOnALineFitInTheirVectors) {
+  for (const std::size_t n :
+       {std::size_t(0), std::size_t(1), std::size_t(1000), std::size_t(3) << 20}) {
+    std::vector<float> f;
+    std::vector<std::int64_t> g;
+    const std::size_t fa = detail::resize_fresh_on_line(f, n);
+    const std::size_t ga = detail::resize_fresh_on_line(g, n);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(f.data() + fa) % 128, 0u) << n;
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(g.data() + ga) % 128, 0u) << n;
+    EXPECT_LE(fa + n, f.size()) << n;
+    EXPECT_LE(ga + n, g.size()) << n;
+    EXPECT_LT(fa * sizeof(float), 128u);
+    EXPECT_LT(ga * sizeof(std::int64_t), 128u);
+    EXPECT_EQ(std::count(f.begin(), f.end(), 0.f), std::ptrdiff_t(f.size())) << n;
   }
 }
 

@@ -22,6 +22,7 @@
 
 #include <math.h>  // the global isfinite, fminf and fmaxf that curve_key.cuh takes from CUDA
 
+#include "../core/fresh_pages.hpp"
 #include "../gpu/detail/curve_key.cuh"
 #include "../gpu/detail/curve_order.cuh"
 #include "gpu_test.hpp"
@@ -880,34 +881,68 @@ TEST(IndexMemory, TwoIndexesShareOneBudget) {
   EXPECT_LE(budget->available(), limit - s.current_bytes);
 }
 
+// The current device, where it has memory pools (PoolResource::reserve maps nothing without);
+// else -1.
+int device_with_pools() {
+  int device = 0, pools = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device) != cudaSuccess)
+    return -1;
+  return pools ? device : -1;
+}
+
 // PoolResource::reserve maps device memory into the pool at once and keeps it there: the device's
-// free memory drops by at least that much, the pool reports it available, an index on the pool
-// gives the CPU backend's rows, and a reservation of nothing, or of more than the device holds,
-// leaves the pool as it was and usable.
+// free memory drops by at least that much, the pool reports it available, and an index on the
+// pool gives the CPU backend's rows without mapping more (its ~60 MB come from the reservation).
+// Assumes no other process allocates on the device meanwhile.
 TEST(IndexMemory, AReservedPoolHoldsItsMemoryForTheIndex) {
   PCNN_REQUIRE_DEVICE();
-  int device = 0, pools = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device), cudaSuccess);
-  if (!pools) GTEST_SKIP() << "the device has no memory pools: reserve does nothing";
+  const int device = device_with_pools();
+  if (device < 0) GTEST_SKIP() << "the device has no memory pools: reserve does nothing";
+  const std::vector<float> cloud = make_synthetic_cloud(SyntheticKind::lidar, 500000, 17);
+  IndexOptions o = cuda_options(), cpu;
+  cpu.backend = Backend::cpu;
+  const KnnResult expected = Index(view(cloud), cpu).self_knn({8, true});
+  // The same search once on an index of its own first, so that the kernels' modules are loaded
+  // (device memory of their own) before free memory is compared.
+  EXPECT_TRUE(same_knn(Index(view(cloud), o).self_knn({8, true}), expected));
   auto pool = std::make_shared<PoolResource>(device);
   constexpr std::size_t kBytes = std::size_t(256) << 20;
-  std::size_t free0 = 0, free1 = 0, total = 0;
+  std::size_t free0 = 0, free1 = 0, free2 = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
-  pool->reserve(0);
-  pool->reserve(std::size_t(total) * 2);  // more than the device holds: nothing, no error
-  pool->reserve(kBytes);
+  EXPECT_FALSE(pool->reserve(0));
+  EXPECT_TRUE(pool->reserve(kBytes));
   ASSERT_EQ(cudaMemGetInfo(&free1, &total), cudaSuccess);
   EXPECT_GE(std::int64_t(free0) - std::int64_t(free1), std::int64_t(kBytes));
   EXPECT_GE(pool->available(), std::int64_t(free1) + std::int64_t(kBytes));
   EXPECT_EQ(pool->stats().allocations, 0);
-  const std::vector<float> cloud = make_synthetic_cloud(SyntheticKind::lidar, 200000, 17);
+  o.memory = pool;
+  Index index(view(cloud), o);
+  EXPECT_TRUE(same_knn(index.self_knn({8, true}), expected));
+  EXPECT_GT(pool->stats().allocations, 0);
+  EXPECT_GT(index.memory_stats().device.peak_bytes, std::int64_t(48) << 20);
+  ASSERT_EQ(cudaMemGetInfo(&free2, &total), cudaSuccess);
+  EXPECT_LE(std::int64_t(free1) - std::int64_t(free2), std::int64_t(16) << 20)
+      << "the index mapped memory of its own";
+}
+
+// A reservation of more than the device holds maps nothing, throws nothing and leaves the pool
+// usable. (Its failed allocation is a CUDA API error, as compute-sanitizer reports.)
+TEST(IndexMemory, ARealDeviceAllocationFailureInAReservationMapsNothing) {
+  PCNN_REQUIRE_DEVICE();
+  const int device = device_with_pools();
+  if (device < 0) GTEST_SKIP() << "the device has no memory pools: reserve does nothing";
+  auto pool = std::make_shared<PoolResource>(device);
+  std::size_t free0 = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
+  EXPECT_FALSE(pool->reserve(std::size_t(total) * 2));
+  EXPECT_LE(pool->available(), std::int64_t(free0) + (std::int64_t(2) << 20));
+  const std::vector<float> cloud = make_synthetic_cloud(SyntheticKind::uniform, 20000, 18);
   IndexOptions o = cuda_options(), cpu;
   o.memory = pool;
   cpu.backend = Backend::cpu;
-  Index index(view(cloud), o);
-  EXPECT_TRUE(same_knn(index.self_knn({8, true}), Index(view(cloud), cpu).self_knn({8, true})));
-  EXPECT_GT(pool->stats().allocations, 0);
+  EXPECT_TRUE(same_knn(Index(view(cloud), o).self_knn({8, true}),
+                       Index(view(cloud), cpu).self_knn({8, true})));
 }
 
 TEST(IndexMemory, ARealDeviceAllocationFailureIsReported) {
@@ -1481,8 +1516,8 @@ TEST(IndexHandOff, RowsForwardedToTheHostEqualTheCpuBackend) {
       std::int32_t* ri = std::fill_n(idx.data(), a, -3);  // idx and dist begin on lines
       float* rd = std::fill_n(dist.data(), b, -3.f);
       const std::int64_t rows = n - 4;  // within the vectors (a, b <= 4)
-      std::fill_n(ri, rows * k, -7);
-      std::fill_n(rd, rows * k, -1.f);
+      std::fill(std::fill_n(ri, rows * k, -7), idx.data() + idx.size(), -5);  // -5: after them
+      std::fill(std::fill_n(rd, rows * k, -1.f), dist.data() + dist.size(), -5.f);
       gpu.knn(host_points(queries.data(), rows), {k}, {ri, rows, k}, {rd, rows, k});
       if (a == b)
         forwarded(gpu, where);
@@ -1492,33 +1527,41 @@ TEST(IndexHandOff, RowsForwardedToTheHostEqualTheCpuBackend) {
       EXPECT_TRUE(same_rows(ri, rd, head)) << where;
       EXPECT_EQ(std::count(idx.begin(), idx.begin() + a, -3), a) << where << ": written before";
       EXPECT_EQ(std::count(dist.begin(), dist.begin() + b, -3.f), b) << where << ": written before";
+      EXPECT_EQ(std::count(ri + rows * k, idx.data() + idx.size(), -5),
+                idx.data() + idx.size() - (ri + rows * k))
+          << where << ": written after";
+      EXPECT_EQ(std::count(rd + rows * k, dist.data() + dist.size(), -5.f),
+                dist.data() + dist.size() - (rd + rows * k))
+          << where << ": written after";
     }
-    // Rows the command's way: std::vectors locked by pcnn::PageLock are forwarded; rows the
-    // caller locked itself are downloaded (pcnn cannot know them whole and writable).
-    std::vector<std::int32_t> locked_idx(n * k, -7);
-    std::vector<float> locked_dist(n * k, -1.f);
+    // Rows the command's way: std::vectors locked by pcnn::PageLock, each array 16 bytes past a
+    // line (where a large vector's storage begins), are forwarded; rows the caller locked itself
+    // are downloaded (pcnn cannot know them whole and writable).
+    std::vector<std::int32_t> locked_idx;
+    std::vector<float> locked_dist;
+    const std::size_t idx_line = detail::resize_fresh_on_line(locked_idx, n * k + 4);
+    const std::size_t dist_line = detail::resize_fresh_on_line(locked_dist, n * k + 4);
+    std::int32_t* const li = locked_idx.data() + idx_line + 4;
+    float* const ld = locked_dist.data() + dist_line + 4;
+    const std::size_t bytes = std::size_t(n) * k * 4;
+    std::fill_n(li, n * k, -7);
+    std::fill_n(ld, n * k, -1.f);
     {
-      const pcnn::PageLock lock_idx(locked_idx.data(), locked_idx.size() * sizeof(std::int32_t));
-      const pcnn::PageLock lock_dist(locked_dist.data(), locked_dist.size() * sizeof(float));
-      gpu.knn(q, {k}, {locked_idx.data(), n, k}, {locked_dist.data(), n, k});
-      EXPECT_TRUE(same_rows(locked_idx, locked_dist, expected)) << at << ", PageLock";
-      if (reinterpret_cast<std::uintptr_t>(locked_idx.data()) % 128 ==
-          reinterpret_cast<std::uintptr_t>(locked_dist.data()) % 128)
-        forwarded(gpu, at + ", PageLock");
+      const pcnn::PageLock lock_idx(li, bytes);
+      const pcnn::PageLock lock_dist(ld, bytes);
+      gpu.knn(q, {k}, {li, n, k}, {ld, n, k});
+      EXPECT_TRUE(same_rows(li, ld, expected)) << at << ", PageLock";
+      forwarded(gpu, at + ", PageLock");
     }
-    std::fill(locked_idx.begin(), locked_idx.end(), -7);
-    std::fill(locked_dist.begin(), locked_dist.end(), -1.f);
-    ASSERT_EQ(cudaHostRegister(locked_idx.data(), locked_idx.size() * sizeof(std::int32_t),
-                               cudaHostRegisterDefault),
-              cudaSuccess);
-    ASSERT_EQ(cudaHostRegister(locked_dist.data(), locked_dist.size() * sizeof(float),
-                               cudaHostRegisterDefault),
-              cudaSuccess);
-    gpu.knn(q, {k}, {locked_idx.data(), n, k}, {locked_dist.data(), n, k});
+    std::fill_n(li, n * k, -7);
+    std::fill_n(ld, n * k, -1.f);
+    ASSERT_EQ(cudaHostRegister(li, bytes, cudaHostRegisterDefault), cudaSuccess);
+    ASSERT_EQ(cudaHostRegister(ld, bytes, cudaHostRegisterDefault), cudaSuccess);
+    gpu.knn(q, {k}, {li, n, k}, {ld, n, k});
     EXPECT_GT(gpu.last_timings().download_ms, 0.f) << at << ", the caller's lock: forwarded";
-    ASSERT_EQ(cudaHostUnregister(locked_idx.data()), cudaSuccess);
-    ASSERT_EQ(cudaHostUnregister(locked_dist.data()), cudaSuccess);
-    EXPECT_TRUE(same_rows(locked_idx, locked_dist, expected)) << at << ", the caller's lock";
+    ASSERT_EQ(cudaHostUnregister(li), cudaSuccess);
+    ASSERT_EQ(cudaHostUnregister(ld), cudaSuccess);
+    EXPECT_TRUE(same_rows(li, ld, expected)) << at << ", the caller's lock";
   }
   EXPECT_TRUE(refined) << "no row flagged: the gather's rows were not forwarded after it";
 

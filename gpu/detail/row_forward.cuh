@@ -51,11 +51,21 @@ struct RowForward {
   __device__ int entries(int s) const { return static_cast<int>(end(s) - begin(s)); }
 };
 
-/// The entries before the first 128-byte line boundary at or after `host` (4-byte aligned), as
-/// RowForward::lead wants them: 0 where the array begins on a line.
+inline constexpr int kHostLine = kForwardSegment * 4;  // bytes: a segment of either array
+
+/// `host`'s offset in its 128-byte line, in 4-byte entries (RowForward::lead): 0 where the
+/// array begins on a line.
 inline int forward_lead(const void* host) {
   const auto at = reinterpret_cast<std::uintptr_t>(host);
-  return static_cast<int>(at % (kForwardSegment * 4) / 4);
+  return static_cast<int>(at % kHostLine / 4);
+}
+
+/// Whether rows at `idx` and `dist` can be forwarded a line at a time: both 4-byte aligned and
+/// at the same offset in their lines (one segment whole lines of each). Else they are
+/// downloaded.
+inline bool forwardable_layout(const void* idx, const void* dist) {
+  const auto i = reinterpret_cast<std::uintptr_t>(idx), d = reinterpret_cast<std::uintptr_t>(dist);
+  return i % 4 == 0 && i % kHostLine == d % kHostLine;
 }
 
 /// The warp copies every segment its lanes name (`s` >= 0) from the device rows to the host's.

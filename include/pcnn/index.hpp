@@ -86,8 +86,8 @@ struct SearchTimings {
   float search_ms = 0;  ///< the search itself (CUDA: device time; CPU: wall clock)
   /// CUDA: device time of device-to-host copies; 0 where the search's kernels wrote the rows to
   /// host memory themselves (mapped staging; most kNN searches of k <= 32 into page-locked rows
-  /// pcnn made: allocate_page_locked, PageLock, the index's staging buffers or its own locking
-  /// of the caller's rows; see the README's timing notes), their transfer then within search_ms
+  /// pcnn made: allocate_page_locked, PageLock, the index's staging buffers; see the README's
+  /// timing notes), their transfer then within search_ms
   float download_ms = 0;
   std::int64_t upload_bytes = 0, download_bytes = 0;
   std::int64_t distance_evaluations = 0;  ///< query-point distances computed (CUDA)

@@ -58,9 +58,10 @@ class PoolResource : public DeviceMemoryResource {
   void trim();
   /// Maps `bytes` of device memory into the pool ahead of use (allocated and freed at once;
   /// kept cached), so that later allocations up to that much find it there instead of each
-  /// mapping memory of its own as the pool grows. Does nothing where the device has not that
-  /// much free, or without a pool. Synchronizes a stream of its own.
-  void reserve(std::size_t bytes);
+  /// mapping memory of its own as the pool grows. Returns whether it did: false for 0 bytes,
+  /// where the device has not that much free, or without a pool. Synchronizes a stream of its
+  /// own.
+  bool reserve(std::size_t bytes);
   int device() const;
 
  private:
@@ -130,7 +131,9 @@ using page_locked_vector = std::vector<T, PageLockedAllocator<T>>;
 
 /// Page-locks host memory the caller already owns (a std::vector's data, a loaded cloud) for
 /// every device of the process (cudaHostRegisterPortable), until the object is destroyed or
-/// release()d. The CUDA backend copies straight from and into page-locked memory. Memory that is
+/// release()d. The CUDA backend copies straight from and into page-locked memory (and a kNN
+/// search's kernels write rows into locked rows themselves while it runs: see the README's
+/// timing notes). Memory that is
 /// not goes through the index's page-locked buffers (Staging::pinned), or, under registered
 /// staging (the default from 8 MB), is page-locked by each call for its copy and unlocked after
 /// it, which costs about 25 us a MB to lock and 20 to unlock (an H200's host, 2 MB pages: 16 +
