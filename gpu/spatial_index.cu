@@ -341,12 +341,13 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
       PCNN_CHECK_LAUNCH();
     }
   }
-  int checks[4] = {};  // count, crowded, repeats, long run: read together, the build's round trip
-  PCNN_CUDA_TRY(
-      cudaMemcpyAsync(checks, stats.data() + 6, sizeof checks, cudaMemcpyDeviceToHost, stream));
-  PCNN_CUDA_TRY(cudaMemcpyAsync(index.host_bounds, index.bounds.data(), sizeof index.host_bounds,
-                                cudaMemcpyDeviceToHost, stream));
+  // The bounds (ordered ints), count, crowded, repeats, long run: one copy, the build's round
+  // trip.
+  int read[10] = {};
+  PCNN_CUDA_TRY(cudaMemcpyAsync(read, stats.data(), sizeof read, cudaMemcpyDeviceToHost, stream));
   PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+  for (int a = 0; a < 6; ++a) index.host_bounds[a] = ordered_to_float(read[a]);
+  const int* checks = read + 6;
   index.n = checks[0];
   index.n_knn = index.n;
   index.short_key_runs = checks[3] == 0;  // which also rules out shadows (runs of 130)

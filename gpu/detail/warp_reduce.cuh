@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cuda_runtime.h>
+#include <cuda/std/bit>
 
 namespace pcnn::detail {
 
@@ -60,8 +61,9 @@ __device__ __forceinline__ int float_to_ordered(float f) {
   const int i = __float_as_int(f);
   return i >= 0 ? i : i ^ 0x7fffffff;
 }
-__device__ __forceinline__ float ordered_to_float(int i) {
-  return __int_as_float(i >= 0 ? i : i ^ 0x7fffffff);
+/// Its inverse, on either side (the host reads the build's bounds in this form).
+__host__ __device__ __forceinline__ float ordered_to_float(int i) {
+  return cuda::std::bit_cast<float>(i >= 0 ? i : i ^ 0x7fffffff);
 }
 
 }  // namespace pcnn::detail
