@@ -581,11 +581,10 @@ class CudaBackend final : public Index::Backend_ {
         const int k = p.k > 0 ? p.k : p.max_nn;
         const double radius = p.k > 0 ? INFINITY : p.radius;
         std::int64_t per =
-            detail::plan_rows_per_pass(n, std::int64_t(2 * k + 3) * 8 + (to_device ? 0 : 16),
-                                       detail::working_reserve(ws_.available()) + 60 * n, 0,
-                                       "normals of " + std::to_string(n) + " points with " +
-                                           std::to_string(k) + " neighbors each",
-                                       ws_.available());
+            rows_per_pass(n, std::int64_t(2 * k + 3) * 8 + (to_device ? 0 : 16), 60 * n, 0, [&] {
+              return "normals of " + std::to_string(n) + " points with " + std::to_string(k) +
+                     " neighbors each";
+            });
         if (per == 0) per = n;
         detail::device_buffer<std::int32_t> idx(static_cast<std::size_t>(per) * k, stream, ws_);
         detail::device_buffer<float> d2(idx.size(), stream, ws_);
@@ -707,12 +706,31 @@ class CudaBackend final : public Index::Backend_ {
     PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
   }
 
-  // Device bytes a search of separate `queries` needs besides its results: uploaded, keyed and
-  // sorted queries, an outlier slot each, and slack for CUB's scratch and counters.
-  std::int64_t query_working_bytes(const PointsView& q) const {
+  // Device bytes a search of separate `queries` needs besides its results and the working
+  // reserve: uploaded, keyed and sorted queries, an outlier slot each, and slack for CUB's
+  // scratch and counters.
+  static std::int64_t query_bytes(const PointsView& q) {
     const std::int64_t upload =
         q.memory == Memory::device ? 0 : 4 * static_cast<std::int64_t>(detail::span_words(q));
-    return detail::working_reserve(ws_.available()) + upload + 60 * q.count;
+    return upload + 60 * q.count;
+  }
+
+  // detail::plan_rows_per_pass over the device memory this index may use, its working memory
+  // being detail::working_reserve's share plus `extra` bytes. Where the memory the workspace and
+  // its resource hold ready (cached(): a frame's blocks from the last frame, a pool's reserve)
+  // takes every row and that working memory, no passes are needed, and the driver is not asked
+  // what else is free: cudaMemGetInfo took 42-64 us a call inside the kNN command (H200 host),
+  // before a 1M-point search could start. `what` names the search in an out-of-memory error.
+  template <class What>
+  std::int64_t rows_per_pass(std::int64_t rows, std::int64_t row_bytes, std::int64_t extra,
+                             std::int64_t forced, What&& what) const {
+    const std::int64_t cached = ws_.cached();
+    if (forced <= 0 &&
+        detail::rows_that_fit(row_bytes, detail::working_reserve(cached) + extra, cached) >= rows)
+      return 0;
+    const std::int64_t available = ws_.available();
+    return detail::plan_rows_per_pass(rows, row_bytes, detail::working_reserve(available) + extra,
+                                      forced, what(), available);
   }
 
   // Where kernels read `pts`: device memory as given, or staged from host memory by the mode.
@@ -936,7 +954,9 @@ class CudaBackend final : public Index::Backend_ {
   // between events 0 and 1.
   void stage_radius_queries(const PointsView* queries, std::int64_t rows, StagedQueries& sq,
                             cudaStream_t stream, SearchTimings& t) {
-    detail::check_radius_fits(queries ? query_working_bytes(*queries) : 0, rows, ws_.available());
+    const std::int64_t available = ws_.available();
+    detail::check_radius_fits(
+        queries ? detail::working_reserve(available) + query_bytes(*queries) : 0, rows, available);
     ev_[0].record(stream);
     stage_queries(queries, sq, stream, t);
     ev_[1].record(stream);
@@ -1004,12 +1024,11 @@ class CudaBackend final : public Index::Backend_ {
     // second pair for passes in turn (two passes' scratch at once: curve_order_search), and,
     // where rows may be forwarded, the forwarding's counters (k / 8 bytes).
     const std::int64_t forward_bytes = may_forward(k, bound) ? (k + 7) / 8 : 0;
-    const std::int64_t per_pass = detail::plan_rows_per_pass(
-        rows, std::int64_t(k + 2) * 8 + 12 + forward_bytes,
-        d_queries ? query_working_bytes(*d_queries) : detail::working_reserve(ws_.available()),
-        params.max_rows_per_pass,
-        "a search of " + std::to_string(rows) + " queries with k = " + std::to_string(k),
-        ws_.available());
+    const std::int64_t per_pass = rows_per_pass(
+        rows, std::int64_t(k + 2) * 8 + 12 + forward_bytes, d_queries ? query_bytes(*d_queries) : 0,
+        params.max_rows_per_pass, [&] {
+          return "a search of " + std::to_string(rows) + " queries with k = " + std::to_string(k);
+        });
     // Where the device writes and the host reads: the caller's memory when it is page-locked
     // (or registered for this call), else the index's page-locked buffers.
     detail::host_registration reg_idx, reg_dist;
@@ -1103,7 +1122,28 @@ class CudaBackend final : public Index::Backend_ {
     const int blocks = static_cast<int>(cuda::ceil_div(rows, 256));
     int finite = static_cast<int>(rows);
     last_host_.assign(chunks + 1, static_cast<int>(rows) - 1);
-    if (chunks > 1) {
+    // A search in one pass into page-locked rows: its kernels forward the rows to the host as
+    // they complete, so that they cross the link while it runs rather than after it
+    // (detail/row_forward.cuh). Only into page-locked memory pcnn made (the index's staging
+    // buffers, pcnn::allocate_page_locked, pcnn::PageLock: own_locked_alias; rows this call
+    // registers itself, in lock_outputs below, are downloaded), and where both arrays begin at
+    // the same place in a 128-byte line (forwardable_layout), so that one segment is whole lines
+    // of each. Not on an integrated GPU, whose "host" rows are its own memory: no link to hide.
+    // The counters take rows * k / 8 bytes (in plan_rows_per_pass's bytes a row).
+    detail::RowForward forward;
+    if (may_forward(k, bound) && detail::forwardable_layout(out_idx, out_dist)) {
+      forward.host_idx = static_cast<std::int32_t*>(
+          detail::own_locked_alias(out_idx, cells * sizeof(std::int32_t)));
+      forward.host_dist =
+          static_cast<float*>(detail::own_locked_alias(out_dist, cells * sizeof(float)));
+      forward.cells = static_cast<std::int64_t>(cells);
+      forward.lead = detail::forward_lead(out_idx);
+    }
+    // Rows that can be forwarded are searched in one pass, every row in it: no chunk is
+    // downloaded, so where chunks end is not asked (a round trip of ~50 us before a 1M-point
+    // search, H200), and the kernels write the non-finite queries' empty rows themselves.
+    const bool one_forwarded_pass = forward.host_idx && forward.host_dist;
+    if (chunks > 1 && !one_forwarded_pass) {
       // Where each chunk's last query lies, so that its download can start after the pass that
       // searches it, and how many queries are finite: a round trip to the host. One chunk waits
       // for the one pass anyway, and the search kernels write a non-finite query's empty row
@@ -1130,8 +1170,8 @@ class CudaBackend final : public Index::Backend_ {
     // chunk ends before the last pass (a cloud stored in no spatial order), nothing would go down
     // early: then one kNN pass. (Not hybrid: its collect walk's scratch, 516 bytes a row, is
     // sized by the pass, and without it the walk is 1.3-1.7x slower.)
-    std::int64_t pass = per;
-    if (chunks > 1 && finite > per && !std::isfinite(bound.r2)) {
+    std::int64_t pass = one_forwarded_pass ? finite : per;
+    if (chunks > 1 && finite > per && !std::isfinite(bound.r2) && !one_forwarded_pass) {
       const std::int64_t last_pass_begin = (finite - 1) / per * per;
       bool early = false;
       for (int j = 0; j < chunks; ++j) early = early || last_host_[j] < last_pass_begin;
@@ -1139,27 +1179,10 @@ class CudaBackend final : public Index::Backend_ {
     }
     detail::device_buffer<int> outliers(detail::tree_outlier_ints(pass), s0, ws_);
     const int passes = finite > 0 ? static_cast<int>((finite + pass - 1) / pass) : 0;
-    // A search in one pass into page-locked rows: its kernels forward the rows to the host as
-    // they complete, so that they cross the link while it runs rather than after it
-    // (detail/row_forward.cuh). Only into page-locked memory pcnn made (the index's staging
-    // buffers, pcnn::allocate_page_locked, pcnn::PageLock: own_locked_alias; rows this call
-    // registers itself, in lock_outputs below, are downloaded), and where both arrays begin at
-    // the same place in a 128-byte line (forwardable_layout), so that one segment is whole lines
-    // of each. Not on an integrated GPU, whose "host" rows are its own memory: no link to hide.
-    // The counters take rows * k / 8 bytes (in plan_rows_per_pass's bytes a row).
-    detail::RowForward forward;
     detail::device_buffer<int> forward_done;
-    if (passes == 1 && may_forward(k, bound) && detail::forwardable_layout(out_idx, out_dist)) {
-      forward.host_idx = static_cast<std::int32_t*>(
-          detail::own_locked_alias(out_idx, cells * sizeof(std::int32_t)));
-      forward.host_dist =
-          static_cast<float*>(detail::own_locked_alias(out_dist, cells * sizeof(float)));
-      forward.cells = static_cast<std::int64_t>(cells);
-      forward.lead = detail::forward_lead(out_idx);
-      if (forward.host_idx && forward.host_dist) {
-        forward_done.resize(forward.segments(), s0, ws_);
-        forward.done = forward_done.data();
-      }
+    if (forward.host_idx && forward.host_dist && passes == 1) {
+      forward_done.resize(forward.segments(), s0, ws_);
+      forward.done = forward_done.data();
     }
     bool forwarded = false;
     while (pass_events_.size() < static_cast<std::size_t>(2 * passes + 2 * chunks + 2))

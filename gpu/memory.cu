@@ -155,12 +155,16 @@ void Workspace::end_all() noexcept {
   pending_.clear();
 }
 
-std::int64_t Workspace::available() const {
+std::int64_t Workspace::free_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::int64_t cached = 0;
-  for (const Block& b : free_) cached += static_cast<std::int64_t>(b.bytes);
-  return upstream_->available() + cached;
+  std::int64_t bytes = 0;
+  for (const Block& b : free_) bytes += static_cast<std::int64_t>(b.bytes);
+  return bytes;
 }
+
+std::int64_t Workspace::available() const { return upstream_->available() + free_bytes(); }
+
+std::int64_t Workspace::cached() const { return upstream_->cached() + free_bytes(); }
 
 MemoryStats Workspace::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -443,16 +447,15 @@ void PoolResource::deallocate(void* ptr, std::size_t bytes, cudaStream_t stream)
   impl_->stats.current_bytes -= static_cast<std::int64_t>(bytes);
 }
 
-std::int64_t PoolResource::available() const {
-  std::int64_t available = detail::free_device_memory();
-  if (impl_->pool) {  // memory this pool keeps cached is ready for reuse
-    std::uint64_t reserved = 0, used = 0;
-    PCNN_CUDA_TRY(
-        cudaMemPoolGetAttribute(impl_->pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
-    PCNN_CUDA_TRY(cudaMemPoolGetAttribute(impl_->pool, cudaMemPoolAttrUsedMemCurrent, &used));
-    if (reserved > used) available += static_cast<std::int64_t>(reserved - used);
-  }
-  return available;
+// Memory this pool keeps cached is ready for reuse.
+std::int64_t PoolResource::available() const { return detail::free_device_memory() + cached(); }
+
+std::int64_t PoolResource::cached() const {
+  if (!impl_->pool) return 0;
+  std::uint64_t reserved = 0, used = 0;
+  PCNN_CUDA_TRY(cudaMemPoolGetAttribute(impl_->pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
+  PCNN_CUDA_TRY(cudaMemPoolGetAttribute(impl_->pool, cudaMemPoolAttrUsedMemCurrent, &used));
+  return reserved > used ? static_cast<std::int64_t>(reserved - used) : 0;
 }
 
 MemoryStats PoolResource::stats() const {
@@ -497,6 +500,15 @@ struct LimitedResource::Impl {
   std::int64_t limit = 0;
   mutable std::mutex mu;
   MemoryStats stats;
+  // What is left under the cap of `upstream`'s `bytes` (its available or cached memory).
+  std::int64_t under_cap(std::int64_t bytes) const {
+    std::int64_t left;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      left = limit - stats.current_bytes;
+    }
+    return std::max<std::int64_t>(0, std::min(left, bytes));
+  }
 };
 
 LimitedResource::LimitedResource(std::shared_ptr<DeviceMemoryResource> upstream, std::int64_t limit)
@@ -536,13 +548,10 @@ void LimitedResource::deallocate(void* ptr, std::size_t bytes, cudaStream_t stre
 }
 
 std::int64_t LimitedResource::available() const {
-  std::int64_t left;
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    left = impl_->limit - impl_->stats.current_bytes;
-  }
-  return std::max<std::int64_t>(0, std::min(left, impl_->upstream->available()));
+  return impl_->under_cap(impl_->upstream->available());
 }
+
+std::int64_t LimitedResource::cached() const { return impl_->under_cap(impl_->upstream->cached()); }
 
 MemoryStats LimitedResource::stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);

@@ -915,7 +915,18 @@ TEST(IndexMemory, AReservedPoolHoldsItsMemoryForTheIndex) {
   ASSERT_EQ(cudaMemGetInfo(&free1, &total), cudaSuccess);
   EXPECT_GE(std::int64_t(free0) - std::int64_t(free1), std::int64_t(kBytes));
   EXPECT_GE(pool->available(), std::int64_t(free1) + std::int64_t(kBytes));
+  EXPECT_GE(pool->cached(), std::int64_t(kBytes)) << "the reserve is held ready";
+  EXPECT_LE(pool->cached(), pool->available());
   EXPECT_EQ(pool->stats().allocations, 0);
+  // Under a cap, what is held ready up to what is left under it.
+  LimitedResource capped(pool, std::int64_t(64) << 20);
+  EXPECT_EQ(capped.cached(), std::int64_t(64) << 20);
+  void* block = capped.allocate(std::size_t(16) << 20, nullptr);
+  EXPECT_EQ(capped.cached(), std::int64_t(48) << 20);
+  EXPECT_LE(pool->cached(), std::int64_t(kBytes) - (std::int64_t(16) << 20)) << "in use";
+  capped.deallocate(block, std::size_t(16) << 20, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_GE(pool->cached(), std::int64_t(kBytes)) << "freed into the pool, held again";
   o.memory = pool;
   Index index(view(cloud), o);
   EXPECT_TRUE(same_knn(index.self_knn({8, true}), expected));
@@ -1574,6 +1585,26 @@ TEST(IndexHandOff, RowsForwardedToTheHostEqualTheCpuBackend) {
     self.self_knn({k, true}, {idx.data(), n / 2, k}, {dist.data(), n / 2, k});
     forwarded(self, "self, k = " + std::to_string(k));
     EXPECT_TRUE(same_rows(idx.data(), dist.data(), expected)) << "self, k = " << k;
+  }
+
+  // A self-search in chunks (chunk_rows) of a cloud with non-finite points among its own: rows
+  // that can be forwarded are searched in one pass over every row, without the round trip for
+  // where the chunks end, and the kernels write the non-finite points' empty rows.
+  std::vector<float> holed = scan;
+  for (std::size_t at : {std::size_t(0), std::size_t(4100), holed.size() / 3 - 1})
+    holed[3 * at + 1] = NAN;
+  holed.insert(holed.begin() + 3 * 9000, {INFINITY, 0.f, 0.f});
+  const std::int64_t h = static_cast<std::int64_t>(holed.size() / 3);
+  Index self_chunks(view(holed), chunked);
+  for (int k : {1, 8, 13}) {
+    const std::string at = "self in chunks, k = " + std::to_string(k);
+    const KnnResult expected = reference_knn(view(holed), nullptr, {k, true});
+    pcnn::page_locked_vector<std::int32_t> idx(h * k, -7);
+    pcnn::page_locked_vector<float> dist(h * k, -1.f);
+    self_chunks.self_knn({k, true}, {idx.data(), h, k}, {dist.data(), h, k});
+    forwarded(self_chunks, at);
+    EXPECT_TRUE(same_rows(idx.data(), dist.data(), expected)) << at;
+    EXPECT_EQ(idx[0], -1) << at << ": a non-finite point's row";
   }
 
   const std::int64_t m = 10 * n;

@@ -40,6 +40,8 @@ class Workspace final : public DeviceMemoryResource {
   void* allocate(std::size_t bytes, cudaStream_t stream) override;
   void deallocate(void* ptr, std::size_t bytes, cudaStream_t stream) noexcept override;
   std::int64_t available() const override;
+  /// The cached blocks no call is using, and the upstream's cached memory.
+  std::int64_t cached() const override;
   MemoryStats stats() const override;
   /// The work queued on streams `a` and `b` has finished (both synchronized): blocks last used
   /// there become reusable on any stream. Blocks last used on other streams stay pending.
@@ -56,6 +58,7 @@ class Workspace final : public DeviceMemoryResource {
     cudaStream_t stream = nullptr;
   };
   void release_free() noexcept;
+  std::int64_t free_bytes() const;  // the cached blocks no call is using
   std::shared_ptr<DeviceMemoryResource> upstream_;
   mutable std::mutex mu_;
   std::vector<Block> free_, pending_, all_;
