@@ -303,8 +303,8 @@ pcnn::detail::RowShares row_shares(const std::vector<std::int64_t>& first);
 /// (Backend_::order_breaks) from which a self-search for rows in host memory is cut along the
 /// order: runs of the curve 64 positions long on average, two warps' queries. A cloud in random
 /// order breaks at 1 - 1/replicas, one in blocks of spatial order at the blocks' boundaries only.
-/// In spatial order, contiguous shares bring their rows down while later passes search; under
-/// the cut none can before every device has finished (200M points in blocks of spatial order,
+/// In spatial order, contiguous shares bring their rows down while their search runs; under the
+/// cut none can before every device has finished (200M points in blocks of spatial order,
 /// two H100s, round 19: contiguous shares 1.71-1.75x one device's search, the cut 1.65x).
 inline constexpr double kCutBreaks = 1.0 / 64;
 

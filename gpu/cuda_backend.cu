@@ -719,8 +719,10 @@ class CudaBackend final : public Index::Backend_ {
   // being detail::working_reserve's share plus `extra` bytes. Where the memory the workspace and
   // its resource hold ready (cached(): a frame's blocks from the last frame, a pool's reserve)
   // takes every row and that working memory, no passes are needed, and the driver is not asked
-  // what else is free: cudaMemGetInfo took 42-64 us a call inside the kNN command (H200 host),
-  // before a 1M-point search could start. `what` names the search in an out-of-memory error.
+  // what else is free: cudaMemGetInfo took 42-64 us a call inside the kNN command (H200 host,
+  // bench/results/2026-11-30-round35.md), before a 1M-point search could start. Rows that fit in
+  // cached memory fit in the available memory too (it holds the cached; the usable share grows
+  // with it). `what` names the search in an out-of-memory error.
   template <class What>
   std::int64_t rows_per_pass(std::int64_t rows, std::int64_t row_bytes, std::int64_t extra,
                              std::int64_t forced, What&& what) const {
@@ -1009,10 +1011,12 @@ class CudaBackend final : public Index::Backend_ {
     t.refined_rows = st.refined_rows;
   }
 
-  // Rows for host memory. When every row fits on the device, the search runs in passes along
-  // the index's curve (its fastest order) and each chunk of rows goes to the host on a stream of
-  // its own as soon as all its queries are done; otherwise passes of rows, each downloaded before
-  // the next, so that results larger than the device memory left still work.
+  // Rows for host memory. When every row fits on the device, the search runs along the index's
+  // curve (its fastest order): in one pass whose kernels write the rows to the host themselves
+  // where they can (curve_order_search), else in passes, each chunk of rows going to the host on
+  // a stream of its own as soon as all its queries are done; otherwise passes of rows, each
+  // downloaded before the next, so that results larger than the device memory left still work.
+  // (The row bytes below are what the kNN command reserves for: knn_device_bytes, knn_command.)
   void dense_to_host(const PointsView* d_queries, int query_offset, const KnnParams& params,
                      const detail::RadiusBound& bound, const detail::ExactSearch& ex,
                      std::int32_t* out_idx, float* out_dist, cudaStream_t stream,
@@ -1088,8 +1092,9 @@ class CudaBackend final : public Index::Backend_ {
     return !mapped_ && !integrated_ && detail::forwardable_rows(k, std::isfinite(bound.r2));
   }
 
-  // Every row on the device; passes in curve order (in turn on s0 and the aux stream); chunks of
-  // rows (by original index) downloaded on the copy stream once their last query is searched.
+  // Every row on the device; one pass in curve order whose kernels forward the rows to the host,
+  // or passes (in turn on s0 and the aux stream) and chunks of rows (by original index)
+  // downloaded on the copy stream once their last query is searched.
   // Every pass is queued first; then `lock_outputs` runs (page-locking the caller's outputs for
   // registered staging: 17-20 ms for 640 MB on the H100 host, which the queued passes overlap;
   // registering on a thread of its own while the passes were being queued gained nothing), then

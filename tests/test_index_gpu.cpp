@@ -451,17 +451,20 @@ TEST(IndexStaging, SmallChunksGiveTheSameRows) {
 // (4,096): 540,000 LiDAR-like points in scan order, 1 % of them not finite, in chunks of 128 rows
 // (4,219; `passes` reports the chunks). Every row equals the CPU backend's: a finite count too
 // small leaves rows empty, and a missing last slot downloads a chunk before its pass. A last slot
-// reported a pass early only races with that pass, which this test may not catch.
+// reported a pass early only races with that pass, which this test may not catch. Rows into
+// ordinary memory (registered staging), which are downloaded chunk by chunk: rows the kernels
+// could forward would take one pass and no chunks.
 TEST(IndexStaging, ThousandsOfChunksGiveTheSameRows) {
   PCNN_REQUIRE_DEVICE();
   std::vector<float> cloud = make_synthetic_cloud(SyntheticKind::lidar, 540000, 43);
   test::poison(cloud, 0.01, 44);
-  IndexOptions o = cuda_options(Staging::pinned), cpu;
+  IndexOptions o = cuda_options(Staging::registered), cpu;
   o.chunk_rows = 128;
   cpu.backend = Backend::cpu;
   Index gpu(view(cloud), o);
   const KnnResult got = gpu.self_knn({4, true});
   EXPECT_EQ(gpu.last_timings().passes, (540000 + 127) / 128);
+  EXPECT_GT(gpu.last_timings().download_ms, 0.f) << "forwarded: no chunks downloaded";
   EXPECT_TRUE(same_knn(got, Index(view(cloud), cpu).self_knn({4, true})));
 }
 
@@ -892,9 +895,10 @@ int device_with_pools() {
 }
 
 // PoolResource::reserve maps device memory into the pool at once and keeps it there: the device's
-// free memory drops by at least that much, the pool reports it available, and an index on the
-// pool gives the CPU backend's rows without mapping more (its ~60 MB come from the reservation).
-// Assumes no other process allocates on the device meanwhile.
+// free memory drops by at least that much, the pool reports it available and cached (held
+// unused; under a LimitedResource, up to what is left under the cap, less what is out, again once
+// freed), and an index on the pool gives the CPU backend's rows without mapping more (its ~60 MB
+// come from the reservation). Assumes no other process allocates on the device meanwhile.
 TEST(IndexMemory, AReservedPoolHoldsItsMemoryForTheIndex) {
   PCNN_REQUIRE_DEVICE();
   const int device = device_with_pools();
@@ -921,9 +925,10 @@ TEST(IndexMemory, AReservedPoolHoldsItsMemoryForTheIndex) {
   // Under a cap, what is held ready up to what is left under it.
   LimitedResource capped(pool, std::int64_t(64) << 20);
   EXPECT_EQ(capped.cached(), std::int64_t(64) << 20);
+  const std::int64_t held = pool->cached();
   void* block = capped.allocate(std::size_t(16) << 20, nullptr);
   EXPECT_EQ(capped.cached(), std::int64_t(48) << 20);
-  EXPECT_LE(pool->cached(), std::int64_t(kBytes) - (std::int64_t(16) << 20)) << "in use";
+  EXPECT_LE(pool->cached(), held - (std::int64_t(16) << 20)) << "in use";
   capped.deallocate(block, std::size_t(16) << 20, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_GE(pool->cached(), std::int64_t(kBytes)) << "freed into the pool, held again";
@@ -1167,12 +1172,15 @@ std::vector<float> in_curve_order(const std::vector<float>& xyz) {
 // rows (5,120: whole blocks; launches that start past slot 0 and reuse the outlier buffers) and in
 // a pass of 150,000 rows (a launch longer than a wave), then one of the ~50,000 left (one wave,
 // past slot 0): on the map stored in curve order, since a cloud in no spatial order is searched
-// in one pass (no chunk of its rows could go down early). Every row equals the CPU backend's.
+// in one pass (no chunk of its rows could go down early). The passes' rows go to ordinary memory
+// (registered staging: downloaded; rows the kernels could forward would take one pass). Every row
+// equals the CPU backend's.
 TEST(IndexOutliers, ScansQueriesOutsideTheMapAndSelfSearchEqualTheCpuBackend) {
   PCNN_REQUIRE_DEVICE();
   IndexOptions cpu;
   cpu.backend = Backend::cpu;
-  IndexOptions passes = cuda_options(), long_pass = cuda_options();
+  IndexOptions passes = cuda_options(Staging::registered),
+               long_pass = cuda_options(Staging::registered);
   passes.chunk_rows = 5000;
   long_pass.chunk_rows = 150000;
   const auto check = [&](const std::vector<float>& map, const std::vector<float>* queries, int k,
@@ -1462,11 +1470,12 @@ TEST(IndexHandOff, QueriesOfSlowWarpsSearchedAloneEqualTheCpuBackend) {
 // that begin inside a 128-byte line (segments cut along the host's lines), with the entries before
 // them untouched, and std::vectors locked by pcnn::PageLock (the command's rows); rows whose two
 // arrays begin at different places in their lines, and rows the caller locked itself
-// (cudaHostRegister), are downloaded instead, and equal too, as are rows of a search in chunks of
-// 4,096 (its non-finite queries' rows written before the search). The same for the
-// self-search of a scan (no hand-off there) into page-locked rows, of one wave and of more (a
-// scan ten times the size with isolated far points: the kernel that does not claim its outliers,
-// or at k = 32 takes groups in turn, and the outlier kernel started beside it).
+// (cudaHostRegister), are downloaded instead, and equal too; a search in chunks of 4,096
+// (chunk_rows) is forwarded in one pass all the same. The same for the self-search of a scan (no
+// hand-off there) into page-locked rows, of one wave and of more (a scan ten times the size with
+// isolated far points: the kernel that does not claim its outliers, or at k = 32 takes groups in
+// turn, and the outlier kernel started beside it), and for a self-search in chunks of a cloud
+// with non-finite points of its own (below).
 TEST(IndexHandOff, RowsForwardedToTheHostEqualTheCpuBackend) {
   PCNN_REQUIRE_DEVICE();
   int device = 0, sms = 0;
@@ -1587,22 +1596,33 @@ TEST(IndexHandOff, RowsForwardedToTheHostEqualTheCpuBackend) {
     EXPECT_TRUE(same_rows(idx.data(), dist.data(), expected)) << "self, k = " << k;
   }
 
-  // A self-search in chunks (chunk_rows) of a cloud with non-finite points among its own: rows
-  // that can be forwarded are searched in one pass over every row, without the round trip for
-  // where the chunks end, and the kernels write the non-finite points' empty rows.
-  std::vector<float> holed = scan;
-  for (std::size_t at : {std::size_t(0), std::size_t(4100), holed.size() / 3 - 1})
+  // A self-search in chunks (chunk_rows 4,096) of a cloud with non-finite points among its own
+  // (the first point, both sides of a chunk's edge, the last, one infinite): rows that can be
+  // forwarded are searched in one pass over every row, without the round trip for where the
+  // chunks end, and the kernels write the non-finite points' empty rows. Sized for several chunks
+  // and for the shared walk (more than few_queries_per_sm queries a multiprocessor). At k = 1 with
+  // the point itself, each point's first copy (a kernel that forwards nothing): the chunks are
+  // downloaded after the one pass.
+  const std::int64_t h0 = std::max<std::int64_t>(3 * 4096, 96 * std::int64_t(sms)) + 517;
+  std::vector<float> holed = make_synthetic_cloud(SyntheticKind::lidar, h0, 44);
+  for (std::int64_t at : {std::int64_t(0), std::int64_t(4095), std::int64_t(4096), h0 - 1})
     holed[3 * at + 1] = NAN;
-  holed.insert(holed.begin() + 3 * 9000, {INFINITY, 0.f, 0.f});
-  const std::int64_t h = static_cast<std::int64_t>(holed.size() / 3);
+  holed.insert(holed.begin() + 3 * (h0 / 2), {INFINITY, 0.f, 0.f});
+  const std::int64_t h = h0 + 1;
+  ASSERT_GT(h, chunked.chunk_rows);
   Index self_chunks(view(holed), chunked);
-  for (int k : {1, 8, 13}) {
-    const std::string at = "self in chunks, k = " + std::to_string(k);
-    const KnnResult expected = reference_knn(view(holed), nullptr, {k, true});
+  for (const auto& [k, exclude] :
+       {std::pair{1, true}, std::pair{8, true}, std::pair{13, true}, std::pair{1, false}}) {
+    const std::string at = "self in chunks, k = " + std::to_string(k) + (exclude ? "" : ", itself");
+    const KnnResult expected = reference_knn(view(holed), nullptr, {k, exclude});
     pcnn::page_locked_vector<std::int32_t> idx(h * k, -7);
     pcnn::page_locked_vector<float> dist(h * k, -1.f);
-    self_chunks.self_knn({k, true}, {idx.data(), h, k}, {dist.data(), h, k});
-    forwarded(self_chunks, at);
+    self_chunks.self_knn({k, exclude}, {idx.data(), h, k}, {dist.data(), h, k});
+    if (exclude) {
+      forwarded(self_chunks, at);
+    } else if (!integrated) {
+      EXPECT_GT(self_chunks.last_timings().download_ms, 0.f) << at << ": nothing downloaded";
+    }
     EXPECT_TRUE(same_rows(idx.data(), dist.data(), expected)) << at;
     EXPECT_EQ(idx[0], -1) << at << ": a non-finite point's row";
   }
@@ -1644,11 +1664,20 @@ TEST(IndexPasses, PassesInTurnsEqualTheCpuBackend) {
   for (std::size_t i : {std::size_t(7), std::size_t(5200), xyz.size() / 3})  // the curve kept
     xyz.insert(xyz.begin() + 3 * i, {1.f, NAN, 2.f});
   const std::int64_t n = static_cast<std::int64_t>(xyz.size() / 3);
-  IndexOptions cpu, turns = cuda_options(), mapped = cuda_options(Staging::mapped);
+  IndexOptions cpu, turns = cuda_options(Staging::registered),
+                    mapped = cuda_options(Staging::mapped),
+                    forwarding = cuda_options(Staging::pinned);
   cpu.backend = Backend::cpu;
-  turns.chunk_rows = mapped.chunk_rows = kChunk;
+  turns.chunk_rows = mapped.chunk_rows = forwarding.chunk_rows = kChunk;
   Index gpu(view(xyz), turns), reference(view(xyz), cpu);
   for (int few : {-1, 0}) expect_self_rows_equal(gpu, reference, {1, 8, 32}, "", few);
+  EXPECT_GT(gpu.last_timings().download_ms, 0.f) << "forwarded: not searched in passes";
+  // Into the index's page-locked buffers the kernels forward the rows in one pass instead (on a
+  // discrete GPU), except at k = 1 with the point itself (each point's first copy, a kernel that
+  // forwards nothing: its chunks are downloaded after the one pass).
+  Index one_pass(view(xyz), forwarding);
+  for (int few : {-1, 0})
+    expect_self_rows_equal(one_pass, reference, {1, 8, 32}, "one pass: ", few);
   for (int few : {-1, 0}) {
     KnnParams p{8};
     p.few_queries_per_sm = few;

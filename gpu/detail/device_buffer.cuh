@@ -40,9 +40,9 @@ class Workspace final : public DeviceMemoryResource {
   void* allocate(std::size_t bytes, cudaStream_t stream) override;
   void deallocate(void* ptr, std::size_t bytes, cudaStream_t stream) noexcept override;
   std::int64_t available() const override;
+  MemoryStats stats() const override;
   /// The cached blocks no call is using, and the upstream's cached memory.
   std::int64_t cached() const override;
-  MemoryStats stats() const override;
   /// The work queued on streams `a` and `b` has finished (both synchronized): blocks last used
   /// there become reusable on any stream. Blocks last used on other streams stay pending.
   void end_call(cudaStream_t a, cudaStream_t b) noexcept;

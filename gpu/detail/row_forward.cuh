@@ -12,7 +12,7 @@
 // (a std::vector's storage: 16 bytes past a page), straddle two lines each: the stores then
 // crossed the link at 26-35 GB/s against 51-52 along lines (H200, 64-256 MB,
 // bench/results/2026-11-30-round34.md). Rows written by other kernels (the gather of flagged
-// rows, empty_rows_kernel's before the search) never count, so their segments are copied after
+// rows) never count, so their segments are copied after
 // every kernel that writes rows (forward_rest_kernel, knn_tree.cu).
 #pragma once
 

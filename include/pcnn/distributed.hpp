@@ -141,7 +141,7 @@ struct PartitionedTimings {
   /// Replicas' last dense self-search: each replica searched a piece of the index's order and
   /// wrote its rows into the devices owning them (true), or each searched its share of the rows
   /// as a separate query set (false: rows for the host of a cloud stored in spatial order, whose
-  /// contiguous shares are already pieces of the curve and come down while later passes search;
+  /// contiguous shares are already pieces of the curve and come down while the search runs;
   /// devices without memory pools or that cannot reach each other's memory, more than 8
   /// replicas, a memory resource or cap given, no room for the shares, or no rows).
   bool by_position = false;

@@ -71,7 +71,8 @@ struct IndexOptions {
   std::shared_ptr<DeviceMemoryResource> memory;
   Staging staging = Staging::automatic;
   /// Queries per chunk when results go to host memory in chunks over two streams (download of
-  /// one chunk overlapping the search of the next); 0: automatic.
+  /// one chunk overlapping the search of the next); 0: automatic. A kNN search whose kernels
+  /// write its rows to host memory themselves (README, "Timing") takes one pass, no chunks.
   std::int64_t chunk_rows = 0;
   int threads = 0;  ///< CPU backend: worker threads; 0: every hardware thread
 };

@@ -35,13 +35,14 @@ class DeviceMemoryResource {
   /// Bytes an allocation could obtain now (free device memory plus what the resource keeps
   /// cached, or what is left under a cap): what searches plan their passes with.
   virtual std::int64_t available() const = 0;
-  /// Bytes the resource holds unused, which allocate() hands out without asking the device for
-  /// more: a lower bound of available() that asks the driver nothing (available() asks it for
-  /// the free device memory, tens of microseconds in a process holding much page-locked memory).
-  /// Searches whose rows fit in it plan no passes without that query. 0 unless overridden.
-  virtual std::int64_t cached() const { return 0; }
   /// This resource's counters.
   virtual MemoryStats stats() const = 0;
+  /// Bytes the resource holds mapped and unused (a lower bound of available()), known without
+  /// asking the driver for the free device memory as available() does (tens of microseconds in
+  /// a process holding much page-locked memory): searches whose rows and working memory fit in
+  /// it plan no passes without that query. 0 unless overridden.
+  /// @throws pcnn::cuda_error.
+  virtual std::int64_t cached() const { return 0; }
 };
 
 /// A pool of device memory of its own on device `ordinal` (cudaMemPoolCreate), keeping freed
@@ -58,9 +59,9 @@ class PoolResource : public DeviceMemoryResource {
   void* allocate(std::size_t bytes, cudaStream_t stream) override;
   void deallocate(void* ptr, std::size_t bytes, cudaStream_t stream) noexcept override;
   std::int64_t available() const override;
+  MemoryStats stats() const override;
   /// The memory the pool keeps mapped and unused (what reserve() mapped, what was freed).
   std::int64_t cached() const override;
-  MemoryStats stats() const override;
   /// Gives the cached memory back to the device (synchronizes the device first).
   void trim();
   /// Maps `bytes` of device memory into the pool ahead of use (allocated and freed at once;
@@ -86,9 +87,9 @@ class LimitedResource : public DeviceMemoryResource {
   void* allocate(std::size_t bytes, cudaStream_t stream) override;
   void deallocate(void* ptr, std::size_t bytes, cudaStream_t stream) noexcept override;
   std::int64_t available() const override;
+  MemoryStats stats() const override;
   /// The upstream's cached memory, up to what is left under the cap.
   std::int64_t cached() const override;
-  MemoryStats stats() const override;
   std::int64_t limit() const;
 
  private:

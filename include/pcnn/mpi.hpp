@@ -125,9 +125,9 @@ class DistributedIndex {
   /// blocks, rows × k × 8 bytes in all, stay open between searches). Otherwise each rank searches
   /// its block as a separate query set: the first dense self-search (opening the pools across
   /// the processes costs ~40 ms, which one search does not earn back), a cloud stored in spatial
-  /// order (its blocks are already pieces of the curve, and come down while later passes
-  /// search), ranks on several hosts or more than 8, devices whose pools other processes cannot
-  /// open or whose memory the others cannot reach, a device without room for its block, a memory
+  /// order (its blocks are already pieces of the curve, and come down while their search runs),
+  /// ranks on several hosts or more than 8, devices whose pools other processes cannot open or
+  /// whose memory the others cannot reach, a device without room for its block, a memory
   /// resource given (RankStats::by_position says which way a search went).
   DistributedIndex(MPI_Comm comm, PointsView points, IndexOptions options = {},
                    bool keep_device = false, Layout layout = Layout::automatic);
