@@ -12,8 +12,8 @@
 // (a std::vector's storage: 16 bytes past a page), straddle two lines each: the stores then
 // crossed the link at 26-35 GB/s against 51-52 along lines (H200, 64-256 MB,
 // bench/results/2026-11-30-round34.md). Rows written by other kernels (the gather of flagged
-// rows) never count, so their segments are copied after
-// every kernel that writes rows (forward_rest_kernel, knn_tree.cu).
+// rows) never count, so their segments are copied after every kernel that writes rows
+// (forward_rest_kernel, knn_tree.cu).
 #pragma once
 
 #include <cuda_runtime.h>
