@@ -1121,7 +1121,6 @@ class CudaBackend final : public Index::Backend_ {
     detail::device_buffer<float> all_dist(mapped_ ? 0 : cells, s0, ws_);
     std::int32_t* d_out_idx = mapped_ ? idx_host_.device_data() : all_idx.data();
     float* d_out_dist = mapped_ ? dist_host_.device_data() : all_dist.data();
-    detail::device_buffer<int> last(chunks + 1, s0, ws_);
     detail::device_buffer<unsigned long long> evals(2, s0, ws_);  // evaluations, refined rows
     PCNN_CUDA_TRY(cudaMemsetAsync(evals.data(), 0, evals.bytes(), s0));
     const int blocks = static_cast<int>(cuda::ceil_div(rows, 256));
@@ -1153,6 +1152,7 @@ class CudaBackend final : public Index::Backend_ {
       // searches it, and how many queries are finite: a round trip to the host. One chunk waits
       // for the one pass anyway, and the search kernels write a non-finite query's empty row
       // themselves, so a single chunk (a frame) is launched over every row without it.
+      detail::device_buffer<int> last(chunks + 1, s0, ws_);
       PCNN_CUDA_TRY(cudaMemsetAsync(last.data(), 0xff, last.bytes(), s0));  // -1
       PCNN_CUDA_TRY(cudaMemsetAsync(last.data() + chunks, 0, sizeof(int), s0));
       last_slot_kernel<<<cuda::ceil_div(rows, std::int64_t(kLastSlotSpan)), kLastSlotThreads, 0,
@@ -1185,7 +1185,7 @@ class CudaBackend final : public Index::Backend_ {
     detail::device_buffer<int> outliers(detail::tree_outlier_ints(pass), s0, ws_);
     const int passes = finite > 0 ? static_cast<int>((finite + pass - 1) / pass) : 0;
     detail::device_buffer<int> forward_done;
-    if (forward.host_idx && forward.host_dist && passes == 1) {
+    if (one_forwarded_pass && passes == 1) {
       forward_done.resize(forward.segments(), s0, ws_);
       forward.done = forward_done.data();
     }
