@@ -13,6 +13,74 @@
 namespace pcnn::detail {
 namespace {
 
+// Skilling's transform, which the index computed its keys with until the table of
+// kHilbertMachine was read off its keys (curve_key.cuh): the reference it is compared with.
+// All ones where `v` has bit `q`, else 0.
+std::uint32_t bit_mask(std::uint32_t v, std::uint32_t q) {
+  return 0u - static_cast<std::uint32_t>((v & q) != 0);
+}
+
+// One level's turn of the Hilbert transform for axis v (1 or 2), on the bits below `q`: axis 0's
+// low bits are inverted where v has the level's bit, else exchanged with v's. Without branches:
+// neighbouring lanes take different ones.
+void hilbert_turn(std::uint32_t& x, std::uint32_t& v, std::uint32_t q) {
+  const std::uint32_t p = q - 1, invert = bit_mask(v, q);
+  const std::uint32_t t = (x ^ v) & p & ~invert;
+  x ^= (p & invert) | t;
+  v ^= t;
+}
+
+// The Hilbert index of the grid point (x, y, z), each of `levels` bits (1 to kCurveBits): 3 ×
+// `levels` bits, the coarsest level's 3 bits on top. Skilling's transform ("Programming the
+// Hilbert curve", AIP Conf. Proc. 707, 2004): the rotations and reflections of each level are
+// applied to the bits below it, then the Gray code is undone and the bits interleaved. The top
+// 3L bits depend on the top L bits of each coordinate alone, so the key of the coordinates'
+// top L bits is the full key's top 3L bits: a key truncated to fewer levels orders the points
+// as the full key's prefix does.
+std::uint64_t skilling_index(std::uint32_t x, std::uint32_t y, std::uint32_t z, int levels) {
+  const std::uint32_t top = std::uint32_t(1) << (levels - 1);
+  for (std::uint32_t q = top; q > 1; q >>= 1) {
+    x ^= (q - 1) & bit_mask(x, q);  // axis 0 is only ever inverted
+    hilbert_turn(x, y, q);
+    hilbert_turn(x, z, q);
+  }
+  y ^= x;
+  z ^= y;
+  // t ^= q - 1 for every bit q > 1 of z: bit i of t is the parity of z's bits above i.
+  std::uint32_t t = z;
+  t ^= t >> 1;
+  t ^= t >> 2;
+  t ^= t >> 4;
+  t ^= t >> 8;
+  t ^= t >> 16;
+  t >>= 1;
+  x ^= t;
+  y ^= t;
+  z ^= t;
+  return expand_bits21(x) << 2 | expand_bits21(y) << 1 | expand_bits21(z);
+}
+
+// The table-driven index equals Skilling's transform bit for bit: every grid point of cubes of 1
+// to 4 levels, and random points at every level up to the full 21.
+TEST(CurveKey, TheMachineGivesSkillingsKeys) {
+  for (int levels = 1; levels <= 4; ++levels) {
+    const std::uint32_t side = 1u << levels;
+    for (std::uint32_t x = 0; x < side; ++x)
+      for (std::uint32_t y = 0; y < side; ++y)
+        for (std::uint32_t z = 0; z < side; ++z)
+          ASSERT_EQ(hilbert_index(x, y, z, levels), skilling_index(x, y, z, levels))
+              << x << " " << y << " " << z << ", levels " << levels;
+  }
+  std::mt19937 rng(5);
+  for (int i = 0; i < 200000; ++i) {
+    const int levels = 1 + i % kCurveBits;
+    const std::uint32_t mask = (1u << levels) - 1;
+    const std::uint32_t x = rng() & mask, y = rng() & mask, z = rng() & mask;
+    ASSERT_EQ(hilbert_index(x, y, z, levels), skilling_index(x, y, z, levels))
+        << x << " " << y << " " << z << ", levels " << levels;
+  }
+}
+
 // Every grid point of a 2^L cube gets its own key in [0, 8^L), and consecutive keys are face
 // neighbors: the curve never jumps, which is what keeps a run of 32 points compact.
 TEST(CurveKey, VisitsEveryGridPointOnceThroughFaceNeighbors) {

@@ -34,51 +34,68 @@ __host__ __device__ __forceinline__ std::uint64_t expand_bits21(std::uint32_t v)
   return x;
 }
 
-/// All ones where `v` has bit `q`, else 0.
-__host__ __device__ __forceinline__ std::uint32_t bit_mask(std::uint32_t v, std::uint32_t q) {
-  return 0u - static_cast<std::uint32_t>((v & q) != 0);
-}
-
-/// One level's turn of the Hilbert transform for axis v (1 or 2), on the bits below `q`: axis 0's
-/// low bits are inverted where v has the level's bit, else exchanged with v's. Without branches:
-/// neighbouring lanes take different ones.
-__host__ __device__ __forceinline__ void hilbert_turn(std::uint32_t& x, std::uint32_t& v,
-                                                      std::uint32_t q) {
-  const std::uint32_t p = q - 1, invert = bit_mask(v, q);
-  const std::uint32_t t = (x ^ v) & p & ~invert;
-  x ^= (p & invert) | t;
-  v ^= t;
-}
+/// The Hilbert curve as a machine of 24 states, one a rotation or reflection of the cube (and the
+/// parity the Gray code carries down): at each level, from the coarsest, the point's octant there
+/// (its x, y, z bits, x highest) and the state give the key's 3 bits of that level and the state
+/// of the next. Entry state × 8 + octant holds next state × 8 + key bits. It is the machine of
+/// Skilling's transform ("Programming the Hilbert curve", AIP Conf. Proc. 707, 2004), read off
+/// that transform's keys, which tests/test_curve_key.cu still computes and compares with it bit
+/// for bit. A level costs a table read (192 bytes, two cache lines) and a few operations instead
+/// of the transform's ~20: the keys of 10M points to all 21 levels took 221 us instead of 372
+/// (ncu, H200; 14 levels 277), bench/results/2026-11-30-round36.md.
+// Written once for the host's copy and the device's.
+// clang-format off
+#define PCNN_HILBERT_MACHINE \
+  { \
+    8, 17, 27, 2, 39, 46, 52, 5, \
+    56, 71, 73, 86, 91, 20, 10, 13, \
+    48, 1, 103, 110, 115, 18, 12, 21, \
+    126, 129, 29, 26, 79, 80, 140, 3, \
+    148, 43, 37, 34, 127, 128, 78, 81, \
+    156, 45, 35, 42, 31, 6, 160, 105, \
+    72, 87, 139, 4, 57, 70, 50, 53, \
+    0, 171, 111, 76, 49, 58, 102, 61, \
+    180, 143, 83, 184, 69, 54, 66, 97, \
+    16, 123, 9, 74, 47, 60, 38, 77, \
+    132, 95, 85, 14, 67, 144, 82, 33, \
+    142, 55, 185, 96, 93, 116, 90, 11, \
+    188, 107, 175, 176, 101, 98, 62, 65, \
+    164, 109, 119, 22, 99, 106, 152, 41, \
+    174, 177, 63, 64, 117, 114, 92, 19, \
+    30, 125, 161, 122, 7, 172, 104, 75, \
+    130, 25, 133, 166, 179, 136, 84, 191, \
+    94, 15, 141, 28, 145, 32, 138, 51, \
+    146, 155, 149, 36, 137, 24, 190, 167, \
+    154, 157, 147, 44, 169, 182, 120, 135, \
+    162, 165, 121, 134, 187, 108, 168, 183, \
+    118, 173, 23, 124, 153, 170, 40, 59, \
+    178, 113, 131, 88, 181, 158, 68, 151, \
+    186, 163, 89, 112, 189, 100, 150, 159 \
+  }
+inline constexpr std::uint8_t kHilbertMachine[192] = PCNN_HILBERT_MACHINE;
+static __device__ const std::uint8_t kHilbertMachineOnDevice[192] = PCNN_HILBERT_MACHINE;
+#undef PCNN_HILBERT_MACHINE
+// clang-format on
 
 /// The Hilbert index of the grid point (x, y, z), each of `levels` bits (1 to kCurveBits): 3 ×
-/// `levels` bits, the coarsest level's 3 bits on top. Skilling's transform ("Programming the
-/// Hilbert curve", AIP Conf. Proc. 707, 2004): the rotations and reflections of each level are
-/// applied to the bits below it, then the Gray code is undone and the bits interleaved. The top
-/// 3L bits depend on the top L bits of each coordinate alone, so the key of the coordinates'
-/// top L bits is the full key's top 3L bits: a key truncated to fewer levels orders the points
-/// as the full key's prefix does.
+/// `levels` bits, the coarsest level's 3 bits on top. The top 3L bits depend on the top L bits of
+/// each coordinate alone, so the key of the coordinates' top L bits is the full key's top 3L
+/// bits: a key truncated to fewer levels orders the points as the full key's prefix does.
 __host__ __device__ __forceinline__ std::uint64_t hilbert_index(std::uint32_t x, std::uint32_t y,
                                                                 std::uint32_t z, int levels) {
-  const std::uint32_t top = std::uint32_t(1) << (levels - 1);
-  for (std::uint32_t q = top; q > 1; q >>= 1) {
-    x ^= (q - 1) & bit_mask(x, q);  // axis 0 is only ever inverted
-    hilbert_turn(x, y, q);
-    hilbert_turn(x, z, q);
+#ifdef __CUDA_ARCH__
+  const std::uint8_t* machine = kHilbertMachineOnDevice;
+#else
+  const std::uint8_t* machine = kHilbertMachine;
+#endif
+  const std::uint64_t octants = expand_bits21(x) << 2 | expand_bits21(y) << 1 | expand_bits21(z);
+  std::uint64_t key = 0;
+  unsigned entry = 0;  // state 0 at the top
+  for (int shift = 3 * (levels - 1); shift >= 0; shift -= 3) {
+    entry = machine[(entry & ~7u) | static_cast<unsigned>((octants >> shift) & 7)];
+    key = key << 3 | (entry & 7);
   }
-  y ^= x;
-  z ^= y;
-  // t ^= q - 1 for every bit q > 1 of z: bit i of t is the parity of z's bits above i.
-  std::uint32_t t = z;
-  t ^= t >> 1;
-  t ^= t >> 2;
-  t ^= t >> 4;
-  t ^= t >> 8;
-  t ^= t >> 16;
-  t >>= 1;
-  x ^= t;
-  y ^= t;
-  z ^= t;
-  return expand_bits21(x) << 2 | expand_bits21(y) << 1 | expand_bits21(z);
+  return key;
 }
 
 /// The curve key of a point on a cubic grid of 2^kCurveBits steps over the largest extent of
