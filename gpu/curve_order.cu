@@ -1,8 +1,11 @@
 // Points ordered along the index's curve (see detail/curve_order.cuh).
 #include <cooperative_groups.h>
 
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 #include <cuda/cmath>
 
 #include <algorithm>
@@ -19,7 +22,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Keys with the bits below `low_bit` cleared (see key_low_bit).
+// Keys with the bits below `low_bit` cleared (0: every bit, the keys sort_by_curve keeps).
 __global__ void keys_kernel(const float* __restrict__ xyz, std::int64_t stride, int n,
                             const float* __restrict__ bounds, int low_bit,
                             std::uint64_t* __restrict__ keys, int* __restrict__ ids) {
@@ -83,6 +86,8 @@ struct CurveSortArgs {
   int* ids[2] = {};
   int* counts = nullptr;       // gridDim.x x kBins: each block's keys of each digit
   float4* gathered = nullptr;  // where given, the last pass writes the points here instead
+  // The keys' bits below low_bit are kept (sort_by_curve) or, where only the points are
+  // written, never computed.
 };
 
 __device__ __forceinline__ int digit_of(std::uint64_t key, int bit) {
@@ -124,7 +129,7 @@ __global__ void __launch_bounds__(kSortThreads)
       if (i < a.n) {
         if (p == 0) {
           const float* q = a.xyz + i * a.stride;
-          key[j] = curve_key(q[0], q[1], q[2], a.bounds, a.low_bit);
+          key[j] = curve_key(q[0], q[1], q[2], a.bounds, a.gathered ? a.low_bit : 0);
           id[j] = i;
         } else {
           key[j] = a.keys[from][i];
@@ -240,7 +245,7 @@ void sort_along_curve(const float* xyz, std::int64_t stride, int n, const float*
   PCNN_CUDA_TRY(cudaGetDevice(&device));
   const auto cub_way = [&] {
     keys_kernel<<<cuda::ceil_div(n, kThreads), kThreads, 0, stream>>>(
-        xyz, stride, n, bounds, low_bit, keys.data(), ids.data());
+        xyz, stride, n, bounds, gathered ? low_bit : 0, keys.data(), ids.data());
     PCNN_CHECK_LAUNCH();
     sort_pairs(keys, ids, n, low_bit, stream, mr);
     if (gathered) gather_points(xyz, stride, n, ids.data(), gathered, stream);
@@ -278,6 +283,89 @@ void sort_along_curve(const float* xyz, std::int64_t stride, int n, const float*
   PCNN_CUDA_TRY(launched);
 }
 
+// 1 where sorted position i starts a bucket: its key's bits from low_bit up differ from the
+// position before's.
+struct BucketHead {
+  const std::uint64_t* keys = nullptr;
+  int low_bit = 0;
+  __host__ __device__ int operator()(int i) const {
+    return i == 0 || ((keys[i] ^ keys[i - 1]) >> low_bit) != 0;
+  }
+};
+
+using BucketHeads = thrust::transform_iterator<BucketHead, thrust::counting_iterator<int>>;
+
+// With `temp` null, its scratch bytes.
+void cub_bucket_ranks(void* temp, std::size_t& temp_bytes, const std::uint64_t* keys, int low_bit,
+                      int* ranks, int n, cudaStream_t stream) {
+  const BucketHeads heads(thrust::counting_iterator<int>(0), BucketHead{keys, low_bit});
+  PCNN_CUDA_TRY(cub::DeviceScan::InclusiveSum(temp, temp_bytes, heads, ranks, n, stream));
+}
+
+// A refining sort's key of sorted position i: its bucket (rank: 1 the first) above the `bits`
+// key bits under low_bit; `from`: the position, which the sort carries.
+template <class Key>
+__global__ void bucket_keys_kernel(const std::uint64_t* __restrict__ keys,
+                                   const int* __restrict__ ranks, int n, int low_bit, int bits,
+                                   Key* __restrict__ out, int* __restrict__ from) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const std::uint64_t below = (keys[i] >> (low_bit - bits)) & ((std::uint64_t(1) << bits) - 1);
+  out[i] = static_cast<Key>(static_cast<std::uint64_t>(ranks[i] - 1) << bits | below);
+  from[i] = i;
+}
+
+__global__ void take_from_kernel(const int* __restrict__ from, int n,
+                                 const std::uint64_t* __restrict__ keys,
+                                 const int* __restrict__ ids, std::uint64_t* __restrict__ keys_out,
+                                 int* __restrict__ ids_out) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= n) return;
+  const int i = from[j];
+  keys_out[j] = keys[i];
+  ids_out[j] = ids[i];
+}
+
+template <class Key>
+void cub_sort_bucket_keys(void* temp, std::size_t& temp_bytes, cub::DoubleBuffer<Key>& keys,
+                          cub::DoubleBuffer<int>& from, int n, int bits, cudaStream_t stream) {
+  PCNN_CUDA_TRY(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, from, n, 0, bits, stream));
+}
+
+// refine_by_curve's sort, on keys of Key's width. Its buffers live no longer than they must: 20
+// bytes a point besides the keys and indices (28 with 64-bit keys), and CUB's scratch.
+template <class Key>
+void refine_with(device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, int n, int low_bit,
+                 int rank_bits, int bits, cudaStream_t stream, DeviceMemoryResource& mr) {
+  device_buffer<int> from(n, stream, mr), from_alt(n, stream, mr);
+  cub::DoubleBuffer<int> f(from.data(), from_alt.data());
+  {
+    device_buffer<Key> bucket_keys(n, stream, mr), bucket_keys_alt(n, stream, mr);
+    {
+      device_buffer<int> ranks(n, stream, mr);
+      std::size_t temp_bytes = 0;
+      cub_bucket_ranks(nullptr, temp_bytes, keys.data(), low_bit, ranks.data(), n, stream);
+      device_buffer<unsigned char> temp(temp_bytes, stream, mr);
+      cub_bucket_ranks(temp.data(), temp_bytes, keys.data(), low_bit, ranks.data(), n, stream);
+      bucket_keys_kernel<<<cuda::ceil_div(n, kThreads), kThreads, 0, stream>>>(
+          keys.data(), ranks.data(), n, low_bit, bits, bucket_keys.data(), from.data());
+      PCNN_CHECK_LAUNCH();
+    }
+    cub::DoubleBuffer<Key> k(bucket_keys.data(), bucket_keys_alt.data());
+    std::size_t temp_bytes = 0;
+    cub_sort_bucket_keys(nullptr, temp_bytes, k, f, n, rank_bits + bits, stream);
+    device_buffer<unsigned char> temp(temp_bytes, stream, mr);
+    cub_sort_bucket_keys(temp.data(), temp_bytes, k, f, n, rank_bits + bits, stream);
+  }
+  device_buffer<std::uint64_t> keys_out(n, stream, mr);
+  device_buffer<int> ids_out(n, stream, mr);
+  take_from_kernel<<<cuda::ceil_div(n, kThreads), kThreads, 0, stream>>>(
+      f.Current(), n, keys.data(), ids.data(), keys_out.data(), ids_out.data());
+  PCNN_CHECK_LAUNCH();
+  std::swap(keys, keys_out);
+  std::swap(ids, ids_out);
+}
+
 std::array<std::atomic<bool>, 64> sort_kernels_loaded{};  // by load_sort_kernels, per device
 
 }  // namespace
@@ -298,6 +386,9 @@ void load_sort_kernels(int device) {
   cudaFuncAttributes attributes;
   PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, keys_kernel));
   PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, gather_kernel));
+  PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, bucket_keys_kernel<std::uint32_t>));
+  PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, bucket_keys_kernel<std::uint64_t>));
+  PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, take_from_kernel));
   // CUB's onesweep kernels load only by a launch on more keys than one of its tiles: a sort of
   // 20,000 zero keys on one digit, in stream-ordered memory of its own (none where the device
   // has no memory pools: they then load at the first sort that takes them).
@@ -320,9 +411,13 @@ void load_sort_kernels(int device) {
   constexpr std::size_t kPairs = kKeys * (sizeof(std::uint64_t) + sizeof(int));
   cub::DoubleBuffer<std::uint64_t> keys(nullptr, nullptr);
   cub::DoubleBuffer<int> ids(nullptr, nullptr);
-  std::size_t temp_bytes = 0;
+  cub::DoubleBuffer<std::uint32_t> keys32(nullptr, nullptr);
+  std::size_t temp_bytes = 0, temp32_bytes = 0, scan_bytes = 0;
   cub_sort_pairs(nullptr, temp_bytes, keys, ids, kKeys, 64 - kDigitBits, s.stream);
-  PCNN_CUDA_TRY(cudaMallocAsync(&s.memory, 2 * kPairs + temp_bytes, s.stream));
+  cub_sort_bucket_keys(nullptr, temp32_bytes, keys32, ids, kKeys, kDigitBits, s.stream);
+  cub_bucket_ranks(nullptr, scan_bytes, nullptr, 0, nullptr, kKeys, s.stream);
+  const std::size_t temp_most = std::max({temp_bytes, temp32_bytes, scan_bytes});
+  PCNN_CUDA_TRY(cudaMallocAsync(&s.memory, 2 * kPairs + temp_most, s.stream));
   auto* bytes = static_cast<unsigned char*>(s.memory);
   PCNN_CUDA_TRY(cudaMemsetAsync(bytes, 0, 2 * kPairs, s.stream));
   auto* k = reinterpret_cast<std::uint64_t*>(bytes);
@@ -330,6 +425,30 @@ void load_sort_kernels(int device) {
   keys = cub::DoubleBuffer<std::uint64_t>(k, k + kKeys);
   ids = cub::DoubleBuffer<int>(v, v + kKeys);
   cub_sort_pairs(bytes + 2 * kPairs, temp_bytes, keys, ids, kKeys, 64 - kDigitBits, s.stream);
+  // refine_by_curve's scan and sorts of 32-bit keys (of 64-bit ones: the sort above).
+  PCNN_CUDA_TRY(cudaMemsetAsync(bytes, 0, 2 * kPairs, s.stream));
+  auto* k32 = reinterpret_cast<std::uint32_t*>(bytes);
+  keys32 = cub::DoubleBuffer<std::uint32_t>(k32, k32 + kKeys);
+  ids = cub::DoubleBuffer<int>(v, v + kKeys);
+  cub_sort_bucket_keys(bytes + 2 * kPairs, temp32_bytes, keys32, ids, kKeys, kDigitBits, s.stream);
+  cub_bucket_ranks(bytes + 2 * kPairs, scan_bytes, k, 0, v, kKeys, s.stream);
+}
+
+int refine_by_curve(device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, int n, int low_bit,
+                    int buckets, cudaStream_t stream, DeviceMemoryResource& mr) {
+  if (n == 0 || low_bit <= 0) return 0;
+  int rank_bits = 1;  // ranks 0 .. buckets - 1
+  while (rank_bits < 31 && (std::int64_t(1) << rank_bits) < buckets) ++rank_bits;
+  // 32-bit keys where they keep a level or more below the buckets: half the bytes a radix pass
+  // of 64-bit ones moves, and fewer passes.
+  if (rank_bits + std::min(low_bit, 8) <= 32) {
+    const int bits = std::min(low_bit, 32 - rank_bits);
+    refine_with<std::uint32_t>(keys, ids, n, low_bit, rank_bits, bits, stream, mr);
+    return low_bit - bits;
+  }
+  const int bits = std::min(low_bit, 64 - rank_bits);
+  refine_with<std::uint64_t>(keys, ids, n, low_bit, rank_bits, bits, stream, mr);
+  return low_bit - bits;
 }
 
 void forget_sort_kernels(int device) {

@@ -102,11 +102,12 @@ __global__ void first_copy_kernel(const __grid_constant__ TreeView t, TreeKnnArg
     int found = -1;  // padding: a query that is not finite has no neighbor
     if (finite3(q.x, q.y, q.z)) {
       const std::uint64_t key = t.keys[slot];
+      const auto same_key = [&](int j) { return ((t.keys[j] ^ key) >> t.key_low_bit) == 0; };
       found = qid;
       int j = slot - 1;
-      if (j >= 0 && t.keys[j] == key) {
+      if (j >= 0 && same_key(j)) {
         const double3 qe = a.exact.query(q, qid);
-        for (; j >= 0 && t.keys[j] == key; --j) {
+        for (; j >= 0 && same_key(j); --j) {
           int id;
           const double3 p = a.exact.ref(j, id);
           ++evals;

@@ -50,12 +50,16 @@ __global__ void bounds_kernel(const float* __restrict__ xyz, std::int64_t stride
   }
 }
 
+// The build's device results, read at its round trip: the bounds (lo xyz, hi xyz as ordered
+// ints), the finite count, then order_check_kernel's flags and count of buckets.
+constexpr int kStats = 11;
+
 __global__ void init_bounds_kernel(int* out) {
   for (int a = 0; a < 3; ++a) {
     out[a] = float_to_ordered(INFINITY);
     out[3 + a] = float_to_ordered(-INFINITY);
   }
-  for (int a = 6; a < 10; ++a) out[a] = 0;
+  for (int a = 6; a < kStats; ++a) out[a] = 0;
 }
 
 // The points of a run of repeats that a kNN row may hold: its first kMaxK + 1 (see
@@ -64,40 +68,44 @@ __global__ void init_bounds_kernel(int* out) {
 // may still differ: the exact pass decides).
 constexpr int kRepeatRun = kMaxK + 1;
 
-// After the sort (`ids`: the sorted points' indices):
-// - Flags (out[7] = 1) a key bucket holding more than a cell of finite points that differ at
-//   the curve's full resolution (`check_crowded`): the short sort left the order inside it to
-//   the input, so its cells would be random samples of it. A far outlier squeezes a whole cloud
-//   into a few buckets of the bounding cube's grid. Identical points (a scan's no-returns stored
-//   at the origin) share every key bit, so no sort can order them: a bucket of them alone is left
-//   as it is. A bucket's first and (cell + 1)-th points are compared at full resolution.
-// - Flags (out[8] = 1) a possible run of shadows.
-// - Flags (out[9] = 1) a run of more than kShortKeyRun finite points of one key.
+// After a sort on key bits [low_bit, 64) of keys that keep every bit (sort_by_curve; `ids`: the
+// sorted points' indices), a bucket being a run of keys equal in the sorted bits:
+// - Flags (out[7] = 1) a bucket holding more than a cell of finite points that differ at the
+//   curve's full resolution (`check_crowded`): the sort left the order inside it to the input, so
+//   its cells would be random samples of it. A far outlier squeezes a whole cloud into a few
+//   buckets of the bounding cube's grid. Identical points (a scan's no-returns stored at the
+//   origin) share every key bit, so no sort can order them: a bucket of them alone is left as it
+//   is. Points kCell apart in a bucket are compared by their full keys.
+// - Flags (out[8] = 1) a possible run of shadows: points kRepeatRun apart with one full key and
+//   the same filter coordinates.
+// - Flags (out[9] = 1) a run of more than kShortKeyRun finite points of one bucket.
+// - Counts the buckets (out[10]), which refine_by_curve ranks.
 __global__ void order_check_kernel(const std::uint64_t* __restrict__ keys,
                                    const int* __restrict__ ids, const float* __restrict__ xyz,
-                                   std::int64_t stride, const float* __restrict__ bounds, int n,
-                                   bool check_crowded, int* __restrict__ out) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n - kCell) return;
-  const std::uint64_t key = keys[i];
-  if (key == kInvalidKey) return;
-  const float* a = xyz + ids[i] * stride;
-  if (check_crowded && key == keys[i + kCell]) {
-    const float* b = xyz + ids[i + kCell] * stride;
-    if (curve_key(a[0], a[1], a[2], bounds) != curve_key(b[0], b[1], b[2], bounds))
-      out[7] = 1;  // any thread; the same value
+                                   std::int64_t stride, int n, int low_bit, bool check_crowded,
+                                   int* __restrict__ out) {
+  int heads = 0, flags = 0;  // flag f: bit f - 7
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const std::uint64_t key = keys[i];
+    heads += i == 0 || ((key ^ keys[i - 1]) >> low_bit) != 0;
+    if (key == kInvalidKey) continue;
+    const auto same_bucket = [&](int d) { return ((key ^ keys[i + d]) >> low_bit) == 0; };
+    if (check_crowded && i < n - kCell && same_bucket(kCell) && key != keys[i + kCell]) flags |= 1;
+    if (i < n - kRepeatRun && key == keys[i + kRepeatRun]) {
+      const float* a = xyz + ids[i] * stride;
+      const float* b = xyz + ids[i + kRepeatRun] * stride;
+      if (a[0] == b[0] && a[1] == b[1] && a[2] == b[2]) flags |= 2;
+    }
+    if (i < n - kShortKeyRun && same_bucket(kShortKeyRun)) flags |= 4;
   }
-  if (i < n - kShortKeyRun && key == keys[i + kShortKeyRun]) out[9] = 1;
-  if (i < n - kRepeatRun && key == keys[i + kRepeatRun]) {
-    const float* b = xyz + ids[i + kRepeatRun] * stride;
-    if (a[0] == b[0] && a[1] == b[1] && a[2] == b[2]) out[8] = 1;
-  }
-}
-
-// Flags (*out = 1) a run of more than kShortKeyRun points of one key among the first n.
-__global__ void long_run_kernel(const std::uint64_t* __restrict__ keys, int n, int* out) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n - kShortKeyRun && keys[i] == keys[i + kShortKeyRun]) *out = 1;
+  // A block's flags in one write each, not a thread's (a crowded cloud's threads would all write
+  // the one flag).
+  heads = block_combine(heads, SumOp{}, 0);
+  flags = block_combine(flags, OrOp{}, 0);
+  if (threadIdx.x != 0) return;
+  if (heads) atomicAdd(out + 10, heads);
+  for (int f = 0; f < 3; ++f)
+    if (flags >> f & 1) out[7 + f] = 1;
 }
 
 __global__ void decode_bounds_kernel(const int* in, float* bounds) {
@@ -105,14 +113,15 @@ __global__ void decode_bounds_kernel(const int* in, float* bounds) {
 }
 
 // The lowest curve key bit that first orders an index of n points: about 2^18 key buckets a
-// point on average over the bounding cube (3 bits an octree level, plus 18); the bits below are
-// cleared, so the kept keys are sorted (home_cell's binary search), and the invalid key (bit 63)
-// still sorts last. Fewer bits, fewer radix passes of 8 bits: 100k points sort on 37 bits (5
-// passes) instead of 64 (8), 10M on 43 (6). Where a bucket still holds more than a cell of
-// points (a region over 2^23 times denser than the cube's mean: a far outlier), the build sorts
-// again on every bit (order_check_kernel). With 2^12 buckets a point, LiDAR scans' dense near field
-// tripped that second sort and made their build slower than one full sort (round 8).
-// Order only: every search is exact whatever the order of the points.
+// point on average over the bounding cube (3 bits an octree level, plus 18); the index's keys
+// are sorted on the bits from there up (home_cell's binary search clears a query key's bits
+// below), and the invalid key (bit 63) still sorts last. Fewer bits, fewer radix passes of 8 bits:
+// 100k points sort on 37 bits (5 passes) instead of 64 (8), 10M on 43 (6). Where a bucket still
+// holds more than a cell of points that differ (a region over 2^23 times denser than the cube's
+// mean: a far outlier, a LiDAR scan's near field at 10M points), the build sorts the buckets
+// further on the bits below (order_check_kernel, refine_by_curve). With 2^12 buckets a point, LiDAR
+// scans' dense near field tripped that second sort, then a full one, and made their build slower
+// (round 8). Order only: every search is exact whatever the order of the points.
 int key_low_bit(std::int64_t n) {
   int levels = 1;
   while (levels < kCurveBits && (std::int64_t(1) << (3 * levels)) < n) ++levels;
@@ -313,8 +322,7 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
                                  DeviceMemoryResource& mr) {
   SpatialIndex index;
   index.n_total = n_total;
-  device_buffer<int> stats(10, stream, mr);  // bounds, finite count, flags: crowded, repeats,
-                                             // a long run of one key
+  device_buffer<int> stats(kStats, stream, mr);
   index.bounds.resize(6, stream, mr);
   init_bounds_kernel<<<1, 1, 0, stream>>>(stats.data());
   PCNN_CHECK_LAUNCH();
@@ -328,54 +336,47 @@ SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_to
 
   index.keys.resize(n_total, stream, mr);
   device_buffer<int> ids(n_total, stream, mr);
-  const auto order = [&](int low_bit) {
-    sort_by_curve(xyz, stride, n_total, index.bounds.data(), low_bit, index.keys, ids, stream, mr);
-    index.key_low_bit = low_bit;
-  };
-  if (n_total > 0) {
-    order(key_low_bit(n_total));
-    if (n_total > kCell) {
-      order_check_kernel<<<cuda::ceil_div(n_total - kCell, kThreads), kThreads, 0, stream>>>(
-          index.keys.data(), ids.data(), xyz, stride, index.bounds.data(), n_total,
-          index.key_low_bit > 0, stats.data());
+  int read[kStats] = {};
+  int* checks = read + 7;  // crowded, repeats, long run, buckets
+  // Checks the order (order_check_kernel) and reads the results from `first` on: the build's
+  // round trip.
+  const auto check = [&](int first) {
+    if (n_total > 0) {
+      order_check_kernel<<<std::min(cuda::ceil_div(n_total, kThreads), 1024), kThreads, 0,
+                           stream>>>(index.keys.data(), ids.data(), xyz, stride, n_total,
+                                     index.key_low_bit, index.key_low_bit > 0, stats.data());
       PCNN_CHECK_LAUNCH();
     }
-  }
-  // The bounds (ordered ints), count, crowded, repeats, long run: one copy, the build's round
-  // trip.
-  int read[10] = {};
-  PCNN_CUDA_TRY(cudaMemcpyAsync(read, stats.data(), sizeof read, cudaMemcpyDeviceToHost, stream));
-  PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
-  for (int a = 0; a < 6; ++a) index.host_bounds[a] = ordered_to_float(read[a]);
-  const int* checks = read + 6;
-  index.n = checks[0];
-  index.n_knn = index.n;
-  index.short_key_runs = checks[3] == 0;  // which also rules out shadows (runs of 130)
-  if (checks[1] != 0) order(0);
+    PCNN_CUDA_TRY(cudaMemcpyAsync(read + first, stats.data() + first,
+                                  (kStats - first) * sizeof(int), cudaMemcpyDeviceToHost, stream));
+    PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
+  };
   if (n_total > 0) {
-    index.points.resize(n_total, stream,
-                        mr);  // after the sort, whose double buffers are gone by now
+    index.key_low_bit = key_low_bit(n_total);
+    sort_by_curve(xyz, stride, n_total, index.bounds.data(), index.key_low_bit, index.keys, ids,
+                  stream, mr);
+  }
+  check(0);
+  for (int a = 0; a < 6; ++a) index.host_bounds[a] = ordered_to_float(read[a]);
+  index.n = read[6];
+  index.n_knn = index.n;
+  // Crowded buckets (a far outlier's cloud, a LiDAR scan's crowded near field): sorted further
+  // on the bits below, with a check (and a round trip) after each sort.
+  while (checks[0] != 0 && index.key_low_bit > 0) {
+    index.key_low_bit =
+        refine_by_curve(index.keys, ids, n_total, index.key_low_bit, checks[3], stream, mr);
+    PCNN_CUDA_TRY(cudaMemsetAsync(stats.data() + 7, 0, (kStats - 7) * sizeof(int), stream));
+    check(7);
+  }
+  index.short_key_runs = checks[2] == 0;  // which also rules out shadows (runs of 130)
+  if (n_total > 0) {
+    // After the sorts, whose double buffers are gone by now.
+    index.points.resize(n_total, stream, mr);
     gather_points(xyz, stride, n_total, ids.data(), index.points.data(), stream);
   }
-  // The flag is a hint: set_aside_shadows finds the runs in the final order, on the points as
-  // stored. Taken before a full sort, it can miss copies that sat apart in a crowded bucket and
-  // come together after it: then the runs are looked for anyway (a far outlier's cloud).
-  if (checks[2] != 0 || checks[1] != 0) index.n_knn = set_aside_shadows(index, exact, stream, mr);
-  if (checks[1] != 0 && !index.short_key_runs && index.n_knn == index.n && index.n > kShortKeyRun) {
-    // The full sort split the first sort's runs, which may only have been long at its coarser
-    // keys (a far outlier's cloud, a LiDAR scan's crowded near field): the flag again, on the
-    // final keys, with one more round trip on this slower path.
-    int* flag = stats.data() + 9;
-    PCNN_CUDA_TRY(cudaMemsetAsync(flag, 0, sizeof(int), stream));
-    long_run_kernel<<<cuda::ceil_div(index.n - kShortKeyRun, kThreads), kThreads, 0, stream>>>(
-        index.keys.data(), index.n, flag);
-    PCNN_CHECK_LAUNCH();
-    int long_run = 1;
-    PCNN_CUDA_TRY(
-        cudaMemcpyAsync(&long_run, flag, sizeof long_run, cudaMemcpyDeviceToHost, stream));
-    PCNN_CUDA_TRY(cudaStreamSynchronize(stream));
-    index.short_key_runs = long_run == 0;
-  }
+  // The flag is a hint, taken on the final order: set_aside_shadows finds the runs, on the points
+  // as stored.
+  if (checks[1] != 0) index.n_knn = set_aside_shadows(index, exact, stream, mr);
   build_levels(index.points.data(), index.n, index.box_lo, index.box_hi, index.level_count,
                index.level_offset, stream, mr);
   if (index.n_knn < index.n)

@@ -1217,11 +1217,11 @@ TEST(IndexOutliers, ScansQueriesOutsideTheMapAndSelfSearchEqualTheCpuBackend) {
 }
 
 // The index sorts its curve keys on fewer bits than all 64 where the cloud allows; a far outlier
-// squeezes the cloud into a few key buckets of the bounding cube, and the build must then sort on
-// every bit again, or its cells become random samples of the cloud. Counted, not timed: the
-// distance evaluations of a self-search with one point 1e5 m away stay within twice those of the
-// same cloud without it (random cells evaluate over ten times as many), and the rows equal the
-// CPU backend's.
+// squeezes the cloud into a few key buckets of the bounding cube, and the build must then sort
+// those buckets further on the bits below, or its cells become random samples of the cloud.
+// Counted, not timed: the distance evaluations of a self-search with one point 1e5 m away stay
+// within twice those of the same cloud without it (random cells evaluate over ten times as many),
+// and the rows equal the CPU backend's.
 TEST(IndexBuild, AFarOutlierKeepsTheCellsTight) {
   PCNN_REQUIRE_DEVICE();
   const std::vector<float> clean = make_synthetic_cloud(SyntheticKind::uniform, 100000, 51);
@@ -1276,8 +1276,8 @@ TEST(IndexRepeats, NoReturnsAtTheOriginSearchLikeOnePointAndEqualTheCpuBackend) 
   // In passes of 7,000 rows (ranges of the self-search, shadows among them).
   EXPECT_TRUE(same_knn(gpu.self_knn({16, true, 7000}), reference.self_knn({16, true})));
   EXPECT_TRUE(same_knn(gpu.self_knn({16, true, 7000, 0}), reference.self_knn({16, true})));
-  // With a far outlier, whose crowded buckets take the build's full re-sort: the copies are
-  // still set aside.
+  // With a far outlier, whose crowded buckets the build sorts further: the copies are still set
+  // aside.
   std::vector<float> far = zeros;
   far.insert(far.end(), {1e5f, 1e5f, 1e5f});
   EXPECT_LE(evaluations(far), 2 * e_clean);
@@ -1303,7 +1303,7 @@ TEST(IndexRepeats, NoReturnsAtTheOriginSearchLikeOnePointAndEqualTheCpuBackend) 
 // curve key (first_copy_kernel): no distance is computed for a point without an earlier copy, and
 // the rows equal the CPU backend's, in one pass and in passes, with non-finite points, copies of
 // -0 and +0, and the cloud scaled by 1e25 and by 1e-40 (float denormals; both searched in a
-// scaled filter frame), and a far point (the build's full sort). A pile of 3,000 points under
+// scaled filter frame), and a far point (the build's further sorts). A pile of 3,000 points under
 // one key (a run longer than kShortKeyRun) and float64 coordinates take the walk, with the same
 // rows.
 TEST(IndexFirstCopies, KOneWithSelfLooksCopiesUpAndEqualsTheCpuBackend) {
@@ -1338,7 +1338,7 @@ TEST(IndexFirstCopies, KOneWithSelfLooksCopiesUpAndEqualsTheCpuBackend) {
   }
   {
     // A far point squeezes the cloud into a few of the first sort's keys (long runs there), so
-    // the build sorts again on every bit, where the runs are short again: still the lookup.
+    // the build sorts them further, on bits where the runs are short again: still the lookup.
     std::vector<float> far = xyz;
     far.insert(far.end(), {1e5f, 1e5f, 1e5f});
     Index gpu(view(far), cuda_options());
@@ -1733,10 +1733,14 @@ TEST(IndexRepeats, Float64PointsOneFloatApartAreTwoRuns) {
 // 1,024 threads, each taking 1, 2 or 4 keys, while the blocks fit the device at once (one a
 // multiprocessor: up to SMs x 1,024 keys, twice, four times that), CUB's sort beyond (and past
 // 256 blocks of four on any device). Sizes 0, 1 and at those edges, points 3 or 4 floats apart,
-// keys of 40 bits (a 1M-point index), 43 (10M), 64 (the build's full sort) and 4 (one pass: runs
-// of equal keys across every block), copies of points (equal keys: their indices stay in order)
-// and non-finite points (the invalid key, last): keys, indices and points equal a stable sort on
-// the host.
+// sorts on key bits from 24 (a 1M-point index), 21 (10M), 0 (every bit) and 60 (one pass: runs
+// of keys equal in those bits across every block), copies of points (equal keys: their indices
+// stay in order) and non-finite points (the invalid key, last): keys (every bit kept), indices
+// and points equal a stable sort on the host. Then the index's further sorts
+// (detail::refine_by_curve), down to bit 0: each ranks the buckets (runs of keys equal in the
+// sorted bits) and sorts on the rank and the bits below, in 32-bit keys, or in 64-bit ones where
+// the ranks need more than 24 bits (asked for here with an upper bound of 2^26 buckets), and each
+// order equals a stable sort on the host on the bits from the low bit it returns.
 TEST(CurveOrder, KeysAndIndicesEqualAStableSortOnTheHost) {
   PCNN_REQUIRE_DEVICE();
   const int wave = query_device().multiprocessors * 1024;
@@ -1762,32 +1766,47 @@ TEST(CurveOrder, KeysAndIndicesEqualAStableSortOnTheHost) {
     detail::device_buffer<float> points(strided.size(), nullptr, mr), bounds(6, nullptr, mr);
     CUDA_OK(cudaMemcpy(points.data(), strided.data(), points.bytes(), cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(bounds.data(), b, sizeof b, cudaMemcpyHostToDevice));
-    for (const int low_bit : {24, 21, 0, 60}) {
-      SCOPED_TRACE("n " + std::to_string(n) + ", low bit " + std::to_string(low_bit));
-      std::vector<std::pair<std::uint64_t, int>> want(n);
-      for (int i = 0; i < n; ++i)
-        want[i] = {detail::curve_key(xyz[3 * i], xyz[3 * i + 1], xyz[3 * i + 2], b, low_bit), i};
-      std::stable_sort(want.begin(), want.end(),
-                       [](const auto& x, const auto& y) { return x.first < y.first; });
-      detail::device_buffer<std::uint64_t> keys;
-      detail::device_buffer<int> ids;
-      detail::sort_by_curve(points.data(), stride, n, bounds.data(), low_bit, keys, ids, nullptr,
-                            mr);
-      detail::device_buffer<float4> sorted(n, nullptr, mr);
-      detail::points_by_curve(points.data(), stride, n, bounds.data(), low_bit, sorted.data(),
-                              nullptr, mr);
+    std::vector<std::pair<std::uint64_t, int>> full(n);  // every bit, by index
+    for (int i = 0; i < n; ++i)
+      full[i] = {detail::curve_key(xyz[3 * i], xyz[3 * i + 1], xyz[3 * i + 2], b), i};
+    // A stable sort on the keys' bits from low_bit.
+    const auto sorted_on = [&](int low_bit) {
+      std::vector<std::pair<std::uint64_t, int>> want = full;
+      std::stable_sort(want.begin(), want.end(), [&](const auto& x, const auto& y) {
+        return x.first >> low_bit < y.first >> low_bit;
+      });
+      return want;
+    };
+    const auto expect_order = [&](const detail::device_buffer<std::uint64_t>& keys,
+                                  const detail::device_buffer<int>& ids, int low_bit) {
+      const std::vector<std::pair<std::uint64_t, int>> want = sorted_on(low_bit);
       std::vector<std::uint64_t> got_keys(n);
       std::vector<int> got_ids(n);
-      std::vector<float> got_points(4 * std::size_t(n));
       if (n > 0) {
         CUDA_OK(cudaMemcpy(got_keys.data(), keys.data(), keys.bytes(), cudaMemcpyDeviceToHost));
         CUDA_OK(cudaMemcpy(got_ids.data(), ids.data(), ids.bytes(), cudaMemcpyDeviceToHost));
-        CUDA_OK(
-            cudaMemcpy(got_points.data(), sorted.data(), sorted.bytes(), cudaMemcpyDeviceToHost));
       }
       for (int j = 0; j < n; ++j) {
         ASSERT_EQ(got_keys[j], want[j].first) << j;
         ASSERT_EQ(got_ids[j], want[j].second) << j;
+      }
+    };
+    for (const int low_bit : {24, 21, 0, 60}) {
+      SCOPED_TRACE("n " + std::to_string(n) + ", low bit " + std::to_string(low_bit));
+      detail::device_buffer<std::uint64_t> keys;
+      detail::device_buffer<int> ids;
+      detail::sort_by_curve(points.data(), stride, n, bounds.data(), low_bit, keys, ids, nullptr,
+                            mr);
+      ASSERT_NO_FATAL_FAILURE(expect_order(keys, ids, low_bit));
+      detail::device_buffer<float4> sorted(n, nullptr, mr);
+      detail::points_by_curve(points.data(), stride, n, bounds.data(), low_bit, sorted.data(),
+                              nullptr, mr);
+      std::vector<float> got_points(4 * std::size_t(n));
+      if (n > 0)
+        CUDA_OK(
+            cudaMemcpy(got_points.data(), sorted.data(), sorted.bytes(), cudaMemcpyDeviceToHost));
+      const std::vector<std::pair<std::uint64_t, int>> want = sorted_on(low_bit);
+      for (int j = 0; j < n; ++j) {
         const int i = want[j].second;
         int w = 0;
         std::memcpy(&w, &got_points[4 * std::size_t(j) + 3], sizeof w);
@@ -1795,6 +1814,32 @@ TEST(CurveOrder, KeysAndIndicesEqualAStableSortOnTheHost) {
         ASSERT_EQ(0, std::memcmp(&got_points[4 * std::size_t(j)], &xyz[3 * std::size_t(i)],
                                  3 * sizeof(float)))
             << j;
+      }
+      for (const bool wide : {false, true}) {
+        if (low_bit == 0 || (wide && low_bit != 60)) continue;
+        detail::device_buffer<std::uint64_t> refined_keys(n, nullptr, mr);
+        detail::device_buffer<int> refined_ids(n, nullptr, mr);
+        if (n > 0) {
+          CUDA_OK(
+              cudaMemcpy(refined_keys.data(), keys.data(), keys.bytes(), cudaMemcpyDeviceToDevice));
+          CUDA_OK(
+              cudaMemcpy(refined_ids.data(), ids.data(), ids.bytes(), cudaMemcpyDeviceToDevice));
+        }
+        for (int bit = low_bit; bit > 0;) {
+          const std::vector<std::pair<std::uint64_t, int>> now = sorted_on(bit);
+          int buckets = 0;
+          for (int j = 0; j < n; ++j)
+            buckets += j == 0 || now[j].first >> bit != now[j - 1].first >> bit;
+          const int next = detail::refine_by_curve(refined_keys, refined_ids, n, bit,
+                                                   wide ? 1 << 26 : buckets, nullptr, mr);
+          SCOPED_TRACE("refined from bit " + std::to_string(bit) + " to " + std::to_string(next) +
+                       (wide ? ", 64-bit keys" : ""));
+          ASSERT_LT(next, bit);
+          ASSERT_GE(next, 0);
+          ASSERT_GE(bit - next, std::min(bit, 8));  // a radix pass's digit at least
+          ASSERT_NO_FATAL_FAILURE(expect_order(refined_keys, refined_ids, next));
+          bit = next;
+        }
       }
     }
   }

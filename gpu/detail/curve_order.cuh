@@ -10,12 +10,21 @@
 namespace pcnn::detail {
 
 /// Keys of the `n` points of `xyz` (`stride` floats apart) on the curve of `bounds` (device: lo
-/// xyz, hi xyz), bits below `low_bit` cleared (curve_key), sorted with their indices 0 .. n - 1:
-/// a stable sort, so equal keys keep their indices in order and non-finite points come last.
-/// `keys` and `ids` are resized to n. Queued on `stream`; does not synchronize.
+/// xyz, hi xyz), sorted with their indices 0 .. n - 1 on their bits from `low_bit` up (the bits
+/// below are kept, not sorted on: refine_by_curve's): a stable sort, so keys equal in those bits
+/// keep their indices in order and non-finite points come last. `keys` and `ids` are resized to
+/// n. Queued on `stream`; does not synchronize.
 void sort_by_curve(const float* xyz, std::int64_t stride, int n, const float* bounds, int low_bit,
                    device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, cudaStream_t stream,
                    DeviceMemoryResource& mr);
+
+/// Sorts further `n` keys and indices that sort_by_curve (or this) sorted on bits [low_bit, 64):
+/// within each bucket (a run of keys equal in those bits; `buckets` of them), on the bits below
+/// low_bit, as many as a radix sort of bucket and bits takes in 32-bit keys (at least 8; 64-bit
+/// keys, all of them, where the buckets leave fewer). Returns the new low bit: the order is then
+/// a stable sort on bits [that, 64). Queued on `stream`; does not synchronize.
+int refine_by_curve(device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, int n, int low_bit,
+                    int buckets, cudaStream_t stream, DeviceMemoryResource& mr);
 
 /// The `n` points themselves in that order: `out[j]` (n of them, on the device) holds x, y, z
 /// and, in w, the point's index (int bits). Queued on `stream`; does not synchronize.

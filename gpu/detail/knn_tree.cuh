@@ -157,7 +157,9 @@ struct NearestList {
 };
 
 /// The cell a query falls into along the index's curve: the position of its key among the
-/// sorted keys, divided by the cell size.
+/// sorted keys, divided by the cell size. The query's key has its bits below key_low_bit cleared,
+/// so `<` orders it against an index key as their sorted bits do, whatever the index key's bits
+/// below.
 __device__ __forceinline__ int home_cell(const TreeView& t, float4 q) {
   const std::uint64_t key = curve_key(q.x, q.y, q.z, t.bounds, t.key_low_bit);
   int lo = 0, hi = t.n;

@@ -41,13 +41,14 @@ inline constexpr int kShortKeyRun = 64;
 /// (H200, bench/results/2026-11-29-round29.md).
 struct TreeView {
   const float4* points = nullptr;       // sorted; w = original index (int bits); finite ones first
-  const std::uint64_t* keys = nullptr;  // curve keys, bits below key_low_bit cleared, sorted
-                                        // over the kNN hierarchy's points (shadows after them)
+  const std::uint64_t* keys = nullptr;  // curve keys (every bit), sorted on their bits from
+                                        // key_low_bit up over the kNN hierarchy's points
+                                        // (shadows after them): "a key" is those bits
   const float* bounds = nullptr;        // lo xyz, hi xyz of the finite points (device)
   const float4* box_lo = nullptr;       // all levels, level 0 (cells) first
   const float4* box_hi = nullptr;
   int n = 0;                         // finite points
-  int key_low_bit = 0;               // the keys' lowest kept bit
+  int key_low_bit = 0;               // the keys' lowest sorted bit
   int levels = 0;                    // 0 when n == 0
   int level_count[kMaxLevels] = {};  // cells of n points, and the boxes above
   int level_offset[kMaxLevels] = {};
@@ -60,10 +61,9 @@ struct SpatialIndex {
   int n = 0;            // finite points
   int n_knn = 0;        // finite points a kNN row may hold: n less the shadows (sorted after)
   int key_low_bit = 0;  // keys sorted on bits [key_low_bit, 64) over [0, n_knn), the bits
-                        // below cleared
-  // No key is shared by more than kShortKeyRun points (checked on the first sort's keys, which
-  // a full sort and setting shadows aside only split, and again after a full sort): then there
-  // are no shadows either.
+                        // below kept (in the order the sort left them)
+  // No key is shared by more than kShortKeyRun points (checked on the final order's keys, which
+  // setting shadows aside only splits): then there are no shadows either.
   bool short_key_runs = false;
   device_buffer<float4> points;
   device_buffer<std::uint64_t> keys;
@@ -82,7 +82,8 @@ struct SpatialIndex {
 /// Builds the index over `n_total` points already on the device (`stride` floats apart), on
 /// `stream`; `exact` are the same points as stored (what tells repeats apart). Synchronizes
 /// once, to learn how many points are finite (which sizes the hierarchy) and whether the keys
-/// need every bit, and once more where a run of repeats may hold shadows.
+/// need more bits, once after each sort on more bits, and once more where a run of repeats may
+/// hold shadows.
 SpatialIndex build_spatial_index(const float* xyz, std::int64_t stride, int n_total,
                                  const ExactCoords& exact, cudaStream_t stream,
                                  DeviceMemoryResource& mr);

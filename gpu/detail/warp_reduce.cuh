@@ -33,6 +33,12 @@ struct SumOp {
     return a + b;
   }
 };
+struct OrOp {
+  template <class T>
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return a | b;
+  }
+};
 
 __device__ __forceinline__ float warp_min(float v) { return warp_all_reduce(v, MinOp{}); }
 __device__ __forceinline__ float warp_max(float v) { return warp_all_reduce(v, MaxOp{}); }
