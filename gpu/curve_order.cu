@@ -308,18 +308,18 @@ template <class Key>
 __global__ void bucket_keys_kernel(const std::uint64_t* __restrict__ keys,
                                    const int* __restrict__ ranks, int n, int low_bit, int bits,
                                    Key* __restrict__ out, int* __restrict__ from) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const std::uint64_t below = (keys[i] >> (low_bit - bits)) & ((std::uint64_t(1) << bits) - 1);
   out[i] = static_cast<Key>(static_cast<std::uint64_t>(ranks[i] - 1) << bits | below);
-  from[i] = i;
+  from[i] = static_cast<int>(i);
 }
 
 __global__ void take_from_kernel(const int* __restrict__ from, int n,
                                  const std::uint64_t* __restrict__ keys,
                                  const int* __restrict__ ids, std::uint64_t* __restrict__ keys_out,
                                  int* __restrict__ ids_out) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  const std::int64_t j = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= n) return;
   const int i = from[j];
   keys_out[j] = keys[i];

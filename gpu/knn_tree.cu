@@ -88,11 +88,11 @@ __global__ void __launch_bounds__(kTreeWarps * 32, 8)
 /// Self-kNN at k = 1 with each point its own candidate (exclude_self false), a thread a query:
 /// the nearest is at exact distance 0, the point itself or a copy of it, and the row is the copy
 /// with the smallest index. With coordinates stored as floats a copy has equal coordinates, so
-/// equal filter coordinates and an equal curve key, and the points of one key are consecutive,
-/// by index (the build's sort is stable). So the row is the first point before the query in its
-/// key's run at exact distance 0, or the query itself. The index's runs are short
-/// (short_key_runs: at most kShortKeyRun points, and no shadows, so every finite query is one of
-/// the kNN hierarchy's points).
+/// equal filter coordinates and an equal curve key, and the points of one key (its bits from
+/// key_low_bit up) are consecutive, by index (the build's sorts are stable). So the row is the
+/// first point before the query in its key's run at exact distance 0, or the query itself. The
+/// index's runs are short (short_key_runs: at most kShortKeyRun points, and no shadows, so every
+/// finite query is one of the kNN hierarchy's points).
 __global__ void first_copy_kernel(const __grid_constant__ TreeView t, TreeKnnArgs a) {
   const int slot = a.slot_begin + blockIdx.x * blockDim.x + threadIdx.x;
   unsigned long long evals = 0;

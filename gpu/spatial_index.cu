@@ -23,7 +23,8 @@ __global__ void bounds_kernel(const float* __restrict__ xyz, std::int64_t stride
                               int* __restrict__ out /* lo xyz, hi xyz (ordered ints), count */) {
   float lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
   int count = 0;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
     const float* p = xyz + i * stride;
     if (!finite3(p[0], p[1], p[2])) continue;
     ++count;
@@ -85,7 +86,8 @@ __global__ void order_check_kernel(const std::uint64_t* __restrict__ keys,
                                    std::int64_t stride, int n, int low_bit, bool check_crowded,
                                    int* __restrict__ out) {
   int heads = 0, flags = 0;  // flag f: bit f - 7
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
     const std::uint64_t key = keys[i];
     heads += i == 0 || ((key ^ keys[i - 1]) >> low_bit) != 0;
     if (key == kInvalidKey) continue;

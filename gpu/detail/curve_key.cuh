@@ -72,8 +72,8 @@ __host__ __device__ __forceinline__ std::uint64_t expand_bits21(std::uint32_t v)
     178, 113, 131, 88, 181, 158, 68, 151, \
     186, 163, 89, 112, 189, 100, 150, 159 \
   }
-inline constexpr std::uint8_t kHilbertMachine[192] = PCNN_HILBERT_MACHINE;
-static __device__ const std::uint8_t kHilbertMachineOnDevice[192] = PCNN_HILBERT_MACHINE;
+alignas(128) inline constexpr std::uint8_t kHilbertMachine[192] = PCNN_HILBERT_MACHINE;
+alignas(128) static __device__ const std::uint8_t kHilbertMachineOnDevice[192] = PCNN_HILBERT_MACHINE;
 #undef PCNN_HILBERT_MACHINE
 // clang-format on
 

@@ -19,10 +19,10 @@ void sort_by_curve(const float* xyz, std::int64_t stride, int n, const float* bo
                    DeviceMemoryResource& mr);
 
 /// Sorts further `n` keys and indices that sort_by_curve (or this) sorted on bits [low_bit, 64):
-/// within each bucket (a run of keys equal in those bits; `buckets` of them), on the bits below
-/// low_bit, as many as a radix sort of bucket and bits takes in 32-bit keys (at least 8; 64-bit
-/// keys, all of them, where the buckets leave fewer). Returns the new low bit: the order is then
-/// a stable sort on bits [that, 64). Queued on `stream`; does not synchronize.
+/// within each bucket (a run of keys equal in those bits; at most `buckets` of them), on the bits
+/// below low_bit: as many as fit beside the bucket's rank in a 32-bit key, or, where that leaves
+/// fewer than 8, in a 64-bit one. Returns the new low bit: the order is then a stable sort on
+/// bits [that, 64). Queued on `stream`; does not synchronize.
 int refine_by_curve(device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, int n, int low_bit,
                     int buckets, cudaStream_t stream, DeviceMemoryResource& mr);
 
