@@ -500,9 +500,12 @@ std::int64_t parse_bytes(const std::string& text) {
 namespace {
 
 // Where dense results (rows × k: kNN, hybrid) go, decided before any is computed: streamed to the
-// outputs range by range when asked to (--chunk-rows) or when they would take more than a GB or
-// half the host memory available; otherwise held. Held results that host memory cannot take
-// fail at once (exit 4), as do outputs the disk cannot take (exit 5).
+// outputs range by range when asked to (--chunk-rows) or when they would take more than half the
+// host memory available, as radius results are; otherwise held, so that the search writes them
+// where they stay (a 10M-point search at k = 32, 2.5 GB of rows, was streamed above a former
+// 1 GB cap: 1.6-2.0 s of GPU total, the writes included, bench/results/2026-11-30-round36.md).
+// Held results that host memory cannot take fail at once (exit 4), as do outputs the disk cannot
+// take (exit 5).
 bool plan_dense(const SearchOptions& opt, OutputSet& outputs, std::int64_t rows, int k,
                 const std::string& counts, const char* what) {
   std::vector<std::pair<std::string, std::int64_t>> files;
@@ -522,7 +525,7 @@ bool plan_dense(const SearchOptions& opt, OutputSet& outputs, std::int64_t rows,
                        "--compare-cpu holds both; without it they are streamed to the outputs");
     return false;
   }
-  return opt.chunk_rows > 0 || bytes > std::min<std::int64_t>(std::int64_t(1) << 30, host / 2);
+  return opt.chunk_rows > 0 || bytes > host / 2;
 }
 
 // Rows [0, rows) in ranges of `chunk`: range(first, n) searches and keeps them; the ranges'
