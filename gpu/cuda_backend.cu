@@ -1145,8 +1145,16 @@ class CudaBackend final : public Index::Backend_ {
     }
     // Rows that can be forwarded are searched in one pass, every row in it: no chunk is
     // downloaded, so where chunks end is not asked (a round trip of ~50 us before a 1M-point
-    // search, H200), and the kernels write the non-finite queries' empty rows themselves.
-    const bool one_forwarded_pass = forward.host_idx && forward.host_dist;
+    // search, H200), and the kernels write the non-finite queries' empty rows themselves. Beyond
+    // forward_any_order_bytes() of rows (768 MB), only where they complete in some spatial order (a
+    // chunk ends before the last pass, which that round trip finds): rows stored in no spatial
+    // order crossed the link at a fifth of its rate or less when forwarded into more host memory
+    // than that (10M uniform points, H200: 1.28 GB at k = 16 in 125 ms, 2.56 GB at k = 32 in 352
+    // ms, where 640 MB at k = 8 took 16; 2.56 GB of a scan-ordered cloud's rows 49 ms;
+    // bench/results/2026-11-30-round36.md), and are downloaded after the search instead.
+    const bool forwardable = forward.host_idx && forward.host_dist;
+    bool one_forwarded_pass = forwardable && cells * (sizeof(std::int32_t) + sizeof(float)) <=
+                                                 detail::forward_any_order_bytes();
     if (chunks > 1 && !one_forwarded_pass) {
       // Where each chunk's last query lies, so that its download can start after the pass that
       // searches it, and how many queries are finite: a round trip to the host. One chunk waits
@@ -1164,11 +1172,6 @@ class CudaBackend final : public Index::Backend_ {
       PCNN_CUDA_TRY(cudaStreamSynchronize(s0));
       finite = last_host_[chunks];
     }
-    if (finite < rows) {
-      empty_rows_kernel<<<blocks, 256, 0, s0>>>(sorted, finite, static_cast<int>(rows), k,
-                                                d_out_idx, d_out_dist, detail::RowShares{});
-      PCNN_CHECK_LAUNCH();
-    }
     // Passes of `per` rows let a chunk go down while later passes search, but each has a tail
     // (its kernel's last blocks and longest outlier; a clustered cloud's 1M-point search, H200:
     // 0.2-0.3 ms of 1.8), which the next pass fills only in part (in turns, below). Where no
@@ -1181,6 +1184,15 @@ class CudaBackend final : public Index::Backend_ {
       bool early = false;
       for (int j = 0; j < chunks; ++j) early = early || last_host_[j] < last_pass_begin;
       if (!early) pass = finite;
+      one_forwarded_pass = forwardable && early;
+    }
+    if (one_forwarded_pass) {  // every row, the non-finite queries' empty ones too
+      finite = static_cast<int>(rows);
+      pass = finite;
+    } else if (finite < rows) {
+      empty_rows_kernel<<<blocks, 256, 0, s0>>>(sorted, finite, static_cast<int>(rows), k,
+                                                d_out_idx, d_out_dist, detail::RowShares{});
+      PCNN_CHECK_LAUNCH();
     }
     detail::device_buffer<int> outliers(detail::tree_outlier_ints(pass), s0, ws_);
     const int passes = finite > 0 ? static_cast<int>((finite + pass - 1) / pass) : 0;
@@ -1297,6 +1309,11 @@ class CudaBackend final : public Index::Backend_ {
 }  // namespace
 
 namespace detail {
+std::size_t& forward_any_order_bytes() {
+  static std::size_t bytes = std::size_t{768} << 20;
+  return bytes;
+}
+
 std::unique_ptr<Index::Backend_> make_cuda_backend(const IndexOptions& options) {
   const DeviceInfo info = query_device(options.device);
   if (!info.available) throw no_device_error("no usable CUDA device: " + info.reason);

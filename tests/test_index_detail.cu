@@ -1,18 +1,25 @@
-// The index build's order (gpu/spatial_index.cu, detail::build_spatial_index), compiled by nvcc:
-// its keys and points against a stable sort on the host. Skips, saying why, without a device.
+// The index's internals through its detail code, compiled by nvcc: the build's order
+// (gpu/spatial_index.cu, detail::build_spatial_index: its keys and points against a stable sort
+// on the host), and which searches forward their rows to the host (gpu/cuda_backend.cu). Skips,
+// saying why, without a device.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "gpu/detail/curve_key.cuh"
+#include "gpu/detail/row_forward.cuh"
 #include "gpu/detail/spatial_index.cuh"
 #include "gpu_test.hpp"
+#include "index_test_util.hpp"
+#include "pcnn/index.hpp"
 #include "pcnn/memory.hpp"
 #include "pcnn/testing/synthetic.hpp"
 
@@ -108,6 +115,66 @@ TEST(IndexBuildOrder, CrowdedBucketsAreSortedFurtherIntoAStableSortOfTheKeys) {
       for (int j = 0; j + detail::kCell < n; ++j)
         if (got.keys[j] >> low == got.keys[j + detail::kCell] >> low)
           ASSERT_EQ(got.keys[j], got.keys[j + detail::kCell]) << "crowded at " << j;
+  }
+}
+
+// Above detail::forward_any_order_bytes() of rows (768 MB; lowered to 0 here), a search's kernels
+// forward its rows to the host only where they complete in some spatial order: a chunk of rows
+// (by original index) ends before the last pass. A scan stored in scan order is forwarded (no
+// download), its non-finite points' empty rows with it; the same points in no spatial order are
+// downloaded after the search. Both, and a search within the limit (forwarded whatever the
+// order), give the CPU backend's rows, with and without each point itself, k = 1, 8 and 32 (at
+// k = 1 with each point itself, the first-copy lookup, whose rows are always downloaded).
+TEST(IndexForward, LargeRowsAreForwardedOnlyInSpatialOrder) {
+  PCNN_REQUIRE_DEVICE();
+  int device = 0, integrated = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&integrated, cudaDevAttrIntegrated, device), cudaSuccess);
+  if (integrated) GTEST_SKIP() << "an integrated GPU maps its rows: nothing is forwarded";
+  struct Limit {  // the process's value again however the test ends
+    std::size_t was = detail::forward_any_order_bytes();
+    ~Limit() { detail::forward_any_order_bytes() = was; }
+  } limit;
+  std::vector<float> scan = make_synthetic_cloud(SyntheticKind::lidar, 60000, 71);
+  for (const int i : {0, 20000, 59999}) scan[3 * i + 1] = NAN;  // first, among them, last
+  std::vector<float> shuffled = scan;  // the same points in no spatial order
+  std::mt19937 rng(72);
+  for (std::size_t i = shuffled.size() / 3 - 1; i > 0; --i) {
+    const std::size_t j = std::uniform_int_distribution<std::size_t>(0, i)(rng);
+    std::swap_ranges(shuffled.begin() + 3 * i, shuffled.begin() + 3 * i + 3,
+                     shuffled.begin() + 3 * j);
+  }
+  IndexOptions cpu;
+  cpu.backend = Backend::cpu;
+  IndexOptions chunked;
+  chunked.backend = Backend::cuda;
+  chunked.chunk_rows = 2048;  // chunks that end early in a scan's order
+  const std::int64_t n = 60000;
+  for (const auto& [name, xyz, forwarded_when_large] :
+       {std::tuple{"scan order", &scan, true}, std::tuple{"no order", &shuffled, false}}) {
+    Index gpu(test::view(*xyz), chunked);
+    Index reference(test::view(*xyz), cpu);
+    for (const std::size_t most : {std::size_t{0}, std::size_t{768} << 20}) {
+      detail::forward_any_order_bytes() = most;
+      for (const int k : {1, 8, 32})
+        for (const bool self : {false, true}) {
+          const std::string at = std::string(name) + ", k = " + std::to_string(k) +
+                                 (self ? ", without itself" : "") + ", limit " +
+                                 std::to_string(most);
+          pcnn::page_locked_vector<std::int32_t> idx(n * k, -7);
+          pcnn::page_locked_vector<float> dist(n * k, -1.f);
+          gpu.self_knn({k, self}, {idx.data(), n, k}, {dist.data(), n, k});
+          if (k == 1 && !self) {
+            // each point's first copy (first_copy_kernel), downloaded whatever the limit
+          } else if (most > 0 || forwarded_when_large) {
+            EXPECT_EQ(gpu.last_timings().download_ms, 0.f) << at << ": downloaded";
+          } else {
+            EXPECT_GT(gpu.last_timings().download_ms, 0.f) << at << ": forwarded";
+          }
+          EXPECT_TRUE(test::same_rows(idx.data(), dist.data(), reference.self_knn({k, self})))
+              << at;
+        }
+    }
   }
 }
 

@@ -18,6 +18,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "warp_reduce.cuh"
@@ -29,6 +30,11 @@ inline constexpr int kForwardSegment = 32;  // row entries a segment: 128 bytes 
 /// Whether a kNN search's rows may be forwarded: lists of up to one segment (forward_rows takes a
 /// row to touch at most two segments), and not a hybrid search (its own kernels).
 inline bool forwardable_rows(int k, bool hybrid) { return k <= kForwardSegment && !hybrid; }
+
+/// The most bytes of rows (indices and distances) a search forwards whatever their order; above
+/// it, only rows that complete in some spatial order (curve_order_search in cuda_backend.cu says
+/// why). The process's value, 768 MB: tests lower it to take that path with small clouds.
+std::size_t& forward_any_order_bytes();
 
 /// Where forwarded rows go. `done` null: nothing is forwarded.
 struct RowForward {
