@@ -500,12 +500,13 @@ std::int64_t parse_bytes(const std::string& text) {
 namespace {
 
 // Where dense results (rows × k: kNN, hybrid) go, decided before any is computed: streamed to the
-// outputs range by range when asked to (--chunk-rows) or when they would take more than half the
-// host memory available, as radius results are; otherwise held, so that the search writes them
-// where they stay (a 10M-point search at k = 32, 2.5 GB of rows, was streamed above a former
-// 1 GB cap: 1.6-2.0 s of GPU total, the writes included, bench/results/2026-11-30-round36.md).
-// Held results that host memory cannot take fail at once (exit 4), as do outputs the disk cannot
-// take (exit 5).
+// outputs range by range when asked to (--chunk-rows) or when they would take more than a quarter
+// of the host memory available; otherwise held, so that the search writes them where they stay
+// (a 10M-point search at k = 32, 2.5 GB of rows, was streamed above a former 1 GB cap: 1.3-2.1 s
+// of GPU total, the writes included, against 54-78 ms held; bench/results/2026-11-30-round36.md).
+// A quarter, not radius's half: the search may hold a second copy of the rows (pinned or mapped
+// staging, an integrated GPU's, or passes over more rows than the device holds). Held results
+// that host memory cannot take fail at once (exit 4), as do outputs the disk cannot take (exit 5).
 bool plan_dense(const SearchOptions& opt, OutputSet& outputs, std::int64_t rows, int k,
                 const std::string& counts, const char* what) {
   std::vector<std::pair<std::string, std::int64_t>> files;
@@ -525,7 +526,7 @@ bool plan_dense(const SearchOptions& opt, OutputSet& outputs, std::int64_t rows,
                        "--compare-cpu holds both; without it they are streamed to the outputs");
     return false;
   }
-  return opt.chunk_rows > 0 || bytes > host / 2;
+  return opt.chunk_rows > 0 || bytes > host / 4;
 }
 
 // Rows [0, rows) in ranges of `chunk`: range(first, n) searches and keeps them; the ranges'

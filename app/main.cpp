@@ -91,7 +91,8 @@ void add_search_options(CLI::App* cmd, SearchOptions& o, std::string& memory) {
                   "device memory pcnn may use (e.g. 2G, 512Mi): larger results go in passes");
   cmd->add_option("--chunk-rows", o.chunk_rows,
                   "rows per chunk; results are then streamed to the output files chunk by chunk "
-                  "(automatic above 1 GB of results or half the host memory available)")
+                  "(automatic above a quarter of the host memory available for kNN and hybrid "
+                  "results, half for radius results)")
       ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
   cmd->add_flag("--compare-cpu", o.compare_cpu,
                 "also run the CPU baseline (PCL's k-d tree on all cores), time it and compare");

@@ -1154,7 +1154,7 @@ class CudaBackend final : public Index::Backend_ {
     // bench/results/2026-11-30-round36.md), and are downloaded after the search instead.
     const bool forwardable = forward.host_idx && forward.host_dist;
     bool one_forwarded_pass = forwardable && cells * (sizeof(std::int32_t) + sizeof(float)) <=
-                                                 detail::forward_any_order_bytes();
+                                                 detail::forward_any_order_bytes().load();
     if (chunks > 1 && !one_forwarded_pass) {
       // Where each chunk's last query lies, so that its download can start after the pass that
       // searches it, and how many queries are finite: a round trip to the host. One chunk waits
@@ -1181,10 +1181,13 @@ class CudaBackend final : public Index::Backend_ {
     std::int64_t pass = one_forwarded_pass ? finite : per;
     if (chunks > 1 && finite > per && !std::isfinite(bound.r2) && !one_forwarded_pass) {
       const std::int64_t last_pass_begin = (finite - 1) / per * per;
-      bool early = false;
-      for (int j = 0; j < chunks; ++j) early = early || last_host_[j] < last_pass_begin;
+      bool early = false, ordered = false;  // ordered: a chunk with a finite query ends early
+      for (int j = 0; j < chunks; ++j) {
+        early = early || last_host_[j] < last_pass_begin;
+        ordered = ordered || (last_host_[j] >= 0 && last_host_[j] < last_pass_begin);
+      }
       if (!early) pass = finite;
-      one_forwarded_pass = forwardable && early;
+      one_forwarded_pass = forwardable && ordered;
     }
     if (one_forwarded_pass) {  // every row, the non-finite queries' empty ones too
       finite = static_cast<int>(rows);
@@ -1309,8 +1312,8 @@ class CudaBackend final : public Index::Backend_ {
 }  // namespace
 
 namespace detail {
-std::size_t& forward_any_order_bytes() {
-  static std::size_t bytes = std::size_t{768} << 20;
+std::atomic<std::size_t>& forward_any_order_bytes() {
+  static std::atomic<std::size_t> bytes{std::size_t{768} << 20};
   return bytes;
 }
 

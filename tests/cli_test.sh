@@ -104,6 +104,19 @@ if [ "$asan" -eq 0 ]; then
   for f in offsets indices sqdist; do same_files "$tmp/all_held.$f.npy" "$tmp/all_streamed.$f.npy" "streamed under ulimit -v"; done
 fi
 rm -f "$tmp"/all_*.npy
+# kNN rows too, above a quarter of the host memory available (not radius's half: a search may
+# stage a second copy of them): 150,000 x 128 rows, 154 MB, held without the limit and streamed
+# under it, the same bytes
+expect 0 "wrote 150,000 points" -- generate uniform -n 150000 -o "$tmp/u150k.pcd"
+expect 0 "indices written to" -- knn "$tmp/u150k.pcd" -k 128 --device cpu -o "$tmp/knn_held.npy" --distances "$tmp/knn_held_d.npy"
+grep -q "streamed" "$tmp/err" && { echo "FAIL: 154 MB of kNN rows streamed without a limit"; fails=$((fails + 1)); }
+if [ "$asan" -eq 0 ]; then
+  (ulimit -v $((400000 + $(nproc) * 8192)) && MALLOC_ARENA_MAX=1 "$pcnn" knn "$tmp/u150k.pcd" -k 128 --device cpu -o "$tmp/knn_streamed.npy" --distances "$tmp/knn_streamed_d.npy" >"$tmp/out" 2>"$tmp/err")
+  grep -q "streamed to the outputs chunk by chunk" "$tmp/err" || { echo "FAIL: kNN rows not streamed under ulimit -v"; cat "$tmp/err"; fails=$((fails + 1)); }
+  same_files "$tmp/knn_held.npy" "$tmp/knn_streamed.npy" "kNN indices streamed under ulimit -v"
+  same_files "$tmp/knn_held_d.npy" "$tmp/knn_streamed_d.npy" "kNN distances streamed under ulimit -v"
+fi
+rm -f "$tmp"/knn_*.npy "$tmp/u150k.pcd"
 # results that fit nowhere fail after the count, before any pair is stored: 20,000 points all
 # within r are 400 million pairs (3.2 GB)
 expect 0 "wrote 20,000 points" -- generate uniform -n 20000 -o "$tmp/u20k.pcd"

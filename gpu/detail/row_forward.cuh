@@ -18,6 +18,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -34,7 +35,7 @@ inline bool forwardable_rows(int k, bool hybrid) { return k <= kForwardSegment &
 /// The most bytes of rows (indices and distances) a search forwards whatever their order; above
 /// it, only rows that complete in some spatial order (curve_order_search in cuda_backend.cu says
 /// why). The process's value, 768 MB: tests lower it to take that path with small clouds.
-std::size_t& forward_any_order_bytes();
+std::atomic<std::size_t>& forward_any_order_bytes();
 
 /// Where forwarded rows go. `done` null: nothing is forwarded.
 struct RowForward {

@@ -72,7 +72,9 @@ struct IndexOptions {
   Staging staging = Staging::automatic;
   /// Queries per chunk when results go to host memory in chunks over two streams (download of
   /// one chunk overlapping the search of the next); 0: automatic. A kNN search whose kernels
-  /// write its rows to host memory themselves (README, "Timing") takes one pass, no chunks.
+  /// write its rows to host memory themselves (README, "Timing") takes one pass, no chunks;
+  /// above 768 MiB of rows it does so only where a chunk of its rows (by original index) is done
+  /// before the last pass would begin.
   std::int64_t chunk_rows = 0;
   int threads = 0;  ///< CPU backend: worker threads; 0: every hardware thread
 };
