@@ -1178,7 +1178,7 @@ class CudaBackend final : public Index::Backend_ {
     // chunk ends before the last pass (a cloud stored in no spatial order), nothing would go down
     // early: then one kNN pass. (Not hybrid: its collect walk's scratch, 516 bytes a row, is
     // sized by the pass, and without it the walk is 1.3-1.7x slower.)
-    std::int64_t pass = one_forwarded_pass ? finite : per;
+    std::int64_t pass = per;
     if (chunks > 1 && finite > per && !std::isfinite(bound.r2) && !one_forwarded_pass) {
       const std::int64_t last_pass_begin = (finite - 1) / per * per;
       bool early = false, ordered = false;  // ordered: a chunk with a finite query ends early

@@ -289,7 +289,7 @@ struct BucketHead {
   const std::uint64_t* keys = nullptr;
   int low_bit = 0;
   __host__ __device__ int operator()(int i) const {
-    return i == 0 || ((keys[i] ^ keys[i - 1]) >> low_bit) != 0;
+    return i == 0 || !same_bucket(keys[i], keys[i - 1], low_bit);
   }
 };
 

@@ -102,7 +102,7 @@ __global__ void first_copy_kernel(const __grid_constant__ TreeView t, TreeKnnArg
     int found = -1;  // padding: a query that is not finite has no neighbor
     if (finite3(q.x, q.y, q.z)) {
       const std::uint64_t key = t.keys[slot];
-      const auto same_key = [&](int j) { return ((t.keys[j] ^ key) >> t.key_low_bit) == 0; };
+      const auto same_key = [&](int j) { return same_bucket(t.keys[j], key, t.key_low_bit); };
       found = qid;
       int j = slot - 1;
       if (j >= 0 && same_key(j)) {

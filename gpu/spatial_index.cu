@@ -89,16 +89,16 @@ __global__ void order_check_kernel(const std::uint64_t* __restrict__ keys,
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += std::int64_t(gridDim.x) * blockDim.x) {
     const std::uint64_t key = keys[i];
-    heads += i == 0 || ((key ^ keys[i - 1]) >> low_bit) != 0;
+    heads += i == 0 || !same_bucket(key, keys[i - 1], low_bit);
     if (key == kInvalidKey) continue;
-    const auto same_bucket = [&](int d) { return ((key ^ keys[i + d]) >> low_bit) == 0; };
-    if (check_crowded && i < n - kCell && same_bucket(kCell) && key != keys[i + kCell]) flags |= 1;
+    const auto bucket_at = [&](int d) { return same_bucket(key, keys[i + d], low_bit); };
+    if (check_crowded && i < n - kCell && bucket_at(kCell) && key != keys[i + kCell]) flags |= 1;
     if (i < n - kRepeatRun && key == keys[i + kRepeatRun]) {
       const float* a = xyz + ids[i] * stride;
       const float* b = xyz + ids[i + kRepeatRun] * stride;
       if (a[0] == b[0] && a[1] == b[1] && a[2] == b[2]) flags |= 2;
     }
-    if (i < n - kShortKeyRun && same_bucket(kShortKeyRun)) flags |= 4;
+    if (i < n - kShortKeyRun && bucket_at(kShortKeyRun)) flags |= 4;
   }
   // A block's flags in one write each, not a thread's (a crowded cloud's threads would all write
   // the one flag).

@@ -98,6 +98,13 @@ __host__ __device__ __forceinline__ std::uint64_t hilbert_index(std::uint32_t x,
   return key;
 }
 
+/// Whether keys `a` and `b` are equal in their bits from `low_bit` up: one bucket of a sort on
+/// those bits (the index's keys keep the bits below).
+__host__ __device__ __forceinline__ bool same_bucket(std::uint64_t a, std::uint64_t b,
+                                                     int low_bit) {
+  return ((a ^ b) >> low_bit) == 0;
+}
+
 /// The curve key of a point on a cubic grid of 2^kCurveBits steps over the largest extent of
 /// `b` (lo xyz, hi xyz; cubic cells keep the curve's locality the same along every axis), with
 /// its bits below `low_bit` cleared: computed to the levels those bits need, which orders points
