@@ -1056,6 +1056,7 @@ class CudaBackend final : public Index::Backend_ {
       h_idx = idx_host_.data();
       h_dist = dist_host_.data();
     }
+    t.download_bytes = static_cast<std::int64_t>(cells) * 8;  // curve_order_search: less
     try {
       if (per_pass > 0) {  // rows do not fit: passes, each brought to the host before the next
         detail::device_buffer<std::int32_t> d_idx(static_cast<std::size_t>(per_pass) * k, stream,
@@ -1080,7 +1081,6 @@ class CudaBackend final : public Index::Backend_ {
       wait_for_streams(stream);
       throw;
     }
-    t.download_bytes = static_cast<std::int64_t>(cells) * 8;
     if (h_idx != out_idx)
       detail::parallel_copy({{out_idx, h_idx, cells * sizeof(std::int32_t)},
                              {out_dist, h_dist, cells * sizeof(float)}});
@@ -1146,12 +1146,15 @@ class CudaBackend final : public Index::Backend_ {
     // Rows that can be forwarded are searched in one pass, every row in it: no chunk is
     // downloaded, so where chunks end is not asked (a round trip of ~50 us before a 1M-point
     // search, H200), and the kernels write the non-finite queries' empty rows themselves. Beyond
-    // forward_any_order_bytes() of rows (768 MB), only where they complete in some spatial order (a
-    // chunk ends before the last pass, which that round trip finds): rows stored in no spatial
-    // order crossed the link at a fifth of its rate or less when forwarded into more host memory
-    // than that (10M uniform points, H200: 1.28 GB at k = 16 in 125 ms, 2.56 GB at k = 32 in 352
-    // ms, where 640 MB at k = 8 took 16; 2.56 GB of a scan-ordered cloud's rows 49 ms;
-    // bench/results/2026-11-30-round36.md), and are downloaded after the search instead.
+    // forward_any_order_bytes() of rows (512 MB), all of them only where they complete in some
+    // spatial order (a chunk ends before the last pass, which that round trip finds): rows stored
+    // in no spatial order crossed the link at a fifth of its rate or less when forwarded into more
+    // host memory than that (10M uniform points, H200: 1.28 GB at k = 16 in 125 ms, 2.56 GB at
+    // k = 32 in 352 ms, where 640 MB at k = 8 took 16; 2.56 GB of a scan-ordered cloud's rows 49
+    // ms; bench/results/2026-11-30-round36.md). Of those, the rows in the first 512 MB are
+    // forwarded and the rest downloaded after the search (10M uniform points, k = 16 and 32: a
+    // window of 512 MB searched 1.03x and 1.02x as long as none, one of 768 MB 2.6x and 1.4x;
+    // bench/results/2026-11-30-round37.md).
     const bool forwardable = forward.host_idx && forward.host_dist;
     bool one_forwarded_pass = forwardable && cells * (sizeof(std::int32_t) + sizeof(float)) <=
                                                  detail::forward_any_order_bytes().load();
@@ -1188,6 +1191,21 @@ class CudaBackend final : public Index::Backend_ {
       }
       if (!early) pass = finite;
       one_forwarded_pass = forwardable && ordered;
+    }
+    // Rows beyond it in no spatial order: the first forward_any_order_bytes() of them (whole
+    // host lines) forwarded during the search, the rest downloaded after it.
+    std::int64_t tail = static_cast<std::int64_t>(cells);  // the entries downloaded after it
+    if (forwardable && !one_forwarded_pass) {
+      const std::int64_t window =
+          static_cast<std::int64_t>(detail::forward_any_order_bytes().load() /
+                                        (sizeof(std::int32_t) + sizeof(float)) +
+                                    forward.lead) /
+              detail::kForwardSegment * detail::kForwardSegment -
+          forward.lead;
+      if (window > 0) {
+        forward.cells = tail = window;
+        one_forwarded_pass = true;
+      }
     }
     if (one_forwarded_pass) {  // every row, the non-finite queries' empty ones too
       finite = static_cast<int>(rows);
@@ -1266,6 +1284,16 @@ class CudaBackend final : public Index::Backend_ {
           }
       }
     }
+    if (forwarded && tail < static_cast<std::int64_t>(cells)) {  // after the one pass
+      PCNN_CUDA_TRY(cudaStreamWaitEvent(s1, ev(1).get(), 0));
+      ev(2 * passes).record(s1);
+      const std::size_t n = cells - static_cast<std::size_t>(tail);
+      PCNN_CUDA_TRY(cudaMemcpyAsync(out_idx + tail, d_out_idx + tail, n * sizeof(std::int32_t),
+                                    cudaMemcpyDeviceToHost, s1));
+      PCNN_CUDA_TRY(cudaMemcpyAsync(out_dist + tail, d_out_dist + tail, n * sizeof(float),
+                                    cudaMemcpyDeviceToHost, s1));
+      ev(2 * passes + 1).record(s1);
+    }
     if (!mapped_ && passes == 0) {  // nothing to search: the empty rows only
       PCNN_CUDA_TRY(cudaStreamSynchronize(s0));
       for (int j = 0; j < chunks; ++j) download(j);
@@ -1278,6 +1306,10 @@ class CudaBackend final : public Index::Backend_ {
     if (!mapped_ && !forwarded)
       for (int j = 0; j < chunks; ++j)
         t.download_ms += ev(2 * passes + 2 * j + 1).since(ev(2 * passes + 2 * j));
+    if (forwarded && tail < static_cast<std::int64_t>(cells)) {
+      t.download_ms = ev(2 * passes + 1).since(ev(2 * passes));
+      t.download_bytes = static_cast<std::int64_t>(cells - tail) * 8;
+    }
     t.build_ms = ev_[2].since(ev_[1]);
     t.passes = chunks;
   }
@@ -1313,7 +1345,7 @@ class CudaBackend final : public Index::Backend_ {
 
 namespace detail {
 std::atomic<std::size_t>& forward_any_order_bytes() {
-  static std::atomic<std::size_t> bytes{std::size_t{768} << 20};
+  static std::atomic<std::size_t> bytes{std::size_t{512} << 20};
   return bytes;
 }
 

@@ -118,13 +118,15 @@ TEST(IndexBuildOrder, CrowdedBucketsAreSortedFurtherIntoAStableSortOfTheKeys) {
   }
 }
 
-// Above detail::forward_any_order_bytes() of rows (768 MB; lowered to 0 here), a search's kernels
-// forward its rows to the host only where they complete in some spatial order: a chunk of rows
+// Above detail::forward_any_order_bytes() of rows (512 MB; lowered here), a search's kernels
+// forward all its rows to the host only where they complete in some spatial order: a chunk of rows
 // (by original index) ends before the last pass. A scan stored in scan order is forwarded (no
-// download), its non-finite points' empty rows with it; the same points in no spatial order are
-// downloaded after the search. Both, and a search within the limit (forwarded whatever the
-// order), give the CPU backend's rows, with and without each point itself, k = 1, 8 and 32 (at
-// k = 1 with each point itself, the first-copy lookup, whose rows are always downloaded).
+// download), its non-finite points' empty rows with it; of the same points in no spatial order,
+// the rows in the first that many bytes are forwarded and the rest downloaded after the search
+// (all of them with the limit at 0). Each way, and a search within the limit (forwarded whatever
+// the order), gives the CPU backend's rows, with and without each point itself, k = 1, 5 (rows
+// across the window's end), 8 and 32 (at k = 1 with each point itself, the first-copy lookup,
+// whose rows are always downloaded).
 TEST(IndexForward, LargeRowsAreForwardedOnlyInSpatialOrder) {
   PCNN_REQUIRE_DEVICE();
   int device = 0, integrated = 0;
@@ -155,9 +157,9 @@ TEST(IndexForward, LargeRowsAreForwardedOnlyInSpatialOrder) {
        {std::tuple{"scan order", &scan, true}, std::tuple{"no order", &shuffled, false}}) {
     Index gpu(test::view(*xyz), chunked);
     Index reference(test::view(*xyz), cpu);
-    for (const std::size_t most : {std::size_t{0}, std::size_t{768} << 20}) {
+    for (const std::size_t most : {std::size_t{0}, std::size_t{1000012}, std::size_t{512} << 20}) {
       detail::forward_any_order_bytes() = most;
-      for (const int k : {1, 8, 32})
+      for (const int k : {1, 5, 8, 32})
         for (const bool self : {false, true}) {
           const std::string at = std::string(name) + ", k = " + std::to_string(k) +
                                  (self ? ", without itself" : "") + ", limit " +
@@ -165,12 +167,17 @@ TEST(IndexForward, LargeRowsAreForwardedOnlyInSpatialOrder) {
           pcnn::page_locked_vector<std::int32_t> idx(n * k, -7);
           pcnn::page_locked_vector<float> dist(n * k, -1.f);
           gpu.self_knn({k, self}, {idx.data(), n, k}, {dist.data(), n, k});
+          const SearchTimings& t = gpu.last_timings();
+          const std::int64_t bytes = n * k * 8;
           if (k == 1 && !self) {
             // each point's first copy (first_copy_kernel), downloaded whatever the limit
-          } else if (most > 0 || forwarded_when_large) {
-            EXPECT_EQ(gpu.last_timings().download_ms, 0.f) << at << ": downloaded";
-          } else {
-            EXPECT_GT(gpu.last_timings().download_ms, 0.f) << at << ": forwarded";
+          } else if (forwarded_when_large || bytes <= static_cast<std::int64_t>(most)) {
+            EXPECT_EQ(t.download_ms, 0.f) << at << ": downloaded";
+          } else {  // the rows past the window (whole 128-byte lines of each array) downloaded
+            EXPECT_GT(t.download_ms, 0.f) << at << ": forwarded";
+            const std::int64_t window = bytes - t.download_bytes;
+            EXPECT_LE(window, static_cast<std::int64_t>(most)) << at;
+            EXPECT_GT(window, static_cast<std::int64_t>(most) - 256) << at;
           }
           EXPECT_TRUE(test::same_rows(idx.data(), dist.data(), reference.self_knn({k, self})))
               << at;

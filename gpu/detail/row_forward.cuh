@@ -32,9 +32,11 @@ inline constexpr int kForwardSegment = 32;  // row entries a segment: 128 bytes 
 /// row to touch at most two segments), and not a hybrid search (its own kernels).
 inline bool forwardable_rows(int k, bool hybrid) { return k <= kForwardSegment && !hybrid; }
 
-/// The most bytes of rows (indices and distances) a search forwards whatever their order; above
-/// it, only rows that complete in some spatial order (curve_order_search in cuda_backend.cu says
-/// why). The process's value, 768 MB: tests lower it to take that path with small clouds.
+/// The most bytes of rows (indices and distances) a search forwards whatever their order. Above
+/// it, the search forwards all its rows where they complete in some spatial order, and otherwise
+/// those in that many bytes from their start, downloading the rest after it (curve_order_search
+/// in cuda_backend.cu says why). The process's value, 512 MB: tests lower it to take that path with
+/// small clouds.
 std::atomic<std::size_t>& forward_any_order_bytes();
 
 /// Where forwarded rows go. `done` null: nothing is forwarded.
@@ -42,7 +44,7 @@ struct RowForward {
   int* done = nullptr;               // entries written so far, a segment: segments() ints, zeroed
   std::int32_t* host_idx = nullptr;  // the host rows' device aliases (rows × k entries)
   float* host_dist = nullptr;
-  std::int64_t cells = 0;  // rows × k
+  std::int64_t cells = 0;  // the entries forwarded: rows × k, or those of a window from the start
   int lead = 0;  // entries of the first host line before the arrays begin (both arrays alike)
   __host__ __device__ int segments() const {
     return static_cast<int>((cells + lead + kForwardSegment - 1) / kForwardSegment);
@@ -97,9 +99,10 @@ __device__ __forceinline__ void copy_segments(const RowForward& f, const std::in
 __device__ __forceinline__ void forward_rows(const RowForward& f, const std::int32_t* idx,
                                              const float* dist, std::int64_t row, int k) {
   int first = -1, second = -1;  // segments this lane completed
-  if (row >= 0) {
+  // Entries past f.cells (a window of the rows: curve_order_search) are downloaded instead.
+  if (row >= 0 && row * k < f.cells) {
     __threadfence();  // the row's entries, before its counts
-    const std::int64_t e0 = row * k, e1 = e0 + k;
+    const std::int64_t e0 = row * k, e1 = e0 + k < f.cells ? e0 + k : f.cells;
     for (int s = static_cast<int>((e0 + f.lead) / kForwardSegment); f.begin(s) < e1; ++s) {
       const std::int64_t lo = f.begin(s), hi = f.end(s);
       const int n = static_cast<int>((e1 < hi ? e1 : hi) - (e0 > lo ? e0 : lo));

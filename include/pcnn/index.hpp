@@ -73,8 +73,8 @@ struct IndexOptions {
   /// Queries per chunk when results go to host memory in chunks over two streams (download of
   /// one chunk overlapping the search of the next); 0: automatic. A kNN search whose kernels
   /// write its rows to host memory themselves (README, "Timing") takes one pass, no chunks;
-  /// above 768 MiB of rows it does so only where a chunk of its rows (by original index) is done
-  /// before the last pass would begin.
+  /// above 512 MiB of rows it writes them all only where a chunk of its rows (by original index)
+  /// is done before the last pass would begin, else the first 512 MiB of them.
   std::int64_t chunk_rows = 0;
   int threads = 0;  ///< CPU backend: worker threads; 0: every hardware thread
 };
@@ -90,9 +90,12 @@ struct SearchTimings {
   /// CUDA: device time of device-to-host copies; 0 where the search's kernels wrote the rows to
   /// host memory themselves (mapped staging; most kNN searches of k <= 32 into page-locked rows
   /// pcnn made: allocate_page_locked, PageLock, the index's staging buffers; see the README's
-  /// timing notes), their transfer then within search_ms
+  /// timing notes), their transfer then within search_ms; where they wrote only the first part
+  /// (large rows of queries in no spatial order), the copy of the rest after the search
   float download_ms = 0;
-  std::int64_t upload_bytes = 0, download_bytes = 0;
+  std::int64_t upload_bytes = 0;
+  /// CUDA: bytes of rows those copies moved (where the kernels wrote every row: all of them)
+  std::int64_t download_bytes = 0;
   std::int64_t distance_evaluations = 0;  ///< query-point distances computed (CUDA)
   /// CUDA kNN and hybrid: rows the exact refinement could not settle from the float search's
   /// k and gathered again (near-ties at the k-th neighbor; see gpu/detail/refine.cuh)
