@@ -1146,18 +1146,17 @@ class CudaBackend final : public Index::Backend_ {
     // Rows that can be forwarded are searched in one pass, every row in it: no chunk is
     // downloaded, so where chunks end is not asked (a round trip of ~50 us before a 1M-point
     // search, H200), and the kernels write the non-finite queries' empty rows themselves. Beyond
-    // forward_any_order_bytes() of rows (512 MB), all of them only where they complete in some
-    // spatial order (a chunk ends before the last pass, which that round trip finds): rows stored
-    // in no spatial order crossed the link at a fifth of its rate or less when forwarded into more
-    // host memory than that (10M uniform points, H200: 1.28 GB at k = 16 in 125 ms, 2.56 GB at
-    // k = 32 in 352 ms, where 640 MB at k = 8 took 16; 2.56 GB of a scan-ordered cloud's rows 49
-    // ms; bench/results/2026-11-30-round36.md). Of those, the rows in the first 512 MB are
-    // forwarded and the rest downloaded after the search (10M uniform points, k = 16 and 32: a
-    // window of 512 MB searched 1.03x and 1.02x as long as none, one of 768 MB 2.6x and 1.4x;
-    // bench/results/2026-11-30-round37.md).
+    // forward_any_order_limit(k) (512 MiB of rows; 640 below k = 16), all of them only where they
+    // complete in some spatial order (a chunk ends before the last pass, which that round trip
+    // finds): rows stored in no spatial order crossed the link at a fifth of its rate or less when
+    // forwarded into more host memory than that (10M uniform points, H200: 1.28 GB at k = 16 in 125
+    // ms, 2.56 GB at k = 32 in 352 ms, where 640 MB at k = 8 took 16; 2.56 GB of a scan-ordered
+    // cloud's rows 49 ms; bench/results/2026-11-30-round36.md); random stores to a window of 512
+    // MiB of it cost the search 2-3 %, to 768 MiB 1.4x at k = 32, 2.6x at k = 16 and, 15M points at
+    // k = 8, 2.6x (all 915 MiB: 4x; bench/results/2026-11-30-round37.md).
     const bool forwardable = forward.host_idx && forward.host_dist;
     bool one_forwarded_pass = forwardable && cells * (sizeof(std::int32_t) + sizeof(float)) <=
-                                                 detail::forward_any_order_bytes().load();
+                                                 detail::forward_any_order_limit(k);
     if (chunks > 1 && !one_forwarded_pass) {
       // Where each chunk's last query lies, so that its download can start after the pass that
       // searches it, and how many queries are finite: a round trip to the host. One chunk waits
@@ -1192,10 +1191,21 @@ class CudaBackend final : public Index::Backend_ {
       if (!early) pass = finite;
       one_forwarded_pass = forwardable && ordered;
     }
-    // Rows beyond it in no spatial order: the first forward_any_order_bytes() of them (whole
-    // host lines) forwarded during the search, the rest downloaded after it.
+    // Rows beyond it in no spatial order: lists of half a segment or more forwarded by sweeps
+    // (detail::sweep_rows), which write host memory along a band that moves through it, not all
+    // over it; shorter ones, whose segments a sweep finds complete only late (each waits for
+    // four rows or more: the last of them), as they complete in the first
+    // forward_any_order_bytes() of them (whole host lines), the rest downloaded after the search
+    // (10M uniform points, H200, GPU total ms, sweeps against that window: k = 32 68.6 -> 53.6-
+    // 53.9, k = 24 52.7 -> 46.4-46.5, k = 16 33.7-34.0 -> 31.7-32.0, k = 12 26.9 -> 26.9-27.1,
+    // k = 8 19.9-20.1 -> 20.7-21.0; bench/results/2026-11-30-round37.md).
     std::int64_t tail = static_cast<std::int64_t>(cells);  // the entries downloaded after it
-    if (forwardable && !one_forwarded_pass) {
+    bool sweep = false;
+    if (forwardable && !one_forwarded_pass && k >= detail::kSweepFromK) {
+      sweep = true;
+      one_forwarded_pass = true;
+      forward.sweep = detail::kSweepSegments;
+    } else if (forwardable && !one_forwarded_pass) {
       const std::int64_t window =
           static_cast<std::int64_t>(detail::forward_any_order_bytes().load() /
                                         (sizeof(std::int32_t) + sizeof(float)) +
@@ -1218,9 +1228,14 @@ class CudaBackend final : public Index::Backend_ {
     detail::device_buffer<int> outliers(detail::tree_outlier_ints(pass), s0, ws_);
     const int passes = finite > 0 ? static_cast<int>((finite + pass - 1) / pass) : 0;
     detail::device_buffer<int> forward_done;
+    detail::device_buffer<unsigned long long> forward_cursor;
     if (one_forwarded_pass && passes == 1) {
       forward_done.resize(forward.segments(), s0, ws_);
       forward.done = forward_done.data();
+      if (sweep) {
+        forward_cursor.resize(1, s0, ws_);
+        forward.cursor = forward_cursor.data();
+      }
     }
     bool forwarded = false;
     while (pass_events_.size() < static_cast<std::size_t>(2 * passes + 2 * chunks + 2))

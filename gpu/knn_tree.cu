@@ -211,7 +211,8 @@ __global__ void forward_rest_kernel(RowForward f, const std::int32_t* idx, const
   for (int w = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / 32);
        std::int64_t(w) * 32 < segments; w += warps) {
     const int s = w * 32 + lane;
-    copy_segments(f, idx, dist, s < segments && f.done[s] != f.entries(s) ? s : -1);
+    const bool sent = s < segments && f.done[s] == (f.cursor ? kSegmentSent : f.entries(s));
+    copy_segments(f, idx, dist, s < segments && !sent ? s : -1);
   }
 }
 
@@ -310,6 +311,8 @@ bool launch(const TreeView& tree, TreeKnnArgs a, cudaStream_t stream) {
       a.forward = forward;
       PCNN_CUDA_TRY(
           cudaMemsetAsync(forward.done, 0, std::size_t(forward.segments()) * sizeof(int), stream));
+      if (forward.cursor)
+        PCNN_CUDA_TRY(cudaMemsetAsync(forward.cursor, 0, sizeof(*forward.cursor), stream));
     }
     // The counters, and the list, which is read while written (one fill: a second one cost 6 us
     // of a 160 us search).

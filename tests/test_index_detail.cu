@@ -119,14 +119,15 @@ TEST(IndexBuildOrder, CrowdedBucketsAreSortedFurtherIntoAStableSortOfTheKeys) {
 }
 
 // Above detail::forward_any_order_bytes() of rows (512 MB; lowered here), a search's kernels
-// forward all its rows to the host only where they complete in some spatial order: a chunk of rows
-// (by original index) ends before the last pass. A scan stored in scan order is forwarded (no
-// download), its non-finite points' empty rows with it; of the same points in no spatial order,
-// the rows in the first that many bytes are forwarded and the rest downloaded after the search
-// (all of them with the limit at 0). Each way, and a search within the limit (forwarded whatever
-// the order), gives the CPU backend's rows, with and without each point itself, k = 1, 5 (rows
-// across the window's end), 8 and 32 (at k = 1 with each point itself, the first-copy lookup,
-// whose rows are always downloaded).
+// forward all its rows to the host as they complete only where they complete in some spatial
+// order: a chunk of rows (by original index) ends before the last pass. A scan stored in scan
+// order is forwarded so (no download), its non-finite points' empty rows with it. Of the same
+// points in no spatial order, rows of kSweepFromK entries or more are all forwarded by sweeps
+// (sweep_rows), and of shorter ones those in the first that many bytes as they complete, the rest
+// downloaded after the search (all of them with the limit at 0). Each way, and a search within the
+// limit (forwarded whatever the order), gives the CPU backend's rows, with and without each point
+// itself, k = 1, 5 (rows across the window's end), 8, 20 (swept rows across segments) and 32 (at
+// k = 1 with each point itself, the first-copy lookup, whose rows are always downloaded).
 TEST(IndexForward, LargeRowsAreForwardedOnlyInSpatialOrder) {
   PCNN_REQUIRE_DEVICE();
   int device = 0, integrated = 0;
@@ -159,7 +160,7 @@ TEST(IndexForward, LargeRowsAreForwardedOnlyInSpatialOrder) {
     Index reference(test::view(*xyz), cpu);
     for (const std::size_t most : {std::size_t{0}, std::size_t{1000012}, std::size_t{512} << 20}) {
       detail::forward_any_order_bytes() = most;
-      for (const int k : {1, 5, 8, 32})
+      for (const int k : {1, 5, 8, 20, 32})
         for (const bool self : {false, true}) {
           const std::string at = std::string(name) + ", k = " + std::to_string(k) +
                                  (self ? ", without itself" : "") + ", limit " +
@@ -171,7 +172,9 @@ TEST(IndexForward, LargeRowsAreForwardedOnlyInSpatialOrder) {
           const std::int64_t bytes = n * k * 8;
           if (k == 1 && !self) {
             // each point's first copy (first_copy_kernel), downloaded whatever the limit
-          } else if (forwarded_when_large || bytes <= static_cast<std::int64_t>(most)) {
+          } else if (forwarded_when_large ||
+                     bytes <= static_cast<std::int64_t>(detail::forward_any_order_limit(k)) ||
+                     k >= detail::kSweepFromK) {
             EXPECT_EQ(t.download_ms, 0.f) << at << ": downloaded";
           } else {  // the rows past the window (whole 128-byte lines of each array) downloaded
             EXPECT_GT(t.download_ms, 0.f) << at << ": forwarded";

@@ -14,6 +14,12 @@
 // bench/results/2026-11-30-round34.md). Rows written by other kernels (the gather of flagged
 // rows) never count, so their segments are copied after every kernel that writes rows
 // (forward_rest_kernel, knn_tree.cu).
+//
+// Segments completed in no spatial order are copied to lines all over the host rows; beyond
+// ~512 MB of them the stores crossed the link at a fifth of its rate (H200). There, large rows are
+// swept instead (sweep_rows: segments copied in address order, along a band that moves through
+// the rows), or those in a window at their start forwarded and the rest downloaded
+// (curve_order_search, cuda_backend.cu).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,12 +38,32 @@ inline constexpr int kForwardSegment = 32;  // row entries a segment: 128 bytes 
 /// row to touch at most two segments), and not a hybrid search (its own kernels).
 inline bool forwardable_rows(int k, bool hybrid) { return k <= kForwardSegment && !hybrid; }
 
-/// The most bytes of rows (indices and distances) a search forwards whatever their order. Above
-/// it, the search forwards all its rows where they complete in some spatial order, and otherwise
-/// those in that many bytes from their start, downloading the rest after it (curve_order_search
-/// in cuda_backend.cu says why). The process's value, 512 MB: tests lower it to take that path with
-/// small clouds.
+/// The most bytes of rows (indices and distances) a search forwards whatever their order
+/// (forward_any_order_limit). Above it, the search forwards all its rows as they complete where
+/// they complete in some spatial order, and otherwise sweeps them (kSweepFromK) or forwards those
+/// in that many bytes from their start, downloading the rest after it (curve_order_search in
+/// cuda_backend.cu says why). The process's value, 512 MiB: tests lower it to take those paths
+/// with small clouds.
 std::atomic<std::size_t>& forward_any_order_bytes();
+
+/// Rows of at least this many entries (half a segment) that complete in no spatial order are
+/// forwarded by sweeps where they exceed forward_any_order_bytes() (curve_order_search), a warp
+/// sweeping kSweepSegments segments for each segment's worth of entries it writes (10M uniform
+/// points, k = 16, H200: 2, 4, 8, 16, 32 of them, search 30.3, 28.8, 28.0, 27.6, 27.5 ms; k = 32:
+/// 8 and 16, 50.0 and 49.5).
+inline constexpr int kSweepFromK = 16;
+inline constexpr int kSweepSegments = 16;
+
+/// The most bytes of rows of k entries a search forwards whatever their order:
+/// forward_any_order_bytes(), and a quarter more for lists shorter than kSweepFromK, whose lines
+/// complete late (two rows or more each, four at k = 8), spreading their stores (10M uniform
+/// points, k = 8, H200: 610 MiB of rows forwarded all, GPU total 19.5 ms, where a window of 512 MiB
+/// and a download took 20.3-20.7, and a LiDAR-like scan's order asked 0.7-0.8 ms more; 15M: a
+/// window of 768 MiB searched 2.6x as long as one of 512).
+inline std::size_t forward_any_order_limit(int k) {
+  const std::size_t bytes = forward_any_order_bytes().load();
+  return k < kSweepFromK ? bytes + bytes / 4 : bytes;
+}
 
 /// Where forwarded rows go. `done` null: nothing is forwarded.
 struct RowForward {
@@ -46,6 +72,9 @@ struct RowForward {
   float* host_dist = nullptr;
   std::int64_t cells = 0;  // the entries forwarded: rows × k, or those of a window from the start
   int lead = 0;  // entries of the first host line before the arrays begin (both arrays alike)
+  // Non-null: segments are swept (forward_rows), not copied as they complete; zeroed.
+  unsigned long long* cursor = nullptr;
+  int sweep = 0;  // segments a sweep takes for each segment's worth of entries written
   __host__ __device__ int segments() const {
     return static_cast<int>((cells + lead + kForwardSegment - 1) / kForwardSegment);
   }
@@ -93,21 +122,66 @@ __device__ __forceinline__ void copy_segments(const RowForward& f, const std::in
   }
 }
 
+/// Counts `row`'s entries before f.cells into the segments they lie in (the entries first: a
+/// fence); `completed(s)` for each segment whose count this completes.
+template <class Completed>
+__device__ __forceinline__ void count_row(const RowForward& f, std::int64_t row, int k,
+                                          Completed&& completed) {
+  __threadfence();  // the row's entries, before its counts
+  const std::int64_t e0 = row * k, e1 = e0 + k < f.cells ? e0 + k : f.cells;
+  for (int s = static_cast<int>((e0 + f.lead) / kForwardSegment); f.begin(s) < e1; ++s) {
+    const std::int64_t lo = f.begin(s), hi = f.end(s);
+    const int n = static_cast<int>((e1 < hi ? e1 : hi) - (e0 > lo ? e0 : lo));
+    if (atomicAdd(f.done + s, n) + n == f.entries(s)) completed(s);
+  }
+}
+
+/// A segment a sweep has claimed and copied (RowForward::done).
+inline constexpr int kSegmentSent = -1;
+
+/// forward_rows with a cursor: the lanes count their rows into the segments; then the warp takes
+/// the next f.sweep segments for each 32 entries its lanes wrote from the cursor (cyclically) and
+/// copies those complete, marking them sent: whatever the rows' order, the warps' stores go to a
+/// band of host memory that moves along it, not to lines all over it. Segments complete after the
+/// last sweep passed are copied by forward_rest_kernel.
+__device__ __forceinline__ void sweep_rows(const RowForward& f, const std::int32_t* idx,
+                                           const float* dist, std::int64_t row, int k) {
+  const bool counts = row >= 0;
+  if (counts) count_row(f, row, k, [](int) {});
+  const int lane = threadIdx.x & 31;
+  const int written = __popc(__ballot_sync(kFullMask, counts));
+  if (written == 0) return;
+  const int n = (written * k * f.sweep + kForwardSegment - 1) / kForwardSegment;
+  unsigned long long first = 0;
+  if (lane == 0) first = atomicAdd(f.cursor, static_cast<unsigned long long>(n));
+  first = __shfl_sync(kFullMask, first, 0);
+  const unsigned long long segments = static_cast<unsigned long long>(f.segments());
+  for (int i = 0; i < n; i += 32) {
+    int s = -1;
+    if (i + lane < n) {
+      const int c = static_cast<int>((first + i + lane) % segments);
+      const int e = f.entries(c);
+      if (__ldcg(f.done + c) == e && atomicCAS(f.done + c, e, kSegmentSent) == e) s = c;
+    }
+    if (s >= 0) __threadfence();  // the segment's rows, after their counts
+    __syncwarp();
+    copy_segments(f, idx, dist, s);
+  }
+}
+
 /// Every lane calls: `row` >= 0 is the row the lane has just written in full (k <= 32 entries
 /// at idx / dist + row * k: forwardable_rows), -1 none. Counts the rows into their segments,
 /// then the warp copies the segments they completed.
 __device__ __forceinline__ void forward_rows(const RowForward& f, const std::int32_t* idx,
                                              const float* dist, std::int64_t row, int k) {
+  if (f.cursor) {
+    sweep_rows(f, idx, dist, row, k);
+    return;
+  }
   int first = -1, second = -1;  // segments this lane completed
   // Entries past f.cells (a window of the rows: curve_order_search) are downloaded instead.
   if (row >= 0 && row * k < f.cells) {
-    __threadfence();  // the row's entries, before its counts
-    const std::int64_t e0 = row * k, e1 = e0 + k < f.cells ? e0 + k : f.cells;
-    for (int s = static_cast<int>((e0 + f.lead) / kForwardSegment); f.begin(s) < e1; ++s) {
-      const std::int64_t lo = f.begin(s), hi = f.end(s);
-      const int n = static_cast<int>((e1 < hi ? e1 : hi) - (e0 > lo ? e0 : lo));
-      if (atomicAdd(f.done + s, n) + n == f.entries(s)) (first < 0 ? first : second) = s;
-    }
+    count_row(f, row, k, [&](int s) { (first < 0 ? first : second) = s; });
     if (first >= 0) __threadfence();  // the other rows of those segments, after their counts
   }
   __syncwarp();  // the completing lanes' fences, before the other lanes read

@@ -73,8 +73,9 @@ struct IndexOptions {
   /// Queries per chunk when results go to host memory in chunks over two streams (download of
   /// one chunk overlapping the search of the next); 0: automatic. A kNN search whose kernels
   /// write its rows to host memory themselves (README, "Timing") takes one pass, no chunks;
-  /// above 512 MiB of rows it writes them all only where a chunk of its rows (by original index)
-  /// is done before the last pass would begin, else the first 512 MiB of them.
+  /// above 512 MiB of rows (640 below k = 16) it writes them as they are done only where a chunk
+  /// of its rows (by original index) is done before the last pass would begin, else by sweeps
+  /// (k >= 16) or the first 512 MiB of them.
   std::int64_t chunk_rows = 0;
   int threads = 0;  ///< CPU backend: worker threads; 0: every hardware thread
 };
