@@ -1144,16 +1144,12 @@ class CudaBackend final : public Index::Backend_ {
       forward.lead = detail::forward_lead(out_idx);
     }
     // Rows that can be forwarded are searched in one pass, every row in it: no chunk is
-    // downloaded, so where chunks end is not asked (a round trip of ~50 us before a 1M-point
-    // search, H200), and the kernels write the non-finite queries' empty rows themselves. Beyond
-    // forward_any_order_limit(k) (512 MiB of rows; 640 below k = 16), all of them only where they
+    // downloaded (only a window's tail, below), so where chunks end is not asked (a round trip of
+    // ~50 us before a 1M-point search, H200), and the kernels write the non-finite queries' empty
+    // rows themselves. Beyond forward_any_order_limit(k) of rows, as they complete only where they
     // complete in some spatial order (a chunk ends before the last pass, which that round trip
-    // finds): rows stored in no spatial order crossed the link at a fifth of its rate or less when
-    // forwarded into more host memory than that (10M uniform points, H200: 1.28 GB at k = 16 in 125
-    // ms, 2.56 GB at k = 32 in 352 ms, where 640 MB at k = 8 took 16; 2.56 GB of a scan-ordered
-    // cloud's rows 49 ms; bench/results/2026-11-30-round36.md); random stores to a window of 512
-    // MiB of it cost the search 2-3 %, to 768 MiB 1.4x at k = 32, 2.6x at k = 16 and, 15M points at
-    // k = 8, 2.6x (all 915 MiB: 4x; bench/results/2026-11-30-round37.md).
+    // finds); else swept or a window of them (row_forward.cuh says why; 10M LiDAR-like points,
+    // k = 32, H200: 53.7 ms forwarded as they complete, 64.4 swept).
     const bool forwardable = forward.host_idx && forward.host_dist;
     bool one_forwarded_pass = forwardable && cells * (sizeof(std::int32_t) + sizeof(float)) <=
                                                  detail::forward_any_order_limit(k);
@@ -1191,14 +1187,10 @@ class CudaBackend final : public Index::Backend_ {
       if (!early) pass = finite;
       one_forwarded_pass = forwardable && ordered;
     }
-    // Rows beyond it in no spatial order: lists of half a segment or more forwarded by sweeps
-    // (detail::sweep_rows), which write host memory along a band that moves through it, not all
-    // over it; shorter ones, whose segments a sweep finds complete only late (each waits for
-    // four rows or more: the last of them), as they complete in the first
-    // forward_any_order_bytes() of them (whole host lines), the rest downloaded after the search
-    // (10M uniform points, H200, GPU total ms, sweeps against that window: k = 32 68.6 -> 53.6-
-    // 53.9, k = 24 52.7 -> 46.4-46.5, k = 16 33.7-34.0 -> 31.7-32.0, k = 12 26.9 -> 26.9-27.1,
-    // k = 8 19.9-20.1 -> 20.7-21.0; bench/results/2026-11-30-round37.md).
+    // Rows beyond it in no spatial order (or of one chunk, whose order is not asked): swept, or
+    // a window of them forwarded as they complete and the rest downloaded after the search (10M
+    // uniform points, H200, GPU total ms, window against sweeps: k = 32 68.6 -> 53.6-53.9, k = 16
+    // 33.7-34.0 -> 31.7-32.0; bench/results/2026-11-30-round37.md).
     std::int64_t tail = static_cast<std::int64_t>(cells);  // the entries downloaded after it
     bool sweep = false;
     if (forwardable && !one_forwarded_pass && k >= detail::kSweepFromK) {
@@ -1207,11 +1199,7 @@ class CudaBackend final : public Index::Backend_ {
       forward.sweep = detail::kSweepSegments;
     } else if (forwardable && !one_forwarded_pass) {
       const std::int64_t window =
-          static_cast<std::int64_t>(detail::forward_any_order_bytes().load() /
-                                        (sizeof(std::int32_t) + sizeof(float)) +
-                                    forward.lead) /
-              detail::kForwardSegment * detail::kForwardSegment -
-          forward.lead;
+          detail::forward_window(detail::forward_any_order_bytes().load(), forward.lead);
       if (window > 0) {
         forward.cells = tail = window;
         one_forwarded_pass = true;
@@ -1241,14 +1229,17 @@ class CudaBackend final : public Index::Backend_ {
     while (pass_events_.size() < static_cast<std::size_t>(2 * passes + 2 * chunks + 2))
       pass_events_.push_back(std::make_unique<detail::cuda_event>());
     auto ev = [&](int i) -> detail::cuda_event& { return *pass_events_[i]; };
-    auto download = [&](int j) {  // rows [j * per, ...) to the host, on s1
-      const std::int64_t a = j * per, n = std::min(per, rows - a);
+    // Entries [a, a + n) to the host on s1, timed by chunk j's events.
+    auto download_entries = [&](std::int64_t a, std::int64_t n, int j) {
       ev(2 * passes + 2 * j).record(s1);
-      PCNN_CUDA_TRY(cudaMemcpyAsync(out_idx + a * k, d_out_idx + a * k,
-                                    n * k * sizeof(std::int32_t), cudaMemcpyDeviceToHost, s1));
-      PCNN_CUDA_TRY(cudaMemcpyAsync(out_dist + a * k, d_out_dist + a * k, n * k * sizeof(float),
+      PCNN_CUDA_TRY(cudaMemcpyAsync(out_idx + a, d_out_idx + a, n * sizeof(std::int32_t),
+                                    cudaMemcpyDeviceToHost, s1));
+      PCNN_CUDA_TRY(cudaMemcpyAsync(out_dist + a, d_out_dist + a, n * sizeof(float),
                                     cudaMemcpyDeviceToHost, s1));
       ev(2 * passes + 2 * j + 1).record(s1);
+    };
+    auto download = [&](int j) {  // rows [j * per, ...)
+      download_entries(j * per * k, std::min(per, rows - j * per) * k, j);
     };
     auto pass_end = [&](int p) {
       return static_cast<int>(std::min<std::int64_t>(finite, (p + 1) * pass));
@@ -1299,15 +1290,10 @@ class CudaBackend final : public Index::Backend_ {
           }
       }
     }
-    if (forwarded && tail < static_cast<std::int64_t>(cells)) {  // after the one pass
+    const std::int64_t tail_entries = forwarded ? static_cast<std::int64_t>(cells) - tail : 0;
+    if (tail_entries > 0) {  // after the one pass
       PCNN_CUDA_TRY(cudaStreamWaitEvent(s1, ev(1).get(), 0));
-      ev(2 * passes).record(s1);
-      const std::size_t n = cells - static_cast<std::size_t>(tail);
-      PCNN_CUDA_TRY(cudaMemcpyAsync(out_idx + tail, d_out_idx + tail, n * sizeof(std::int32_t),
-                                    cudaMemcpyDeviceToHost, s1));
-      PCNN_CUDA_TRY(cudaMemcpyAsync(out_dist + tail, d_out_dist + tail, n * sizeof(float),
-                                    cudaMemcpyDeviceToHost, s1));
-      ev(2 * passes + 1).record(s1);
+      download_entries(tail, tail_entries, 0);
     }
     if (!mapped_ && passes == 0) {  // nothing to search: the empty rows only
       PCNN_CUDA_TRY(cudaStreamSynchronize(s0));
@@ -1321,9 +1307,9 @@ class CudaBackend final : public Index::Backend_ {
     if (!mapped_ && !forwarded)
       for (int j = 0; j < chunks; ++j)
         t.download_ms += ev(2 * passes + 2 * j + 1).since(ev(2 * passes + 2 * j));
-    if (forwarded && tail < static_cast<std::int64_t>(cells)) {
+    if (tail_entries > 0) {
       t.download_ms = ev(2 * passes + 1).since(ev(2 * passes));
-      t.download_bytes = static_cast<std::int64_t>(cells - tail) * 8;
+      t.download_bytes = tail_entries * 8;
     }
     t.build_ms = ev_[2].since(ev_[1]);
     t.passes = chunks;

@@ -203,8 +203,9 @@ __global__ void list_all_kernel(TreeKnnArgs a) {
   }
 }
 
-/// After the kernels that write a forwarding launch's rows: copies every segment that none of them
-/// completed (rows of the gather and others: RowForward), a warp for 32 segments at a time.
+/// After the kernels that write a forwarding launch's rows: copies every segment not yet copied
+/// (rows of the gather and others: RowForward; with sweeps, complete segments no sweep reached), a
+/// warp for 32 segments at a time.
 __global__ void forward_rest_kernel(RowForward f, const std::int32_t* idx, const float* dist) {
   const int lane = threadIdx.x & 31, segments = f.segments();
   const int warps = static_cast<int>(gridDim.x * blockDim.x / 32);

@@ -118,17 +118,20 @@ TEST(IndexBuildOrder, CrowdedBucketsAreSortedFurtherIntoAStableSortOfTheKeys) {
   }
 }
 
-// Above detail::forward_any_order_bytes() of rows (512 MB; lowered here), a search's kernels
-// forward all its rows to the host as they complete only where they complete in some spatial
-// order: a chunk of rows (by original index) ends before the last pass. A scan stored in scan
-// order is forwarded so (no download), its non-finite points' empty rows with it. Of the same
-// points in no spatial order, rows of kSweepFromK entries or more are all forwarded by sweeps
-// (sweep_rows), and of shorter ones those in the first that many bytes as they complete, the rest
-// downloaded after the search (all of them with the limit at 0). Each way, and a search within the
-// limit (forwarded whatever the order), gives the CPU backend's rows, with and without each point
-// itself, k = 1, 5 (rows across the window's end), 8, 20 (swept rows across segments) and 32 (at
-// k = 1 with each point itself, the first-copy lookup, whose rows are always downloaded).
-TEST(IndexForward, LargeRowsAreForwardedOnlyInSpatialOrder) {
+// Rows beyond the limit for forwarding them as they complete whatever their order
+// (forward_any_order_limit: forward_any_order_bytes(), 512 MiB, lowered here; a quarter more below
+// k = 16) are forwarded so only where they complete in some spatial order: a chunk of rows (by
+// original index) ends before the last pass. A scan in scan order is forwarded so (no download),
+// its non-finite points' empty rows with it. Of the same points in no spatial order, rows of k >=
+// 16 are swept (sweep_rows; no download), and of shorter ones those in a window of the first
+// forward_any_order_bytes() are forwarded as they complete and the rest downloaded after the search
+// (all of them with the limit at 0). Each way gives the CPU backend's rows: self-searches with and
+// without each point itself, and each cloud's points as queries of the other's index; k = 1, 5
+// (rows across the window's end), 8 (3.9 MB: within a quarter above the limit of 3.5 MB), 20
+// (swept rows across segments) and 32; rows on a host line, and (self-searches without each point)
+// 16 bytes into one, so that the first and last segments are short. At k = 1 with each point
+// itself, the first-copy lookup, whose rows are always downloaded.
+TEST(IndexForward, LargeRowsReachTheHostWhateverTheirOrder) {
   PCNN_REQUIRE_DEVICE();
   int device = 0, integrated = 0;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
@@ -154,27 +157,37 @@ TEST(IndexForward, LargeRowsAreForwardedOnlyInSpatialOrder) {
   IndexOptions chunked;
   chunked.backend = Backend::cuda;
   chunked.chunk_rows = 2048;  // chunks that end early in a scan's order
-  for (const auto& [name, xyz, forwarded_when_large] :
-       {std::tuple{"scan order", &scan, true}, std::tuple{"no order", &shuffled, false}}) {
+  for (const auto& [name, xyz, other, ordered] :
+       {std::tuple{"scan order", &scan, &shuffled, true},
+        std::tuple{"no order", &shuffled, &scan, false}}) {
     Index gpu(test::view(*xyz), chunked);
     Index reference(test::view(*xyz), cpu);
-    for (const std::size_t most : {std::size_t{0}, std::size_t{1000012}, std::size_t{512} << 20}) {
-      detail::forward_any_order_bytes() = most;
+    for (const std::size_t most :
+         {std::size_t{0}, std::size_t{1000012}, std::size_t{3500000}, std::size_t{512} << 20})
       for (const int k : {1, 5, 8, 20, 32})
-        for (const bool self : {false, true}) {
-          const std::string at = std::string(name) + ", k = " + std::to_string(k) +
-                                 (self ? ", without itself" : "") + ", limit " +
-                                 std::to_string(most);
-          pcnn::page_locked_vector<std::int32_t> idx(n * k, -7);
-          pcnn::page_locked_vector<float> dist(n * k, -1.f);
-          gpu.self_knn({k, self}, {idx.data(), n, k}, {dist.data(), n, k});
+        for (const int search : {0, 1, 2}) {  // self, self without itself, the other's points
+          detail::forward_any_order_bytes() = most;
+          const bool self = search < 2, exclude = search == 1;
+          const bool in_order = self ? ordered : !ordered;
+          const std::string at =
+              std::string(name) + (self ? "" : ", the other cloud's points as queries") +
+              ", k = " + std::to_string(k) + (exclude ? ", without itself" : "") + ", limit " +
+              std::to_string(most);
+          const int lead = exclude ? 4 : 0;  // entries before the rows in their host line
+          pcnn::page_locked_vector<std::int32_t> idx(n * k + lead, -7);
+          pcnn::page_locked_vector<float> dist(n * k + lead, -1.f);
+          const MatrixView<std::int32_t> idx_rows{idx.data() + lead, n, k};
+          const MatrixView<float> dist_rows{dist.data() + lead, n, k};
+          if (self)
+            gpu.self_knn({k, exclude}, idx_rows, dist_rows);
+          else
+            gpu.knn(test::view(*other), {k}, idx_rows, dist_rows);
           const SearchTimings& t = gpu.last_timings();
           const std::int64_t bytes = n * k * 8;
-          if (k == 1 && !self) {
+          const auto limit = static_cast<std::int64_t>(k < 16 ? most + most / 4 : most);
+          if (self && k == 1 && !exclude) {
             // each point's first copy (first_copy_kernel), downloaded whatever the limit
-          } else if (forwarded_when_large ||
-                     bytes <= static_cast<std::int64_t>(detail::forward_any_order_limit(k)) ||
-                     k >= detail::kSweepFromK) {
+          } else if (in_order || bytes <= limit || k >= 16) {
             EXPECT_EQ(t.download_ms, 0.f) << at << ": downloaded";
           } else {  // the rows past the window (whole 128-byte lines of each array) downloaded
             EXPECT_GT(t.download_ms, 0.f) << at << ": forwarded";
@@ -182,10 +195,10 @@ TEST(IndexForward, LargeRowsAreForwardedOnlyInSpatialOrder) {
             EXPECT_LE(window, static_cast<std::int64_t>(most)) << at;
             EXPECT_GT(window, static_cast<std::int64_t>(most) - 256) << at;
           }
-          EXPECT_TRUE(test::same_rows(idx.data(), dist.data(), reference.self_knn({k, self})))
-              << at;
+          const KnnResult want =
+              self ? reference.self_knn({k, exclude}) : reference.knn(test::view(*other), {k});
+          EXPECT_TRUE(test::same_rows(idx.data() + lead, dist.data() + lead, want)) << at;
         }
-    }
   }
 }
 

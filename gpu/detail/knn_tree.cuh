@@ -96,9 +96,9 @@ struct TreeKnnArgs {
   // heap walk then takes only those rows.
   std::uint64_t* collect = nullptr;
   int* collected = nullptr;
-  // Rows also forwarded to the host as their segments complete (row_forward.cuh), rows by
-  // original index: knn_tree_kernel's and the outliers' (search_outlier), up to CAP 32; rows of
-  // other kernels (the gather's, empty_rows_kernel's) are left to forward_rest_kernel
+  // Rows also forwarded to the host, as their segments complete or by sweeps (row_forward.cuh),
+  // rows by original index: knn_tree_kernel's and the outliers' (search_outlier), up to CAP 32;
+  // rows of other kernels (the gather's, empty_rows_kernel's) are left to forward_rest_kernel
   // (knn_tree.cu).
   RowForward forward;
 

@@ -15,11 +15,18 @@
 // rows) never count, so their segments are copied after every kernel that writes rows
 // (forward_rest_kernel, knn_tree.cu).
 //
-// Segments completed in no spatial order are copied to lines all over the host rows; beyond
-// ~512 MB of them the stores crossed the link at a fifth of its rate (H200). There, large rows are
-// swept instead (sweep_rows: segments copied in address order, along a band that moves through
-// the rows), or those in a window at their start forwarded and the rest downloaded
-// (curve_order_search, cuda_backend.cu).
+// Large rows (curve_order_search in cuda_backend.cu decides): up to forward_any_order_limit(k)
+// bytes of them are forwarded as they complete whatever their order; beyond, only where they
+// complete in some spatial order (a chunk of rows by original index ends before the search's
+// last pass). Otherwise (a search of one chunk cannot tell, and takes this way too) lists of
+// kSweepFromK entries or more are swept (sweep_rows: complete segments copied in address order,
+// along a band that moves through the rows), and of shorter ones the rows in a window of the
+// first forward_any_order_bytes() are forwarded as they complete and the rest downloaded after
+// the search. Segments completed in no spatial order go to lines all over the host rows, and
+// beyond ~512 MiB of them such stores slowed: windows of 768 MiB searched 1.4x (k = 32) to 2.6x
+// (k = 16; 15M points at k = 8 too) as long as windows of 512, and all of 2.56 GB of rows (k =
+// 32) crossed the link at a fifth of its rate, with the host's pages huge or not (10M uniform
+// points, H200; bench/results/2026-11-30-round37.md).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,41 +45,47 @@ inline constexpr int kForwardSegment = 32;  // row entries a segment: 128 bytes 
 /// row to touch at most two segments), and not a hybrid search (its own kernels).
 inline bool forwardable_rows(int k, bool hybrid) { return k <= kForwardSegment && !hybrid; }
 
-/// The most bytes of rows (indices and distances) a search forwards whatever their order
-/// (forward_any_order_limit). Above it, the search forwards all its rows as they complete where
-/// they complete in some spatial order, and otherwise sweeps them (kSweepFromK) or forwards those
-/// in that many bytes from their start, downloading the rest after it (curve_order_search in
-/// cuda_backend.cu says why). The process's value, 512 MiB: tests lower it to take those paths
-/// with small clouds.
+/// Bytes of rows (indices and distances): the window of large rows in no spatial order, and the
+/// limit below which rows are forwarded whatever their order (forward_any_order_limit). The
+/// process's value, 512 MiB: tests lower it to take the other ways with small clouds.
 std::atomic<std::size_t>& forward_any_order_bytes();
 
-/// Rows of at least this many entries (half a segment) that complete in no spatial order are
-/// forwarded by sweeps where they exceed forward_any_order_bytes() (curve_order_search), a warp
-/// sweeping kSweepSegments segments for each segment's worth of entries it writes (10M uniform
-/// points, k = 16, H200: 2, 4, 8, 16, 32 of them, search 30.3, 28.8, 28.0, 27.6, 27.5 ms; k = 32:
-/// 8 and 16, 50.0 and 49.5).
+/// Lists of at least this many entries (half a segment) are swept where they are (large rows in
+/// no spatial order), a warp sweeping kSweepSegments segments for each segment's worth of entries
+/// it writes (10M uniform points, k = 16, H200: 2, 4, 8, 16, 32 of them, search 30.3, 28.8, 28.0,
+/// 27.6, 27.5 ms; k = 32: 8 and 16, 50.0 and 49.5). Shorter lists complete a segment only with
+/// the last of its rows (two or more, four at k = 8), which sweeps then find late: at k = 12 they
+/// gained nothing over the window, at k = 8 they lost 0.8 ms.
 inline constexpr int kSweepFromK = 16;
 inline constexpr int kSweepSegments = 16;
 
-/// The most bytes of rows of k entries a search forwards whatever their order:
-/// forward_any_order_bytes(), and a quarter more for lists shorter than kSweepFromK, whose lines
-/// complete late (two rows or more each, four at k = 8), spreading their stores (10M uniform
-/// points, k = 8, H200: 610 MiB of rows forwarded all, GPU total 19.5 ms, where a window of 512 MiB
-/// and a download took 20.3-20.7, and a LiDAR-like scan's order asked 0.7-0.8 ms more; 15M: a
-/// window of 768 MiB searched 2.6x as long as one of 512).
+/// The most bytes of rows of k entries a search forwards as they complete whatever their order:
+/// forward_any_order_bytes(), and a quarter more for lists shorter than kSweepFromK, whose late
+/// segments spread their stores (10M uniform points, k = 8, H200: 610 MiB of rows forwarded all,
+/// GPU total 19.5 ms, where a window of 512 MiB and a download took 20.3-20.7, and where a
+/// LiDAR-like scan's order was asked, 0.7-0.8 ms more).
 inline std::size_t forward_any_order_limit(int k) {
   const std::size_t bytes = forward_any_order_bytes().load();
   return k < kSweepFromK ? bytes + bytes / 4 : bytes;
 }
 
+/// The entries of a window of `bytes` of rows from their start, ending on a host line (<= 0:
+/// none), for arrays `lead` entries into their first line.
+inline std::int64_t forward_window(std::size_t bytes, int lead) {
+  const std::size_t entries = bytes / (sizeof(std::int32_t) + sizeof(float)) + lead;
+  return static_cast<std::int64_t>(entries / kForwardSegment * kForwardSegment) - lead;
+}
+
 /// Where forwarded rows go. `done` null: nothing is forwarded.
 struct RowForward {
-  int* done = nullptr;               // entries written so far, a segment: segments() ints, zeroed
+  // Entries written so far, a segment (kSegmentSent once a sweep copied it): segments() ints,
+  // zeroed.
+  int* done = nullptr;
   std::int32_t* host_idx = nullptr;  // the host rows' device aliases (rows × k entries)
   float* host_dist = nullptr;
   std::int64_t cells = 0;  // the entries forwarded: rows × k, or those of a window from the start
   int lead = 0;  // entries of the first host line before the arrays begin (both arrays alike)
-  // Non-null: segments are swept (forward_rows), not copied as they complete; zeroed.
+  // Non-null: segments are swept (sweep_rows), not copied as they complete; zeroed.
   unsigned long long* cursor = nullptr;
   int sweep = 0;  // segments a sweep takes for each segment's worth of entries written
   __host__ __device__ int segments() const {
@@ -127,8 +140,9 @@ __device__ __forceinline__ void copy_segments(const RowForward& f, const std::in
 template <class Completed>
 __device__ __forceinline__ void count_row(const RowForward& f, std::int64_t row, int k,
                                           Completed&& completed) {
-  __threadfence();  // the row's entries, before its counts
   const std::int64_t e0 = row * k, e1 = e0 + k < f.cells ? e0 + k : f.cells;
+  if (e0 >= e1) return;  // past a window
+  __threadfence();       // the row's entries, before its counts
   for (int s = static_cast<int>((e0 + f.lead) / kForwardSegment); f.begin(s) < e1; ++s) {
     const std::int64_t lo = f.begin(s), hi = f.end(s);
     const int n = static_cast<int>((e1 < hi ? e1 : hi) - (e0 > lo ? e0 : lo));
@@ -171,7 +185,7 @@ __device__ __forceinline__ void sweep_rows(const RowForward& f, const std::int32
 
 /// Every lane calls: `row` >= 0 is the row the lane has just written in full (k <= 32 entries
 /// at idx / dist + row * k: forwardable_rows), -1 none. Counts the rows into their segments,
-/// then the warp copies the segments they completed.
+/// then the warp copies the segments they completed; with a cursor, sweep_rows instead.
 __device__ __forceinline__ void forward_rows(const RowForward& f, const std::int32_t* idx,
                                              const float* dist, std::int64_t row, int k) {
   if (f.cursor) {
@@ -180,7 +194,7 @@ __device__ __forceinline__ void forward_rows(const RowForward& f, const std::int
   }
   int first = -1, second = -1;  // segments this lane completed
   // Entries past f.cells (a window of the rows: curve_order_search) are downloaded instead.
-  if (row >= 0 && row * k < f.cells) {
+  if (row >= 0) {
     count_row(f, row, k, [&](int s) { (first < 0 ? first : second) = s; });
     if (first >= 0) __threadfence();  // the other rows of those segments, after their counts
   }

@@ -95,7 +95,8 @@ struct SearchTimings {
   /// (large rows of queries in no spatial order), the copy of the rest after the search
   float download_ms = 0;
   std::int64_t upload_bytes = 0;
-  /// CUDA: bytes of rows those copies moved (where the kernels wrote every row: all of them)
+  /// CUDA: bytes of rows the download moved; where download_ms is 0 (the kernels wrote every
+  /// row), the bytes of all the rows
   std::int64_t download_bytes = 0;
   std::int64_t distance_evaluations = 0;  ///< query-point distances computed (CUDA)
   /// CUDA kNN and hybrid: rows the exact refinement could not settle from the float search's
