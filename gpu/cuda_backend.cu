@@ -1196,7 +1196,6 @@ class CudaBackend final : public Index::Backend_ {
     if (forwardable && !one_forwarded_pass && k >= detail::kSweepFromK) {
       sweep = true;
       one_forwarded_pass = true;
-      forward.sweep = detail::kSweepSegments;
     } else if (forwardable && !one_forwarded_pass) {
       const std::int64_t window =
           detail::forward_window(detail::forward_any_order_bytes().load(), forward.lead);

@@ -33,24 +33,29 @@ __global__ void keys_kernel(const float* __restrict__ xyz, std::int64_t stride, 
   ids[i] = i;
 }
 
-// CUB's sort of (key, index) pairs on bits [low_bit, 64); with `temp` null, its scratch bytes.
-void cub_sort_pairs(void* temp, std::size_t& temp_bytes, cub::DoubleBuffer<std::uint64_t>& keys,
-                    cub::DoubleBuffer<int>& ids, int n, int low_bit, cudaStream_t stream) {
+// CUB's sort of (key, index) pairs on key bits [begin_bit, end_bit); with `temp` null, its
+// scratch bytes.
+template <class Key>
+void cub_sort_pairs(void* temp, std::size_t& temp_bytes, cub::DoubleBuffer<Key>& keys,
+                    cub::DoubleBuffer<int>& ids, int n, int begin_bit, int end_bit,
+                    cudaStream_t stream) {
   PCNN_CUDA_TRY(
-      cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, ids, n, low_bit, 64, stream));
+      cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, ids, n, begin_bit, end_bit, stream));
 }
 
-// Sorts (key, index) pairs with CUB; returns the buffers holding the sorted result.
-void sort_pairs(device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, int n, int low_bit,
-                cudaStream_t stream, DeviceMemoryResource& mr) {
-  device_buffer<std::uint64_t> keys_alt(n, stream, mr);
+// Sorts (key, index) pairs on key bits [begin_bit, end_bit) with CUB; `keys` and `ids` then
+// hold the sorted result.
+template <class Key>
+void sort_pairs(device_buffer<Key>& keys, device_buffer<int>& ids, int n, int begin_bit,
+                int end_bit, cudaStream_t stream, DeviceMemoryResource& mr) {
+  device_buffer<Key> keys_alt(n, stream, mr);
   device_buffer<int> ids_alt(n, stream, mr);
-  cub::DoubleBuffer<std::uint64_t> k(keys.data(), keys_alt.data());
+  cub::DoubleBuffer<Key> k(keys.data(), keys_alt.data());
   cub::DoubleBuffer<int> v(ids.data(), ids_alt.data());
   std::size_t temp_bytes = 0;
-  cub_sort_pairs(nullptr, temp_bytes, k, v, n, low_bit, stream);
+  cub_sort_pairs(nullptr, temp_bytes, k, v, n, begin_bit, end_bit, stream);
   device_buffer<unsigned char> temp(temp_bytes, stream, mr);
-  cub_sort_pairs(temp.data(), temp_bytes, k, v, n, low_bit, stream);
+  cub_sort_pairs(temp.data(), temp_bytes, k, v, n, begin_bit, end_bit, stream);
   if (k.Current() != keys.data()) std::swap(keys, keys_alt);
   if (v.Current() != ids.data()) std::swap(ids, ids_alt);
 }
@@ -247,7 +252,7 @@ void sort_along_curve(const float* xyz, std::int64_t stride, int n, const float*
     keys_kernel<<<cuda::ceil_div(n, kThreads), kThreads, 0, stream>>>(
         xyz, stride, n, bounds, gathered ? low_bit : 0, keys.data(), ids.data());
     PCNN_CHECK_LAUNCH();
-    sort_pairs(keys, ids, n, low_bit, stream, mr);
+    sort_pairs(keys, ids, n, low_bit, 64, stream, mr);
     if (gathered) gather_points(xyz, stride, n, ids.data(), gathered, stream);
   };
   const int items = sort_items(n, device);
@@ -326,21 +331,14 @@ __global__ void take_from_kernel(const int* __restrict__ from, int n,
   ids_out[j] = ids[i];
 }
 
-template <class Key>
-void cub_sort_bucket_keys(void* temp, std::size_t& temp_bytes, cub::DoubleBuffer<Key>& keys,
-                          cub::DoubleBuffer<int>& from, int n, int bits, cudaStream_t stream) {
-  PCNN_CUDA_TRY(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, from, n, 0, bits, stream));
-}
-
-// refine_by_curve's sort, on keys of Key's width. Its buffers live no longer than they must: 20
-// bytes a point besides the keys and indices (28 with 64-bit keys), and CUB's scratch.
+// refine_by_curve's sort, on keys of Key's width. Its buffers live no longer than they must: 16
+// bytes a point besides the keys and indices (24 with 64-bit keys), and CUB's scratch.
 template <class Key>
 void refine_with(device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, int n, int low_bit,
                  int rank_bits, int bits, cudaStream_t stream, DeviceMemoryResource& mr) {
-  device_buffer<int> from(n, stream, mr), from_alt(n, stream, mr);
-  cub::DoubleBuffer<int> f(from.data(), from_alt.data());
+  device_buffer<int> from(n, stream, mr);
   {
-    device_buffer<Key> bucket_keys(n, stream, mr), bucket_keys_alt(n, stream, mr);
+    device_buffer<Key> bucket_keys(n, stream, mr);
     {
       device_buffer<int> ranks(n, stream, mr);
       std::size_t temp_bytes = 0;
@@ -351,16 +349,12 @@ void refine_with(device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, in
           keys.data(), ranks.data(), n, low_bit, bits, bucket_keys.data(), from.data());
       PCNN_CHECK_LAUNCH();
     }
-    cub::DoubleBuffer<Key> k(bucket_keys.data(), bucket_keys_alt.data());
-    std::size_t temp_bytes = 0;
-    cub_sort_bucket_keys(nullptr, temp_bytes, k, f, n, rank_bits + bits, stream);
-    device_buffer<unsigned char> temp(temp_bytes, stream, mr);
-    cub_sort_bucket_keys(temp.data(), temp_bytes, k, f, n, rank_bits + bits, stream);
+    sort_pairs(bucket_keys, from, n, 0, rank_bits + bits, stream, mr);
   }
   device_buffer<std::uint64_t> keys_out(n, stream, mr);
   device_buffer<int> ids_out(n, stream, mr);
   take_from_kernel<<<cuda::ceil_div(n, kThreads), kThreads, 0, stream>>>(
-      f.Current(), n, keys.data(), ids.data(), keys_out.data(), ids_out.data());
+      from.data(), n, keys.data(), ids.data(), keys_out.data(), ids_out.data());
   PCNN_CHECK_LAUNCH();
   std::swap(keys, keys_out);
   std::swap(ids, ids_out);
@@ -413,8 +407,8 @@ void load_sort_kernels(int device) {
   cub::DoubleBuffer<int> ids(nullptr, nullptr);
   cub::DoubleBuffer<std::uint32_t> keys32(nullptr, nullptr);
   std::size_t temp_bytes = 0, temp32_bytes = 0, scan_bytes = 0;
-  cub_sort_pairs(nullptr, temp_bytes, keys, ids, kKeys, 64 - kDigitBits, s.stream);
-  cub_sort_bucket_keys(nullptr, temp32_bytes, keys32, ids, kKeys, kDigitBits, s.stream);
+  cub_sort_pairs(nullptr, temp_bytes, keys, ids, kKeys, 64 - kDigitBits, 64, s.stream);
+  cub_sort_pairs(nullptr, temp32_bytes, keys32, ids, kKeys, 0, kDigitBits, s.stream);
   cub_bucket_ranks(nullptr, scan_bytes, nullptr, 0, nullptr, kKeys, s.stream);
   const std::size_t temp_most = std::max({temp_bytes, temp32_bytes, scan_bytes});
   PCNN_CUDA_TRY(cudaMallocAsync(&s.memory, 2 * kPairs + temp_most, s.stream));
@@ -424,13 +418,13 @@ void load_sort_kernels(int device) {
   auto* v = reinterpret_cast<int*>(bytes + 2 * kKeys * sizeof(std::uint64_t));
   keys = cub::DoubleBuffer<std::uint64_t>(k, k + kKeys);
   ids = cub::DoubleBuffer<int>(v, v + kKeys);
-  cub_sort_pairs(bytes + 2 * kPairs, temp_bytes, keys, ids, kKeys, 64 - kDigitBits, s.stream);
+  cub_sort_pairs(bytes + 2 * kPairs, temp_bytes, keys, ids, kKeys, 64 - kDigitBits, 64, s.stream);
   // refine_by_curve's scan and sorts of 32-bit keys (of 64-bit ones: the sort above).
   PCNN_CUDA_TRY(cudaMemsetAsync(bytes, 0, 2 * kPairs, s.stream));
   auto* k32 = reinterpret_cast<std::uint32_t*>(bytes);
   keys32 = cub::DoubleBuffer<std::uint32_t>(k32, k32 + kKeys);
   ids = cub::DoubleBuffer<int>(v, v + kKeys);
-  cub_sort_bucket_keys(bytes + 2 * kPairs, temp32_bytes, keys32, ids, kKeys, kDigitBits, s.stream);
+  cub_sort_pairs(bytes + 2 * kPairs, temp32_bytes, keys32, ids, kKeys, 0, kDigitBits, s.stream);
   cub_bucket_ranks(bytes + 2 * kPairs, scan_bytes, k, 0, v, kKeys, s.stream);
 }
 

@@ -87,7 +87,6 @@ struct RowForward {
   int lead = 0;  // entries of the first host line before the arrays begin (both arrays alike)
   // Non-null: segments are swept (sweep_rows), not copied as they complete; zeroed.
   unsigned long long* cursor = nullptr;
-  int sweep = 0;  // segments a sweep takes for each segment's worth of entries written
   __host__ __device__ int segments() const {
     return static_cast<int>((cells + lead + kForwardSegment - 1) / kForwardSegment);
   }
@@ -154,10 +153,10 @@ __device__ __forceinline__ void count_row(const RowForward& f, std::int64_t row,
 inline constexpr int kSegmentSent = -1;
 
 /// forward_rows with a cursor: the lanes count their rows into the segments; then the warp takes
-/// the next f.sweep segments for each 32 entries its lanes wrote from the cursor (cyclically) and
-/// copies those complete, marking them sent: whatever the rows' order, the warps' stores go to a
-/// band of host memory that moves along it, not to lines all over it. Segments complete after the
-/// last sweep passed are copied by forward_rest_kernel.
+/// the next kSweepSegments segments for each 32 entries its lanes wrote from the cursor
+/// (cyclically) and copies those complete, marking them sent: whatever the rows' order, the warps'
+/// stores go to a band of host memory that moves along it, not to lines all over it. Segments
+/// complete after the last sweep passed are copied by forward_rest_kernel.
 __device__ __forceinline__ void sweep_rows(const RowForward& f, const std::int32_t* idx,
                                            const float* dist, std::int64_t row, int k) {
   const bool counts = row >= 0;
@@ -165,7 +164,7 @@ __device__ __forceinline__ void sweep_rows(const RowForward& f, const std::int32
   const int lane = threadIdx.x & 31;
   const int written = __popc(__ballot_sync(kFullMask, counts));
   if (written == 0) return;
-  const int n = (written * k * f.sweep + kForwardSegment - 1) / kForwardSegment;
+  const int n = (written * k * kSweepSegments + kForwardSegment - 1) / kForwardSegment;
   unsigned long long first = 0;
   if (lane == 0) first = atomicAdd(f.cursor, static_cast<unsigned long long>(n));
   first = __shfl_sync(kFullMask, first, 0);
