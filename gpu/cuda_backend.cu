@@ -1026,8 +1026,8 @@ class CudaBackend final : public Index::Backend_ {
     const std::size_t cells = static_cast<std::size_t>(rows) * k;
     // Per row: its k results, a flagged group and reach, an outlier slot and its limit, a
     // second pair for passes in turn (two passes' scratch at once: curve_order_search), and,
-    // where rows may be forwarded, the forwarding's counters (k / 8 bytes).
-    const std::int64_t forward_bytes = may_forward(k, bound) ? (k + 7) / 8 : 0;
+    // where rows may be forwarded, the forwarding's counters (forward_counter_bytes).
+    const std::int64_t forward_bytes = may_forward(k, bound) ? detail::forward_counter_bytes(k) : 0;
     const std::int64_t per_pass = rows_per_pass(
         rows, std::int64_t(k + 2) * 8 + 12 + forward_bytes, d_queries ? query_bytes(*d_queries) : 0,
         params.max_rows_per_pass, [&] {
@@ -1133,7 +1133,7 @@ class CudaBackend final : public Index::Backend_ {
     // registers itself, in lock_outputs below, are downloaded), and where both arrays begin at
     // the same place in a 128-byte line (forwardable_layout), so that one segment is whole lines
     // of each. Not on an integrated GPU, whose "host" rows are its own memory: no link to hide.
-    // The counters take rows * k / 8 bytes (in plan_rows_per_pass's bytes a row).
+    // The counters take rows * forward_counter_bytes(k) (in plan_rows_per_pass's bytes a row).
     detail::RowForward forward;
     if (may_forward(k, bound) && detail::forwardable_layout(out_idx, out_dist)) {
       forward.host_idx = static_cast<std::int32_t*>(
@@ -1217,12 +1217,12 @@ class CudaBackend final : public Index::Backend_ {
     detail::device_buffer<int> forward_done;
     detail::device_buffer<unsigned long long> forward_cursor;
     if (one_forwarded_pass && passes == 1) {
-      forward_done.resize(forward.segments(), s0, ws_);
-      forward.done = forward_done.data();
-      if (sweep) {
+      if (sweep) {  // first: a cursor makes the segments half lines
         forward_cursor.resize(1, s0, ws_);
         forward.cursor = forward_cursor.data();
       }
+      forward_done.resize(forward.segments(), s0, ws_);
+      forward.done = forward_done.data();
     }
     bool forwarded = false;
     while (pass_events_.size() < static_cast<std::size_t>(2 * passes + 2 * chunks + 2))

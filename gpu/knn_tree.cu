@@ -205,15 +205,20 @@ __global__ void list_all_kernel(TreeKnnArgs a) {
 
 /// After the kernels that write a forwarding launch's rows: copies every segment not yet copied
 /// (rows of the gather and others: RowForward; with sweeps, complete segments no sweep reached), a
-/// warp for 32 segments at a time.
+/// warp for 32 host lines at a time.
 __global__ void forward_rest_kernel(RowForward f, const std::int32_t* idx, const float* dist) {
-  const int lane = threadIdx.x & 31, segments = f.segments();
+  const int lane = threadIdx.x & 31, lines = f.lines();
   const int warps = static_cast<int>(gridDim.x * blockDim.x / 32);
   for (int w = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / 32);
-       std::int64_t(w) * 32 < segments; w += warps) {
-    const int s = w * 32 + lane;
-    const bool sent = s < segments && f.done[s] == (f.cursor ? kSegmentSent : f.entries(s));
-    copy_segments(f, idx, dist, s < segments && !sent ? s : -1);
+       std::int64_t(w) * 32 < lines; w += warps) {
+    const int line = w * 32 + lane;
+    const unsigned rest =
+        line < lines ? line_halves(f, line,
+                                   [&](int s) {
+                                     return f.done[s] != (f.cursor ? kSegmentSent : f.entries(s));
+                                   })
+                     : 0u;
+    copy_lines(f, idx, dist, line, rest);
   }
 }
 
@@ -357,8 +362,8 @@ bool launch(const TreeView& tree, TreeKnnArgs a, cudaStream_t stream) {
   if (!a.forward.done) return false;
   // The segments no search kernel completed (rows the gather wrote, among others).
   constexpr int rest_threads = 256;
-  forward_rest_kernel<<<std::max(1, std::min(cuda::ceil_div(a.forward.segments(), rest_threads),
-                                             4 * sms)),
+  forward_rest_kernel<<<std::max(
+                            1, std::min(cuda::ceil_div(a.forward.lines(), rest_threads), 4 * sms)),
                         rest_threads, 0, stream>>>(a.forward, a.out_idx, a.out_dist);
   PCNN_CHECK_LAUNCH();
   return true;

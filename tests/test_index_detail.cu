@@ -164,7 +164,7 @@ TEST(IndexForward, LargeRowsReachTheHostWhateverTheirOrder) {
     Index reference(test::view(*xyz), cpu);
     for (const std::size_t most :
          {std::size_t{0}, std::size_t{1000012}, std::size_t{3500000}, std::size_t{512} << 20})
-      for (const int k : {1, 5, 8, 20, 32})
+      for (const int k : {1, 5, 8, 16, 20, 24, 32})
         for (const int search : {0, 1, 2}) {  // self, self without itself, the other's points
           detail::forward_any_order_bytes() = most;
           const bool self = search < 2, exclude = search == 1;
@@ -173,7 +173,9 @@ TEST(IndexForward, LargeRowsReachTheHostWhateverTheirOrder) {
               std::string(name) + (self ? "" : ", the other cloud's points as queries") +
               ", k = " + std::to_string(k) + (exclude ? ", without itself" : "") + ", limit " +
               std::to_string(most);
-          const int lead = exclude ? 4 : 0;  // entries before the rows in their host line
+          // Entries before the rows in their host line: 20 leaves a swept search's first half
+          // line without rows.
+          const int lead = exclude ? 4 : search == 2 ? 20 : 0;
           pcnn::page_locked_vector<std::int32_t> idx(n * k + lead, -7);
           pcnn::page_locked_vector<float> dist(n * k + lead, -1.f);
           const MatrixView<std::int32_t> idx_rows{idx.data() + lead, n, k};

@@ -19,13 +19,13 @@
 // bytes of them are forwarded as they complete whatever their order; beyond, only where they
 // complete in some spatial order (a chunk of rows by original index ends before the search's
 // last pass). Otherwise (a search of one chunk cannot tell, and takes this way too) lists of
-// kSweepFromK entries or more are swept (sweep_rows: complete segments copied in address order,
-// along a band that moves through the rows), and of shorter ones the rows in a window of the
-// first forward_any_order_bytes() are forwarded as they complete and the rest downloaded after
-// the search. Segments completed in no spatial order go to lines all over the host rows, and
-// beyond ~512 MiB of them such stores slowed: windows of 768 MiB searched 1.4x (k = 32) to 2.6x
-// (k = 16; 15M points at k = 8 too) as long as windows of 512, and all of 2.56 GB of rows (k =
-// 32) crossed the link at a fifth of its rate, with the host's pages huge or not (10M uniform
+// kSweepFromK entries or more are swept (sweep_rows: complete segments, half lines there, copied
+// in address order, along a band that moves through the rows), and of shorter ones the rows in a
+// window of the first forward_any_order_bytes() are forwarded as they complete and the rest
+// downloaded after the search. Segments completed in no spatial order go to lines all over the host
+// rows, and beyond ~512 MiB of them such stores slowed: windows of 768 MiB searched 1.4x (k = 32)
+// to 2.6x (k = 16; 15M points at k = 8 too) as long as windows of 512, and all of 2.56 GB of rows
+// (k = 32) crossed the link at a fifth of its rate, with the host's pages huge or not (10M uniform
 // points, H200; bench/results/2026-11-30-round37.md).
 #pragma once
 
@@ -51,13 +51,23 @@ inline bool forwardable_rows(int k, bool hybrid) { return k <= kForwardSegment &
 std::atomic<std::size_t>& forward_any_order_bytes();
 
 /// Lists of at least this many entries (half a segment) are swept where they are (large rows in
-/// no spatial order), a warp sweeping kSweepSegments segments for each segment's worth of entries
-/// it writes (10M uniform points, k = 16, H200: 2, 4, 8, 16, 32 of them, search 30.3, 28.8, 28.0,
+/// no spatial order), a warp sweeping kSweepLines host lines for each line's worth of entries it
+/// writes (10M uniform points, k = 16, H200: 2, 4, 8, 16, 32 of them, search 30.3, 28.8, 28.0,
 /// 27.6, 27.5 ms; k = 32: 8 and 16, 50.0 and 49.5). Shorter lists complete a segment only with
 /// the last of its rows (two or more, four at k = 8), which sweeps then find late: at k = 12 they
 /// gained nothing over the window, at k = 8 they lost 0.8 ms.
 inline constexpr int kSweepFromK = 16;
-inline constexpr int kSweepSegments = 16;
+inline constexpr int kSweepLines = 16;
+
+/// Swept rows are counted in half lines (64 bytes of each array), so that a row of 16 entries
+/// completes its own segment instead of waiting for its neighbor. A half alone crosses the link
+/// slower than a whole line (kernel stores in no order into 64 MiB of page-locked memory, H200:
+/// 45 GB/s in 64-byte pieces, 52 in 128-byte ones; pcnn_bench_host_writes,
+/// bench/results/2026-11-30-round38.md), so a sweep copies a half alone only in its first
+/// kSweepSinglePasses passes over the rows, while the link would otherwise idle; after them a
+/// half waits for the other half of its line, and the two go as one store.
+inline constexpr int kSweptSegment = kForwardSegment / 2;
+inline constexpr int kSweepSinglePasses = 3;
 
 /// The most bytes of rows of k entries a search forwards as they complete whatever their order:
 /// forward_any_order_bytes(), and a quarter more for lists shorter than kSweepFromK, whose late
@@ -87,19 +97,32 @@ struct RowForward {
   int lead = 0;  // entries of the first host line before the arrays begin (both arrays alike)
   // Non-null: segments are swept (sweep_rows), not copied as they complete; zeroed.
   unsigned long long* cursor = nullptr;
+  // Entries a segment: a host line (kForwardSegment), or half of one where swept
+  // (kSweptSegment). One pass's rows fit in device memory, so segments() fits an int.
+  __host__ __device__ int seg() const { return cursor ? kSweptSegment : kForwardSegment; }
+  __host__ __device__ int halves() const { return kForwardSegment / seg(); }  // segments a line
   __host__ __device__ int segments() const {
+    return static_cast<int>((cells + lead + seg() - 1) / seg());
+  }
+  __host__ __device__ int lines() const {
     return static_cast<int>((cells + lead + kForwardSegment - 1) / kForwardSegment);
   }
   __device__ std::int64_t begin(int s) const {  // of segment s's entries
-    const std::int64_t b = std::int64_t(s) * kForwardSegment - lead;
+    const std::int64_t b = std::int64_t(s) * seg() - lead;
     return b > 0 ? b : 0;
   }
-  __device__ std::int64_t end(int s) const {
-    const std::int64_t e = std::int64_t(s + 1) * kForwardSegment - lead;
-    return e < cells ? e : cells;
+  __device__ std::int64_t end(int s) const {  // a half line wholly before the rows: empty
+    const std::int64_t e = std::int64_t(s + 1) * seg() - lead;
+    return e < 0 ? 0 : e < cells ? e : cells;
   }
   __device__ int entries(int s) const { return static_cast<int>(end(s) - begin(s)); }
 };
+
+/// Bytes of counters a row of k entries may need (RowForward::done, an int a segment).
+inline std::int64_t forward_counter_bytes(int k) {
+  const int seg = k >= kSweepFromK ? kSweptSegment : kForwardSegment;
+  return (std::int64_t(k) * 4 + seg - 1) / seg;
+}
 
 inline constexpr int kHostLine = kForwardSegment * 4;  // bytes: a segment of either array
 
@@ -118,20 +141,37 @@ inline bool forwardable_layout(const void* idx, const void* dist) {
   return i % 4 == 0 && i % kHostLine == d % kHostLine;
 }
 
-/// The warp copies every segment its lanes name (`s` >= 0) from the device rows to the host's.
-/// Warp-synchronous.
-__device__ __forceinline__ void copy_segments(const RowForward& f, const std::int32_t* idx,
-                                              const float* dist, int s) {
+/// The warp copies, of each host line its lanes name (`line` >= 0), the halves in `halves` (bit 0
+/// the first 64 bytes, bit 1 the second; 3 the whole line) from the device rows to the host's:
+/// one store a line and array. Warp-synchronous.
+__device__ __forceinline__ void copy_lines(const RowForward& f, const std::int32_t* idx,
+                                           const float* dist, int line, unsigned halves) {
   const int lane = threadIdx.x & 31;
-  for (unsigned owners = __ballot_sync(kFullMask, s >= 0); owners; owners &= owners - 1) {
-    const int seg = __shfl_sync(kFullMask, s, __ffs(owners) - 1);
-    const std::int64_t e = std::int64_t(seg) * kForwardSegment - f.lead + lane;
+  for (unsigned owners = __ballot_sync(kFullMask, line >= 0 && halves != 0); owners;
+       owners &= owners - 1) {
+    const int owner = __ffs(owners) - 1;
+    const int l = __shfl_sync(kFullMask, line, owner);
+    const unsigned h = __shfl_sync(kFullMask, halves, owner);
+    const std::int64_t e = std::int64_t(l) * kForwardSegment - f.lead + lane;
     // Written by other warps (on other SMs) during this kernel: read from L2, not L1.
-    if (e >= 0 && e < f.cells) {
+    if ((h >> (lane / kSweptSegment) & 1) && e >= 0 && e < f.cells) {
       f.host_idx[e] = __ldcg(idx + e);
       f.host_dist[e] = __ldcg(dist + e);
     }
   }
+}
+
+/// The halves of line `line` (bits as copy_lines takes them) whose segments are in `pending`
+/// (segment -> bool).
+template <class Pending>
+__device__ __forceinline__ unsigned line_halves(const RowForward& f, int line, Pending&& pending) {
+  const int h = f.halves(), segments = f.segments();
+  unsigned out = 0;
+  for (int j = 0; j < h; ++j) {
+    const int s = line * h + j;
+    if (s < segments && pending(s)) out |= h == 1 ? 3u : 1u << j;
+  }
+  return out;
 }
 
 /// Counts `row`'s entries before f.cells into the segments they lie in (the entries first: a
@@ -142,7 +182,7 @@ __device__ __forceinline__ void count_row(const RowForward& f, std::int64_t row,
   const std::int64_t e0 = row * k, e1 = e0 + k < f.cells ? e0 + k : f.cells;
   if (e0 >= e1) return;  // past a window
   __threadfence();       // the row's entries, before its counts
-  for (int s = static_cast<int>((e0 + f.lead) / kForwardSegment); f.begin(s) < e1; ++s) {
+  for (int s = static_cast<int>((e0 + f.lead) / f.seg()); f.begin(s) < e1; ++s) {
     const std::int64_t lo = f.begin(s), hi = f.end(s);
     const int n = static_cast<int>((e1 < hi ? e1 : hi) - (e0 > lo ? e0 : lo));
     if (atomicAdd(f.done + s, n) + n == f.entries(s)) completed(s);
@@ -152,11 +192,35 @@ __device__ __forceinline__ void count_row(const RowForward& f, std::int64_t row,
 /// A segment a sweep has claimed and copied (RowForward::done).
 inline constexpr int kSegmentSent = -1;
 
-/// forward_rows with a cursor: the lanes count their rows into the segments; then the warp takes
-/// the next kSweepSegments segments for each 32 entries its lanes wrote from the cursor
-/// (cyclically) and copies those complete, marking them sent: whatever the rows' order, the warps'
-/// stores go to a band of host memory that moves along it, not to lines all over it. Segments
-/// complete after the last sweep passed are copied by forward_rest_kernel.
+/// The halves of swept line `line` (segments of kSweptSegment entries) that this lane claims, as
+/// copy_lines takes them: complete ones, alone only where `singles`, else where the other half is
+/// complete, sent or past the rows.
+__device__ __forceinline__ unsigned claim_halves(const RowForward& f, int line, bool singles) {
+  const int s = 2 * line, segments = f.segments();
+  const bool pair = s + 1 < segments;
+  // Both counters in one load (s is even: the pair is 8-byte aligned); past the rows: as if sent.
+  const int2 v = pair ? __ldcg(reinterpret_cast<const int2*>(f.done + s))
+                      : make_int2(__ldcg(f.done + s), kSegmentSent);
+  // Inner lines' halves are whole; the first and last may be short.
+  const bool inner = line > 0 && s + 2 < segments;
+  const int e0 = inner ? kSweptSegment : f.entries(s);
+  const int e1 = inner ? kSweptSegment : pair ? f.entries(s + 1) : 0;
+  const bool d0 = v.x == e0, d1 = pair && v.y == e1;
+  if (!(d0 || d1)) return 0;
+  if (!singles && !((d0 || v.x == kSegmentSent) && (d1 || v.y == kSegmentSent))) return 0;
+  unsigned take = 0;
+  if (d0 && atomicCAS(f.done + s, e0, kSegmentSent) == e0) take |= 1;
+  if (d1 && atomicCAS(f.done + s + 1, e1, kSegmentSent) == e1) take |= 2;
+  return take;
+}
+
+/// forward_rows with a cursor (so segments of kSweptSegment entries): the lanes count their rows
+/// into the segments; then the warp takes the next kSweepLines host lines for each 32 entries its
+/// lanes wrote from the cursor (cyclically) and copies the complete segments among them (which
+/// claim_halves claims), marking them sent: whatever the rows' order, the warps' stores go to a
+/// band of host memory that moves along it, not to lines all over it. In the first
+/// kSweepSinglePasses passes a complete half line goes alone; after them only with its other
+/// half. Segments complete after the last sweep passed are copied by forward_rest_kernel.
 __device__ __forceinline__ void sweep_rows(const RowForward& f, const std::int32_t* idx,
                                            const float* dist, std::int64_t row, int k) {
   const bool counts = row >= 0;
@@ -164,21 +228,24 @@ __device__ __forceinline__ void sweep_rows(const RowForward& f, const std::int32
   const int lane = threadIdx.x & 31;
   const int written = __popc(__ballot_sync(kFullMask, counts));
   if (written == 0) return;
-  const int n = (written * k * kSweepSegments + kForwardSegment - 1) / kForwardSegment;
+  const int n = (written * k * kSweepLines + kForwardSegment - 1) / kForwardSegment;
   unsigned long long first = 0;
   if (lane == 0) first = atomicAdd(f.cursor, static_cast<unsigned long long>(n));
   first = __shfl_sync(kFullMask, first, 0);
-  const unsigned long long segments = static_cast<unsigned long long>(f.segments());
+  const int lines = f.lines();
+  const bool singles = first < static_cast<unsigned long long>(kSweepSinglePasses) * lines;
+  const int start = static_cast<int>(first % static_cast<unsigned long long>(lines));
   for (int i = 0; i < n; i += 32) {
-    int s = -1;
+    int line = -1;
+    unsigned take = 0;
     if (i + lane < n) {
-      const int c = static_cast<int>((first + i + lane) % segments);
-      const int e = f.entries(c);
-      if (__ldcg(f.done + c) == e && atomicCAS(f.done + c, e, kSegmentSent) == e) s = c;
+      line = start + i + lane;  // < 2^31: lines and n are
+      if (line >= lines) line %= lines;
+      take = claim_halves(f, line, singles);
     }
-    if (s >= 0) __threadfence();  // the segment's rows, after their counts
+    if (take) __threadfence();  // the segments' rows, after their counts
     __syncwarp();
-    copy_segments(f, idx, dist, s);
+    copy_lines(f, idx, dist, take ? line : -1, take);
   }
 }
 
@@ -191,15 +258,15 @@ __device__ __forceinline__ void forward_rows(const RowForward& f, const std::int
     sweep_rows(f, idx, dist, row, k);
     return;
   }
-  int first = -1, second = -1;  // segments this lane completed
+  int first = -1, second = -1;  // segments (whole lines here) this lane completed
   // Entries past f.cells (a window of the rows: curve_order_search) are downloaded instead.
   if (row >= 0) {
     count_row(f, row, k, [&](int s) { (first < 0 ? first : second) = s; });
     if (first >= 0) __threadfence();  // the other rows of those segments, after their counts
   }
   __syncwarp();  // the completing lanes' fences, before the other lanes read
-  copy_segments(f, idx, dist, first);
-  copy_segments(f, idx, dist, second);
+  copy_lines(f, idx, dist, first, 3);
+  copy_lines(f, idx, dist, second, 3);
 }
 
 }  // namespace pcnn::detail
