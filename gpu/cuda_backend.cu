@@ -18,6 +18,7 @@
 #include "detail/device_buffer.cuh"
 #include "detail/device_scope.cuh"
 #include "detail/normals.cuh"
+#include "detail/per_device.cuh"
 #include "detail/plan.cuh"
 #include "detail/radius_bound.cuh"
 #include "detail/search.cuh"
@@ -1344,6 +1345,19 @@ class CudaBackend final : public Index::Backend_ {
 }  // namespace
 
 namespace detail {
+namespace {
+KernelsLoaded search_kernels;  // by load_search_kernels
+}  // namespace
+
+void load_search_kernels(int device) {
+  if (!search_kernels.first_load(device)) return;
+  cudaFuncAttributes attributes;
+  PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, last_slot_kernel));
+  PCNN_CUDA_TRY(cudaFuncGetAttributes(&attributes, empty_rows_kernel));
+}
+
+void forget_search_kernels(int device) { search_kernels.forget(device); }
+
 std::atomic<std::size_t>& forward_any_order_bytes() {
   static std::atomic<std::size_t> bytes{std::size_t{512} << 20};
   return bytes;

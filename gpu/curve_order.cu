@@ -360,7 +360,7 @@ void refine_with(device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, in
   std::swap(ids, ids_out);
 }
 
-std::array<std::atomic<bool>, 64> sort_kernels_loaded{};  // by load_sort_kernels, per device
+KernelsLoaded sort_kernels;  // by load_sort_kernels
 
 }  // namespace
 
@@ -372,9 +372,7 @@ void gather_points(const float* xyz, std::int64_t stride, int n, const int* ids,
 }
 
 void load_sort_kernels(int device) {
-  if (device < 0 || device >= static_cast<int>(sort_kernels_loaded.size()) ||
-      sort_kernels_loaded[device].exchange(true))
-    return;
+  if (!sort_kernels.first_load(device)) return;
   for (int items = 1; items <= 4; items *= 2)
     static_cast<void>(sort_blocks_resident(items, device));  // its occupancy query loads it
   cudaFuncAttributes attributes;
@@ -445,10 +443,7 @@ int refine_by_curve(device_buffer<std::uint64_t>& keys, device_buffer<int>& ids,
   return low_bit - bits;
 }
 
-void forget_sort_kernels(int device) {
-  if (device >= 0 && device < static_cast<int>(sort_kernels_loaded.size()))
-    sort_kernels_loaded[device] = false;
-}
+void forget_sort_kernels(int device) { sort_kernels.forget(device); }
 
 void sort_by_curve(const float* xyz, std::int64_t stride, int n, const float* bounds, int low_bit,
                    device_buffer<std::uint64_t>& keys, device_buffer<int>& ids, cudaStream_t stream,

@@ -8,6 +8,7 @@
 
 #include "detail/cuda_try.cuh"
 #include "detail/curve_order.cuh"
+#include "detail/search.cuh"
 #include "pcnn/device.hpp"
 
 namespace pcnn {
@@ -69,6 +70,7 @@ double initialize_device(int ordinal) {
   PCNN_CUDA_TRY(cudaSetDevice(ordinal));
   PCNN_CUDA_TRY(cudaFree(nullptr));  // forces context creation
   detail::load_sort_kernels(ordinal);
+  detail::load_search_kernels(ordinal);
   auto t1 = std::chrono::steady_clock::now();
   return std::chrono::duration<double, std::milli>(t1 - t0).count();
 }
@@ -82,6 +84,7 @@ void release_device(int ordinal) noexcept {
   if (cudaSetDevice(ordinal) == cudaSuccess) {
     PCNN_CUDA_TRY_NO_THROW(cudaDeviceReset());
     detail::forget_sort_kernels(ordinal);
+    detail::forget_search_kernels(ordinal);
   }
   cudaGetLastError();
   if (previous != ordinal) static_cast<void>(cudaSetDevice(previous));

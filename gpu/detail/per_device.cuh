@@ -1,4 +1,5 @@
-// Values asked of a CUDA device once a process (attributes, occupancies): kept per device.
+// Values asked of a CUDA device once a process (attributes, occupancies), and which devices have
+// a set of kernels loaded: kept per device.
 #pragma once
 
 #include <array>
@@ -23,5 +24,25 @@ int asked_once(PerDevice& cache, int device, Ask&& ask) {
   }
   return v - 1;
 }
+
+/// Which devices have a set of kernels loaded. CUDA loads a kernel at its first launch (lazy
+/// loading: 0.35-0.5 ms of a 1M-point command's GPU total, H200,
+/// bench/results/2026-11-29-round23.md), so kernels that a command's small warm-up does not
+/// launch are loaded ahead (cudaFuncGetAttributes) at the device's start.
+class KernelsLoaded {
+ public:
+  /// True the first time for `device` (0 to 63), and again after forget(device).
+  bool first_load(int device) {
+    return device >= 0 && device < kDevices && !loaded_[device].exchange(true);
+  }
+  /// After the device's context is reset.
+  void forget(int device) {
+    if (device >= 0 && device < kDevices) loaded_[device] = false;
+  }
+
+ private:
+  static constexpr int kDevices = 64;
+  std::array<std::atomic<bool>, kDevices> loaded_{};
+};
 
 }  // namespace pcnn::detail

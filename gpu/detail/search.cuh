@@ -79,6 +79,15 @@ bool tree_search_range(const SpatialIndex& index, const float4* queries, bool se
                        cudaStream_t stream, DeviceMemoryResource& mr,
                        const RowShares* shares = nullptr, const RowForward* forward = nullptr);
 
+/// Loads the kernels a search takes only for rows it cannot forward in one pass (where each
+/// chunk's last query lies, the non-finite queries' empty rows) on `device` (the current device),
+/// once a process: a command's warm-up searches forward their small rows and never launch them,
+/// and a 10M-point search at k = 16 then loaded them in its timed path (0.4-0.55 ms of host time
+/// with the device idle, H200, bench/results/2026-11-30-round38.md).
+void load_search_kernels(int device);
+/// After the device's context is reset: the next load_search_kernels loads again.
+void forget_search_kernels(int device);
+
 /// Throws pcnn::out_of_memory_error when `working` bytes plus the per-query memory of a radius
 /// search of `rows` queries exceed `available`.
 void check_radius_fits(std::int64_t working, std::int64_t rows, std::int64_t available);
