@@ -6,8 +6,9 @@
 // segment depends on the segment's size (a segment of 128 bytes holds four rows at k = 8), so
 // smaller segments complete sooner; this measures what smaller pieces cost on the link. Pieces
 // of `--piece` bytes (32, 64, 128 or 256) cover a mapped host buffer of `--mib`, in address order
-// or shuffled (a bijection of the pieces); each store is one 4-byte word a lane, a warp writing
-// 128 bytes a store (32 / piece pieces a store below 128). Device time by events, median of
+// or shuffled (piece p at p × stride mod the count, a bijection); each store is one 4-byte word a
+// lane, a warp writing 128 bytes a store (32 / piece pieces a store below 128). Device time by
+// events, median of
 // `--repeats` after one untimed pass; a pass on device memory gives the stores' own cost.
 #include <cuda_runtime.h>
 
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
 #include <vector>
 
 namespace {
@@ -28,19 +30,16 @@ void check(cudaError_t e, const char* what) {
   }
 }
 
-// Piece p of `pieces` (a power of two) in the order asked: an odd multiplier and an xor of the
-// high bits make a bijection that scatters neighbors across the buffer.
+// Piece p of `pieces` in the order asked: shuffled, p * stride mod pieces, a bijection for a
+// stride prime to `pieces` (main picks one near the golden ratio of the count), which sends
+// consecutive pieces far apart across the whole buffer.
 __device__ __forceinline__ std::uint64_t piece_at(std::uint64_t p, std::uint64_t pieces,
-                                                  bool shuffled) {
-  if (!shuffled) return p;
-  const std::uint64_t m = pieces - 1;
-  std::uint64_t x = (p * 0x9E3779B97F4A7C15ull) & m;
-  x ^= x >> 7;
-  return (x * 0xBF58476D1CE4E5B9ull) & m;
+                                                  std::uint64_t stride) {
+  return stride == 0 ? p : p * stride % pieces;
 }
 
 __global__ void write_pieces(std::uint32_t* out, std::uint64_t words, int piece_words,
-                             bool shuffled) {
+                             std::uint64_t stride) {
   const int lane = threadIdx.x & 31;
   const int per_store = piece_words < 32 ? 32 / piece_words : 1;  // pieces a warp store covers
   const int stores = piece_words > 32 ? piece_words / 32 : 1;
@@ -49,7 +48,7 @@ __global__ void write_pieces(std::uint32_t* out, std::uint64_t words, int piece_
   const std::uint64_t warp = (std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   for (std::uint64_t g = warp * per_store; g < pieces; g += warps * per_store) {
     const std::uint64_t p =
-        piece_at(g + lane / (piece_words < 32 ? piece_words : 32), pieces, shuffled);
+        piece_at(g + lane / (piece_words < 32 ? piece_words : 32), pieces, stride);
     for (int s = 0; s < stores; ++s)
       out[p * piece_words + s * 32 + lane % (piece_words < 32 ? piece_words : 32)] =
           static_cast<std::uint32_t>(g + lane);
@@ -89,6 +88,10 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "pcnn_bench_host_writes: --piece %d: not 32, 64, 128 or 256\n", piece);
         return 2;
       }
+      // A stride prime to the piece count, near 0.618 of it (0: address order).
+      const std::uint64_t pieces = bytes / piece;
+      std::uint64_t prime_stride = static_cast<std::uint64_t>(0.6180339887 * pieces) | 1;
+      while (std::gcd(prime_stride, pieces) != 1) prime_stride += 2;
       for (bool shuffled : {false, true}) {
         double rate[2];
         for (int target = 0; target < 2; ++target) {
@@ -96,7 +99,7 @@ int main(int argc, char** argv) {
           std::vector<float> ms;
           for (int r = 0; r <= repeats; ++r) {
             check(cudaEventRecord(a), "record");
-            write_pieces<<<blocks, 256>>>(out, bytes / 4, piece / 4, shuffled);
+            write_pieces<<<blocks, 256>>>(out, bytes / 4, piece / 4, shuffled ? prime_stride : 0);
             check(cudaGetLastError(), "write_pieces launch");
             check(cudaEventRecord(b), "record");
             check(cudaEventSynchronize(b), "synchronize");
