@@ -1132,9 +1132,10 @@ class CudaBackend final : public Index::Backend_ {
     // (detail/row_forward.cuh). Only into page-locked memory pcnn made (the index's staging
     // buffers, pcnn::allocate_page_locked, pcnn::PageLock: own_locked_alias; rows this call
     // registers itself, in lock_outputs below, are downloaded), and where both arrays begin at
-    // the same place in a 128-byte line (forwardable_layout), so that one segment is whole lines
-    // of each. Not on an integrated GPU, whose "host" rows are its own memory: no link to hide.
-    // The counters take rows * forward_counter_bytes(k) (in plan_rows_per_pass's bytes a row).
+    // the same place in a 128-byte line (forwardable_layout), so that a segment is the same
+    // entries' part of a line in each. Not on an integrated GPU, whose "host" rows are its own
+    // memory: no link to hide. The counters take rows * forward_counter_bytes(k) (in
+    // plan_rows_per_pass's bytes a row).
     detail::RowForward forward;
     if (may_forward(k, bound) && detail::forwardable_layout(out_idx, out_dist)) {
       forward.host_idx = static_cast<std::int32_t*>(

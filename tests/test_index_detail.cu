@@ -127,10 +127,11 @@ TEST(IndexBuildOrder, CrowdedBucketsAreSortedFurtherIntoAStableSortOfTheKeys) {
 // forward_any_order_bytes() are forwarded as they complete and the rest downloaded after the search
 // (all of them with the limit at 0). Each way gives the CPU backend's rows: self-searches with and
 // without each point itself, and each cloud's points as queries of the other's index; k = 1, 5
-// (rows across the window's end), 8 (3.9 MB: within a quarter above the limit of 3.5 MB), 20
-// (swept rows across segments) and 32; rows on a host line, and (self-searches without each point)
-// 16 bytes into one, so that the first and last segments are short. At k = 1 with each point
-// itself, the first-copy lookup, whose rows are always downloaded.
+// (rows across the window's end), 8 (3.9 MB: within a quarter above the limit of 3.5 MB), 16 (a
+// swept row a half line), 20 and 24 (swept rows across half lines) and 32; rows on a host line,
+// 16 bytes into one (self-searches without each point: short first and last segments) and 80
+// bytes into one (the other cloud's points: a first half line without rows). At k = 1 with each
+// point itself, the first-copy lookup, whose rows are always downloaded.
 TEST(IndexForward, LargeRowsReachTheHostWhateverTheirOrder) {
   PCNN_REQUIRE_DEVICE();
   int device = 0, integrated = 0;

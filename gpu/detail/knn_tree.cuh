@@ -122,7 +122,7 @@ struct TreeKnnArgs {
   }
   /// Every lane calls (warp-synchronous): `written` says its row (the query at `slot`) is now
   /// complete on the device. Forwards the rows' completed segments, where rows are forwarded
-  /// (lists of up to a segment: a row in at most two; above, forward_rest_kernel copies them).
+  /// (lists of up to a line, kForwardSegment entries; above, forward_rest_kernel copies them).
   template <int CAP>
   __device__ __forceinline__ void forward_row(bool written, int slot, int qid) const {
     if constexpr (CAP <= kForwardSegment)

@@ -5,8 +5,8 @@
 // The caller's rows (page-locked host memory with a device alias: row r's k entries at
 // [r * k, r * k + k), original query order) are cut into segments along the host's 128-byte
 // lines: segment s holds the entries whose host addresses lie in the array's line s (the first
-// and last segments may be short). A lane that writes a row on the device counts its entries into
-// the segments it touches (an atomic a segment; k <= 32: one or two segments); the lane whose
+// and last segments may be short; swept rows: half lines, below). A lane that writes a row on the
+// device counts its entries into the segments it touches (an atomic a segment); the lane whose
 // count completes a segment has its warp copy that segment to the host, one store of whole lines
 // per array. Segments cut by entry index instead, where the host array does not begin on a line
 // (a std::vector's storage: 16 bytes past a page), straddle two lines each: the stores then
@@ -50,7 +50,7 @@ inline bool forwardable_rows(int k, bool hybrid) { return k <= kForwardSegment &
 /// process's value, 512 MiB: tests lower it to take the other ways with small clouds.
 std::atomic<std::size_t>& forward_any_order_bytes();
 
-/// Lists of at least this many entries (half a segment) are swept where they are (large rows in
+/// Lists of at least this many entries (half a line) are swept where they are (large rows in
 /// no spatial order), a warp sweeping kSweepLines host lines for each line's worth of entries it
 /// writes (10M uniform points, k = 16, H200: 2, 4, 8, 16, 32 of them, search 30.3, 28.8, 28.0,
 /// 27.6, 27.5 ms; k = 32: 8 and 16, 50.0 and 49.5). Shorter lists complete a segment only with
@@ -124,7 +124,7 @@ inline std::int64_t forward_counter_bytes(int k) {
   return (std::int64_t(k) * 4 + seg - 1) / seg;
 }
 
-inline constexpr int kHostLine = kForwardSegment * 4;  // bytes: a segment of either array
+inline constexpr int kHostLine = kForwardSegment * 4;  // bytes: a line of either array
 
 /// `host`'s offset in its 128-byte line, in 4-byte entries (RowForward::lead): 0 where the
 /// array begins on a line.
@@ -134,8 +134,8 @@ inline int forward_lead(const void* host) {
 }
 
 /// Whether rows at `idx` and `dist` can be forwarded a line at a time: both 4-byte aligned and
-/// at the same offset in their lines (one segment whole lines of each). Else they are
-/// downloaded.
+/// at the same offset in their lines (a line of one array, and the same entries' line of the
+/// other). Else they are downloaded.
 inline bool forwardable_layout(const void* idx, const void* dist) {
   const auto i = reinterpret_cast<std::uintptr_t>(idx), d = reinterpret_cast<std::uintptr_t>(dist);
   return i % 4 == 0 && i % kHostLine == d % kHostLine;

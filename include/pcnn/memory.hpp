@@ -27,7 +27,8 @@ struct MemoryStats {
 class DeviceMemoryResource {
  public:
   virtual ~DeviceMemoryResource() = default;
-  /// `bytes` of device memory usable on `stream` in stream order.
+  /// `bytes` of device memory usable on `stream` in stream order, aligned to at least 256 bytes
+  /// (as cudaMalloc's: the kernels read their buffers in vectors of up to 16 bytes).
   /// @throws pcnn::out_of_memory_error (needed and available bytes); pcnn::cuda_error.
   virtual void* allocate(std::size_t bytes, cudaStream_t stream) = 0;
   /// Returns memory from allocate(); its last use must be queued on `stream`. Never throws.
