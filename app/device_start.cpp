@@ -96,9 +96,10 @@ void warm_up(int ordinal, WarmUp kind, int k) {
       static_cast<void>(index.self_hybrid({hybrid_radius, kk, true}));
   };
   // Kernels load at their first launch: 0.35-0.5 ms of a 1M-point command's GPU total (H200,
-  // bench/results/2026-11-29-round23.md). 20,000 points, one of them not finite: searched in
-  // chunks, where each chunk's last query lies, and the empty rows. (The sorts that order a
-  // cloud's points, or its queries, loaded with the context: initialize_device.)
+  // bench/results/2026-11-29-round23.md). 20,000 points, one of them not finite, their rows
+  // forwarded in one pass. (The sorts that order a cloud's points, or its queries, and the kernels
+  // of a search whose rows are too large to forward so, which this one never launches, loaded with
+  // the context: initialize_device; bench/results/2026-11-30-round38.md.)
   std::vector<float> many = scatter(20000);
   many[3 * 777 + 1] = NAN;
   index.build(host_points(many.data(), 20000));
