@@ -41,8 +41,9 @@ namespace pcnn::detail {
 
 inline constexpr int kForwardSegment = 32;  // row entries a segment: 128 bytes of each array
 
-/// Whether a kNN search's rows may be forwarded: lists of up to one segment (forward_rows takes a
-/// row to touch at most two segments), and not a hybrid search (its own kernels).
+/// Whether a kNN search's rows may be forwarded: lists of up to a host line (forward_rows, copying
+/// lines as they complete, takes a row to touch at most two), and not a hybrid search (its own
+/// kernels).
 inline bool forwardable_rows(int k, bool hybrid) { return k <= kForwardSegment && !hybrid; }
 
 /// Bytes of rows (indices and distances): the window of large rows in no spatial order, and the
