@@ -8,8 +8,8 @@
 // of `--piece` bytes (32, 64, 128 or 256) cover a mapped host buffer of `--mib`, in address order
 // or shuffled (piece p at p × stride mod the count, a bijection); each store is one 4-byte word a
 // lane, a warp writing 128 bytes a store (32 / piece pieces a store below 128). Device time by
-// events, median of
-// `--repeats` after one untimed pass; a pass on device memory gives the stores' own cost.
+// events, median of `--repeats` after one untimed pass; a pass on device memory gives the stores'
+// own cost.
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
@@ -47,8 +47,9 @@ __global__ void write_pieces(std::uint32_t* out, std::uint64_t words, int piece_
   const std::uint64_t warps = std::uint64_t(gridDim.x) * blockDim.x / 32;
   const std::uint64_t warp = (std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   for (std::uint64_t g = warp * per_store; g < pieces; g += warps * per_store) {
-    const std::uint64_t p =
-        piece_at(g + lane / (piece_words < 32 ? piece_words : 32), pieces, stride);
+    const std::uint64_t q = g + lane / (piece_words < 32 ? piece_words : 32);
+    if (q >= pieces) continue;  // the last store's pieces past the buffer
+    const std::uint64_t p = piece_at(q, pieces, stride);
     for (int s = 0; s < stores; ++s)
       out[p * piece_words + s * 32 + lane % (piece_words < 32 ? piece_words : 32)] =
           static_cast<std::uint32_t>(g + lane);
