@@ -208,7 +208,8 @@ HostLocks lock_host_memory(const SearchOptions& opt,
 // lock_host_memory's reservation: what the search plans its passes against, held ready so that
 // it need not ask the driver for the free memory (tens of microseconds inside this command):
 // (k + 2) * 8 + 12 bytes a row and its forwarding counters (an int a half line of a row's
-// entries from k = 16, where swept, else a line), 60 a query of a query set and
+// entries from k = 16, where swept, else a line: detail::forward_counter_bytes, which this
+// host-only code cannot include), 60 a query of a query set and
 // 16 MB of working memory, with the tenth the plan keeps back; 64 bytes a point for the index
 // (~40 held: bench/results/2026-11-30-round34.md), 32 a query for the staged queries, and 8 MB.
 std::int64_t knn_device_bytes(std::int64_t refs, std::int64_t rows, bool query_set, int k) {

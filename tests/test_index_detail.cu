@@ -187,10 +187,10 @@ TEST(IndexForward, LargeRowsReachTheHostWhateverTheirOrder) {
             gpu.knn(test::view(*other), {k}, idx_rows, dist_rows);
           const SearchTimings& t = gpu.last_timings();
           const std::int64_t bytes = n * k * 8;
-          const auto limit = static_cast<std::int64_t>(k < 16 ? most + most / 4 : most);
+          const auto limit = static_cast<std::int64_t>(detail::forward_any_order_limit(k));
           if (self && k == 1 && !exclude) {
             // each point's first copy (first_copy_kernel), downloaded whatever the limit
-          } else if (in_order || bytes <= limit || k >= 16) {
+          } else if (in_order || bytes <= limit || k >= detail::kSweepFromK) {
             EXPECT_EQ(t.download_ms, 0.f) << at << ": downloaded";
           } else {  // the rows past the window (whole 128-byte lines of each array) downloaded
             EXPECT_GT(t.download_ms, 0.f) << at << ": forwarded";
