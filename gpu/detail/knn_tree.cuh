@@ -142,12 +142,11 @@ struct NearestList {
   int self;    // the query's own index when it is excluded, else -1
   float term;  // FilterError::widen_term()
   // Blocks of kTreeWarps warps only.
-  std::conditional_t<(CAP >= kHeapCap), HeapTopK<CAP, TreeSlots<CAP>>, TopK<CAP, TreeSlots<CAP>>>
-      best;
+  std::conditional_t<(CAP >= kHeapCap), HeapTopK<CAP, TreeSlots>, TopK<CAP, TreeSlots>> best;
 
   __device__ NearestList(float4 q_, int self_, float term_, int k)
       : q(q_), self(self_), term(term_) {
-    best.s = thread_block_list<CAP>();
+    best.s = thread_block_list();
     best.init(k);
   }
   __device__ __forceinline__ float limit() const { return best.limit; }

@@ -184,9 +184,9 @@ struct NearestHeap {
 
 /// Sorts every lane's list of up to 32 entries (`count` each, `s` as thread_list<CAP, true>
 /// gives it) by (distance, position), one list at a time by the whole warp: entry j in lane j,
-/// packed as a 64-bit key (the distance's bits, non-negative floats, then the position) and
-/// sorted through shuffles. Alone, each lane ran an insertion sort in shared memory: 20 % of the
-/// hybrid kernel's stalls at 1M uniform points, with 15 of 32 threads active (ncu source
+/// packed as a 64-bit key (list_key: the distance's bits, non-negative floats, then the position)
+/// and sorted through shuffles. Alone, each lane ran an insertion sort in shared memory: 20 % of
+/// the hybrid kernel's stalls at 1M uniform points, with 15 of 32 threads active (ncu source
 /// counters, bench/results/2026-11-27-round14.md). Every lane must call it.
 __device__ __forceinline__ void sort_lists(const SharedSlots& s, int count) {
   const int lane = threadIdx.x & 31;
@@ -198,14 +198,9 @@ __device__ __forceinline__ void sort_lists(const SharedSlots& s, int count) {
     list.d_ += r - lane;
     list.id_ += r - lane;
     std::uint64_t key = ~0ull;
-    if (lane < m)
-      key = static_cast<std::uint64_t>(__float_as_uint(list.d(lane))) << 32 |
-            static_cast<std::uint32_t>(list.id(lane));
+    if (lane < m) key = list.key(lane);
     key = warp_sort(key);
-    if (lane < m) {
-      list.d(lane) = __uint_as_float(static_cast<unsigned>(key >> 32));
-      list.id(lane) = static_cast<int>(key & 0xffffffffu);
-    }
+    if (lane < m) list.set_key(lane, key);
   }
   __syncwarp();  // every list is written before its lane reads it
 }

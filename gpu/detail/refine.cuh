@@ -155,8 +155,7 @@ __device__ __forceinline__ bool settle_row(Slots& s, int count, int k, const Spi
     previous = d;
     previous_id = id;
     worst = fmax(worst, d);
-    s.d(j) = __double2float_rn(d);
-    s.id(j) = id;
+    s.set(j, __double2float_rn(d), id);
   }
   if (count == k && isinf(worst)) {  // a square overflowed double: the proof needs D finite,
     reach = INFINITY;                // and every point may tie at +inf (ranked by index)

@@ -13,16 +13,40 @@
 
 namespace pcnn::detail {
 
+/// A list entry as one 64-bit key: the distance's bits, then the id. For distances that are
+/// non-negative floats or +inf (squared distances: never -0 nor NaN once offered) and ids >= 0,
+/// keys order as (distance, then id) do: one compare and one 8-byte move where the pair took
+/// two of each.
+__device__ __forceinline__ std::uint64_t list_key(float d, int id) {
+  return static_cast<std::uint64_t>(__float_as_uint(d)) << 32 | static_cast<std::uint32_t>(id);
+}
+__device__ __forceinline__ float key_dist(std::uint64_t key) {
+  return __uint_as_float(static_cast<unsigned>(key >> 32));
+}
+__device__ __forceinline__ int key_id(std::uint64_t key) {
+  return static_cast<int>(key & 0xffffffffu);
+}
+
+// Every kind of list storage offers the same members: d(i) and id(i) to read an entry, set(i, d,
+// id) to write it, and key(i) and set_key(i, key) for the entry as list_key packs it (the lists'
+// moves and compares).
+
 /// Storage of a list in the thread's own arrays: (L1-cached) local memory, since insertion
 /// indexes it at run time (the outlier search's lists: a warp holds one).
 template <int CAP>
 struct ThreadSlots {
   float d_[CAP];
   int id_[CAP];
-  __device__ __forceinline__ float& d(int i) { return d_[i]; }
-  __device__ __forceinline__ int& id(int i) { return id_[i]; }
   __device__ __forceinline__ float d(int i) const { return d_[i]; }
   __device__ __forceinline__ int id(int i) const { return id_[i]; }
+  __device__ __forceinline__ void set(int i, float d, int id) {
+    d_[i] = d;
+    id_[i] = id;
+  }
+  __device__ __forceinline__ std::uint64_t key(int i) const { return list_key(d_[i], id_[i]); }
+  __device__ __forceinline__ void set_key(int i, std::uint64_t key) {
+    set(i, key_dist(key), key_id(key));
+  }
 };
 
 /// Storage in shared memory, `stride` apart (the block's thread count, so that a warp's 32 lanes
@@ -32,30 +56,33 @@ struct SharedSlots {
   float* d_;
   int* id_;
   int stride;
-  __device__ __forceinline__ float& d(int i) { return d_[i * stride]; }
-  __device__ __forceinline__ int& id(int i) { return id_[i * stride]; }
   __device__ __forceinline__ float d(int i) const { return d_[i * stride]; }
   __device__ __forceinline__ int id(int i) const { return id_[i * stride]; }
+  __device__ __forceinline__ void set(int i, float d, int id) {
+    d_[i * stride] = d;
+    id_[i * stride] = id;
+  }
+  __device__ __forceinline__ std::uint64_t key(int i) const { return list_key(d(i), id(i)); }
+  __device__ __forceinline__ void set_key(int i, std::uint64_t key) {
+    set(i, key_dist(key), key_id(key));
+  }
 };
 
-/// Storage in the block's shared memory at a compile-time stride (kStride words: the block's
-/// thread count), the ids CAP * kStride words after the distances: every entry is then a constant
-/// offset from one register. With SharedSlots (a stride known only at run time) an insertion
-/// step of the kNN walk spent 6 of its 17 instructions on addresses, and the unrolled init kept
-/// an address register per entry: ptxas spills of knn_tree_kernel<8, false> 78 -> 50 bytes, 167 ->
-/// 90 registers at CAP 64; searches of 1M points 5-15 % faster from k = 8 to 64
-/// (bench/results/2026-11-29-round26.md).
-template <int CAP, int kStride>
-struct BlockSlots {
-  float* d_;  // this thread's entry 0
-  __device__ __forceinline__ float& d(int i) { return d_[i * kStride]; }
-  __device__ __forceinline__ int& id(int i) {
-    return reinterpret_cast<int*>(d_)[(CAP + i) * kStride];
-  }
-  __device__ __forceinline__ float d(int i) const { return d_[i * kStride]; }
-  __device__ __forceinline__ int id(int i) const {
-    return reinterpret_cast<const int*>(d_)[(CAP + i) * kStride];
-  }
+/// Storage in the block's shared memory as keys (list_key), kStride keys apart (the block's
+/// thread count: a warp's 32 lanes touch 256 consecutive bytes), every entry a constant offset
+/// from one register (a stride known only at run time spent a third of an insertion step on
+/// addresses: bench/results/2026-11-29-round26.md). TopK's insertion step is then one 8-byte
+/// load, a 64-bit compare and one 8-byte store, where the distances and ids in two arrays took
+/// two loads, four compares and two stores; HeapTopK reads an entry in one load too. The kNN
+/// walk at 1M points: 3-6 % faster from k = 8 to 64 (bench/results/2026-11-30-round39.md).
+template <int kStride>
+struct KeySlots {
+  std::uint64_t* k_;  // this thread's entry 0
+  __device__ __forceinline__ std::uint64_t key(int i) const { return k_[i * kStride]; }
+  __device__ __forceinline__ void set_key(int i, std::uint64_t key) { k_[i * kStride] = key; }
+  __device__ __forceinline__ float d(int i) const { return key_dist(key(i)); }
+  __device__ __forceinline__ int id(int i) const { return key_id(key(i)); }
+  __device__ __forceinline__ void set(int i, float d, int id) { set_key(i, list_key(d, id)); }
 };
 
 /// The nearest points a search was offered and did not keep (rejected, or pushed out of its k):
@@ -101,10 +128,7 @@ struct TopK {
   __device__ __forceinline__ void init(int k_) {
     k = k_;
 #pragma unroll
-    for (int i = 0; i < CAP; ++i) {
-      s.d(i) = INFINITY;
-      s.id(i) = INT_MAX;
-    }
+    for (int i = 0; i < CAP; ++i) s.set(i, INFINITY, INT_MAX);
     worst = INFINITY;
     worst_id = INT_MAX;
     limit = INFINITY;
@@ -156,24 +180,23 @@ struct TopK {
     // rather than local memory).
     if constexpr (CAP == 1) {
       held = 1;
-      s.d(0) = worst = dist;
-      s.id(0) = worst_id = nid;
+      s.set(0, worst = dist, worst_id = nid);
       return;
     }
+    // As keys (list_key): dist is a non-negative float here (improves() held) and ids >= 0.
+    const std::uint64_t key = list_key(dist, nid);
     int i = held < k ? held++ : k - 1;
 #pragma unroll 1
     while (i > 0) {
-      const float pd = s.d(i - 1);
-      const int pid = s.id(i - 1);
-      if (!before(dist, nid, pd, pid)) break;
-      s.d(i) = pd;
-      s.id(i) = pid;
+      const std::uint64_t p = s.key(i - 1);
+      if (!(key < p)) break;
+      s.set_key(i, p);
       --i;
     }
-    s.d(i) = dist;
-    s.id(i) = nid;
-    worst = s.d(k - 1);
-    worst_id = s.id(k - 1);
+    s.set_key(i, key);
+    const std::uint64_t last = s.key(k - 1);
+    worst = key_dist(last);
+    worst_id = key_id(last);
   }
 };
 
@@ -185,7 +208,8 @@ struct TopK {
 /// counters, bench/results/2026-11-29-round26.md). finish() then sorts it (heap sort), so that the
 /// rows are settled from an ascending list as TopK's are. The list kept, the limit and the spill
 /// are TopK's: the k smallest of what was offered, widen(the k-th), and the nearest two of the
-/// rest.
+/// rest. It compares (distance, id) pairs even in KeySlots: its sift compared as keys was 1-3 %
+/// slower at k = 32 and 64 (bench/results/2026-11-30-round39.md).
 template <int CAP, class Slots>
 struct HeapTopK {
   Slots s;
@@ -231,28 +255,26 @@ struct HeapTopK {
         }
       }
       if (!after(cd, cid, d, id)) break;
-      s.d(i) = cd;
-      s.id(i) = cid;
+      s.set(i, cd, cid);
       i = c;
     }
-    s.d(i) = d;
-    s.id(i) = id;
+    s.set(i, d, id);
   }
   __device__ __forceinline__ void heapify(int n) {
 #pragma unroll 1
     for (int i = n / 2 - 1; i >= 0; --i) sift_down(i, s.d(i), s.id(i), n);
   }
   __device__ __forceinline__ void take_root(float term) {
-    worst = s.d(0);
-    worst_id = s.id(0);
+    const std::uint64_t root = s.key(0);
+    worst = key_dist(root);
+    worst_id = key_id(root);
     limit = fminf(limit, FilterError::widen(worst, term));  // a seeded limit stays (bound())
   }
 
   /// Offers a point within `limit` (`term`: FilterError::widen_term()).
   __device__ __forceinline__ void offer(float dist, int nid, float term) {
     if (held < k) {
-      s.d(held) = dist;
-      s.id(held) = nid;
+      s.set(held, dist, nid);
       if (++held == k) {
         heapify(k);
         take_root(term);
@@ -276,8 +298,7 @@ struct HeapTopK {
     for (int end = held - 1; end > 0; --end) {
       const float d = s.d(end);
       const int id = s.id(end);
-      s.d(end) = s.d(0);
-      s.id(end) = s.id(0);
+      s.set(end, s.d(0), s.id(0));
       sift_down(0, d, id, end);
     }
   }

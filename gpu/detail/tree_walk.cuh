@@ -56,8 +56,9 @@ __device__ __forceinline__ bool may_reach(float bound2, float limit) {
   return bound2 <= limit * kPruneSlack;
 }
 
-/// The lists of a block of tree-search threads in dynamic shared memory (CAP distances, then CAP
-/// ids, per thread): CAP x 8 bytes per thread, 128 KiB per block at CAP = 128. Local memory
+/// The lists of a block of tree-search threads in dynamic shared memory: CAP x 8 bytes per
+/// thread (CAP distances then CAP ids; the kNN walk's, CAP keys), 128 KiB per block at CAP = 128.
+/// Local memory
 /// would need no opt-in, but with many warps each holding a long list it is evicted to L2, and a
 /// 64-entry insertion then waits on L2 for every shifted entry: measured 12x slower than shared
 /// memory at k = 64.
@@ -74,14 +75,12 @@ __device__ __forceinline__ SharedSlots thread_list() {
   const int stride = blockDim.x + (kPadded ? 1 : 0);
   return {lists + threadIdx.x, reinterpret_cast<int*>(lists + CAP * stride) + threadIdx.x, stride};
 }
-/// The same list at a compile-time stride (BlockSlots), for kernels launched with blocks of
-/// kTreeWarps warps exactly (not padded).
-template <int CAP>
-using TreeSlots = BlockSlots<CAP, kTreeWarps * 32>;
-template <int CAP>
-__device__ __forceinline__ TreeSlots<CAP> thread_block_list() {
-  extern __shared__ float lists[];
-  return {lists + threadIdx.x};
+/// The same bytes as keys (KeySlots) at a compile-time stride, for kernels launched with blocks
+/// of kTreeWarps warps exactly (not padded).
+using TreeSlots = KeySlots<kTreeWarps * 32>;
+__device__ __forceinline__ TreeSlots thread_block_list() {
+  extern __shared__ float lists[];  // the dynamic shared memory: aligned for any type
+  return {reinterpret_cast<std::uint64_t*>(lists) + threadIdx.x};
 }
 
 /// The warp's place: its queries are the slots [first, first + 32) of [slot_begin, slot_end).
