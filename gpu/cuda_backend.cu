@@ -1148,13 +1148,13 @@ class CudaBackend final : public Index::Backend_ {
     // Rows that can be forwarded are searched in one pass, every row in it: no chunk is
     // downloaded (only a window's tail, below), so where chunks end is not asked (a round trip of
     // ~50 us before a 1M-point search, H200), and the kernels write the non-finite queries' empty
-    // rows themselves. Beyond forward_any_order_limit(k) of rows, as they complete only where they
+    // rows themselves. Beyond forward_any_order_bytes() of rows, as they complete only where they
     // complete in some spatial order (a chunk ends before the last pass, which that round trip
     // finds); else swept or a window of them (row_forward.cuh says why; 10M LiDAR-like points,
     // k = 32, H200: 53.7 ms forwarded as they complete, 64.4 swept).
     const bool forwardable = forward.host_idx && forward.host_dist;
     bool one_forwarded_pass = forwardable && cells * (sizeof(std::int32_t) + sizeof(float)) <=
-                                                 detail::forward_any_order_limit(k);
+                                                 detail::forward_any_order_bytes().load();
     if (chunks > 1 && !one_forwarded_pass) {
       // Where each chunk's last query lies, so that its download can start after the pass that
       // searches it, and how many queries are finite: a round trip to the host. One chunk waits

@@ -119,19 +119,18 @@ TEST(IndexBuildOrder, CrowdedBucketsAreSortedFurtherIntoAStableSortOfTheKeys) {
 }
 
 // Rows beyond the limit for forwarding them as they complete whatever their order
-// (forward_any_order_limit: forward_any_order_bytes(), 512 MiB, lowered here; a quarter more below
-// k = 16) are forwarded so only where they complete in some spatial order: a chunk of rows (by
-// original index) ends before the last pass. A scan in scan order is forwarded so (no download),
-// its non-finite points' empty rows with it. Of the same points in no spatial order, rows of k >=
-// 16 are swept (sweep_rows; no download), and of shorter ones those in a window of the first
-// forward_any_order_bytes() are forwarded as they complete and the rest downloaded after the search
-// (all of them with the limit at 0). Each way gives the CPU backend's rows: self-searches with and
-// without each point itself, and each cloud's points as queries of the other's index; k = 1, 5
-// (rows across the window's end), 8 (3.9 MB: within a quarter above the limit of 3.5 MB), 16 (a
-// swept row a half line), 20 and 24 (swept rows across half lines) and 32; rows on a host line,
-// 16 bytes into one (self-searches without each point: short first and last segments) and 80
-// bytes into one (the other cloud's points: a first half line without rows). At k = 1 with each
-// point itself, the first-copy lookup, whose rows are always downloaded.
+// (forward_any_order_bytes(), 512 MiB, lowered here) are forwarded so only where they complete in
+// some spatial order: a chunk of rows (by original index) ends before the last pass. A scan in scan
+// order is forwarded so (no download), its non-finite points' empty rows with it. Of the same
+// points in no spatial order, rows of k >= 16 are swept (sweep_rows; no download), and of shorter
+// ones those in a window of the first forward_any_order_bytes() are forwarded as they complete and
+// the rest downloaded after the search (all of them with the limit at 0). Each way gives the CPU
+// backend's rows: self-searches with and without each point itself, and each cloud's points as
+// queries of the other's index; k = 1, 5 (rows across the window's end), 8 (3.9 MB over a limit of
+// 3.5 MB: a window), 16 (a swept row a half line), 20 and 24 (swept rows across half lines) and
+// 32; rows on a host line, 16 bytes into one (self-searches without each point: short first and
+// last segments) and 80 bytes into one (the other cloud's points: a first half line without rows).
+// At k = 1 with each point itself, the first-copy lookup, whose rows are always downloaded.
 TEST(IndexForward, LargeRowsReachTheHostWhateverTheirOrder) {
   PCNN_REQUIRE_DEVICE();
   int device = 0, integrated = 0;
@@ -187,7 +186,7 @@ TEST(IndexForward, LargeRowsReachTheHostWhateverTheirOrder) {
             gpu.knn(test::view(*other), {k}, idx_rows, dist_rows);
           const SearchTimings& t = gpu.last_timings();
           const std::int64_t bytes = n * k * 8;
-          const auto limit = static_cast<std::int64_t>(detail::forward_any_order_limit(k));
+          const auto limit = static_cast<std::int64_t>(most);
           if (self && k == 1 && !exclude) {
             // each point's first copy (first_copy_kernel), downloaded whatever the limit
           } else if (in_order || bytes <= limit || k >= detail::kSweepFromK) {

@@ -15,8 +15,8 @@
 // rows) never count, so their segments are copied after every kernel that writes rows
 // (forward_rest_kernel, knn_tree.cu).
 //
-// Large rows (curve_order_search in cuda_backend.cu decides): up to forward_any_order_limit(k)
-// bytes of them are forwarded as they complete whatever their order; beyond, only where they
+// Large rows (curve_order_search in cuda_backend.cu decides): up to forward_any_order_bytes()
+// of them are forwarded as they complete whatever their order; beyond, only where they
 // complete in some spatial order (a chunk of rows by original index ends before the search's
 // last pass). Otherwise (a search of one chunk cannot tell, and takes this way too) lists of
 // kSweepFromK entries or more are swept (sweep_rows: complete segments, half lines there, copied
@@ -47,8 +47,15 @@ inline constexpr int kForwardSegment = 32;  // row entries a segment: 128 bytes 
 inline bool forwardable_rows(int k, bool hybrid) { return k <= kForwardSegment && !hybrid; }
 
 /// Bytes of rows (indices and distances): the window of large rows in no spatial order, and the
-/// limit below which rows are forwarded whatever their order (forward_any_order_limit). The
-/// process's value, 512 MiB: tests lower it to take the other ways with small clouds.
+/// limit up to which rows are forwarded as they complete whatever their order, for lists of every
+/// length. The process's value, 512 MiB: tests lower it to take the other ways with small clouds.
+/// Lists shorter than kSweepFromK were allowed a quarter more (10M uniform points at k = 8, 610
+/// MiB of rows, all forwarded: GPU total 19.5 ms against 20.3-20.7 with a window of 512 MiB and
+/// a download, round 37), until the walk's faster lists (round 39) and other leases of the same
+/// H200 kind turned it round: 19.76-20.04 all forwarded against 19.24-19.51 with the window, in
+/// two leases, and a LiDAR-like scan's order asked at the same cost within noise
+/// (bench/results/2026-11-30-round39.md). 610 MiB lies at the edge of where stores in no order
+/// slow (from ~640 MiB); the window stays below it.
 std::atomic<std::size_t>& forward_any_order_bytes();
 
 /// Lists of at least this many entries (half a line) are swept where they are (large rows in
@@ -69,16 +76,6 @@ inline constexpr int kSweepLines = 16;
 /// half waits for the other half of its line, and the two go as one store.
 inline constexpr int kSweptSegment = kForwardSegment / 2;
 inline constexpr int kSweepSinglePasses = 3;
-
-/// The most bytes of rows of k entries a search forwards as they complete whatever their order:
-/// forward_any_order_bytes(), and a quarter more for lists shorter than kSweepFromK, whose late
-/// segments spread their stores (10M uniform points, k = 8, H200: 610 MiB of rows forwarded all,
-/// GPU total 19.5 ms, where a window of 512 MiB and a download took 20.3-20.7, and where a
-/// LiDAR-like scan's order was asked, 0.7-0.8 ms more).
-inline std::size_t forward_any_order_limit(int k) {
-  const std::size_t bytes = forward_any_order_bytes().load();
-  return k < kSweepFromK ? bytes + bytes / 4 : bytes;
-}
 
 /// The entries of a window of `bytes` of rows from their start, ending on a host line (<= 0:
 /// none), for arrays `lead` entries into their first line.
