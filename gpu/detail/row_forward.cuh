@@ -55,7 +55,7 @@ inline bool forwardable_rows(int k, bool hybrid) { return k <= kForwardSegment &
 /// H200 kind turned it round: 19.76-20.04 all forwarded against 19.24-19.51 with the window, in
 /// two leases, and a LiDAR-like scan's order asked at the same cost within noise
 /// (bench/results/2026-11-30-round39.md). 610 MiB lies at the edge of where stores in no order
-/// slow (from ~640 MiB); the window stays below it.
+/// slow (from 512-640 MiB by host); the window stays at the lower end.
 std::atomic<std::size_t>& forward_any_order_bytes();
 
 /// Lists of at least this many entries (half a line) are swept where they are (large rows in

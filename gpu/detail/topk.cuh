@@ -14,9 +14,11 @@
 namespace pcnn::detail {
 
 /// A list entry as one 64-bit key: the distance's bits, then the id. For distances that are
-/// non-negative floats or +inf (squared distances: never -0 nor NaN once offered) and ids >= 0,
-/// keys order as (distance, then id) do: one compare and one 8-byte move where the pair took
-/// two of each.
+/// non-negative floats or +inf and ids >= 0, keys order as (distance, then id) do: one compare
+/// and one 8-byte move where the pair took two of each. The walk's distances are such: point_dist2
+/// is __fmul_rn(dx, dx) then fmas of squares onto it, all >= +0, so never -0; a NaN fails every
+/// `d <= limit` and is never offered; ids are positions in the index (>= 0, below 2^31). Storage
+/// round-trips any bits; only TopK::insert orders by key.
 __device__ __forceinline__ std::uint64_t list_key(float d, int id) {
   return static_cast<std::uint64_t>(__float_as_uint(d)) << 32 | static_cast<std::uint32_t>(id);
 }
@@ -74,7 +76,7 @@ struct SharedSlots {
 /// addresses: bench/results/2026-11-29-round26.md). TopK's insertion step is then one 8-byte
 /// load, a 64-bit compare and one 8-byte store, where the distances and ids in two arrays took
 /// two loads, four compares and two stores; HeapTopK reads an entry in one load too. The kNN
-/// walk at 1M points: 3-6 % faster from k = 8 to 64 (bench/results/2026-11-30-round39.md).
+/// walk at 1M points: 2-6 % faster from k = 8 to 64 (bench/results/2026-11-30-round39.md).
 template <int kStride>
 struct KeySlots {
   std::uint64_t* k_;  // this thread's entry 0
@@ -117,8 +119,8 @@ struct Spill {
 template <int CAP, class Slots = ThreadSlots<CAP>>
 struct TopK {
   Slots s;
-  float worst;   // d[k - 1]
-  int worst_id;  // id[k - 1]
+  float worst;   // entry k - 1's distance
+  int worst_id;  // entry k - 1's id
   int k;
   float limit;  // widen(worst): the scan offers every point within it
   int held;     // entries held: [0, held) sorted, the rest free (INFINITY, INT_MAX)
@@ -208,8 +210,9 @@ struct TopK {
 /// counters, bench/results/2026-11-29-round26.md). finish() then sorts it (heap sort), so that the
 /// rows are settled from an ascending list as TopK's are. The list kept, the limit and the spill
 /// are TopK's: the k smallest of what was offered, widen(the k-th), and the nearest two of the
-/// rest. It compares (distance, id) pairs even in KeySlots: its sift compared as keys was 1-3 %
-/// slower at k = 32 and 64 (bench/results/2026-11-30-round39.md).
+/// rest. It compares (distance, id) pairs even in KeySlots: its sift compared as keys, the walk
+/// at k = 64 was 0.6-1 % slower than before KeySlots, where pairs read in one load are 2.5 %
+/// faster (1M points, bench/results/2026-11-30-round39.md).
 template <int CAP, class Slots>
 struct HeapTopK {
   Slots s;

@@ -58,10 +58,9 @@ __device__ __forceinline__ bool may_reach(float bound2, float limit) {
 
 /// The lists of a block of tree-search threads in dynamic shared memory: CAP x 8 bytes per
 /// thread (CAP distances then CAP ids; the kNN walk's, CAP keys), 128 KiB per block at CAP = 128.
-/// Local memory
-/// would need no opt-in, but with many warps each holding a long list it is evicted to L2, and a
-/// 64-entry insertion then waits on L2 for every shifted entry: measured 12x slower than shared
-/// memory at k = 64.
+/// Local memory would need no opt-in, but with many warps each holding a long list it is evicted to
+/// L2, and a 64-entry insertion then waits on L2 for every shifted entry: measured 12x slower than
+/// shared memory at k = 64.
 ///
 /// kPadded (the hybrid's lists of up to 32): entries blockDim.x + 1 words apart instead, so that
 /// a warp can also read one lane's whole list at once without bank conflicts (sort_lists).
@@ -71,7 +70,7 @@ constexpr int tree_list_bytes() {
 }
 template <int CAP, bool kPadded = false>
 __device__ __forceinline__ SharedSlots thread_list() {
-  extern __shared__ float lists[];
+  extern __shared__ __align__(16) float lists[];
   const int stride = blockDim.x + (kPadded ? 1 : 0);
   return {lists + threadIdx.x, reinterpret_cast<int*>(lists + CAP * stride) + threadIdx.x, stride};
 }
@@ -79,7 +78,7 @@ __device__ __forceinline__ SharedSlots thread_list() {
 /// of kTreeWarps warps exactly (not padded).
 using TreeSlots = KeySlots<kTreeWarps * 32>;
 __device__ __forceinline__ TreeSlots thread_block_list() {
-  extern __shared__ float lists[];  // the dynamic shared memory: aligned for any type
+  extern __shared__ __align__(16) float lists[];  // 8-byte keys need 8
   return {reinterpret_cast<std::uint64_t*>(lists) + threadIdx.x};
 }
 
