@@ -15,6 +15,14 @@
 //           it is at most --max-seed-cap (the kernel's 16; "-" above).
 // Both for Morton (Z-order) keys and for the Hilbert keys the index uses. The exact neighbors come
 // from pcnn's CPU backend. Compiled by nvcc for curve_key.cuh's host functions; runs on the host.
+//
+// With --pieces S1,S2,... a second table (Hilbert order) asks what finer boxes would save: the
+// same warps of 32 self-queries, the points cut into pieces of S consecutive points along the
+// curve, each with its box. Per query (lane) of a warp that scans a piece broadcast to every lane:
+//   points   the points of the pieces whose box some lane's final sphere reaches (the fewest
+//            distances a lane computes: cells x 32 at S = 32);
+//   tested   the pieces whose box lies within the warp's largest final radius of the warp's home
+//            box (what a walk at least tests to find those).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -197,6 +205,72 @@ Counts model(const std::vector<float>& xyz, const std::vector<float>& kth2, int 
   return out;
 }
 
+// Pieces of `piece` points along the Hilbert curve: per warp of 32 self-queries, the points of the
+// pieces that some lane's final k-th-neighbor sphere reaches, and the pieces tested (within the
+// warp's largest final radius of its home box). Means per warp.
+struct PieceCounts {
+  double points = 0, tested = 0;
+};
+PieceCounts piece_model(const std::vector<float>& xyz, const std::vector<float>& kth2, int piece) {
+  const std::int64_t n = static_cast<std::int64_t>(xyz.size() / 3);
+  const std::vector<int> order = curve_order(xyz, true);
+  std::vector<float> s(3 * n), r2(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::copy_n(&xyz[3 * std::int64_t(order[i])], 3, &s[3 * i]);
+    r2[i] = kth2[order[i]];
+  }
+  const int pieces = static_cast<int>((n + piece - 1) / piece);
+  std::vector<Box> box(pieces);
+  for (std::int64_t i = 0; i < n; ++i) box[i / piece].add(&s[3 * i]);
+  Box all;
+  for (std::int64_t i = 0; i < n; ++i) all.add(&s[3 * i]);
+  const int g = std::max(1, int(std::cbrt(double(pieces) / 8)));
+  const auto bucket = [&](int a, float v) {
+    const float w = all.hi[a] - all.lo[a];
+    return std::clamp(int(w > 0 ? (v - all.lo[a]) / w * g : 0), 0, g - 1);
+  };
+  std::vector<std::vector<int>> grid(std::size_t(g) * g * g);
+  for (int c = 0; c < pieces; ++c)
+    for (int x = bucket(0, box[c].lo[0]); x <= bucket(0, box[c].hi[0]); ++x)
+      for (int y = bucket(1, box[c].lo[1]); y <= bucket(1, box[c].hi[1]); ++y)
+        for (int z = bucket(2, box[c].lo[2]); z <= bucket(2, box[c].hi[2]); ++z)
+          grid[(std::size_t(x) * g + y) * g + z].push_back(c);
+  std::vector<int> seen(pieces, -1);
+  PieceCounts out;
+  const int warps = static_cast<int>((n + kCell - 1) / kCell);
+  for (int w = 0; w < warps; ++w) {
+    const std::int64_t q0 = std::int64_t(w) * kCell, q1 = std::min(n, q0 + kCell);
+    Box home;
+    float reach = 0;
+    for (std::int64_t q = q0; q < q1; ++q) {
+      home.add(&s[3 * q]);
+      reach = std::max(reach, std::sqrt(r2[q]));
+    }
+    for (int x = bucket(0, home.lo[0] - reach); x <= bucket(0, home.hi[0] + reach); ++x)
+      for (int y = bucket(1, home.lo[1] - reach); y <= bucket(1, home.hi[1] + reach); ++y)
+        for (int z = bucket(2, home.lo[2] - reach); z <= bucket(2, home.hi[2] + reach); ++z)
+          for (int c : grid[(std::size_t(x) * g + y) * g + z]) {
+            if (seen[c] == w) continue;
+            seen[c] = w;
+            float gap = 0;  // between the boxes
+            for (int a = 0; a < 3; ++a) {
+              const float d = std::max({box[c].lo[a] - home.hi[a], home.lo[a] - box[c].hi[a], 0.f});
+              gap += d * d;
+            }
+            if (gap > reach * reach) continue;
+            out.tested += 1;
+            for (std::int64_t q = q0; q < q1; ++q)
+              if (box[c].dist2(&s[3 * q]) <= r2[q]) {
+                out.points += double(std::min<std::int64_t>(piece, n - std::int64_t(c) * piece));
+                break;
+              }
+          }
+  }
+  out.points /= warps;
+  out.tested /= warps;
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -204,11 +278,14 @@ int main(int argc, char** argv) {
   long long points = 200000;
   std::string kinds = "uniform", ks = "1,8,32";
   int max_seed_cap = 16;
+  std::string piece_sizes;
   app.add_option("--points", points, "points of each synthetic cloud")->capture_default_str();
   app.add_option("--kinds", kinds, "uniform,clustered,lidar")->capture_default_str();
   app.add_option("--ks", ks, "comma-separated k values")->capture_default_str();
   app.add_option("--max-seed-cap", max_seed_cap, "largest list capacity that is seeded")
       ->capture_default_str();
+  app.add_option("--pieces", piece_sizes,
+                 "also: points a lane computes with boxes of this many points (e.g. 32,16,8,4)");
   CLI11_PARSE(app, argc, argv);
   std::printf(
       "# self-kNN (exclude_self), seed 42, cells of %d; cells: per warp, the fewest any "
@@ -237,6 +314,12 @@ int main(int argc, char** argv) {
         std::printf("%-9s %9lld %3lld %-7s %8.2f %7.2f %13.1f %14s\n", kind.c_str(),
                     static_cast<long long>(n), k, hilbert ? "hilbert" : "morton", c.cells,
                     c.box_volume, c.offers_empty, seeded);
+        std::fflush(stdout);
+      }
+      for (const long long piece : pcnn::bench::parse_list(piece_sizes)) {
+        const PieceCounts c = piece_model(xyz, kth2, static_cast<int>(piece));
+        std::printf("%-9s %9lld %3lld pieces of %3lld: %8.1f points a lane, %7.1f pieces tested\n",
+                    kind.c_str(), static_cast<long long>(n), k, piece, c.points, c.tested);
         std::fflush(stdout);
       }
     }
