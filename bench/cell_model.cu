@@ -96,6 +96,63 @@ std::vector<int> curve_order(const std::vector<float>& xyz, bool hilbert) {
   return order;
 }
 
+// The points in curve order, their final k-th-neighbor distances (squared), and their box.
+struct SortedCloud {
+  std::vector<float> s, r2;
+  Box all;
+};
+SortedCloud sorted_cloud(const std::vector<float>& xyz, const std::vector<float>& kth2,
+                         bool hilbert) {
+  const std::int64_t n = static_cast<std::int64_t>(xyz.size() / 3);
+  const std::vector<int> order = curve_order(xyz, hilbert);
+  SortedCloud c{std::vector<float>(3 * n), std::vector<float>(n), {}};
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::copy_n(&xyz[3 * std::int64_t(order[i])], 3, &c.s[3 * i]);
+    c.r2[i] = kth2[order[i]];
+    c.all.add(&c.s[3 * i]);
+  }
+  return c;
+}
+
+// Boxes in buckets of a g^3 grid over the cloud's box, to find those near a box.
+class BoxGrid {
+ public:
+  BoxGrid(const std::vector<Box>& box, const Box& all, int g)
+      : all_(all), g_(g), grid_(std::size_t(g) * g * g), seen_(box.size(), -1) {
+    for (int c = 0; c < int(box.size()); ++c)
+      each_bucket(box[c], 0.f, [&](std::vector<int>& b) { b.push_back(c); });
+  }
+  // Calls f(c) once for each box in the buckets `home` grown by `reach` overlaps (`visit`: a
+  // number of its own for each call).
+  template <class F>
+  void near(const Box& home, float reach, int visit, F&& f) {
+    each_bucket(home, reach, [&](const std::vector<int>& b) {
+      for (int c : b)
+        if (seen_[c] != visit) {
+          seen_[c] = visit;
+          f(c);
+        }
+    });
+  }
+
+ private:
+  int bucket(int a, float v) const {
+    const float w = all_.hi[a] - all_.lo[a];
+    return std::clamp(int(w > 0 ? (v - all_.lo[a]) / w * g_ : 0), 0, g_ - 1);
+  }
+  template <class F>
+  void each_bucket(const Box& b, float reach, F&& f) {
+    for (int x = bucket(0, b.lo[0] - reach); x <= bucket(0, b.hi[0] + reach); ++x)
+      for (int y = bucket(1, b.lo[1] - reach); y <= bucket(1, b.hi[1] + reach); ++y)
+        for (int z = bucket(2, b.lo[2] - reach); z <= bucket(2, b.hi[2] + reach); ++z)
+          f(grid_[(std::size_t(x) * g_ + y) * g_ + z]);
+  }
+  Box all_;
+  int g_;
+  std::vector<std::vector<int>> grid_;
+  std::vector<int> seen_;
+};
+
 // The k-th smallest of the G groups' nearest points of the first range (seed_limit).
 float seed_bound(const std::vector<float>& s, std::int64_t q, int first, int last, int k, int g,
                  std::int64_t n) {
@@ -131,36 +188,20 @@ double offers(const std::vector<float>& s, std::int64_t q, const std::vector<int
 Counts model(const std::vector<float>& xyz, const std::vector<float>& kth2, int k, int groups,
              bool hilbert) {
   const std::int64_t n = static_cast<std::int64_t>(xyz.size() / 3);
-  const std::vector<int> order = curve_order(xyz, hilbert);
-  std::vector<float> s(3 * n), r2(n);  // sorted points and their final k-th distances
-  for (std::int64_t i = 0; i < n; ++i) {
-    std::copy_n(&xyz[3 * std::int64_t(order[i])], 3, &s[3 * i]);
-    r2[i] = kth2[order[i]];
-  }
+  const SortedCloud sorted = sorted_cloud(xyz, kth2, hilbert);
+  const std::vector<float>&s = sorted.s, &r2 = sorted.r2;  // and their final k-th distances
+  const Box& all = sorted.all;
   const int cells = static_cast<int>((n + kCell - 1) / kCell);
   std::vector<Box> box(cells);
   for (std::int64_t i = 0; i < n; ++i) box[i / kCell].add(&s[3 * i]);
   Counts out;
   for (const Box& b : box)
     out.box_volume += double(b.hi[0] - b.lo[0]) * (b.hi[1] - b.lo[1]) * (b.hi[2] - b.lo[2]);
-  Box all;
-  for (std::int64_t i = 0; i < n; ++i) all.add(&s[3 * i]);
   const double cube =
       double(all.hi[0] - all.lo[0]) * (all.hi[1] - all.lo[1]) * (all.hi[2] - all.lo[2]);
   out.box_volume /= cube;  // the mean box in units of the cloud's box / cells
-  // The cells' boxes in buckets of a grid over the cloud's box, to find the reachable ones.
-  const int g = std::max(1, int(std::cbrt(double(cells))));
-  const auto bucket = [&](int a, float v) {
-    const float w = all.hi[a] - all.lo[a];
-    return std::clamp(int(w > 0 ? (v - all.lo[a]) / w * g : 0), 0, g - 1);
-  };
-  std::vector<std::vector<int>> grid(std::size_t(g) * g * g);
-  for (int c = 0; c < cells; ++c)
-    for (int x = bucket(0, box[c].lo[0]); x <= bucket(0, box[c].hi[0]); ++x)
-      for (int y = bucket(1, box[c].lo[1]); y <= bucket(1, box[c].hi[1]); ++y)
-        for (int z = bucket(2, box[c].lo[2]); z <= bucket(2, box[c].hi[2]); ++z)
-          grid[(std::size_t(x) * g + y) * g + z].push_back(c);
-  std::vector<int> seen(cells, -1);
+  // The cells' boxes in buckets, to find the reachable ones.
+  BoxGrid grid(box, all, std::max(1, int(std::cbrt(double(cells)))));
   for (int w = 0; w < cells; ++w) {
     const std::int64_t q0 = std::int64_t(w) * kCell, q1 = std::min(n, q0 + kCell);
     float reach = 0;
@@ -169,18 +210,13 @@ Counts model(const std::vector<float>& xyz, const std::vector<float>& kth2, int 
     float center[3];
     for (int a = 0; a < 3; ++a) center[a] = 0.5f * (home.lo[a] + home.hi[a]);
     std::vector<int> needed;
-    for (int x = bucket(0, home.lo[0] - reach); x <= bucket(0, home.hi[0] + reach); ++x)
-      for (int y = bucket(1, home.lo[1] - reach); y <= bucket(1, home.hi[1] + reach); ++y)
-        for (int z = bucket(2, home.lo[2] - reach); z <= bucket(2, home.hi[2] + reach); ++z)
-          for (int c : grid[(std::size_t(x) * g + y) * g + z]) {
-            if (seen[c] == w) continue;
-            seen[c] = w;
-            for (std::int64_t q = q0; q < q1; ++q)
-              if (box[c].dist2(&s[3 * q]) <= r2[q]) {
-                needed.push_back(c);
-                break;
-              }
-          }
+    grid.near(home, reach, w, [&](int c) {
+      for (std::int64_t q = q0; q < q1; ++q)
+        if (box[c].dist2(&s[3 * q]) <= r2[q]) {
+          needed.push_back(c);
+          return;
+        }
+    });
     out.cells += double(needed.size());
     // The first range, then the rest nearest the warp's box centre first.
     const int first = std::max(0, w - (k + kCell - 1) / kCell);
@@ -213,29 +249,12 @@ struct PieceCounts {
 };
 PieceCounts piece_model(const std::vector<float>& xyz, const std::vector<float>& kth2, int piece) {
   const std::int64_t n = static_cast<std::int64_t>(xyz.size() / 3);
-  const std::vector<int> order = curve_order(xyz, true);
-  std::vector<float> s(3 * n), r2(n);
-  for (std::int64_t i = 0; i < n; ++i) {
-    std::copy_n(&xyz[3 * std::int64_t(order[i])], 3, &s[3 * i]);
-    r2[i] = kth2[order[i]];
-  }
+  const SortedCloud sorted = sorted_cloud(xyz, kth2, true);
+  const std::vector<float>&s = sorted.s, &r2 = sorted.r2;
   const int pieces = static_cast<int>((n + piece - 1) / piece);
   std::vector<Box> box(pieces);
   for (std::int64_t i = 0; i < n; ++i) box[i / piece].add(&s[3 * i]);
-  Box all;
-  for (std::int64_t i = 0; i < n; ++i) all.add(&s[3 * i]);
-  const int g = std::max(1, int(std::cbrt(double(pieces) / 8)));
-  const auto bucket = [&](int a, float v) {
-    const float w = all.hi[a] - all.lo[a];
-    return std::clamp(int(w > 0 ? (v - all.lo[a]) / w * g : 0), 0, g - 1);
-  };
-  std::vector<std::vector<int>> grid(std::size_t(g) * g * g);
-  for (int c = 0; c < pieces; ++c)
-    for (int x = bucket(0, box[c].lo[0]); x <= bucket(0, box[c].hi[0]); ++x)
-      for (int y = bucket(1, box[c].lo[1]); y <= bucket(1, box[c].hi[1]); ++y)
-        for (int z = bucket(2, box[c].lo[2]); z <= bucket(2, box[c].hi[2]); ++z)
-          grid[(std::size_t(x) * g + y) * g + z].push_back(c);
-  std::vector<int> seen(pieces, -1);
+  BoxGrid grid(box, sorted.all, std::max(1, int(std::cbrt(double(pieces) / 8))));
   PieceCounts out;
   const int warps = static_cast<int>((n + kCell - 1) / kCell);
   for (int w = 0; w < warps; ++w) {
@@ -246,25 +265,20 @@ PieceCounts piece_model(const std::vector<float>& xyz, const std::vector<float>&
       home.add(&s[3 * q]);
       reach = std::max(reach, std::sqrt(r2[q]));
     }
-    for (int x = bucket(0, home.lo[0] - reach); x <= bucket(0, home.hi[0] + reach); ++x)
-      for (int y = bucket(1, home.lo[1] - reach); y <= bucket(1, home.hi[1] + reach); ++y)
-        for (int z = bucket(2, home.lo[2] - reach); z <= bucket(2, home.hi[2] + reach); ++z)
-          for (int c : grid[(std::size_t(x) * g + y) * g + z]) {
-            if (seen[c] == w) continue;
-            seen[c] = w;
-            float gap = 0;  // between the boxes
-            for (int a = 0; a < 3; ++a) {
-              const float d = std::max({box[c].lo[a] - home.hi[a], home.lo[a] - box[c].hi[a], 0.f});
-              gap += d * d;
-            }
-            if (gap > reach * reach) continue;
-            out.tested += 1;
-            for (std::int64_t q = q0; q < q1; ++q)
-              if (box[c].dist2(&s[3 * q]) <= r2[q]) {
-                out.points += double(std::min<std::int64_t>(piece, n - std::int64_t(c) * piece));
-                break;
-              }
-          }
+    grid.near(home, reach, w, [&](int c) {
+      float gap = 0;  // between the boxes
+      for (int a = 0; a < 3; ++a) {
+        const float d = std::max({box[c].lo[a] - home.hi[a], home.lo[a] - box[c].hi[a], 0.f});
+        gap += d * d;
+      }
+      if (gap > reach * reach) return;
+      out.tested += 1;
+      for (std::int64_t q = q0; q < q1; ++q)
+        if (box[c].dist2(&s[3 * q]) <= r2[q]) {
+          out.points += double(std::min<std::int64_t>(piece, n - std::int64_t(c) * piece));
+          return;
+        }
+    });
   }
   out.points /= warps;
   out.tested /= warps;
