@@ -12,7 +12,12 @@ namespace pcnn::detail {
 
 // The message is for users: CUDA's name and reason, and where in pcnn (the source file's name and
 // line, for a bug report) -- no build path, no source expression.
+// The runtime's last-error state is cleared first: a failed call leaves its error there (an invalid
+// argument, an allocation that failed), and the next kernel launch's check (PCNN_CHECK_LAUNCH)
+// would report it again, in some later call that did nothing wrong. A sticky error (the context
+// is lost) is reported by every later call anyway.
 [[noreturn]] inline void throw_cuda(cudaError_t err, const char* file, int line) {
+  static_cast<void>(cudaGetLastError());
   const char* slash = std::strrchr(file, '/');
   std::string msg = std::string("CUDA error ") + cudaGetErrorName(err) + " (" +
                     cudaGetErrorString(err) + ") at " + (slash ? slash + 1 : file) + ":" +
