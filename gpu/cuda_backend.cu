@@ -749,7 +749,7 @@ class CudaBackend final : public Index::Backend_ {
     const std::size_t words = detail::span_words(pts), bytes = words * sizeof(float);
     if (words == 0) return detail::moved_to_device(pts, nullptr);
     const void* from = pts.address();
-    detail::host_registration reg;
+    detail::PieceLocks locks;
     const bool locked = detail::is_page_locked(from);
     const Staging mode = staging_for(staging_, bytes);
     t.staging = mode;  // what this transfer resolved to (a search: its results' mode, later)
@@ -764,13 +764,17 @@ class CudaBackend final : public Index::Backend_ {
       from = pinned.data();
       if (mapped_) return detail::moved_to_device(pts, pinned.device_data());
     } else if (mode == Staging::registered && !locked) {
-      reg = detail::host_registration(from, bytes, &ws_.host);
+      locks = detail::PieceLocks(from, bytes, &ws_.host);
     }
     dev.resize(words, stream, ws_);
-    PCNN_CUDA_TRY(cudaMemcpyAsync(dev.data(), from, bytes, cudaMemcpyHostToDevice, stream));
+    locks.copy(0, bytes, [&](std::size_t at, std::size_t n) {
+      PCNN_CUDA_TRY(cudaMemcpyAsync(reinterpret_cast<char*>(dev.data()) + at,
+                                    static_cast<const char*>(from) + at, n, cudaMemcpyHostToDevice,
+                                    stream));
+    });
     staged_.record(stream);
     t.upload_bytes += static_cast<std::int64_t>(bytes);
-    if (reg.active()) PCNN_CUDA_TRY(cudaStreamSynchronize(stream));  // before it is unregistered
+    if (locks.active()) PCNN_CUDA_TRY(cudaStreamSynchronize(stream));  // before it is unlocked
     return detail::moved_to_device(pts, dev.data());
   }
 
@@ -1035,19 +1039,19 @@ class CudaBackend final : public Index::Backend_ {
           return "a search of " + std::to_string(rows) + " queries with k = " + std::to_string(k);
         });
     // Where the device writes and the host reads: the caller's memory when it is page-locked
-    // (or registered for this call), else the index's page-locked buffers.
-    detail::host_registration reg_idx, reg_dist;
+    // (or page-locked for this call: registered staging, by pieces as the downloads reach them),
+    // else the index's page-locked buffers.
+    detail::PieceLocks lock_idx, lock_dist;
     const bool locked = detail::is_page_locked(out_idx) && detail::is_page_locked(out_dist);
     bool direct = locked && !mapped_;
     const Staging mode = staging_for(staging_, cells * 8);
     t.staging = mode;
     const bool registered = !locked && mode == Staging::registered;
-    auto lock_outputs = [&] {
-      if (!registered) return;
-      reg_idx = detail::host_registration(out_idx, cells * sizeof(std::int32_t), &ws_.host);
-      reg_dist = detail::host_registration(out_dist, cells * sizeof(float), &ws_.host);
-    };
-    if (registered) direct = true;
+    if (registered) {
+      lock_idx = detail::PieceLocks(out_idx, cells * sizeof(std::int32_t), &ws_.host);
+      lock_dist = detail::PieceLocks(out_dist, cells * sizeof(float), &ws_.host);
+      direct = true;
+    }
     if (mode == Staging::pageable && !locked) direct = true;
     std::int32_t* h_idx = out_idx;
     float* h_dist = out_dist;
@@ -1064,7 +1068,8 @@ class CudaBackend final : public Index::Backend_ {
                                                   ws_);
         detail::device_buffer<float> d_dist(d_idx.size(), stream, ws_);
         detail::KnnOutput out{d_idx.data(), d_dist.data(), per_pass, h_idx, h_dist, query_offset};
-        lock_outputs();
+        lock_idx.lock_to(cells * sizeof(std::int32_t));  // whole: tree_query downloads them
+        lock_dist.lock_to(cells * sizeof(float));
         const detail::TreeSearchStats st = detail::tree_query(index_, d_queries, params, bound, out,
                                                               ex, stream, ev_[2], ws_, true);
         t.search_ms = st.search_ms;
@@ -1074,11 +1079,11 @@ class CudaBackend final : public Index::Backend_ {
         t.refined_rows = st.refined_rows;
       } else {
         curve_order_search(d_queries, query_offset, params, bound, ex, h_idx, h_dist, stream, t,
-                           lock_outputs);
+                           lock_idx, lock_dist);
       }
     } catch (...) {
       // Copies into the caller's rows may still run: they end before the unwinding undoes the
-      // rows' registration (reg_idx, reg_dist).
+      // rows' locks (lock_idx, lock_dist).
       wait_for_streams(stream);
       throw;
     }
@@ -1096,16 +1101,16 @@ class CudaBackend final : public Index::Backend_ {
   // Every row on the device; one pass in curve order whose kernels forward the rows to the host,
   // or passes (in turn on s0 and the aux stream) and chunks of rows (by original index)
   // downloaded on the copy stream once their last query is searched.
-  // Every pass is queued first; then `lock_outputs` runs (page-locking the caller's outputs for
-  // registered staging: 17-20 ms for 640 MB on the H100 host, which the queued passes overlap;
-  // registering on a thread of its own while the passes were being queued gained nothing), then
-  // the downloads are queued.
+  // Every pass is queued first; then the downloads, each piece after `lock_idx` and `lock_dist`
+  // have page-locked its bytes of the caller's rows (registered staging; nothing to lock
+  // otherwise): the locking (~28 ms for 640 MB on the H200's host) overlaps the queued passes,
+  // and then the downloads of the pieces locked before it (registering on a thread of its own
+  // while the passes were being queued gained nothing).
   // Synchronizes.
-  template <class LockOutputs>
   void curve_order_search(const PointsView* d_queries, int query_offset, const KnnParams& params,
                           const detail::RadiusBound& bound, const detail::ExactSearch& ex,
                           std::int32_t* out_idx, float* out_dist, cudaStream_t s0, SearchTimings& t,
-                          LockOutputs&& lock_outputs) {
+                          detail::PieceLocks& lock_idx, detail::PieceLocks& lock_dist) {
     const int k = params.k;
     const std::int64_t rows = d_queries ? d_queries->count : index_.n_total;
     cudaStream_t s1 = copy_;
@@ -1233,10 +1238,16 @@ class CudaBackend final : public Index::Backend_ {
     // Entries [a, a + n) to the host on s1, timed by chunk j's events.
     auto download_entries = [&](std::int64_t a, std::int64_t n, int j) {
       ev(2 * passes + 2 * j).record(s1);
-      PCNN_CUDA_TRY(cudaMemcpyAsync(out_idx + a, d_out_idx + a, n * sizeof(std::int32_t),
-                                    cudaMemcpyDeviceToHost, s1));
-      PCNN_CUDA_TRY(cudaMemcpyAsync(out_dist + a, d_out_dist + a, n * sizeof(float),
-                                    cudaMemcpyDeviceToHost, s1));
+      auto copy = [&](detail::PieceLocks& locks, auto* host, const auto* dev) {
+        constexpr std::size_t size = sizeof(*host);
+        locks.copy(a * size, (a + n) * size, [&](std::size_t at, std::size_t bytes) {
+          PCNN_CUDA_TRY(cudaMemcpyAsync(reinterpret_cast<char*>(host) + at,
+                                        reinterpret_cast<const char*>(dev) + at, bytes,
+                                        cudaMemcpyDeviceToHost, s1));
+        });
+      };
+      copy(lock_idx, out_idx, d_out_idx);
+      copy(lock_dist, out_dist, d_out_dist);
       ev(2 * passes + 2 * j + 1).record(s1);
     };
     auto download = [&](int j) {  // rows [j * per, ...)
@@ -1271,7 +1282,6 @@ class CudaBackend final : public Index::Backend_ {
       aux_done.record(aux_);
       PCNN_CUDA_TRY(cudaStreamWaitEvent(s0, aux_done.get(), 0));
     }
-    lock_outputs();
     // Every chunk after the first pass that ends past its last query (the last pass at the
     // latest).
     if (!mapped_ && !forwarded) {

@@ -11,6 +11,8 @@
 #include <string>
 #include <unordered_set>
 
+#include <unistd.h>
+
 #include "detail/cuda_try.cuh"
 #include "detail/device_buffer.cuh"
 #include "detail/device_scope.cuh"
@@ -254,6 +256,48 @@ host_registration::host_registration(const void* ptr, std::size_t bytes, HostCou
   if (ptr_ && counters_) {
     ++counters_->registrations;
     ++counters_->registered_now;
+  }
+}
+
+namespace {
+// PieceLocks' pieces: at least this many bytes, and at most kLockPieces an array.
+constexpr std::size_t kLockPieceBytes = std::size_t{16} << 20;
+constexpr std::size_t kLockPieces = 8;
+}  // namespace
+
+PieceLocks::PieceLocks(const void* base, std::size_t bytes, HostCounters* counters)
+    : base_(static_cast<const char*>(base)),
+      bytes_(bytes),
+      piece_(std::max(kLockPieceBytes, (bytes + kLockPieces - 1) / kLockPieces)),
+      counters_(counters) {}
+
+void PieceLocks::lock_to(std::size_t end) {
+  if (end <= locked_) return;
+  static const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto base = reinterpret_cast<std::uintptr_t>(base_);
+  // The offset where the page that holds byte `at` ends (or the array, before).
+  auto page_end = [&](std::size_t at) {
+    return std::min<std::size_t>(bytes_, (base + at) / page * page + page - base);
+  };
+  if (locked_ == 0 && is_page_locked(base_)) {  // the first page: another lock's (made first)
+    locked_ = page_end(0);
+    ends_.push_back(locked_);
+    if (end <= locked_) return;
+  }
+  std::size_t to = page_end(end - 1);
+  // The last page: another lock's, where that one was made first.
+  const std::size_t last_page = (base + bytes_ - 1) / page * page - base;
+  const bool tail_locked =
+      to == bytes_ && last_page > locked_ && is_page_locked(base_ + bytes_ - 1);
+  if (tail_locked) to = last_page;
+  if (to > locked_) {
+    locks_.emplace_back(base_ + locked_, to - locked_, counters_);
+    ends_.push_back(to);
+    locked_ = to;
+  }
+  if (tail_locked) {
+    locked_ = bytes_;
+    ends_.push_back(bytes_);
   }
 }
 

@@ -488,6 +488,41 @@ TEST(IndexStaging, LargeTransfersGoThroughChunks) {
   EXPECT_EQ(chunks.last_timings().staging, Staging::pinned);
 }
 
+// Registered staging page-locks the caller's rows in pieces as their downloads reach them
+// (detail::PieceLocks): several pieces an array, none overlapping another, even where the two
+// arrays share a page (one allocation, neither on a page boundary), and all unlocked after.
+TEST(IndexStaging, RegisteredRowsAreLockedInPieces) {
+  PCNN_REQUIRE_DEVICE();
+  const std::int64_t n = 1500000;
+  const int k = 8;
+  const std::size_t cells = static_cast<std::size_t>(n) * k;  // 48 MB an array: 3 pieces
+  const auto cloud = make_synthetic_cloud(SyntheticKind::uniform, n, 43);
+  Index registered(host_points(cloud.data(), n), cuda_options(Staging::registered));
+  Index pinned(host_points(cloud.data(), n), cuda_options(Staging::pinned));
+  const KnnResult want = pinned.self_knn({k, true});
+  std::vector<char> block(2 * cells * 4 + 64);
+  // The indices first, then the distances, and the other way round: the page the two arrays share
+  // is locked by the first piece of one array or by the last of the other.
+  for (const bool idx_first : {true, false}) {
+    SCOPED_TRACE(idx_first ? "indices first" : "distances first");
+    char* first = block.data() + 4;
+    char* second = first + cells * 4;  // right after: they share a page
+    auto* idx = reinterpret_cast<std::int32_t*>(idx_first ? first : second);
+    auto* dist = reinterpret_cast<float*>(idx_first ? second : first);
+    const std::int64_t before = registered.memory_stats().registrations;
+    registered.self_knn({k, true}, {idx, n, k}, {dist, n, k});
+    EXPECT_EQ(registered.last_timings().staging, Staging::registered);
+    EXPECT_GE(registered.memory_stats().registrations - before, 6);
+    EXPECT_EQ(registered.memory_stats().registered_now, 0);
+    EXPECT_TRUE(same_rows(idx, dist, want));
+    for (const char* p : {first, first + cells * 2, second + cells * 4 - 1}) {
+      cudaPointerAttributes attr{};
+      ASSERT_EQ(cudaPointerGetAttributes(&attr, p), cudaSuccess);
+      EXPECT_EQ(attr.type, cudaMemoryTypeUnregistered);
+    }
+  }
+}
+
 TEST(IndexStaging, ACallersOwnRegistrationIsKept) {
   PCNN_REQUIRE_DEVICE();
   const Fixture& f = fixture();

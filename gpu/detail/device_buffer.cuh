@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -196,6 +197,50 @@ class host_registration {
  private:
   void* ptr_ = nullptr;
   HostCounters* counters_ = nullptr;
+};
+
+/// A caller's pageable array page-locked piece by piece as a call's copies reach it, each copy
+/// queued as soon as its bytes are locked: registration (cudaHostRegister) runs at ~23 GB/s on the
+/// H200's host, under half the link's 55, so that locked whole before the copies, 640 MB of rows
+/// waited ~28 ms and then took 11.6 ms more to download; in pieces, each piece's copy overlaps
+/// the next piece's locking (bench/results/2026-11-30-round40.md). The pieces are locked in
+/// address order and end on page boundaries (the last at the array's end), so that no two locks
+/// overlap; where the array's first page is locked already (the end of another array in the same
+/// allocation), the first lock begins on the next page. A copy never spans two locks (the driver
+/// refuses one that does: invalid argument), so copies are cut where locks end. Unlocked when
+/// destroyed: after the copies are done. Memory already page-locked is used as it is.
+class PieceLocks {
+ public:
+  PieceLocks() = default;
+  PieceLocks(const void* base, std::size_t bytes, HostCounters* counters);
+  PieceLocks(PieceLocks&&) = default;
+  PieceLocks& operator=(PieceLocks&&) = default;
+  /// Locks bytes [0, end) of the array, where not yet locked.
+  void lock_to(std::size_t end);
+  /// Queues the copies of bytes [from, to) of the array, `queue(offset, bytes)` once for each
+  /// lock the range meets, after locking it; default-constructed (nothing to lock), in one copy.
+  template <class Queue>
+  void copy(std::size_t from, std::size_t to, Queue&& queue) {
+    if (piece_ == 0) {
+      if (to > from) queue(from, to - from);
+      return;
+    }
+    for (std::size_t at = from; at < to;) {
+      lock_to(std::min(to, at + piece_));
+      const std::size_t end = std::min(to, *std::upper_bound(ends_.begin(), ends_.end(), at));
+      queue(at, end - at);
+      at = end;
+    }
+  }
+  /// Whether some piece was locked here (the copies must then be done before it is destroyed).
+  bool active() const { return !locks_.empty(); }
+
+ private:
+  const char* base_ = nullptr;
+  std::size_t bytes_ = 0, locked_ = 0, piece_ = 0;
+  HostCounters* counters_ = nullptr;
+  std::vector<std::size_t> ends_;  // where each lock (or the first page locked before) ends
+  std::vector<host_registration> locks_;
 };
 
 /// Whether `ptr` is page-locked host memory (cudaHostAlloc or cudaHostRegister), so that copies
