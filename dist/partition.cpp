@@ -2,9 +2,11 @@
 // Compiled with -ffp-contract=off: box_sqdist and exact_sqdist must round as the backends do.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include "core/cpus.hpp"
@@ -679,16 +681,32 @@ void for_each(int n, bool parallel, const std::function<void(int)>& body) {
     for (int i = 0; i < n; ++i) body(i);
     return;
   }
+  // Items are taken in turn by up to n - 1 threads and the calling one. Where no more threads can
+  // be made (a process or memory limit: `ulimit -v`, a container's pids limit), fewer take them
+  // all: slower, not wrong (the items never wait on each other). A thread that failed to start
+  // was std::terminate() with the others left joinable (--tiles 1024 under ulimit -v 4000000).
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> pool;
-  for (int i = 0; i < n; ++i)
-    pool.emplace_back([&, i] {
+  std::atomic<int> next{0};
+  auto work = [&] {
+    for (int i; (i = next.fetch_add(1)) < n;) {
       try {
         body(i);
       } catch (...) {
         errors[static_cast<std::size_t>(i)] = std::current_exception();
       }
-    });
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int i = 1; i < n; ++i) {
+    try {
+      pool.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;
+    } catch (const std::bad_alloc&) {
+      break;
+    }
+  }
+  work();
   for (auto& t : pool) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
