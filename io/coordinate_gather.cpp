@@ -20,8 +20,10 @@ T load(const unsigned char* p) {
   return v;
 }
 
-// One value of type t, converted to double (exactly: 64-bit integers are at most 2^53 in
-// magnitude only in ascii files; a binary one beyond converts as PCL's reader does, rounded).
+constexpr std::uint64_t kExactInteger = std::uint64_t(1) << 53;
+
+// One value of type t, converted to double (exactly: 64-bit integers beyond ±2^53 are refused
+// before, by CoordinateSink::gather).
 double load_as_double(const unsigned char* p, Scalar t) {
   switch (t) {
     case Scalar::i8:
@@ -52,10 +54,20 @@ bool finite3(const T* p) {
   return std::isfinite(p[0]) && std::isfinite(p[1]) && std::isfinite(p[2]);
 }
 
+// Whether a 64-bit integer coordinate (other types always are) converts to a double exactly.
+bool exact_in_double(const unsigned char* p, Scalar t) {
+  if (t == Scalar::i64) {
+    const auto v = load<std::int64_t>(p);
+    return v >= -static_cast<std::int64_t>(kExactInteger) && v <= std::int64_t(kExactInteger);
+  }
+  return t != Scalar::u64 || load<std::uint64_t>(p) <= kExactInteger;
+}
+
 }  // namespace
 
-CoordinateSink::CoordinateSink(Coordinates& out, const XyzLayout& layout, std::uint64_t points)
-    : out_(out), layout_(layout) {
+CoordinateSink::CoordinateSink(const std::string& path, Coordinates& out, const XyzLayout& layout,
+                               std::uint64_t points)
+    : path_(path), out_(out), layout_(layout) {
   for (int a = 0; a < 3; ++a) out_.type[a] = layout.type[a];
   out_.single.clear();
   out_.wide.clear();
@@ -100,12 +112,32 @@ void CoordinateSink::gather(const unsigned char* records, std::uint64_t count,
       return wide_stage_;
   }();
   const std::uint64_t o0 = layout_.offset[0], o1 = layout_.offset[1], o2 = layout_.offset[2];
+  bool wide_integers = false;
+  for (Scalar t : layout_.type)
+    wide_integers = wide_integers || t == Scalar::i64 || t == Scalar::u64;
+  // The first record of this call is point `first` of the cloud.
+  const std::uint64_t first =
+      (out_.is_single() ? out_.single.size() : out_.wide.size()) / 3 + staged_;
+  auto check_integers = [&](const unsigned char* r, std::uint64_t j) {
+    for (int a = 0; a < 3; ++a) {
+      const unsigned char* v = r + layout_.offset[a];
+      const Scalar t = layout_.type[a];
+      if (!exact_in_double(v, t))
+        reject(path_, "point " + std::to_string(first + j),
+               std::string(1, "xyz"[a]) + " = " +
+                   (t == Scalar::i64 ? std::to_string(load<std::int64_t>(v))
+                                     : std::to_string(load<std::uint64_t>(v))) +
+                   " lies beyond ±2^53, where a double cannot hold every integer: the "
+                   "coordinates would be rounded, and every distance computed from them inexact");
+    }
+  };
   for (std::uint64_t i = 0; i < count;) {
     const std::uint64_t m = std::min(count - i, kBlock - staged_);
     V* p = &stage[3 * staged_];
     const unsigned char* r = records + i * record;
     for (std::uint64_t j = 0; j < m; ++j, r += record, p += 3) {
       if constexpr (std::is_void_v<T>) {
+        if (wide_integers) check_integers(r, i + j);
         p[0] = load_as_double(r + o0, layout_.type[0]);
         p[1] = load_as_double(r + o1, layout_.type[1]);
         p[2] = load_as_double(r + o2, layout_.type[2]);
@@ -142,7 +174,7 @@ void CoordinateSink::finish() {
 
 void gather_binary(const std::string& path, int fd, std::uint64_t offset, std::uint64_t points,
                    std::uint64_t record, const XyzLayout& layout, Coordinates& out) {
-  CoordinateSink sink(out, layout, points);
+  CoordinateSink sink(path, out, layout, points);
   // Whole records per read, about 256 KiB (a record is at most 16 MiB): a buffer that stays in
   // cache, whose own first touch costs little.
   const std::uint64_t per_chunk = std::max<std::uint64_t>(1, (std::uint64_t(256) << 10) / record);

@@ -31,10 +31,13 @@ struct XyzLayout {
 };
 
 /// Appends points to a Coordinates (sized for `points`, never zero-filled), counting the finite
-/// ones; finish() when done.
+/// ones; finish() when done. Records with a 64-bit integer coordinate beyond ±2^53, which a
+/// double cannot hold exactly (the searches compute exact distances of the coordinates as
+/// stored), are refused as an error of `path`, as the ascii reader refuses such values.
 class CoordinateSink {
  public:
-  CoordinateSink(Coordinates& out, const XyzLayout& layout, std::uint64_t points);
+  CoordinateSink(const std::string& path, Coordinates& out, const XyzLayout& layout,
+                 std::uint64_t points);
   CoordinateSink(const CoordinateSink&) = delete;
   CoordinateSink& operator=(const CoordinateSink&) = delete;
   /// A point whose values, each already rounded to its axis's type, are given as doubles.
@@ -49,6 +52,7 @@ class CoordinateSink {
   template <class T>
   void flush(std::vector<T>& to, const std::vector<T>& stage);
 
+  std::string path_;
   Coordinates& out_;
   XyzLayout layout_;
   static constexpr std::uint64_t kBlock = 4096;  // points staged (in cache) before each append

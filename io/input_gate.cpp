@@ -156,7 +156,7 @@ void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::u
                " bytes of ascii data hold at most " + std::to_string((body + 1) / (2 * columns)) +
                " rows of " + std::to_string(columns) + " values");
   std::unique_ptr<CoordinateSink> sink;
-  if (xyz) sink = std::make_unique<CoordinateSink>(*xyz, layout, h.points);
+  if (xyz) sink = std::make_unique<CoordinateSink>(path, *xyz, layout, h.points);
   std::vector<Scalar> types;  // per column (at most half the file's size, by the check above)
   std::vector<const std::string*> names;
   std::vector<int> axis;  // per column: 0, 1, 2 for x, y, z (count 1), else -1
@@ -518,7 +518,7 @@ InputShape check_ply(const std::string& path, int fd, std::uint64_t file_size, C
         if (p.name == "viewportx" && p.type == Scalar::i32 && !p.list) camera_viewport = true;
   if (h.format == PlyHeader::Format::ascii) {
     std::unique_ptr<CoordinateSink> sink;
-    if (gather) sink = std::make_unique<CoordinateSink>(*xyz, layout, vertex.count);
+    if (gather) sink = std::make_unique<CoordinateSink>(path, *xyz, layout, vertex.count);
     check_ply_ascii(path, fd, h, facts, sink.get(), axis);
     if (sink) {
       sink->finish();

@@ -121,6 +121,15 @@ pcd_header "x y z i" "4 4 4 4" "F F F U" "1 1 1 1" 1 1 1 ascii >u4_neg.pcd && pr
 knn silent_pcd_unsigned_negative 3 "'-1' is negative, but the field is uint32" u4_neg.pcd
 pcd_header "x y z t" "4 4 4 8" "F F F U" "1 1 1 1" 1 1 1 ascii >u8_big.pcd && printf '1 2 3 9007199254740993\n' >>u8_big.pcd
 knn silent_pcd_u8_beyond_double 3 "out of range for uint64" u8_big.pcd
+# Binary 64-bit integer coordinates beyond ±2^53 (2^59 + 60): a double rounds them (to 2^59 + 64),
+# and the rows were those of the rounded points, labelled exact; refused, as in ascii files.
+# Exactly 2^53 is held: accepted.
+pcd_header "x y z" "8 8 8" "I I I" "1 1 1" 2 1 2 binary >i8_big.pcd &&
+  { printf '\x3c\x00\x00\x00\x00\x00\x00\x08'; head -c 40 /dev/zero; } >>i8_big.pcd
+knn silent_pcd_i8_coordinate_beyond_double 3 "point 0: x = 576460752303423548 lies beyond ±2\^53" i8_big.pcd
+pcd_header "x y z" "8 8 8" "U U U" "1 1 1" 2 1 2 binary >u8_edge.pcd &&
+  { printf '\x00\x00\x00\x00\x00\x00\x20\x00'; head -c 40 /dev/zero; } >>u8_edge.pcd
+knn pcd_u8_coordinate_at_2_53 0 "" u8_edge.pcd
 xyz_pcd 1 ascii >f_over.pcd && printf '1e39 2 3\n' >>f_over.pcd && knn silent_pcd_float_overflow 3 "'1e39' is too large for float32" f_over.pcd
 ply_header ascii 1 "property float x" "property float y" "property char z" >char_wrap.ply && printf '1 2 200\n' >>char_wrap.ply
 knn silent_ply_char_wraps 3 "'200' is out of range for int8" char_wrap.ply
