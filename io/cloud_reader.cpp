@@ -3,6 +3,7 @@
 // then re-centered the same way on both paths.
 #include <fcntl.h>
 #include <pcl/PCLPointCloud2.h>
+#include <pcl/console/print.h>
 #include <pcl/exceptions.h>
 #include <pcl/io/pcd_io.h>
 #include <pcl/io/ply_io.h>
@@ -211,6 +212,51 @@ const pcl::PCLPointField& coordinate_field(const std::string& path,
 
 // Reads the file with PCL (the layouts pcnn does not read itself, and every field for
 // keep_fields) and gathers x, y and z from what PCL read.
+// The fields of a cloud of no points (whose data PCL refuses to read), from its header by PCL's
+// header reader, so that a filtered, smoothed or normals cloud of no points keeps them; x, y and z
+// as float32 where that reader finds none.
+std::shared_ptr<StoredFields> fields_of_no_points(const std::string& name, const std::string& ext) {
+  auto stored = std::make_shared<StoredFields>();
+  pcl::PCLPointCloud2& pc = stored->cloud;
+  int rc = -1;
+  // PCL warns "No points to read" for what is, here, the expected case.
+  const pcl::console::VERBOSITY_LEVEL level = pcl::console::getVerbosityLevel();
+  pcl::console::setVerbosityLevel(pcl::console::L_ERROR);
+  try {
+    Eigen::Vector4f origin;
+    Eigen::Quaternionf orientation;
+    int version = 0, data_type = 0;
+    unsigned int data_idx = 0;
+    if (ext == ".pcd")
+      rc = pcl::PCDReader().readHeader(name, pc, origin, orientation, version, data_type, data_idx);
+    else
+      rc = pcl::PLYReader().readHeader(name, pc, origin, orientation, version, data_type, data_idx);
+  } catch (const std::bad_alloc&) {
+    pcl::console::setVerbosityLevel(level);
+    throw;
+  } catch (const std::exception&) {
+    rc = -1;
+  }
+  pcl::console::setVerbosityLevel(level);
+  if (rc < 0 || pc.fields.empty()) {
+    pc = pcl::PCLPointCloud2();
+    for (std::uint32_t a = 0; a < 3; ++a) {
+      pcl::PCLPointField f;
+      f.name = std::string(1, "xyz"[a]);
+      f.offset = 4 * a;
+      f.datatype = pcl::PCLPointField::FLOAT32;
+      f.count = 1;
+      pc.fields.push_back(f);
+    }
+    pc.point_step = 12;
+  }
+  pc.width = 0;
+  pc.height = 1;
+  pc.row_step = 0;
+  pc.data.clear();
+  return stored;
+}
+
 std::shared_ptr<StoredFields> read_through_pcl(const std::string& path, const OpenFile& file,
                                                const std::string& ext,
                                                const io_detail::InputShape& shape,
@@ -333,6 +379,7 @@ Cloud load_cloud(const std::string& path_given, const std::array<double, 3>* ori
   if (shape.points == 0) {  // PCL refuses clouds of no points; the file was checked
     c.height = 1;
     c.coordinate_type = "none";
+    if (keep_fields) c.fields = fields_of_no_points(file.name_for_pcl(), ext);
     return c;
   }
   std::shared_ptr<StoredFields> fields;

@@ -245,6 +245,10 @@ FilterResult pcl_radius_outlier_removal(PointsView pts, RorParams params, double
   // PCL asserts on non-finite points in its radius search: run it on the finite points only
   // (as a PCL user must) and map the indices back.
   const std::vector<std::int32_t> ids = cpu::finite_indices(pts);
+  if (ids.empty()) {  // nothing to keep; PCL would print an error for the empty tree
+    if (ms) *ms = 0;
+    return {};
+  }
   std::vector<float> finite;
   finite.reserve(ids.size() * 3);
   for (std::int32_t i : ids)

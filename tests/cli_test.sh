@@ -49,6 +49,25 @@ expect 0 "kept +4[0-9],[0-9]{3}" -- filter sor "$sample" -o "$tmp/f.pcd" --devic
 expect 0 "points +4[0-9],[0-9]{3}" -- knn "$tmp/f.pcd" -k 2 --device cpu
 expect 0 "removed" -- filter ror "$sample" -o "$tmp/r.ply" --radius 0.3 --min-neighbors 3 --device cpu
 expect 2 "needs --radius" -- filter ror "$sample" -o "$tmp/r.ply"
+# A cloud of no points (and one of no finite points) in, a cloud of no points out, with the
+# input's fields, and nothing on stderr under -q: they failed to write ("the cloud has no
+# fields"), and PCL printed its empty-tree error.
+printf 'VERSION 0.7\nFIELDS x y z intensity\nSIZE 4 4 4 2\nTYPE F F F U\nCOUNT 1 1 1 1\nWIDTH 0\nHEIGHT 1\nPOINTS 0\nDATA binary\n' >"$tmp/none.pcd"
+printf 'VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 2\nHEIGHT 1\nPOINTS 2\nDATA ascii\nnan nan nan\nnan 1 2\n' >"$tmp/nan2.pcd"
+for run in "filter ror none.pcd --radius 0.5" "smooth none.pcd --laplacian 0.5" "normals none.pcd -k 8" "filter ror nan2.pcd --radius 0.5"; do
+  set -- $run
+  cmd=$1 && [ "$cmd" = filter ] && cmd="filter $2" && shift
+  in=$2
+  shift 2
+  $pcnn $cmd "$tmp/$in" -o "$tmp/none_out.pcd" "$@" --device cpu -q >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  if [ "$rc" -ne 0 ] || [ -s "$tmp/err" ] || ! grep -q '^POINTS 0' "$tmp/none_out.pcd" ||
+    { [ "$in" = none.pcd ] && ! grep -q '^FIELDS x y z intensity' "$tmp/none_out.pcd"; }; then
+    echo "FAIL: pcnn $cmd $in (no points) -> exit $rc, stderr:"; cat "$tmp/err"; fails=$((fails + 1))
+  else
+    passes=$((passes + 1))
+  fi
+done
 expect 2 "mean_k must be between" -- filter sor "$sample" -o "$tmp/f.pcd" --mean-k 0
 expect 0 "neighbors found" -- radius "$sample" -r 0.3 --device cpu -o "$tmp/rad"
 for f in offsets indices sqdist; do
