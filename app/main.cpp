@@ -206,6 +206,22 @@ int mpi_world_size() {
   return 0;
 }
 
+// Every option that takes a value, in every command, refuses an empty one: CLI11 took "" for an
+// option not given (--query "" ran a self-search, -o "" wrote nothing, --devices "" used one
+// device) or for 0 (-r "" searched a radius of 0), so an unset shell variable changed what ran.
+void refuse_empty_values(CLI::App& app) {
+  const CLI::Validator nonempty(
+      [](std::string& v) {
+        return v.empty() ? std::string("the value is empty (give one, or leave the option out)")
+                         : std::string();
+      },
+      "", "nonempty");
+  for (CLI::Option* o : app.get_options())
+    if (o->get_expected_min() > 0) o->check(nonempty);
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    refuse_empty_values(*sub);
+}
+
 }  // namespace
 
 pcnn::app::ErrorReport pcnn::app::describe_error(std::exception_ptr e) {
@@ -386,6 +402,8 @@ int run_command(int argc, char** argv) {
   OutputMode devices_mode;
   auto* devices_cmd = app.add_subcommand("devices", "show the CUDA device pcnn would use");
   add_output_mode(devices_cmd, devices_mode);
+
+  refuse_empty_values(app);
 
   // --json anywhere asks for errors as JSON too, parse errors included.
   bool json = false;

@@ -42,6 +42,13 @@ expect 2 "k must be between 1 and 128" -- knn "$sample" -k 0 --device cpu
 expect 2 "--exclude-self applies to a self-search" -- knn "$sample" --query "$tmp/c.pcd" --exclude-self --device cpu
 expect 2 "device" -- knn "$sample" --device tpu
 expect 2 "required" -- knn
+# An empty value is refused, not taken for an option left out or for 0 (an unset shell variable).
+expect 2 "--query: the value is empty" -- knn "$sample" --query "" --device cpu -o "$tmp/e.npy"
+expect 2 "--out: the value is empty" -- knn "$sample" -o "" --device cpu
+expect 2 "--radius: the value is empty" -- radius "$sample" -r "" --device cpu -o "$tmp/e"
+expect 2 "--devices: the value is empty" -- knn "$sample" --devices "" --device cpu -o "$tmp/e.npy"
+expect 2 "input: the value is empty" -- stats ""
+[ ! -e "$tmp/e.npy" ] && [ ! -e "$tmp/e.offsets.npy" ] || { echo "FAIL: an output of a refused command"; fails=$((fails + 1)); }
 expect 5 "cannot write '$tmp/nodir/i.npy'" -- knn "$sample" --device cpu -o "$tmp/nodir/i.npy"
 [ ! -e "$tmp/nodir" ] || { echo "FAIL: partial output"; fails=$((fails + 1)); }
 expect 0 "centroid" -- stats "$sample" --device cpu
