@@ -76,6 +76,9 @@ fi
 # Errors are one JSON object too, with the exit code the command returns.
 run error 3 knn "$tmp/missing.pcd"
 run error 3 stats "$tmp/c.pcd.nope"
+# A file name that is not UTF-8 (byte 0xff) still gives valid JSON (U+FFFD in its place).
+run error 3 knn "$tmp/$(printf 'bad\377name').pcd"
+cp "$sample" "$tmp/$(printf 'n\377').pcd" && run stats 0 stats "$tmp/$(printf 'n\377').pcd" --device cpu
 run error 2 knn "$sample" -k 0 --device cpu
 run error 2 knn --no-such-option
 run error 2 filter sor "$sample" -o "$tmp/x.pcd" --radius 1
