@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -449,12 +450,21 @@ int run_command(int argc, char** argv) {
         const std::size_t comma = taubin.find(',');
         if (comma == std::string::npos)
           throw pcnn::error("--taubin needs LAMBDA,MU (e.g. 0.5,-0.53), got '" + taubin + "'");
-        try {
-          smooth.lambda = std::stof(taubin.substr(0, comma));
-          smooth.mu = std::stof(taubin.substr(comma + 1));
-        } catch (const std::exception&) {
-          throw pcnn::error("--taubin needs two numbers LAMBDA,MU, got '" + taubin + "'");
-        }
+        // Each part a whole number (std::stof alone took "0.5,-0.53,1" as 0.5 and -0.53).
+        auto number = [&](const std::string& part) {
+          std::size_t used = 0;
+          float v = 0;
+          try {
+            v = std::stof(part, &used);
+          } catch (const std::exception&) {
+            used = 0;
+          }
+          if (part.empty() || used != part.size() || !std::isfinite(v))
+            throw pcnn::error("--taubin needs two numbers LAMBDA,MU, got '" + taubin + "'");
+          return v;
+        };
+        smooth.lambda = number(taubin.substr(0, comma));
+        smooth.mu = number(taubin.substr(comma + 1));
       }
       return run_smooth(smooth);
     }

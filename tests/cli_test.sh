@@ -164,6 +164,8 @@ expect 2 "radius must be 0..7" -- smooth "$tmp/depth.pcd" -o "$tmp/x.pcd" --sten
 expect 2 "positive sum" -- smooth "$tmp/depth.pcd" -o "$tmp/x.pcd" --stencil list:1,-3,1
 expect 2 "excludes" -- smooth "$sample" -o "$tmp/x.pcd" --laplacian 0.5 --taubin 0.5,-0.53
 expect 2 "Taubin needs" -- smooth "$sample" -o "$tmp/x.pcd" --taubin 0.5,-0.2 --device cpu
+expect 2 "--taubin needs two numbers LAMBDA,MU, got .0.5,-0.53,1." -- smooth "$sample" -o "$tmp/x.pcd" --taubin 0.5,-0.53,1 --device cpu
+expect 2 "--taubin needs two numbers" -- smooth "$sample" -o "$tmp/x.pcd" --taubin 0.5x,-0.53 --device cpu
 [ ! -e "$tmp/x.pcd" ] || { echo "FAIL: output left after an error"; fails=$((fails + 1)); }
 # normals: every input field kept, normal_x normal_y normal_z curvature added (replaced when the
 # input already has them), .pcd and .ply; the neighborhood and viewpoint options checked.
