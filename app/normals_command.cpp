@@ -52,6 +52,16 @@ CLI::App* add_normals_command(CLI::App& app, NormalsCommand& cmd) {
       c->add_option("-k", cmd.k, "neighborhood: the k nearest points, itself included (3-128)");
   auto* r = c->add_option("-r,--radius", cmd.radius,
                           "neighborhood: every point within this distance, itself included");
+  // The library reads a radius of 0 as "none given"; given here, it is a bad radius.
+  r->check(CLI::Validator(
+      [](std::string& v) {
+        char* end = nullptr;
+        const double x = std::strtod(v.c_str(), &end);
+        return end != v.c_str() && *end == '\0' && x == 0
+                   ? std::string("the radius must be a finite number > 0, got 0")
+                   : std::string();
+      },
+      "", "nonzero"));
   k->excludes(r);
   c->add_option("--max-nn", cmd.max_nn,
                 "with -r: only the nearest this many within the radius (3-128)")

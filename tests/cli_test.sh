@@ -199,6 +199,7 @@ expect 0 "normal" -- normals "$tmp/fields.pcd" -k 4 --viewpoint 0,0,10 --device 
 cmp -s "$tmp/up.pcd" "$tmp/fields_n.pcd" && { echo "FAIL: the viewpoint must turn the normals"; fails=$((fails + 1)); }
 expect 2 "give a neighborhood: k .* or a radius" -- normals "$sample" -o "$tmp/x.pcd" --device cpu
 expect 2 "excludes" -- normals "$sample" -k 8 -r 1 -o "$tmp/x.pcd"
+expect 2 "--radius: the radius must be a finite number > 0, got 0" -- normals "$sample" -r 0 -o "$tmp/x.pcd" --device cpu
 expect 2 "requires" -- normals "$sample" -k 8 --max-nn 8 -o "$tmp/x.pcd"
 expect 2 "k must be between 3 and 128, got 2" -- normals "$sample" -k 2 -o "$tmp/x.pcd"
 expect 2 "max_nn must be 0 .* or between 3 and 128, got 2" -- normals "$sample" -r 1 --max-nn 2 -o "$tmp/x.pcd"
