@@ -24,6 +24,9 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/dev
 gen() {  # gen KIND N FILE
   [ -f "$3" ] || "$B/pcnn" generate "$1" -n "$2" --seed 1 -o "$3" -q
 }
+# Commands that write outputs fsync them, which may also wait for other files' dirty pages (the
+# clouds just generated): timed steps start after a sync.
+settle() { sync; }
 # The wall clock of a whole command in ms (bash's `time`, the process from exec to exit).
 wall() {
   local t0 t1
@@ -38,6 +41,7 @@ if [ "$part" = 1 ]; then
   for n in 1000000 10000000; do
     for kind in uniform lidar; do gen "$kind" "$n" "$D/${kind}_$n.pcd"; done
   done
+  settle
   # One-shot: two runs of each, alternated; rows into .npy files on the local disk.
   for round in 1 2; do
     for n in 1000000 10000000; do
@@ -46,6 +50,7 @@ if [ "$part" = 1 ]; then
           log="$OUT/oneshot_${kind}_${n}_k${k}_r$round.txt"
           wall "$B/pcnn" knn "$D/${kind}_$n.pcd" -k "$k" --device cuda -o "$D/o.npy" \
             --distances "$D/d.npy" >"$log" 2>&1
+          settle
         done
       done
     done
@@ -83,10 +88,16 @@ if [ "$part" = 2 ]; then
     "$B/pcnn_bench_knn" --device cuda --mode frame-loop --frames 100 --host-memory "$mem" \
       >"$OUT/frames_$mem.txt" 2>&1
   done
-  # --device auto against --device cpu: the process from exec to exit, three alternated rounds.
+  # --device auto against --device cpu: the process from exec to exit, three rounds, each in
+  # another order. A warm-up run goes first: the loop's first process (--device auto, 1,000
+  # points) took 362-416 ms in three leases, its repeats 70-97 ms, and no slow first run showed
+  # when cpu and auto were run alone after a frame loop (bench/results/2026-11-30-round40.md).
+  settle
+  "$B/pcnn" knn "$D/uniform_1000.pcd" -k 8 --device cpu -o "$D/o.npy" -q
   for round in 1 2 3; do
+    order=(auto cpu cuda auto cpu)
     for n in 1000 10000 30000 100000 300000 1000000; do
-      for dev in auto cpu cuda; do
+      for dev in "${order[@]:round-1:3}"; do
         wall "$B/pcnn" knn "$D/uniform_$n.pcd" -k 8 --device "$dev" -o "$D/o.npy" -q \
           >"$OUT/auto_${n}_${dev}_r$round.txt" 2>&1
       done
@@ -122,7 +133,12 @@ if [ "$part" = 2 ]; then
   # The whole process on the 10M-point binary PCD (load, search, write), default options, three
   # runs; the rows written to the local disk.
   for round in 1 2 3; do
+    settle
     wall "$B/pcnn" knn "$D/uniform_10000000.pcd" -o "$D/o.npy" --distances "$D/d.npy" \
       >"$OUT/process_10M_r$round.txt" 2>&1
   done
+  # The disk, for the write's share: 640 MB written and fsynced by dd.
+  settle
+  wall dd if=/dev/zero of="$D/dd.bin" bs=1M count=640 conv=fsync >"$OUT/dd.txt" 2>&1
+  rm -f "$D/dd.bin"
 fi
