@@ -767,11 +767,17 @@ class CudaBackend final : public Index::Backend_ {
       locks = detail::PieceLocks(from, bytes, &ws_.host);
     }
     dev.resize(words, stream, ws_);
-    locks.copy(0, bytes, [&](std::size_t at, std::size_t n) {
-      PCNN_CUDA_TRY(cudaMemcpyAsync(reinterpret_cast<char*>(dev.data()) + at,
-                                    static_cast<const char*>(from) + at, n, cudaMemcpyHostToDevice,
-                                    stream));
-    });
+    try {
+      locks.copy(0, bytes, [&](std::size_t at, std::size_t n) {
+        PCNN_CUDA_TRY(cudaMemcpyAsync(reinterpret_cast<char*>(dev.data()) + at,
+                                      static_cast<const char*>(from) + at, n,
+                                      cudaMemcpyHostToDevice, stream));
+      });
+    } catch (...) {
+      // The pieces queued so far are copied before their locks are undone.
+      if (locks.active()) PCNN_CUDA_TRY_NO_THROW(cudaStreamSynchronize(stream));
+      throw;
+    }
     staged_.record(stream);
     t.upload_bytes += static_cast<std::int64_t>(bytes);
     if (locks.active()) PCNN_CUDA_TRY(cudaStreamSynchronize(stream));  // before it is unlocked
@@ -1067,9 +1073,8 @@ class CudaBackend final : public Index::Backend_ {
         detail::device_buffer<std::int32_t> d_idx(static_cast<std::size_t>(per_pass) * k, stream,
                                                   ws_);
         detail::device_buffer<float> d_dist(d_idx.size(), stream, ws_);
+        // (tree_query copies each pass's rows into them on the host: nothing to lock.)
         detail::KnnOutput out{d_idx.data(), d_dist.data(), per_pass, h_idx, h_dist, query_offset};
-        lock_idx.lock_to(cells * sizeof(std::int32_t));  // whole: tree_query downloads them
-        lock_dist.lock_to(cells * sizeof(float));
         const detail::TreeSearchStats st = detail::tree_query(index_, d_queries, params, bound, out,
                                                               ex, stream, ev_[2], ws_, true);
         t.search_ms = st.search_ms;
@@ -1136,9 +1141,9 @@ class CudaBackend final : public Index::Backend_ {
     // they complete, so that they cross the link while it runs rather than after it
     // (detail/row_forward.cuh). Only into page-locked memory pcnn made (the index's staging
     // buffers, pcnn::allocate_page_locked, pcnn::PageLock: own_locked_alias; rows this call
-    // registers itself, in lock_outputs below, are downloaded), and where both arrays begin at
-    // the same place in a 128-byte line (forwardable_layout), so that a segment is the same
-    // entries' part of a line in each. Not on an integrated GPU, whose "host" rows are its own
+    // locks itself, by pieces as their downloads reach them, are downloaded), and where both arrays
+    // begin at the same place in a 128-byte line (forwardable_layout), so that a segment is the
+    // same entries' part of a line in each. Not on an integrated GPU, whose "host" rows are its own
     // memory: no link to hide. The counters take rows * forward_counter_bytes(k) (in
     // plan_rows_per_pass's bytes a row).
     detail::RowForward forward;

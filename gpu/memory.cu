@@ -11,8 +11,6 @@
 #include <string>
 #include <unordered_set>
 
-#include <unistd.h>
-
 #include "detail/cuda_try.cuh"
 #include "detail/device_buffer.cuh"
 #include "detail/device_scope.cuh"
@@ -271,34 +269,11 @@ PieceLocks::PieceLocks(const void* base, std::size_t bytes, HostCounters* counte
       piece_(std::max(kLockPieceBytes, (bytes + kLockPieces - 1) / kLockPieces)),
       counters_(counters) {}
 
-void PieceLocks::lock_to(std::size_t end) {
-  if (end <= locked_) return;
-  static const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto base = reinterpret_cast<std::uintptr_t>(base_);
-  // The offset where the page that holds byte `at` ends (or the array, before).
-  auto page_end = [&](std::size_t at) {
-    return std::min<std::size_t>(bytes_, (base + at) / page * page + page - base);
-  };
-  if (locked_ == 0 && is_page_locked(base_)) {  // the first page: another lock's (made first)
-    locked_ = page_end(0);
-    ends_.push_back(locked_);
-    if (end <= locked_) return;
-  }
-  std::size_t to = page_end(end - 1);
-  // The last page: another lock's, where that one was made first.
-  const std::size_t last_page = (base + bytes_ - 1) / page * page - base;
-  const bool tail_locked =
-      to == bytes_ && last_page > locked_ && is_page_locked(base_ + bytes_ - 1);
-  if (tail_locked) to = last_page;
-  if (to > locked_) {
-    locks_.emplace_back(base_ + locked_, to - locked_, counters_);
-    ends_.push_back(to);
-    locked_ = to;
-  }
-  if (tail_locked) {
-    locked_ = bytes_;
-    ends_.push_back(bytes_);
-  }
+void PieceLocks::lock_next() {
+  const std::size_t end = std::min(bytes_, locked_ + piece_);
+  host_registration lock(base_ + locked_, end - locked_, counters_);
+  if (lock.active()) locks_.push_back(std::move(lock));
+  locked_ = end;
 }
 
 void unlock_host(void* ptr) noexcept {

@@ -489,8 +489,10 @@ TEST(IndexStaging, LargeTransfersGoThroughChunks) {
 }
 
 // Registered staging page-locks the caller's rows in pieces as their downloads reach them
-// (detail::PieceLocks): several pieces an array, none overlapping another, even where the two
-// arrays share a page (one allocation, neither on a page boundary), and all unlocked after.
+// (detail::PieceLocks), each copy within one piece: several pieces an array, the two arrays in
+// one allocation (neither on a page boundary, sharing a page), rows equal to the pinned mode's,
+// and all unlocked after. Then rows whose chunks complete out of order (a LiDAR-like scan stored
+// in reverse: the last rows' chunks are searched first), which lock every piece before them.
 TEST(IndexStaging, RegisteredRowsAreLockedInPieces) {
   PCNN_REQUIRE_DEVICE();
   const std::int64_t n = 1500000;
@@ -501,8 +503,6 @@ TEST(IndexStaging, RegisteredRowsAreLockedInPieces) {
   Index pinned(host_points(cloud.data(), n), cuda_options(Staging::pinned));
   const KnnResult want = pinned.self_knn({k, true});
   std::vector<char> block(2 * cells * 4 + 64);
-  // The indices first, then the distances, and the other way round: the page the two arrays share
-  // is locked by the first piece of one array or by the last of the other.
   for (const bool idx_first : {true, false}) {
     SCOPED_TRACE(idx_first ? "indices first" : "distances first");
     char* first = block.data() + 4;
@@ -521,6 +521,17 @@ TEST(IndexStaging, RegisteredRowsAreLockedInPieces) {
       EXPECT_EQ(attr.type, cudaMemoryTypeUnregistered);
     }
   }
+  auto scan = make_synthetic_cloud(SyntheticKind::lidar, n, 44);
+  for (std::int64_t i = 0; i < n / 2; ++i)
+    std::swap_ranges(&scan[3 * i], &scan[3 * i] + 3, &scan[3 * (n - 1 - i)]);
+  Index reversed(host_points(scan.data(), n), cuda_options(Staging::registered));
+  std::vector<std::int32_t> ridx(cells);
+  std::vector<float> rdist(cells);
+  reversed.self_knn({k, true}, {ridx.data(), n, k}, {rdist.data(), n, k});
+  EXPECT_EQ(reversed.memory_stats().registered_now, 0);
+  EXPECT_TRUE(same_rows(
+      ridx, rdist,
+      Index(host_points(scan.data(), n), cuda_options(Staging::pinned)).self_knn({k, true})));
 }
 
 TEST(IndexStaging, ACallersOwnRegistrationIsKept) {

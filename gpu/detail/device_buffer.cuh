@@ -203,22 +203,21 @@ class host_registration {
 /// queued as soon as its bytes are locked: registration (cudaHostRegister) runs at ~23 GB/s on the
 /// H200's host, under half the link's 55, so that locked whole before the copies, 640 MB of rows
 /// waited ~28 ms and then took 11.6 ms more to download; in pieces, each piece's copy overlaps
-/// the next piece's locking (bench/results/2026-11-30-round40.md). The pieces are locked in
-/// address order and end on page boundaries (the last at the array's end), so that no two locks
-/// overlap; where the array's first page is locked already (the end of another array in the same
-/// allocation), the first lock begins on the next page. A copy never spans two locks (the driver
-/// refuses one that does: invalid argument), so copies are cut where locks end. Unlocked when
-/// destroyed: after the copies are done. Memory already page-locked is used as it is.
+/// the next piece's locking (bench/results/2026-11-30-round40.md). Pieces of kLockPieceBytes or
+/// more (at most kLockPieces an array) are locked from the array's start, whole, as the copies
+/// reach them. The driver tracks registrations by byte range (two of them may share a page), and
+/// refuses a copy that spans two (invalid argument), so copies are cut where pieces end.
+/// Unlocked when destroyed: after the copies are done. Memory already page-locked is used as it
+/// is: a piece that begins in another registration is left to it (where that one ends inside the
+/// piece, the piece's copy is refused, as a copy into such a partly registered array always was).
 class PieceLocks {
  public:
   PieceLocks() = default;
   PieceLocks(const void* base, std::size_t bytes, HostCounters* counters);
   PieceLocks(PieceLocks&&) = default;
   PieceLocks& operator=(PieceLocks&&) = default;
-  /// Locks bytes [0, end) of the array, where not yet locked.
-  void lock_to(std::size_t end);
   /// Queues the copies of bytes [from, to) of the array, `queue(offset, bytes)` once for each
-  /// lock the range meets, after locking it; default-constructed (nothing to lock), in one copy.
+  /// piece the range meets, after locking it; default-constructed (nothing to lock), in one copy.
   template <class Queue>
   void copy(std::size_t from, std::size_t to, Queue&& queue) {
     if (piece_ == 0) {
@@ -226,8 +225,8 @@ class PieceLocks {
       return;
     }
     for (std::size_t at = from; at < to;) {
-      lock_to(std::min(to, at + piece_));
-      const std::size_t end = std::min(to, *std::upper_bound(ends_.begin(), ends_.end(), at));
+      while (locked_ <= at) lock_next();
+      const std::size_t end = std::min(to, (at / piece_ + 1) * piece_);
       queue(at, end - at);
       at = end;
     }
@@ -236,10 +235,11 @@ class PieceLocks {
   bool active() const { return !locks_.empty(); }
 
  private:
+  void lock_next();  // the next piece
+
   const char* base_ = nullptr;
   std::size_t bytes_ = 0, locked_ = 0, piece_ = 0;
   HostCounters* counters_ = nullptr;
-  std::vector<std::size_t> ends_;  // where each lock (or the first page locked before) ends
   std::vector<host_registration> locks_;
 };
 

@@ -114,7 +114,7 @@ struct IndexMemoryStats {
   std::int64_t device_allocations = 0;  ///< blocks the index's workspace obtained, ever
   std::int64_t pinned_allocations = 0;  ///< cudaHostAlloc calls, ever
   std::int64_t registrations = 0;       ///< cudaHostRegister calls, ever
-  std::int64_t registered_now = 0;      ///< caller buffers page-locked at this moment
+  std::int64_t registered_now = 0;      ///< page-locked ranges of caller buffers at this moment
 };
 
 /// The one owning index over a cloud. Move-only. Built on the caller's stream; rebuilt in place
