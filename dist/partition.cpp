@@ -681,7 +681,7 @@ void for_each(int n, bool parallel, const std::function<void(int)>& body) {
     for (int i = 0; i < n; ++i) body(i);
     return;
   }
-  // Items are taken in turn by up to n - 1 threads and the calling one. Where no more threads can
+  // Items are taken in turn by the threads below and the calling one. Where no more threads can
   // be made (a process or memory limit: `ulimit -v`, a container's pids limit), fewer take them
   // all: slower, not wrong (the items never wait on each other). A thread that failed to start
   // was std::terminate() with the others left joinable (--tiles 1024 under ulimit -v 4000000).
@@ -696,8 +696,12 @@ void for_each(int n, bool parallel, const std::function<void(int)>& body) {
       }
     }
   };
+  // As many threads as items, up to the CPUs' (at least 8, for the devices of a host: an item may
+  // be a GPU's part, which waits on its device): --tiles 4096 made 4095 threads, whose stacks
+  // took the address space that the items then needed.
+  const int threads = std::min(n, std::max(hardware_threads(), 8));
   std::vector<std::thread> pool;
-  for (int i = 1; i < n; ++i) {
+  for (int i = 1; i < threads; ++i) {
     try {
       pool.emplace_back(work);
     } catch (const std::system_error&) {
