@@ -209,9 +209,6 @@ const pcl::PCLPointField& coordinate_field(const std::string& path,
     fail(path, std::string("field '") + name + "' lies outside the point record");
   return *found;
 }
-
-// Reads the file with PCL (the layouts pcnn does not read itself, and every field for
-// keep_fields) and gathers x, y and z from what PCL read.
 // The fields of a cloud of no points (whose data PCL refuses to read), from its header by PCL's
 // header reader, so that a filtered, smoothed or normals cloud of no points keeps them; x, y and z
 // as float32 where that reader finds none.
@@ -219,9 +216,13 @@ std::shared_ptr<StoredFields> fields_of_no_points(const std::string& name, const
   auto stored = std::make_shared<StoredFields>();
   pcl::PCLPointCloud2& pc = stored->cloud;
   int rc = -1;
-  // PCL warns "No points to read" for what is, here, the expected case.
-  const pcl::console::VERBOSITY_LEVEL level = pcl::console::getVerbosityLevel();
-  pcl::console::setVerbosityLevel(pcl::console::L_ERROR);
+  // PCL warns "No points to read" for what is, here, the expected case (a process-wide setting,
+  // put back however the reader returns).
+  struct Quiet {
+    pcl::console::VERBOSITY_LEVEL level = pcl::console::getVerbosityLevel();
+    Quiet() { pcl::console::setVerbosityLevel(pcl::console::L_ERROR); }
+    ~Quiet() { pcl::console::setVerbosityLevel(level); }
+  } quiet;
   try {
     Eigen::Vector4f origin;
     Eigen::Quaternionf orientation;
@@ -232,12 +233,10 @@ std::shared_ptr<StoredFields> fields_of_no_points(const std::string& name, const
     else
       rc = pcl::PLYReader().readHeader(name, pc, origin, orientation, version, data_type, data_idx);
   } catch (const std::bad_alloc&) {
-    pcl::console::setVerbosityLevel(level);
     throw;
   } catch (const std::exception&) {
     rc = -1;
   }
-  pcl::console::setVerbosityLevel(level);
   if (rc < 0 || pc.fields.empty()) {
     pc = pcl::PCLPointCloud2();
     for (std::uint32_t a = 0; a < 3; ++a) {
@@ -257,6 +256,8 @@ std::shared_ptr<StoredFields> fields_of_no_points(const std::string& name, const
   return stored;
 }
 
+// Reads the file with PCL (the layouts pcnn does not read itself, and every field for
+// keep_fields) and gathers x, y and z from what PCL read.
 std::shared_ptr<StoredFields> read_through_pcl(const std::string& path, const OpenFile& file,
                                                const std::string& ext,
                                                const io_detail::InputShape& shape,
@@ -379,7 +380,10 @@ Cloud load_cloud(const std::string& path_given, const std::array<double, 3>* ori
   if (shape.points == 0) {  // PCL refuses clouds of no points; the file was checked
     c.height = 1;
     c.coordinate_type = "none";
-    if (keep_fields) c.fields = fields_of_no_points(file.name_for_pcl(), ext);
+    if (keep_fields) {
+      c.fields = fields_of_no_points(file.name_for_pcl(), ext);
+      file.check_unchanged();
+    }
     return c;
   }
   std::shared_ptr<StoredFields> fields;

@@ -114,14 +114,14 @@ std::string check_number(std::string_view t, Scalar type, Number* value) {
         negative ? v <= static_cast<std::uint64_t>(-r.lo) : v <= static_cast<std::uint64_t>(r.hi);
     if (!in_range) {
       std::string why = std::string("out of range for ") + scalar_name(type) + " (" +
-                        std::to_string(r.lo) + " to " + std::to_string(r.hi);
+                        std::to_string(r.lo) + " to " + std::to_string(r.hi) + ")";
       // 64-bit values are read as PCL reads them, through a double: beyond 2^53 they would be
       // kept rounded (1732999999123456789 as ...768), so refused.
       if (type == Scalar::i64 || type == Scalar::u64)
-        why +=
-            " in an ascii file: beyond ±2^53 a double, which the value is read through, would "
-            "round it; a binary file keeps every 64-bit value of fields other than x, y, z";
-      return why + ")";
+        why += std::string(" in an ascii file: beyond ") + (type == Scalar::i64 ? "±" : "") +
+               "2^53 the double it is read through would round it (a binary file keeps every "
+               "64-bit value of fields other than x, y, z)";
+      return why;
     }
     if (value) {
       value->i = negative ? -static_cast<std::int64_t>(v) : static_cast<std::int64_t>(v);

@@ -66,7 +66,7 @@ for run in "filter ror none.pcd --radius 0.5" "smooth none.pcd --laplacian 0.5" 
   cmd=$1 && [ "$cmd" = filter ] && cmd="filter $2" && shift
   in=$2
   shift 2
-  $pcnn $cmd "$tmp/$in" -o "$tmp/none_out.pcd" "$@" --device cpu -q >"$tmp/out" 2>"$tmp/err"
+  "$pcnn" $cmd "$tmp/$in" -o "$tmp/none_out.pcd" "$@" --device cpu -q >"$tmp/out" 2>"$tmp/err"
   rc=$?
   if [ "$rc" -ne 0 ] || [ -s "$tmp/err" ] || ! grep -q '^POINTS 0' "$tmp/none_out.pcd" ||
     { [ "$in" = none.pcd ] && ! grep -q '^FIELDS x y z intensity' "$tmp/none_out.pcd"; }; then
