@@ -27,7 +27,7 @@ gen() {  # gen KIND N FILE
 # Commands that write outputs fsync them, which may also wait for other files' dirty pages (the
 # clouds just generated): timed steps start after a sync.
 settle() { sync; }
-# The wall clock of a whole command in ms (bash's `time`, the process from exec to exit).
+# The wall clock of a whole command in ms (date before and after: the process from exec to exit).
 wall() {
   local t0 t1
   t0=$(date +%s%N)
@@ -48,6 +48,7 @@ if [ "$part" = 1 ]; then
       for kind in uniform lidar; do
         for k in 8 32; do
           log="$OUT/oneshot_${kind}_${n}_k${k}_r$round.txt"
+          rm -f "$D/o.npy" "$D/d.npy"
           wall "$B/pcnn" knn "$D/${kind}_$n.pcd" -k "$k" --device cuda -o "$D/o.npy" \
             --distances "$D/d.npy" >"$log" 2>&1
           settle
@@ -133,6 +134,7 @@ if [ "$part" = 2 ]; then
   # The whole process on the 10M-point binary PCD (load, search, write), default options, three
   # runs; the rows written to the local disk.
   for round in 1 2 3; do
+    rm -f "$D/o.npy" "$D/d.npy"  # not timed: the last run's 640 MB of rows
     settle
     wall "$B/pcnn" knn "$D/uniform_10000000.pcd" -o "$D/o.npy" --distances "$D/d.npy" \
       >"$OUT/process_10M_r$round.txt" 2>&1
