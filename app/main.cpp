@@ -9,9 +9,11 @@
 #include <exception>
 #include <initializer_list>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "../core/whole_number.hpp"
 #include "cloud_commands.hpp"
 #include "device_start.hpp"
 #include "knn_command.hpp"
@@ -452,16 +454,10 @@ int run_command(int argc, char** argv) {
           throw pcnn::error("--taubin needs LAMBDA,MU (e.g. 0.5,-0.53), got '" + taubin + "'");
         // Each part a whole number (std::stof alone took "0.5,-0.53,1" as 0.5 and -0.53).
         auto number = [&](const std::string& part) {
-          std::size_t used = 0;
-          float v = 0;
-          try {
-            v = std::stof(part, &used);
-          } catch (const std::exception&) {
-            used = 0;
-          }
-          if (part.empty() || used != part.size() || !std::isfinite(v))
+          const std::optional<float> v = pcnn::detail::whole_float(part);
+          if (!v || !std::isfinite(*v))
             throw pcnn::error("--taubin needs two numbers LAMBDA,MU, got '" + taubin + "'");
-          return v;
+          return *v;
         };
         smooth.lambda = number(taubin.substr(0, comma));
         smooth.mu = number(taubin.substr(comma + 1));

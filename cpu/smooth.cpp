@@ -1,10 +1,12 @@
 // Stencils, smoothing parameters, and the CPU references of both smoothings.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/whole_number.hpp"
 #include "pcnn/error.hpp"
 #include "pcnn/smooth.hpp"
 
@@ -15,16 +17,9 @@ std::vector<float> parse_numbers(const std::string& text, const std::string& spe
   std::vector<float> out;
   std::stringstream ss(text);
   for (std::string item; std::getline(ss, item, ',');) {
-    std::size_t used = 0;
-    float v = 0;
-    try {
-      v = std::stof(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    PCNN_EXPECTS(used == item.size() && !item.empty(),
-                 "stencil '" + spec + "': '" + item + "' is not a number");
-    out.push_back(v);
+    const std::optional<float> v = detail::whole_float(item);
+    PCNN_EXPECTS(v.has_value(), "stencil '" + spec + "': '" + item + "' is not a number");
+    out.push_back(*v);
   }
   return out;
 }

@@ -20,8 +20,6 @@ T load(const unsigned char* p) {
   return v;
 }
 
-constexpr std::uint64_t kExactInteger = std::uint64_t(1) << 53;
-
 // One value of type t, converted to double (exactly: 64-bit integers beyond ±2^53 are refused
 // before, by CoordinateSink::gather).
 double load_as_double(const unsigned char* p, Scalar t) {
@@ -58,9 +56,9 @@ bool finite3(const T* p) {
 bool exact_in_double(const unsigned char* p, Scalar t) {
   if (t == Scalar::i64) {
     const auto v = load<std::int64_t>(p);
-    return v >= -static_cast<std::int64_t>(kExactInteger) && v <= std::int64_t(kExactInteger);
+    return v >= -kExactInteger && v <= kExactInteger;
   }
-  return t != Scalar::u64 || load<std::uint64_t>(p) <= kExactInteger;
+  return t != Scalar::u64 || load<std::uint64_t>(p) <= std::uint64_t(kExactInteger);
 }
 
 }  // namespace

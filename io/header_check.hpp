@@ -16,6 +16,9 @@ std::uint32_t scalar_size(Scalar t);
 const char* scalar_name(Scalar t);  ///< "int8", "uint16", "float32", ...
 bool is_integer(Scalar t);
 bool is_signed(Scalar t);
+/// The largest magnitude up to which a double holds every integer: 64-bit values beyond it are
+/// refused in ascii files, and as coordinates in binary ones.
+inline constexpr std::int64_t kExactInteger = std::int64_t(1) << 53;
 
 /// How the text lines of a file end; one file uses one kind throughout.
 enum class Eol : std::uint8_t { lf, crlf };

@@ -32,7 +32,6 @@ struct Range {
 };
 
 Range integer_range(Scalar t) {
-  constexpr std::int64_t exact = std::int64_t(1) << 53;  // doubles hold integers exactly up to here
   switch (t) {
     case Scalar::i8:
       return {-128, 127};
@@ -47,9 +46,9 @@ Range integer_range(Scalar t) {
     case Scalar::u32:
       return {0, 4294967295LL};
     case Scalar::i64:
-      return {-exact, exact};
+      return {-kExactInteger, kExactInteger};
     default:  // u64
-      return {0, exact};
+      return {0, kExactInteger};
   }
 }
 
