@@ -16,10 +16,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <exception>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <string>
 #include <system_error>
@@ -28,6 +26,7 @@
 #include <vector>
 
 #include "../core/cpus.hpp"
+#include "../core/parallel_blocks.hpp"
 #include "core/backend.hpp"
 #include "core/normal_math.hpp"
 #include "cpu/cpu_tree.hpp"
@@ -48,58 +47,14 @@ double ms_since(Clock::time_point t0) {
   throw out_of_memory_error(std::string("pcnn CPU backend: out of host memory ") + what, bytes, 0);
 }
 
-/// Runs worker() on `threads` threads (the caller's included) and rethrows the first exception
-/// any of them threw. Workers share their work through their own atomic counter; `stop` tells
-/// them to give up early once one has failed.
-template <class Worker>
-void run_threads(int threads, std::atomic<bool>& stop, Worker&& worker) {
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  auto guarded = [&] {
-    try {
-      worker();
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mutex);
-      if (!error) error = std::current_exception();
-      stop = true;
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int i = 1; i < threads; ++i) {
-    try {
-      pool.emplace_back(guarded);
-    } catch (const std::system_error&) {
-      break;  // fewer threads is slower, not wrong: the caller's thread does the rest
-    } catch (const std::bad_alloc&) {
-      break;
-    }
-  }
-  guarded();
-  for (auto& th : pool) th.join();
-  if (!error) return;
+/// detail::parallel_blocks, a failed allocation in any block reported as the search's.
+template <class Body>
+void parallel_blocks(int threads, std::int64_t count, std::int64_t block, Body&& body) {
   try {
-    std::rethrow_exception(error);
+    ::pcnn::detail::parallel_blocks(threads, count, block, body);
   } catch (const std::bad_alloc&) {
     throw_oom("for the search's work arrays", 0);
   }
-}
-
-/// Calls body(begin, end) over [0, count) in blocks of `block` handed out dynamically.
-template <class Body>
-void parallel_blocks(int threads, std::int64_t count, std::int64_t block, Body&& body) {
-  if (count <= 0) return;
-  const std::int64_t blocks = (count + block - 1) / block;
-  const int used = static_cast<int>(std::min<std::int64_t>(threads, blocks));
-  std::atomic<std::int64_t> next{0};
-  std::atomic<bool> stop{false};
-  run_threads(used, stop, [&] {
-    for (;;) {
-      if (stop.load(std::memory_order_relaxed)) return;
-      const std::int64_t b = next.fetch_add(1, std::memory_order_relaxed);
-      if (b >= blocks) return;
-      body(b * block, std::min(count, (b + 1) * block));
-    }
-  });
 }
 
 // Orders floats as their values, -0 and +0 alike, in an unsigned integer.

@@ -4,11 +4,14 @@
 #include "pcnn/recenter.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <string>
 
+#include "../core/cpus.hpp"
 #include "../core/fresh_pages.hpp"
+#include "../core/parallel_blocks.hpp"
 #include "pcnn/error.hpp"
 
 namespace pcnn {
@@ -20,6 +23,8 @@ constexpr double kMaxCoordinate = 1e18;
 // Rows per block: the loops below are branch-free within a block (so that they vectorize) and
 // decide between blocks (early exits, errors).
 constexpr std::int64_t kRows = 2048;
+// Rows per thread's block (a multiple of kRows): a pass over 10M points in 39 blocks.
+constexpr std::int64_t kBlockRows = 128 * kRows;
 
 template <class T>
 bool finite3(const T* p) {
@@ -39,25 +44,57 @@ struct Box {
 // min/max in T: converting to double keeps the order, so the box is the same as in double.
 // `lo = p < lo ? p : lo` is std::min(lo, p) (which keeps lo on ties, -0.0 against 0.0 included).
 template <class T>
-Box finite_box(const T* xyz, std::int64_t n) {
+struct TBox {
   T lo[3], hi[3];
+  bool any;
+};
+
+template <class T>
+TBox<T> empty_box() {
+  TBox<T> b;
   for (int a = 0; a < 3; ++a) {
-    lo[a] = std::numeric_limits<T>::infinity();
-    hi[a] = -std::numeric_limits<T>::infinity();
+    b.lo[a] = std::numeric_limits<T>::infinity();
+    b.hi[a] = -std::numeric_limits<T>::infinity();
   }
-  bool any = false;
-  for (std::int64_t i = 0; i < n; ++i) {
+  b.any = false;
+  return b;
+}
+
+// Adds points [first, last) to `b`, keeping the earlier of equal values.
+template <class T>
+void extend_box(TBox<T>& b, const T* xyz, std::int64_t first, std::int64_t last) {
+  for (std::int64_t i = first; i < last; ++i) {
     const T* p = xyz + 3 * i;
     const bool f = finite3(p);
-    any |= f;
+    b.any |= f;
     for (int a = 0; a < 3; ++a) {
-      lo[a] = f & (p[a] < lo[a]) ? p[a] : lo[a];
-      hi[a] = f & (hi[a] < p[a]) ? p[a] : hi[a];
+      b.lo[a] = f & (p[a] < b.lo[a]) ? p[a] : b.lo[a];
+      b.hi[a] = f & (b.hi[a] < p[a]) ? p[a] : b.hi[a];
     }
   }
-  return {{double(lo[0]), double(lo[1]), double(lo[2])},
-          {double(hi[0]), double(hi[1]), double(hi[2])},
-          any};
+}
+
+// The box of blocks of points, each on some thread, merged in block order: the same box, bit for
+// bit (the sign of a zero included), as one pass in order.
+template <class T>
+Box finite_box(const T* xyz, std::int64_t n) {
+  std::vector<TBox<T>> parts(static_cast<std::size_t>((n + kBlockRows - 1) / kBlockRows),
+                             empty_box<T>());
+  detail::parallel_blocks(detail::usable_cpus(), n, kBlockRows,
+                          [&](std::int64_t b, std::int64_t e) {
+                            extend_box(parts[static_cast<std::size_t>(b / kBlockRows)], xyz, b, e);
+                          });
+  TBox<T> box = empty_box<T>();
+  for (const TBox<T>& p : parts) {
+    box.any |= p.any;
+    for (int a = 0; a < 3; ++a) {
+      box.lo[a] = p.lo[a] < box.lo[a] ? p.lo[a] : box.lo[a];
+      box.hi[a] = box.hi[a] < p.hi[a] ? p.hi[a] : box.hi[a];
+    }
+  }
+  return {{double(box.lo[0]), double(box.lo[1]), double(box.lo[2])},
+          {double(box.hi[0]), double(box.hi[1]), double(box.hi[2])},
+          box.any};
 }
 
 bool within_range(double v) { return std::fabs(v) <= kMaxCoordinate; }
@@ -73,20 +110,28 @@ bool exact_offset(double p, double o) {
 }
 
 // For each axis whose `ok` is true on entry: whether every finite point's offset from o[axis] is
-// exactly a float. One pass over the points for all three axes, ending early once every axis
-// has failed.
+// exactly a float. Blocks of points on several threads, all three axes in one pass, each block
+// ending early once every axis has failed.
 template <class T>
 void exact_on_axes(const T* xyz, std::int64_t n, const std::array<double, 3>& o, bool ok[3]) {
-  for (std::int64_t first = 0; first < n && (ok[0] || ok[1] || ok[2]); first += kRows) {
-    const std::int64_t m = std::min(kRows, n - first);
-    bool bad[3] = {false, false, false};
-    for (std::int64_t i = 0; i < m; ++i) {
-      const T* p = xyz + 3 * (first + i);
-      const bool f = finite3(p);
-      for (int a = 0; a < 3; ++a) bad[a] |= f & !exact_offset(double(p[a]), o[a]);
-    }
-    for (int a = 0; a < 3; ++a) ok[a] = ok[a] & !bad[a];
-  }
+  std::atomic<unsigned> failed{(ok[0] ? 0u : 1u) | (ok[1] ? 0u : 2u) | (ok[2] ? 0u : 4u)};
+  detail::parallel_blocks(
+      detail::usable_cpus(), n, kBlockRows, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t first = begin; first < end; first += kRows) {
+          if (failed.load(std::memory_order_relaxed) == 7u) return;
+          const std::int64_t m = std::min(kRows, end - first);
+          bool bad[3] = {false, false, false};
+          for (std::int64_t i = 0; i < m; ++i) {
+            const T* p = xyz + 3 * (first + i);
+            const bool f = finite3(p);
+            for (int a = 0; a < 3; ++a) bad[a] |= f & !exact_offset(double(p[a]), o[a]);
+          }
+          const unsigned bits = (bad[0] ? 1u : 0u) | (bad[1] ? 2u : 0u) | (bad[2] ? 4u : 0u);
+          if (bits) failed.fetch_or(bits, std::memory_order_relaxed);
+        }
+      });
+  const unsigned f = failed.load();
+  for (int a = 0; a < 3; ++a) ok[a] = ok[a] && !(f & (1u << a));
 }
 
 template <class T>
@@ -164,19 +209,15 @@ void recenter_rows(const T* xyz, std::int64_t first, std::int64_t m,
   }
 }
 
-// A new vector, filled block by block (never zero-filled first).
-std::vector<float> recenter_copy(const double* xyz, std::int64_t n,
-                                 const std::array<double, 3>& origin) {
-  std::vector<float> out;
-  out.reserve(static_cast<std::size_t>(n) * 3);
-  detail::prepare_fresh_pages(out.data(), static_cast<std::size_t>(n) * 3 * sizeof(float));
-  float block[3 * kRows];
-  for (std::int64_t i = 0; i < n; i += kRows) {
-    const std::int64_t m = std::min(kRows, n - i);
-    recenter_rows(xyz + 3 * i, i, m, origin, block);
-    out.insert(out.end(), block, block + 3 * m);
-  }
-  return out;
+// Rows of xyz into out (which may be xyz itself when T is float), blocks on several threads.
+// Errors name the first far point a pass in order meets (detail::parallel_blocks).
+template <class T>
+void recenter_all(const T* xyz, std::int64_t n, const std::array<double, 3>& origin, float* out) {
+  detail::parallel_blocks(
+      detail::usable_cpus(), n, kBlockRows, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; i += kRows)
+          recenter_rows(xyz + 3 * i, i, std::min(kRows, end - i), origin, out + 3 * i);
+      });
 }
 
 }  // namespace
@@ -203,12 +244,14 @@ bool recenters_exactly(const float* xyz, std::int64_t n, const std::array<double
 
 std::vector<float> recenter(const double* xyz, std::int64_t n,
                             const std::array<double, 3>& origin) {
-  return recenter_copy(xyz, n, origin);
+  std::vector<float> out;
+  detail::resize_fresh_parallel(out, static_cast<std::size_t>(n) * 3, detail::usable_cpus());
+  recenter_all(xyz, n, origin, out.data());
+  return out;
 }
 
 void recenter_in_place(float* xyz, std::int64_t n, const std::array<double, 3>& origin) {
-  for (std::int64_t i = 0; i < n; i += kRows)
-    recenter_rows(xyz + 3 * i, i, std::min(kRows, n - i), origin, xyz + 3 * i);
+  recenter_all(xyz, n, origin, xyz);
 }
 
 }  // namespace pcnn

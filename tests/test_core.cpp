@@ -4,16 +4,21 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/fresh_pages.hpp"
+#include "core/parallel_blocks.hpp"
 #include "core/parallel_copy.hpp"
 #include "pcnn/error.hpp"
 #include "pcnn/radius.hpp"
@@ -376,6 +381,68 @@ TEST(ParallelCopy, EveryByteOfEveryArrayLandsInPlace) {
       detail::parallel_copy({{a_out.data(), a.data(), a_bytes}, {b_out.data(), b.data(), b_bytes}});
       EXPECT_EQ(a_out, a) << a_bytes << " + " << b_bytes;
       EXPECT_EQ(b_out, b) << a_bytes << " + " << b_bytes;
+    }
+  }
+}
+
+// Blocks handed to threads: every index once, and of several failing blocks the lowest one's
+// exception, as a loop in order would meet it (repeated: which thread fails first varies).
+TEST(ParallelBlocks, EveryIndexOnceAndTheFirstFailingBlocksError) {
+  for (const int threads : {1, 3, 8}) {
+    std::vector<std::atomic<int>> seen(1000);
+    detail::parallel_blocks(threads, 1000, 7, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) ++seen[static_cast<std::size_t>(i)];
+    });
+    for (std::size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i].load(), 1) << i;
+    for (int round = 0; round < 50; ++round) {
+      std::string caught;
+      try {
+        detail::parallel_blocks(threads, 40, 2, [&](std::int64_t b, std::int64_t) {
+          if (b == 34) throw std::runtime_error("block 17");
+          if (b == 10) {  // later than block 17's failure, most often
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+            throw std::runtime_error("block 5");
+          }
+          if (b == 12) throw std::runtime_error("block 6");
+        });
+      } catch (const std::runtime_error& e) {
+        caught = e.what();
+      }
+      ASSERT_EQ(caught, "block 5") << threads << " threads, round " << round;
+    }
+  }
+}
+
+// Re-centering a cloud of several blocks (each on some thread): the same origin, bit for bit, as
+// one pass in order (the first of two equal zeros decides its sign), and an error naming the
+// first far point.
+TEST(Recenter, ManyBlocksGiveWhatOnePassInOrderGives) {
+  const std::int64_t n = 600000;  // three blocks of the loader's passes
+  for (const bool negative_first : {true, false}) {
+    std::vector<float> f(static_cast<std::size_t>(3 * n), negative_first ? 0.0f : -0.0f);
+    f[0] = negative_first ? -0.0f : 0.0f;
+    for (std::int64_t i = 0; i < n; ++i) f[3 * i + 1] = float(i % 1000);
+    bool exact = false;
+    const auto origin = exact_origin(f.data(), n, exact);
+    EXPECT_TRUE(exact);
+    EXPECT_EQ(std::signbit(origin[0]), negative_first);
+  }
+  std::vector<double> d(static_cast<std::size_t>(3 * n), 1.0);
+  d[3 * 550000 + 2] = 3e18;
+  d[3 * 300001] = -3e18;
+  std::vector<float> f(d.begin(), d.end());
+  for (int round = 0; round < 5; ++round) {
+    try {
+      recenter(d.data(), n, {0, 0, 0});
+      FAIL() << "no error";
+    } catch (const error& e) {
+      EXPECT_NE(std::string(e.what()).find("point 300001 "), std::string::npos) << e.what();
+    }
+    try {
+      recenter_in_place(f.data(), n, {0, 0, 0});
+      FAIL() << "no error";
+    } catch (const error& e) {
+      EXPECT_NE(std::string(e.what()).find("point 300001 "), std::string::npos) << e.what();
     }
   }
 }

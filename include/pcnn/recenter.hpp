@@ -33,8 +33,8 @@ bool recenters_exactly(const float* xyz, std::int64_t n, const std::array<double
 std::vector<float> recenter(const double* xyz, std::int64_t n, const std::array<double, 3>& origin);
 
 /// As recenter, in place: each of `n` float triples becomes float(xyz - origin) (NaN in all three
-/// where one is not finite). @throws pcnn::error as recenter (the points before the one named
-/// are then already re-centered).
+/// where one is not finite). @throws pcnn::error as recenter (the points are then partly
+/// re-centered). Both work on several threads for large clouds.
 void recenter_in_place(float* xyz, std::int64_t n, const std::array<double, 3>& origin);
 
 }  // namespace pcnn
