@@ -279,9 +279,7 @@ std::shared_ptr<StoredFields> read_through_pcl(const std::string& path, const Op
   for (int a = 0; a < 3; ++a)
     layout.offset[a] =
         coordinate_field(path, pc, std::string(1, "xyz"[a]).c_str(), layout.type[a]).offset;
-  io_detail::CoordinateSink sink(path, xyz, layout, n);
-  sink.add_records(pc.data.data(), n, pc.point_step);
-  sink.finish();
+  io_detail::gather_records(path, pc.data.data(), n, pc.point_step, layout, xyz);
   for (const auto& field : pc.fields) xyz.field_names.push_back(field.name);
   return stored;
 }

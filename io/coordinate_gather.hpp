@@ -1,6 +1,6 @@
 // Gathering x, y and z of every point straight into memory: from the records of a binary file
 // the input gate checked, from the values of its ascii rows as the gate parses them, or from the
-// points PCL read. One buffer, written once, in the coordinates' own precision.
+// points PCL read. One buffer, in the coordinates' own precision, filled on several threads.
 #pragma once
 
 #include <cstdint>
@@ -30,41 +30,26 @@ struct XyzLayout {
   std::uint64_t offset[3] = {0, 0, 0};
 };
 
-/// Appends points to a Coordinates (sized for `points`, never zero-filled), counting the finite
-/// ones; finish() when done. Records with a 64-bit integer coordinate beyond ±2^53, which a
-/// double cannot hold exactly (the searches compute exact distances of the coordinates as
-/// stored), are refused as an error of `path`, as the ascii reader refuses such values.
-class CoordinateSink {
- public:
-  CoordinateSink(const std::string& path, Coordinates& out, const XyzLayout& layout,
-                 std::uint64_t points);
-  CoordinateSink(const CoordinateSink&) = delete;
-  CoordinateSink& operator=(const CoordinateSink&) = delete;
-  /// A point whose values, each already rounded to its axis's type, are given as doubles.
-  void add(const double v[3]);
-  /// `count` records of `record` bytes each (x, y, z at the layout's offsets, little-endian).
-  void add_records(const unsigned char* records, std::uint64_t count, std::uint64_t record);
-  void finish();
+/// Sizes `out` for `points` points of `layout`'s types (value-initialized; its pages mapped in
+/// on up to `threads` threads), to be filled with put() from any number of threads.
+void size_for(Coordinates& out, const XyzLayout& layout, std::uint64_t points, int threads);
 
- private:
-  template <class T>
-  void gather(const unsigned char* records, std::uint64_t count, std::uint64_t record);
-  template <class T>
-  void flush(std::vector<T>& to, const std::vector<T>& stage);
-
-  std::string path_;
-  Coordinates& out_;
-  XyzLayout layout_;
-  static constexpr std::uint64_t kBlock = 4096;  // points staged (in cache) before each append
-  std::vector<float> single_stage_;
-  std::vector<double> wide_stage_;
-  std::uint64_t staged_ = 0;
-};
+/// Stores point `i` (its values, each already rounded to its axis's type, given as doubles) into
+/// `out` sized by size_for; returns whether all three are finite (the caller counts them).
+bool put(Coordinates& out, std::uint64_t i, const double v[3]);
 
 /// Reads `points` records of `record` bytes from `fd` (the file `path`) at byte `offset` with
-/// pread, in chunks of a few MiB, into `out`. @throws pcnn::input_error when a read fails or the
+/// pread into `out`, on as many threads as the process may use (blocks of ~4 MiB taken in order;
+/// errors are those of the first record a reading in order fails on). Records with a 64-bit
+/// integer coordinate beyond ±2^53, which a double cannot hold exactly (the searches compute
+/// exact distances of the coordinates as stored), are refused as an error of `path`, as the ascii
+/// reader refuses such values. @throws pcnn::input_error when a read fails or the
 /// file ends first (it changed after the gate checked it).
 void gather_binary(const std::string& path, int fd, std::uint64_t offset, std::uint64_t points,
                    std::uint64_t record, const XyzLayout& layout, Coordinates& out);
+
+/// gather_binary from `points` records in memory (what PCL read).
+void gather_records(const std::string& path, const unsigned char* records, std::uint64_t points,
+                    std::uint64_t record, const XyzLayout& layout, Coordinates& out);
 
 }  // namespace pcnn::io_detail

@@ -1,11 +1,15 @@
 #include "input_gate.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string_view>
 #include <vector>
 
+#include "../core/cpus.hpp"
+#include "../core/parallel_blocks.hpp"
 #include "byte_source.hpp"
 #include "coordinate_gather.hpp"
 #include "header_check.hpp"
@@ -118,6 +122,8 @@ class DataLines {
     return true;
   }
   std::uint64_t number() const { return n_; }
+  /// Offset of the next line's first byte.
+  std::uint64_t offset() const { return src_.offset(); }
   bool at_end() { return ended_ || src_.at_end(); }
 
  private:
@@ -142,8 +148,81 @@ std::size_t max_line_for(std::uint64_t values) {
 
 // ---- PCD ----
 
+// Where the lines of [begin, end) start, a chunk of the data at a time: chunk c is bytes
+// [begin + c * kLineChunk, ...), and its lines are those whose first byte it holds.
+constexpr std::uint64_t kLineChunk = std::uint64_t(1) << 20;
+
+// How many lines start in each chunk of [begin, end) (a line starts at `begin` and after each
+// LF before `end`), counted on up to `threads` threads.
+std::vector<std::uint64_t> line_starts(const std::string& path, int fd, std::uint64_t begin,
+                                       std::uint64_t end, int threads) {
+  const std::uint64_t chunks = (end - begin + kLineChunk - 1) / kLineChunk;
+  std::vector<std::uint64_t> starts(chunks);
+  detail::parallel_blocks(
+      threads, static_cast<std::int64_t>(chunks), 1, [&](std::int64_t c, std::int64_t) {
+        const std::uint64_t s = begin + std::uint64_t(c) * kLineChunk;
+        const std::uint64_t e = std::min(end, s + kLineChunk);
+        // Bytes [s - 1, e - 1): whether s starts a line, and each LF
+        // before e - 1 starts one in the chunk.
+        const std::uint64_t from = s == begin ? s : s - 1;
+        ByteSource src(path, fd, from);
+        std::uint64_t n = s == begin ? 1 : 0;
+        std::vector<char> buf(static_cast<std::size_t>(e - from));
+        const std::size_t got = src.read(buf.data(), buf.size());
+        const char* p = buf.data();
+        if (s != begin && got > 0) n += p[0] == '\n';
+        const std::size_t first = s == begin ? 0 : 1;
+        const std::size_t last = got == buf.size() ? got - 1 : got;
+        if (last > first) n += static_cast<std::uint64_t>(std::count(p + first, p + last, '\n'));
+        starts[static_cast<std::size_t>(c)] = n;
+      });
+  return starts;
+}
+
+// The data lines of an ascii file (from h.data_start to `end`; its first is line
+// `header_lines` + 1) checked on up to `threads` threads, a chunk of ~1 MiB of lines each, once a
+// first pass has counted the lines that start in each chunk (so that each knows its lines'
+// numbers): body(lines, first, count) reads lines `first` .. `first` + count - 1 (0-based among
+// the data lines, the first `wanted` only) with lines.next(). Errors are those a reading in order
+// meets first: chunks are taken in order, and the lowest failing one's error is the one reported
+// (detail::parallel_blocks). Returns how many data lines the file has, for the caller to refuse
+// too few or too many.
+template <class Body>
+std::uint64_t check_lines(const std::string& path, int fd, std::uint64_t data_start,
+                          std::uint64_t end, std::uint64_t header_lines, Eol eol,
+                          std::size_t max_length, std::uint64_t wanted, int threads, Body&& body) {
+  const std::vector<std::uint64_t> starts = line_starts(path, fd, data_start, end, threads);
+  std::vector<std::uint64_t> first(starts.size() + 1, 0);  // of each chunk; then the total
+  for (std::size_t c = 0; c < starts.size(); ++c) first[c + 1] = first[c] + starts[c];
+  detail::parallel_blocks(
+      threads, static_cast<std::int64_t>(starts.size()), 1, [&](std::int64_t c, std::int64_t) {
+        const auto ci = static_cast<std::size_t>(c);
+        const std::uint64_t count = std::min(starts[ci], wanted - std::min(wanted, first[ci]));
+        if (count == 0) return;
+        // The chunk's first line: at its first byte, or after its first LF (one is in it).
+        const std::uint64_t s = data_start + ci * kLineChunk;
+        std::uint64_t at = s;
+        if (s != data_start) {
+          ByteSource src(path, fd, s - 1);
+          char prev = 0;
+          std::string skipped;
+          std::string_view ending;
+          bool too_long = false;
+          if (src.read(&prev, 1) == 1 && prev != '\n')
+            src.line(skipped, ending, too_long, kLineChunk);
+          at = src.offset();
+        }
+        DataLines lines(path, fd, at, header_lines + 1 + first[ci], eol, max_length);
+        body(lines, first[ci], count);
+        if (lines.number() != header_lines + first[ci] + count)
+          reject(path, "", "the file changed while it was being read");
+      });
+  return first.back();
+}
+
 // `xyz` (when given) receives each row's x, y and z (at `layout`), from the values the check
-// parses; its buffer is sized only once the file's size has bounded the rows.
+// parses; its buffer is sized only once the file's size has bounded the rows. The rows are checked
+// on several threads (check_lines); rows missing or in excess are told after.
 void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::uint64_t body,
                      Coordinates* xyz, const XyzLayout& layout) {
   std::uint64_t columns = 0;
@@ -155,8 +234,8 @@ void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::u
            "POINTS is " + std::to_string(h.points) + " but the " + std::to_string(body) +
                " bytes of ascii data hold at most " + std::to_string((body + 1) / (2 * columns)) +
                " rows of " + std::to_string(columns) + " values");
-  std::unique_ptr<CoordinateSink> sink;
-  if (xyz) sink = std::make_unique<CoordinateSink>(path, *xyz, layout, h.points);
+  const int threads = detail::usable_cpus();
+  if (xyz) size_for(*xyz, layout, h.points, threads);
   std::vector<Scalar> types;  // per column (at most half the file's size, by the check above)
   std::vector<const std::string*> names;
   std::vector<int> axis;  // per column: 0, 1, 2 for x, y, z (count 1), else -1
@@ -167,36 +246,43 @@ void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::u
         names.push_back(&f.name);
         axis.push_back(f.name == "x" ? 0 : f.name == "y" ? 1 : f.name == "z" ? 2 : -1);
       }
-  DataLines lines(path, fd, h.data_start, h.header_lines + 1, h.eol, max_line_for(columns));
-  std::vector<std::string_view> values;
-  std::string_view text;
-  for (std::uint64_t row = 0; row < h.points; ++row) {
-    if (!lines.next(text))
-      reject(path, "",
-             "the ascii data has " + std::to_string(row) + " rows, POINTS says " +
-                 std::to_string(h.points) + " (truncated file?)");
-    split_values(path, lines.number(), text, values);
-    if (values.size() != columns)
-      reject(path, line_at(lines.number()),
-             "point " + std::to_string(row) + " has " + std::to_string(values.size()) +
-                 " values, expected " + std::to_string(columns));
-    double values3[3] = {0, 0, 0};
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      Number v;
-      const std::string why = check_number(values[i], types[i], sink ? &v : nullptr);
-      if (!why.empty())
-        reject(path, line_at(lines.number()),
-               "field '" + *names[i] + "': " + quote(values[i]) + " is " + why);
-      if (sink && axis[i] >= 0) values3[axis[i]] = stored_value(v, types[i]);
-    }
-    if (sink) sink->add(values3);
-  }
-  if (!lines.at_end())
-    reject(path, line_at(lines.number() + 1),
+  std::atomic<std::int64_t> finite{0};
+  const std::uint64_t lines_total = check_lines(
+      path, fd, h.data_start, h.data_start + body, h.header_lines, h.eol, max_line_for(columns),
+      h.points, threads, [&](DataLines& lines, std::uint64_t first, std::uint64_t count) {
+        std::vector<std::string_view> values;
+        std::string_view text;
+        std::int64_t finite_here = 0;
+        for (std::uint64_t row = first; row < first + count; ++row) {
+          if (!lines.next(text)) break;
+          split_values(path, lines.number(), text, values);
+          if (values.size() != columns)
+            reject(path, line_at(lines.number()),
+                   "point " + std::to_string(row) + " has " + std::to_string(values.size()) +
+                       " values, expected " + std::to_string(columns));
+          double values3[3] = {0, 0, 0};
+          for (std::size_t v = 0; v < values.size(); ++v) {
+            Number n;
+            const std::string why = check_number(values[v], types[v], xyz ? &n : nullptr);
+            if (!why.empty())
+              reject(path, line_at(lines.number()),
+                     "field '" + *names[v] + "': " + quote(values[v]) + " is " + why);
+            if (xyz && axis[v] >= 0) values3[axis[v]] = stored_value(n, types[v]);
+          }
+          if (xyz) finite_here += put(*xyz, row, values3);
+        }
+        finite += finite_here;
+      });
+  if (lines_total < h.points)
+    reject(path, "",
+           "the ascii data has " + std::to_string(lines_total) + " rows, POINTS says " +
+               std::to_string(h.points) + " (truncated file?)");
+  if (lines_total > h.points)
+    reject(path, line_at(h.header_lines + h.points + 1),
            "data after the last of the " + std::to_string(h.points) +
                " POINTS rows (PCL would ignore it)");
-  if (sink) {
-    sink->finish();
+  if (xyz) {
+    xyz->finite = finite;
     xyz->gathered = true;
   }
 }
@@ -337,66 +423,106 @@ Scalar list_count_type(Scalar t) { return t == Scalar::i32 ? Scalar::u32 : t; } 
 
 // `sink` (when given) receives each vertex's x, y and z (`axis`: 0, 1, 2 for the vertex
 // properties x, y, z, else -1), from the values the check parses.
-void check_ply_ascii(const std::string& path, int fd, const PlyHeader& h, PlyFacts& facts,
-                     CoordinateSink* sink, const std::vector<int>& axis) {
-  const std::uint64_t body_start = h.data_start;
+// The items of every element, a line each, checked on several threads (check_lines); the vertex
+// element's x, y and z (at `axis`) into `xyz` when given (sized by the caller).
+void check_ply_ascii(const std::string& path, int fd, const PlyHeader& h, std::uint64_t end,
+                     PlyFacts& facts, Coordinates* xyz, const std::vector<int>& axis) {
+  std::vector<std::uint64_t> before(h.elements.size() + 1, 0);  // items of the elements before
+  for (std::size_t i = 0; i < h.elements.size(); ++i)
+    before[i + 1] = before[i] + h.elements[i].count;
+  const std::uint64_t items = before.back();
+  std::atomic<std::int64_t> finite{0};
+  std::mutex facts_mutex;
   // Lists make lines as long as their counts; allow what the longest list count could need.
-  DataLines lines(path, fd, body_start, h.header_lines + 1, h.eol, std::size_t(1) << 26);
-  std::vector<std::string_view> values;
-  std::string_view text;
-  for (const auto& e : h.elements) {
-    const bool camera = e.name == "camera", grid = e.name == "range_grid";
-    const bool gather = sink && &e == &h.elements[h.vertex];
-    double xyz[3] = {0, 0, 0};
-    for (std::uint64_t item = 0; item < e.count; ++item) {
-      if (!lines.next(text))
-        reject(path, "",
-               "element " + e.name + " has " + std::to_string(item) +
-                   " rows, the header promises " + std::to_string(e.count) + " (truncated file?)");
-      const auto where = [&] { return line_at(lines.number()); };
-      split_values(path, lines.number(), text, values);
-      std::size_t t = 0;
-      auto take = [&](Scalar type, const std::string& what) {
-        if (t >= values.size())
-          reject(path, where(),
-                 "element " + e.name + " item " + std::to_string(item) + " has too few values (" +
-                     what + " missing)");
-        Number v;
-        const std::string why = check_number(values[t], type, &v);
-        if (!why.empty())
-          reject(path, where(),
-                 "element " + e.name + " " + what + ": " + quote(values[t]) + " is " + why);
-        ++t;
-        return v;
-      };
-      for (const auto& p : e.properties) {
-        if (p.list) {
-          const Number n = take(list_count_type(p.count_type), p.name + " (list count)");
-          std::int64_t first = -1;
-          for (std::int64_t k = 0; k < n.i; ++k) {
-            const Number v = take(p.type, p.name);
-            if (k == 0) first = v.i;
+  const std::uint64_t lines_total = check_lines(
+      path, fd, h.data_start, end, h.header_lines, h.eol, std::size_t(1) << 26, items,
+      detail::usable_cpus(), [&](DataLines& lines, std::uint64_t first, std::uint64_t count) {
+        PlyFacts here;
+        bool viewport_x = false, viewport_y = false;
+        std::int64_t finite_here = 0;
+        std::vector<std::string_view> values;
+        std::string_view text;
+        // The element of line `first` (the last whose items begin at or before it).
+        auto ei = static_cast<std::size_t>(std::upper_bound(before.begin(), before.end(), first) -
+                                           before.begin() - 1);
+        for (std::uint64_t line = first; line < first + count; ++line) {
+          while (line >= before[ei + 1]) ++ei;  // elements of no items are skipped
+          const PlyElement& e = h.elements[ei];
+          const std::uint64_t item = line - before[ei];
+          const bool camera = e.name == "camera", grid = e.name == "range_grid";
+          const bool gather = xyz && ei == h.vertex;
+          double xyz3[3] = {0, 0, 0};
+          if (!lines.next(text)) break;
+          const auto where = [&] { return line_at(lines.number()); };
+          split_values(path, lines.number(), text, values);
+          std::size_t t = 0;
+          auto take = [&](Scalar type, const std::string& what) {
+            if (t >= values.size())
+              reject(path, where(),
+                     "element " + e.name + " item " + std::to_string(item) +
+                         " has too few values (" + what + " missing)");
+            Number v;
+            const std::string why = check_number(values[t], type, &v);
+            if (!why.empty())
+              reject(path, where(),
+                     "element " + e.name + " " + what + ": " + quote(values[t]) + " is " + why);
+            ++t;
+            return v;
+          };
+          for (const auto& p : e.properties) {
+            if (p.list) {
+              const Number n = take(list_count_type(p.count_type), p.name + " (list count)");
+              std::int64_t first_index = -1;
+              for (std::int64_t k = 0; k < n.i; ++k) {
+                const Number v = take(p.type, p.name);
+                if (k == 0) first_index = v.i;
+              }
+              if (grid)
+                check_cell(path, where(), h, item, static_cast<std::uint64_t>(n.i), first_index,
+                           here);
+            } else {
+              const Number v = take(p.type, p.name);
+              if (gather && axis[&p - e.properties.data()] >= 0)
+                xyz3[axis[&p - e.properties.data()]] = stored_value(v, p.type);
+              if (camera && p.type == Scalar::i32 && p.name == "viewportx") {
+                here.viewport_x = v.i;
+                viewport_x = true;
+              }
+              if (camera && p.type == Scalar::i32 && p.name == "viewporty") {
+                here.viewport_y = v.i;
+                viewport_y = true;
+              }
+            }
           }
-          if (grid)
-            check_cell(path, where(), h, item, static_cast<std::uint64_t>(n.i), first, facts);
-        } else {
-          const Number v = take(p.type, p.name);
-          if (gather && axis[&p - e.properties.data()] >= 0)
-            xyz[axis[&p - e.properties.data()]] = stored_value(v, p.type);
-          if (camera && p.type == Scalar::i32 && p.name == "viewportx") facts.viewport_x = v.i;
-          if (camera && p.type == Scalar::i32 && p.name == "viewporty") facts.viewport_y = v.i;
+          if (t != values.size())
+            reject(path, where(),
+                   "element " + e.name + " item " + std::to_string(item) + " has " +
+                       std::to_string(values.size() - t) + " values too many");
+          if (gather) finite_here += put(*xyz, item, xyz3);
         }
-      }
-      if (t != values.size())
-        reject(path, where(),
-               "element " + e.name + " item " + std::to_string(item) + " has " +
-                   std::to_string(values.size() - t) + " values too many");
-      if (gather) sink->add(xyz);
-    }
+        finite += finite_here;
+        // The camera's viewport is used only when the camera element has one item, which one
+        // chunk holds.
+        std::lock_guard<std::mutex> lock(facts_mutex);
+        facts.empty_cells += here.empty_cells;
+        if (viewport_x) facts.viewport_x = here.viewport_x;
+        if (viewport_y) facts.viewport_y = here.viewport_y;
+      });
+  if (lines_total < items) {
+    auto ei = static_cast<std::size_t>(std::upper_bound(before.begin(), before.end(), lines_total) -
+                                       before.begin() - 1);
+    const PlyElement& e = h.elements[ei];
+    reject(path, "",
+           "element " + e.name + " has " + std::to_string(lines_total - before[ei]) +
+               " rows, the header promises " + std::to_string(e.count) + " (truncated file?)");
   }
-  if (!lines.at_end())
-    reject(path, line_at(lines.number() + 1),
+  if (lines_total > items)
+    reject(path, line_at(h.header_lines + items + 1),
            "data after the last element's rows (PCL would ignore it)");
+  if (xyz) {
+    xyz->finite = finite;
+    xyz->gathered = true;
+  }
 }
 
 void check_ply_binary(const std::string& path, int fd, const PlyHeader& h, std::uint64_t file_size,
@@ -517,13 +643,8 @@ InputShape check_ply(const std::string& path, int fd, std::uint64_t file_size, C
       for (const auto& p : e.properties)
         if (p.name == "viewportx" && p.type == Scalar::i32 && !p.list) camera_viewport = true;
   if (h.format == PlyHeader::Format::ascii) {
-    std::unique_ptr<CoordinateSink> sink;
-    if (gather) sink = std::make_unique<CoordinateSink>(path, *xyz, layout, vertex.count);
-    check_ply_ascii(path, fd, h, facts, sink.get(), axis);
-    if (sink) {
-      sink->finish();
-      xyz->gathered = true;
-    }
+    if (gather) size_for(*xyz, layout, vertex.count, detail::usable_cpus());
+    check_ply_ascii(path, fd, h, file_size, facts, gather ? xyz : nullptr, axis);
   } else {
     check_ply_binary(path, fd, h, file_size, facts);
     if (gather)

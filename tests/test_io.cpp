@@ -14,8 +14,10 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <ostream>
 #include <random>
 #include <thread>
@@ -661,6 +663,26 @@ std::string ply(const std::string& format, const std::string& before_vertex, int
          std::to_string(vertices) + "\n" + props + after + "end_header\n";
 }
 const std::string xyz_props = "property float x\nproperty float y\nproperty float z\n";
+// A binary .pcd of n int64 points, 0 except x = 2^59 + 60 + i at each point i of `beyond`.
+std::string int64_pcd(int n, std::initializer_list<int> beyond) {
+  std::string body(std::size_t(24) * n, '\0');
+  for (const int i : beyond) {
+    const std::int64_t v = (std::int64_t(1) << 59) + 60 + i;
+    std::memcpy(&body[std::size_t(24) * i], &v, sizeof v);
+  }
+  return pcd("x y z", "8 8 8", "I I I", "1 1 1", n, "binary") + body;
+}
+
+// An ascii .pcd saying `points` POINTS, with `rows` rows "1.5 2.5 3.5" (2.4 MB for 200000), some
+// replaced by other text (with its line ending). Row r is line 11 + r.
+std::string ascii_pcd(int points, int rows, const std::map<int, std::string>& replaced) {
+  std::string s = xyz_pcd(points, "ascii");
+  for (int r = 0; r < rows; ++r) {
+    const auto it = replaced.find(r);
+    s += it == replaced.end() ? "1.5 2.5 3.5\n" : it->second;
+  }
+  return s;
+}
 
 class InputGate : public ::testing::TestWithParam<BadFile> {};
 
@@ -690,6 +712,29 @@ INSTANTIATE_TEST_SUITE_P(
                 "VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nPOINTS 1\nCOUNT 1 1 1\n"
                 "WIDTH 1\nDATA ascii\n1 2 3\n",
                 "line 6: COUNT after POINTS"},
+        // Records in several of the gather's blocks of ~4 MiB, each on some thread: the first
+        // bad point is the one named, whichever block fails first.
+        BadFile{"int64_beyond_2_53_in_two_blocks", ".pcd", int64_pcd(400000, {380000, 200000}),
+                "point 200000: x = 576460752303623548 lies beyond"},
+        // Ascii rows in several chunks of ~1 MiB, each on some thread: the error reported is
+        // the one a reading in order meets first.
+        BadFile{"ascii_first_bad_row_of_two_chunks", ".pcd",
+                ascii_pcd(200000, 200000, {{190000, "1 2 x\n"}, {150000, "1 2\n"}}),
+                "line 150011: point 150000 has 2 values, expected 3"},
+        BadFile{"ascii_bad_row_before_data_after", ".pcd",
+                ascii_pcd(200000, 200001, {{200000, "zzz\n"}, {120000, "1 2 3 4\n"}}),
+                "line 120011: point 120000 has 4 values, expected 3"},
+        BadFile{"ascii_bad_row_after_points_is_data_after", ".pcd",
+                ascii_pcd(200000, 200001, {{200000, "zzz\n"}}),
+                "line 200011: data after the last of the 200000 POINTS rows"},
+        BadFile{"ascii_bad_row_before_truncation", ".pcd",
+                ascii_pcd(200000, 199999, {{199000, "1 2 3.5.5\n"}}),
+                "line 199011: field 'z': '3.5.5'"},
+        BadFile{"ascii_truncated_in_many_chunks", ".pcd", ascii_pcd(200000, 199999, {}),
+                "the ascii data has 199999 rows, POINTS says 200000"},
+        BadFile{"ascii_crlf_late_in_an_lf_file", ".pcd",
+                ascii_pcd(200000, 200000, {{180000, "1 2 3\r\n"}, {190000, "1 2 3 4\n"}}),
+                "line 180011: ends with CR LF but the header's lines with LF"},
         BadFile{"range_grid_negative", ".ply",
                 ply("ascii", "obj_info num_cols 2\nobj_info num_rows 1\n", 1, xyz_props,
                     "element range_grid 2\nproperty list uchar int vertex_indices\n") +

@@ -339,6 +339,12 @@ std::vector<Generated> generated_cases() {
       // that are no power of two).
       add(gen("float32_many_rows", {X4, Y4, Z4, {"label", 'U', 1}}, 70001, 1, 50));
       add(gen("nan_rows", {X4, Y4, Z4}, 500, 1, 100, 0, 5));
+      // Binary records in several of the gather's blocks of ~4 MiB, each on some thread: float32
+      // with NaN rows (the finite count summed over blocks), and mixed types.
+      if (!ascii) {
+        add(gen("float32_many_blocks", {X4, Y4, Z4, {"label", 'U', 1}}, 700001, 1, 50, 0, 13));
+        add(gen("mixed_types_many_blocks", {X4, Y8, {"z", 'I', 4}}, 400000));
+      }
       // Around 0.6: the float and integer centers fail on the small values, 0 is the origin (and
       // nothing moves when every point is finite).
       add(gen("float32_origin_zero", {X4, Y4, Z4}, 2000, 1, 1, 0.6));
