@@ -48,7 +48,11 @@ done
 awk '/<!-- example: knn_vector -->/{f=1; getline; next} f && /^```/{exit} f' "$src/README.md" >"$tmp/readme.cpp"
 diff -u "$src/examples/knn_vector.cpp" "$tmp/readme.cpp"
 # The command-line program is installed only with the io library (PCNN_BUILD_IO).
+# Its CPU baseline (PCL) is a module it loads from the installed library directory: a filter on
+# the CPU runs PCL's.
 if [ -e "$tmp/prefix/bin/pcnn" ]; then
   "$tmp/prefix/bin/pcnn" --version
+  "$tmp/prefix/bin/pcnn" filter sor "$src/data/sample.pcd" -o "$tmp/sor.pcd" --device cpu -q
+  [ -s "$tmp/sor.pcd" ] || { echo "the installed pcnn's filter wrote nothing"; exit 1; }
 fi
 echo "package test passed"
