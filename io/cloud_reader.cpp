@@ -19,7 +19,9 @@
 #include <limits>
 #include <vector>
 
+#include "../core/cpus.hpp"
 #include "../core/fresh_pages.hpp"
+#include "../core/parallel_blocks.hpp"
 #include "cloud_reader.hpp"
 #include "coordinate_gather.hpp"
 #include "header_check.hpp"
@@ -297,25 +299,31 @@ void choose_origin(Cloud& c, const std::vector<T>& raw, const std::array<double,
   }
 }
 
-// The coordinates as stored, non-finite points as NaN (searches use them when not exact).
+// The coordinates as stored, non-finite points as NaN (searches use them when not exact), on
+// several threads.
 template <class T>
 std::vector<double> stored_coordinates(std::vector<T>& raw) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  auto finite = [&raw](std::size_t i) {
-    return std::isfinite(raw[i]) && std::isfinite(raw[i + 1]) && std::isfinite(raw[i + 2]);
-  };
-  if constexpr (std::is_same_v<T, double>) {  // in place
-    for (std::size_t i = 0; i < raw.size(); i += 3)
-      if (!finite(i)) raw[i] = raw[i + 1] = raw[i + 2] = nan;
+  const auto n = static_cast<std::int64_t>(raw.size() / 3);
+  constexpr std::int64_t kBlock = std::int64_t(1) << 18;  // points a thread's block
+  std::vector<double> out;
+  if constexpr (!std::is_same_v<T, double>)
+    detail::resize_fresh_parallel(out, raw.size(), detail::usable_cpus());
+  detail::parallel_blocks(detail::usable_cpus(), n, kBlock, [&](std::int64_t b, std::int64_t e) {
+    for (auto i = static_cast<std::size_t>(3 * b); i < static_cast<std::size_t>(3 * e); i += 3) {
+      const bool finite =
+          std::isfinite(raw[i]) && std::isfinite(raw[i + 1]) && std::isfinite(raw[i + 2]);
+      if constexpr (std::is_same_v<T, double>) {  // in place
+        if (!finite) raw[i] = raw[i + 1] = raw[i + 2] = nan;
+      } else {
+        for (int a = 0; a < 3; ++a) out[i + a] = finite ? double(raw[i + a]) : nan;
+      }
+    }
+  });
+  if constexpr (std::is_same_v<T, double>)
     return std::move(raw);
-  } else {
-    std::vector<double> out;
-    out.reserve(raw.size());
-    detail::prepare_fresh_pages(out.data(), raw.size() * sizeof(double));
-    for (std::size_t i = 0; i < raw.size(); i += 3)
-      for (int a = 0; a < 3; ++a) out.push_back(finite(i) ? double(raw[i + a]) : nan);
+  else
     return out;
-  }
 }
 
 // Re-centers gathered float32 coordinates into c, in their own buffer.
@@ -415,9 +423,14 @@ Cloud load_cloud(const std::string& path, const std::array<double, 3>* origin, b
 namespace {
 void fill_stored(Cloud& c) {
   if (!c.stored.empty() || c.xyz.empty()) return;
-  c.stored.resize(c.xyz.size());
-  for (std::size_t i = 0; i < c.xyz.size(); ++i)
-    c.stored[i] = double(c.xyz[i]) + c.origin[i % 3];  // exact: the sum is the stored value
+  detail::resize_fresh_parallel(c.stored, c.xyz.size(), detail::usable_cpus());
+  const auto n = static_cast<std::int64_t>(c.xyz.size() / 3);
+  // Exact: each sum is the stored value.
+  detail::parallel_blocks(
+      detail::usable_cpus(), n, std::int64_t(1) << 18, [&](std::int64_t b, std::int64_t e) {
+        for (auto i = static_cast<std::size_t>(3 * b); i < static_cast<std::size_t>(3 * e); ++i)
+          c.stored[i] = double(c.xyz[i]) + c.origin[i % 3];
+      });
 }
 }  // namespace
 

@@ -224,6 +224,43 @@ TEST(Load, SearchViewsAreExactForTheCoordinatesAsStored) {
   for (int i = 0; i < 6; ++i) EXPECT_EQ(rv.data64[i], want[i]);
 }
 
+// Clouds of several of the loader's blocks (each on some thread): the coordinates as stored
+// kept bit for bit (NaN in all three where one is not finite) for a float64 cloud no float offset
+// holds, and the stored values filled exactly from an exact float32 cloud's offsets.
+TEST(Load, CloudsOfManyBlocksKeepEveryStoredValue) {
+  TempDir tmp;
+  const int n = 600000;
+  std::vector<std::array<double, 4>> pts(n);
+  for (int i = 0; i < n; ++i) {
+    pts[i] = {5.5e6 + 0.001 * (i % 99991), 4.5e5 - 0.003 * (i % 7919), 80.0 + 1e-3 * (i % 13), 1};
+    if (i % 9973 == 5) pts[i][i % 3] = i % 2 ? std::numeric_limits<double>::quiet_NaN() : -INFINITY;
+  }
+  const std::string wide = tmp / "wide.pcd", single = tmp / "single.pcd";
+  write_pcd(wide, pts, true, Format::pcd_binary);
+  write_pcd(single, pts, false, Format::pcd_binary);
+  const Cloud w = load_cloud(wide);
+  ASSERT_FALSE(w.exact);
+  ASSERT_EQ(w.stored.size(), std::size_t(3) * n);
+  Cloud s = load_cloud(single);
+  ASSERT_TRUE(s.exact);
+  Cloud q = load_cloud(wide, &s.origin);  // not exact: the searches take the stored doubles
+  auto [sv, qv] = search_views(s, &q);
+  ASSERT_TRUE(sv.is_double() && qv.is_double());
+  for (int i = 0; i < n; ++i) {
+    const bool finite =
+        std::isfinite(pts[i][0]) && std::isfinite(pts[i][1]) && std::isfinite(pts[i][2]);
+    for (int a = 0; a < 3; ++a) {
+      const double stored = w.stored[std::size_t(3) * i + a];
+      if (!finite) {
+        ASSERT_TRUE(std::isnan(stored)) << "point " << i;
+        continue;
+      }
+      ASSERT_EQ(stored, pts[i][a]) << "point " << i << " axis " << a;
+      ASSERT_EQ(sv.data64[std::size_t(3) * i + a], double(float(pts[i][a]))) << "point " << i;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Formats, RoundTrip,
     ::testing::Values(FormatCase{Format::pcd_ascii, false}, FormatCase{Format::pcd_ascii, true},
