@@ -1,6 +1,6 @@
 // pcnn_bench_load: how fast pcnn::load_cloud reads files, each loaded --repeats times in a row
 // (the first read of a file warms the page cache: it is reported apart, never in the median).
-// Only the coordinates are kept (as `pcnn knn` loads). Prints per file its size, every timed load,
+// Only the coordinates are kept (as `pcnn knn` loads), or every field (--keep-fields). Prints per file its size, every timed load,
 // the median and the rate in MB/s (10^6 bytes).
 #include <CLI/CLI.hpp>
 
@@ -18,8 +18,11 @@ int main(int argc, char** argv) {
   CLI::App app{"Load rate of pcnn::load_cloud, from the page cache"};
   std::vector<std::string> files;
   int repeats = 5;
+  bool keep_fields = false;
   app.add_option("files", files, ".pcd / .ply files")->required();
   app.add_option("--repeats", repeats, "timed loads of each file")->check(CLI::Range(1, 1000));
+  app.add_flag("--keep-fields", keep_fields,
+               "keep every field (as filter, smooth and normals load), not only x, y and z");
   CLI11_PARSE(app, argc, argv);
   for (const auto& f : files) {
     struct stat st {};
@@ -33,7 +36,7 @@ int main(int argc, char** argv) {
     try {
       for (int r = 0; r <= repeats; ++r) {
         const auto t0 = std::chrono::steady_clock::now();
-        const pcnn::Cloud c = pcnn::load_cloud(f, nullptr, /*keep_fields=*/false);
+        const pcnn::Cloud c = pcnn::load_cloud(f, nullptr, keep_fields);
         const auto t1 = std::chrono::steady_clock::now();
         points = c.size();
         ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());

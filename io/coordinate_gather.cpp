@@ -107,6 +107,21 @@ std::int64_t gather_records(const std::string& path, const XyzLayout& layout,
   return finite;
 }
 
+// Bytes [at, at + n) of fd into dst.
+void pread_all(const std::string& path, int fd, std::uint64_t at, std::uint64_t n,
+               unsigned char* dst) {
+  for (std::uint64_t got = 0; got < n;) {
+    const ssize_t k = ::pread(fd, dst + got, n - got, static_cast<off_t>(at + got));
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0)
+      reject(path, "byte " + std::to_string(at + got),
+             std::string("cannot read it: ") + std::strerror(errno));
+    if (k == 0)
+      reject(path, "byte " + std::to_string(at + got), "the file changed while it was being read");
+    got += static_cast<std::uint64_t>(k);
+  }
+}
+
 // Where the records come from: a file (read with pread at `offset`) or memory.
 struct RecordSource {
   int fd = -1;
@@ -126,19 +141,7 @@ std::int64_t gather_range(const std::string& path, const RecordSource& src, std:
   std::int64_t finite = 0;
   for (std::uint64_t done = b; done < e;) {
     const std::uint64_t m = std::min(per_chunk, e - done);
-    const std::uint64_t want = m * record;
-    std::uint64_t got = 0;
-    while (got < want) {
-      const std::uint64_t at = src.offset + done * record + got;
-      const ssize_t k = ::pread(src.fd, buf.data() + got, want - got, static_cast<off_t>(at));
-      if (k < 0 && errno == EINTR) continue;
-      if (k < 0)
-        reject(path, "byte " + std::to_string(at),
-               std::string("cannot read it: ") + std::strerror(errno));
-      if (k == 0)
-        reject(path, "byte " + std::to_string(at), "the file changed while it was being read");
-      got += static_cast<std::uint64_t>(k);
-    }
+    pread_all(path, src.fd, src.offset + done * record, m * record, buf.data());
     finite += gather_records<T>(path, layout, buf.data(), m, record, done, out + 3 * done);
     done += m;
   }
@@ -205,6 +208,16 @@ void gather_binary(const std::string& path, int fd, std::uint64_t offset, std::u
 void gather_records(const std::string& path, const unsigned char* records, std::uint64_t points,
                     std::uint64_t record, const XyzLayout& layout, Coordinates& out) {
   gather(path, RecordSource{-1, 0, records}, points, record, layout, out);
+}
+
+void read_bytes(const std::string& path, int fd, std::uint64_t offset, std::uint64_t bytes,
+                unsigned char* dst) {
+  constexpr std::int64_t kBlock = std::int64_t(4) << 20;
+  detail::parallel_blocks(detail::usable_cpus(), static_cast<std::int64_t>(bytes), kBlock,
+                          [&](std::int64_t b, std::int64_t e) {
+                            pread_all(path, fd, offset + static_cast<std::uint64_t>(b),
+                                      static_cast<std::uint64_t>(e - b), dst + b);
+                          });
 }
 
 }  // namespace pcnn::io_detail

@@ -379,7 +379,12 @@ InputShape check_pcd(const std::string& path, int fd, std::uint64_t file_size, C
   }
   if (gather)
     for (const auto& f : h.fields) xyz->field_names.push_back(f.name);
-  return {h.points, h.width, h.height};
+  InputShape shape{h.points, h.width, h.height};
+  if (h.data == PcdHeader::Data::binary && h.points > 0) {
+    shape.binary_pcd_records = h.data_start;
+    shape.point_size = h.point_size;
+  }
+  return shape;
 }
 
 // ---- PLY ----

@@ -14,6 +14,10 @@ struct InputShape {
   std::uint64_t points = 0;
   std::uint64_t width = 0;   ///< columns (organized) or the point count
   std::uint64_t height = 1;  ///< rows (> 1: organized)
+  /// A binary .pcd of points: the offset of its records, which hold exactly points x
+  /// `point_size` bytes (0: another layout).
+  std::uint64_t binary_pcd_records = 0;
+  std::uint64_t point_size = 0;
 };
 
 struct Coordinates;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "../io/cloud_reader.hpp"
+#include "../io/stored_fields.hpp"
 #include "pcnn/io.hpp"
 
 namespace pcnn {
@@ -38,12 +39,11 @@ struct Outcome {
   std::string error;
 };
 
-Outcome load_with(const std::string& path, CloudReader reader,
-                  const std::array<double, 3>* origin) {
+Outcome load_with(const std::string& path, CloudReader reader, const std::array<double, 3>* origin,
+                  bool keep_fields = false) {
   Outcome o;
   try {
-    o.cloud = io_detail::load_cloud(path, origin, /*keep_fields=*/false, CloudFormat::by_extension,
-                                    reader);
+    o.cloud = io_detail::load_cloud(path, origin, keep_fields, CloudFormat::by_extension, reader);
     o.ok = true;
   } catch (const error& e) {
     o.error = std::string(typeid(e).name()) + ": " + e.what();
@@ -71,7 +71,20 @@ bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
   if (a.exact != b.exact) return differ("exact flags");
   if (!same_bytes(a.stored, b.stored)) return differ("stored bytes");
   if (a.field_names != b.field_names) return differ("field names");
-  if (a.fields || b.fields) return differ("kept fields (none were asked for)");
+  if (!a.fields != !b.fields) return differ("kept fields (one has none)");
+  if (a.fields) {  // every field, as PCL's own reading gives it
+    const pcl::PCLPointCloud2 &p = a.fields->cloud, &q = b.fields->cloud;
+    if (p.width != q.width || p.height != q.height || p.point_step != q.point_step ||
+        p.row_step != q.row_step || p.is_bigendian != q.is_bigendian)
+      return differ("kept clouds' shapes");
+    if (p.is_dense != q.is_dense) return differ("kept clouds' is_dense");
+    if (p.fields.size() != q.fields.size()) return differ("kept clouds' field counts");
+    for (std::size_t i = 0; i < p.fields.size(); ++i)
+      if (p.fields[i].name != q.fields[i].name || p.fields[i].offset != q.fields[i].offset ||
+          p.fields[i].datatype != q.fields[i].datatype || p.fields[i].count != q.fields[i].count)
+        return differ("kept clouds' fields");
+    if (!same_bytes(p.data, q.data)) return differ("kept clouds' bytes");
+  }
   return ::testing::AssertionSuccess();
 }
 
@@ -86,6 +99,15 @@ bool expect_same_outcome(const std::string& path, const std::array<double, 3>* o
     EXPECT_TRUE(same_cloud(fast.cloud, pcl.cloud));
   } else if (!fast.ok && !pcl.ok) {
     EXPECT_EQ(fast.error, pcl.error);
+  }
+  // Every field kept (filter, smooth, normals): binary .pcd is read by pcnn, the rest by PCL.
+  const Outcome fast_all = load_with(path, CloudReader::fastest, origin, true);
+  const Outcome pcl_all = load_with(path, CloudReader::pcl, origin, true);
+  EXPECT_EQ(fast_all.ok, pcl_all.ok) << "pcnn: " << fast_all.error << "\nPCL: " << pcl_all.error;
+  if (fast_all.ok && pcl_all.ok) {
+    EXPECT_TRUE(same_cloud(fast_all.cloud, pcl_all.cloud)) << "every field kept";
+  } else if (!fast_all.ok && !pcl_all.ok) {
+    EXPECT_EQ(fast_all.error, pcl_all.error);
   }
   return fast.ok && pcl.ok;
 }
