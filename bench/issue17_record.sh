@@ -89,18 +89,25 @@ if [ "$part" = 2 ]; then
     "$B/pcnn_bench_knn" --device cuda --mode frame-loop --frames 100 --host-memory "$mem" \
       >"$OUT/frames_$mem.txt" 2>&1
   done
-  # --device auto against --device cpu: the process from exec to exit, three rounds, each in
-  # another order. A warm-up run goes first: the loop's first process (--device auto, 1,000
-  # points) took 362-416 ms in three leases, its repeats 70-97 ms, and no slow first run showed
-  # when cpu and auto were run alone after a frame loop (bench/results/2026-11-30-round40.md).
+  # --device auto against --device cpu: the process from exec to exit, 20 pairs alternated (the
+  # first of a pair swapped each time), apart from --device cuda's three runs. Interleaved with
+  # --device cuda processes, three or even twelve rounds left the two ±5 ms apart at 20-30 ms a
+  # process (round 41: medians 1.10-1.20x at 1k-300k points, then 1.01x and 0.98x at 1k and 100k
+  # over 30 alternated pairs, the same system calls; bench/results/2026-12-01-round41.md). A
+  # warm-up run goes first: the loop's first process took 362-416 ms in three leases of round 40.
   settle
   "$B/pcnn" knn "$D/uniform_1000.pcd" -k 8 --device cpu -o "$D/o.npy" -q
-  for round in 1 2 3; do
-    order=(auto cpu cuda auto cpu)
-    for n in 1000 10000 30000 100000 300000 1000000; do
-      for dev in "${order[@]:round-1:3}"; do
+  for n in 1000 10000 30000 100000 300000 1000000; do
+    for round in 1 2 3; do
+      wall "$B/pcnn" knn "$D/uniform_$n.pcd" -k 8 --device cuda -o "$D/o.npy" -q \
+        >"$OUT/auto_${n}_cuda_r$round.txt" 2>&1
+    done
+    for round in $(seq 1 20); do
+      pair="auto cpu"
+      [ $((round % 2)) -eq 0 ] && pair="cpu auto"
+      for dev in $pair; do
         wall "$B/pcnn" knn "$D/uniform_$n.pcd" -k 8 --device "$dev" -o "$D/o.npy" -q \
-          >"$OUT/auto_${n}_${dev}_r$round.txt" 2>&1
+          >"$OUT/auto_${n}_${dev}_r$(printf %02d "$round").txt" 2>&1
       done
     done
   done

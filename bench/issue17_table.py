@@ -8,6 +8,7 @@ target's value, and whether it is met by every run.
 import glob
 import os
 import re
+import statistics
 import sys
 
 
@@ -156,7 +157,7 @@ def main(p1, p2):
             continue
         w = {d: [ms for ms, _ in r] for d, r in runs.items()}
         worst = max(a / c for a, c in zip(w["auto"], w["cpu"]))
-        med = sorted(w["auto"])[len(w["auto"]) // 2] / sorted(w["cpu"])[len(w["cpu"]) // 2]
+        med = statistics.median(w["auto"]) / statistics.median(w["cpu"])
         print(f"| --device auto vs cpu, {n:,} points (process wall ms) | auto {spread(w['auto'], '{:.0f}')}, "
               f"cpu {spread(w['cpu'], '{:.0f}')}, cuda {spread(w['cuda'], '{:.0f}')}; medians "
               f"{med:.2f}x, worst pair {worst:.2f}x | ≤ 1.1x | {'yes' if med <= 1.1 else 'no'} |")
