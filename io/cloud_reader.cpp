@@ -259,6 +259,73 @@ std::shared_ptr<StoredFields> fields_of_no_points(const std::string& name, const
   return stored;
 }
 
+// PCL's header reader on `file` (a .pcd), into `pc`: false where it fails. It sizes (and
+// zero-fills) the records' buffer, here within room for `bytes` mapped in on every CPU first, so
+// that it neither reallocates nor faults page by page.
+bool read_pcd_header_into(const OpenFile& file, std::uint64_t bytes, pcl::PCLPointCloud2& pc,
+                          int& data_type, unsigned int& data_idx) {
+  pc.data.clear();
+  pc.data.reserve(bytes);
+  detail::prepare_fresh_pages_parallel(pc.data.data(), pc.data.capacity(), detail::usable_cpus());
+  try {
+    Eigen::Vector4f origin;
+    Eigen::Quaternionf orientation;
+    int version = 0;
+    return pcl::PCDReader().readHeader(file.name_for_pcl(), pc, origin, orientation, version,
+                                       data_type, data_idx) >= 0;
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// The pcl::PCLPointField type of a column of type t (Scalar's order: i8, u8, i16, u16, i32, u32,
+// i64, u64, f32, f64).
+std::uint8_t pcl_type(io_detail::Scalar t) {
+  using F = pcl::PCLPointField;
+  constexpr std::uint8_t kTypes[] = {F::INT8,   F::UINT8, F::INT16,  F::UINT16,  F::INT32,
+                                     F::UINT32, F::INT64, F::UINT64, F::FLOAT32, F::FLOAT64};
+  return kTypes[static_cast<int>(t)];
+}
+
+// For an ascii .pcd whose every field is kept: the pcl::PCLPointCloud2 PCL's header reader makes
+// of it, into `fields`, and where the gate is to store each column's values in its records
+// (`rows`), as PCL's ascii reader would (pcl 1.13 PCDReader::readBodyASCII: '_' fields skipped,
+// each value converted to its field's type, which the gate's grammar makes the value it parses;
+// is_dense false for a literal "nan"). False for other files, and where PCL's header disagrees
+// with the gate's (PCL then reads the file itself). Throws the gate's header errors.
+bool prepare_ascii_fields(const std::string& path, const OpenFile& file,
+                          std::shared_ptr<StoredFields>& fields, io_detail::RowValues& rows) {
+  const io_detail::PcdHeader h = io_detail::read_pcd_header(path, file.fd());
+  if (h.data != io_detail::PcdHeader::Data::ascii || h.points == 0) return false;
+  std::uint64_t columns = 0;
+  for (const auto& f : h.fields) columns += f.count;
+  const std::uint64_t body = file.size() - std::min(file.size(), h.data_start);
+  if (h.points * 2 * columns > body + 1) return false;  // refused by the gate
+  auto stored = std::make_shared<StoredFields>();
+  pcl::PCLPointCloud2& pc = stored->cloud;
+  int data_type = 0;
+  unsigned int data_idx = 0;
+  if (!read_pcd_header_into(file, h.points * h.point_size, pc, data_type, data_idx) ||
+      data_type != 0 || std::uint64_t(pc.width) * pc.height != h.points ||
+      pc.fields.size() != h.fields.size() || pc.data.size() != h.points * pc.point_step)
+    return false;
+  rows.offset.clear();
+  for (std::size_t d = 0; d < pc.fields.size(); ++d) {
+    const pcl::PCLPointField& f = pc.fields[d];
+    if (f.count != h.fields[d].count || f.datatype != pcl_type(h.fields[d].type)) return false;
+    for (std::uint32_t c = 0; c < f.count; ++c)
+      rows.offset.push_back(f.name == "_" ? -1
+                                          : std::int64_t(f.offset) +
+                                                std::int64_t(c) * pcl::getFieldSize(f.datatype));
+  }
+  rows.data = pc.data.data();
+  rows.point_step = pc.point_step;
+  fields = std::move(stored);
+  return true;
+}
+
 // A binary .pcd that the gate checked (its records at shape.binary_pcd_records), read into `pc`
 // as PCL 1.13's PCDReader::read reads it (io/src/pcd_io.cpp): PCL's own header, the records
 // copied whole, and is_dense false when a float value of any field is not finite. The records are
@@ -267,24 +334,10 @@ std::shared_ptr<StoredFields> fields_of_no_points(const std::string& name, const
 // reads the file itself).
 bool read_binary_pcd(const std::string& path, const OpenFile& file,
                      const io_detail::InputShape& shape, pcl::PCLPointCloud2& pc) {
-  int rc = 0, version = 0, data_type = 0;
+  int data_type = 0;
   unsigned int data_idx = 0;
-  // PCL's header reader sizes (and zero-fills) the records' buffer; within room mapped in here on
-  // every CPU, it neither reallocates nor faults in page by page.
-  pc.data.clear();
-  pc.data.reserve(shape.points * shape.point_size);
-  detail::prepare_fresh_pages_parallel(pc.data.data(), pc.data.capacity(), detail::usable_cpus());
-  try {
-    Eigen::Vector4f origin;
-    Eigen::Quaternionf orientation;
-    rc = pcl::PCDReader().readHeader(file.name_for_pcl(), pc, origin, orientation, version,
-                                     data_type, data_idx);
-  } catch (const std::bad_alloc&) {
-    throw;
-  } catch (const std::exception&) {
-    return false;
-  }
-  if (rc < 0 || data_type != 1 || data_idx != shape.binary_pcd_records ||
+  if (!read_pcd_header_into(file, shape.points * shape.point_size, pc, data_type, data_idx) ||
+      data_type != 1 || data_idx != shape.binary_pcd_records ||
       std::uint64_t(pc.width) * pc.height != shape.points ||
       pc.data.size() != shape.points * pc.point_step)
     return false;
@@ -447,9 +500,15 @@ Cloud load_cloud(const std::string& path_given, const std::array<double, 3>* ori
   // pcnn reads x, y and z itself (in the gate's one pass over the data) where it can; PCL reads
   // the other layouts, and every field when they are kept.
   Coordinates xyz;
-  const bool own = !keep_fields && reader == CloudReader::fastest;
-  const InputShape shape =
-      check_input(path, file.fd(), ext == ".ply", file.size(), own ? &xyz : nullptr);
+  const bool fast = reader == CloudReader::fastest;
+  // Every field of an ascii .pcd is stored by the gate too, as PCL would (prepare_ascii_fields).
+  std::shared_ptr<StoredFields> fields;
+  io_detail::RowValues rows;
+  const bool all_by_gate =
+      keep_fields && fast && ext == ".pcd" && prepare_ascii_fields(path, file, fields, rows);
+  const bool own = (!keep_fields && fast) || all_by_gate;
+  const InputShape shape = check_input(path, file.fd(), ext == ".ply", file.size(),
+                                       own ? &xyz : nullptr, all_by_gate ? &rows : nullptr);
   Cloud c;
   c.path = path;
   if (shape.points == 0) {  // PCL refuses clouds of no points; the file was checked
@@ -461,11 +520,14 @@ Cloud load_cloud(const std::string& path_given, const std::array<double, 3>* ori
     }
     return c;
   }
-  std::shared_ptr<StoredFields> fields;
-  if (xyz.gathered)
+  if (all_by_gate && rows.filled) {
+    fields->cloud.is_dense = !rows.nan_token;
     file.check_unchanged();
-  else
-    fields = read_through_pcl(path, file, ext, shape, xyz, reader == CloudReader::fastest);
+  } else if (xyz.gathered && !keep_fields) {
+    file.check_unchanged();
+  } else {
+    fields = read_through_pcl(path, file, ext, shape, xyz, fast);
+  }
   // The gate's shape (PCL's was checked against it), below 2^32 by the header checks.
   c.width = static_cast<std::uint32_t>(shape.width);
   c.height = static_cast<std::uint32_t>(shape.height);

@@ -223,8 +223,26 @@ std::uint64_t check_lines(const std::string& path, int fd, std::uint64_t data_st
 // `xyz` (when given) receives each row's x, y and z (at `layout`), from the values the check
 // parses; its buffer is sized only once the file's size has bounded the rows. The rows are checked
 // on several threads (check_lines); rows missing or in excess are told after.
+// A checked literal's value stored in its column's type: integers exact (in range: their low
+// bytes, the host being little-endian as the files), float32 rounded once (the grammar makes that
+// PCL's value).
+void store_value(unsigned char* p, Scalar t, const Number& n) {
+  if (t == Scalar::f32) {
+    const auto v = static_cast<float>(n.f);
+    std::memcpy(p, &v, sizeof v);
+  } else if (t == Scalar::f64) {
+    std::memcpy(p, &n.f, sizeof n.f);
+  } else {
+    std::memcpy(p, &n.i, scalar_size(t));
+  }
+}
+
+bool is_nan_literal(std::string_view v) {
+  return v.size() == 3 && (v[0] | 0x20) == 'n' && (v[1] | 0x20) == 'a' && (v[2] | 0x20) == 'n';
+}
+
 void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::uint64_t body,
-                     Coordinates* xyz, const XyzLayout& layout) {
+                     Coordinates* xyz, const XyzLayout& layout, RowValues* all) {
   std::uint64_t columns = 0;
   for (const auto& f : h.fields) columns += f.count;
   // A row is at least one character per value and a separator after each (the last row may
@@ -246,13 +264,16 @@ void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::u
         names.push_back(&f.name);
         axis.push_back(f.name == "x" ? 0 : f.name == "y" ? 1 : f.name == "z" ? 2 : -1);
       }
+  if (all && all->offset.size() != columns) all = nullptr;
   std::atomic<std::int64_t> finite{0};
+  std::atomic<bool> nan_token{false};
   const std::uint64_t lines_total = check_lines(
       path, fd, h.data_start, h.data_start + body, h.header_lines, h.eol, max_line_for(columns),
       h.points, threads, [&](DataLines& lines, std::uint64_t first, std::uint64_t count) {
         std::vector<std::string_view> values;
         std::string_view text;
         std::int64_t finite_here = 0;
+        bool nan_here = false;
         for (std::uint64_t row = first; row < first + count; ++row) {
           if (!lines.next(text)) break;
           split_values(path, lines.number(), text, values);
@@ -263,15 +284,20 @@ void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::u
           double values3[3] = {0, 0, 0};
           for (std::size_t v = 0; v < values.size(); ++v) {
             Number n;
-            const std::string why = check_number(values[v], types[v], xyz ? &n : nullptr);
+            const std::string why = check_number(values[v], types[v], xyz || all ? &n : nullptr);
             if (!why.empty())
               reject(path, line_at(lines.number()),
                      "field '" + *names[v] + "': " + quote(values[v]) + " is " + why);
             if (xyz && axis[v] >= 0) values3[axis[v]] = stored_value(n, types[v]);
+            if (all && all->offset[v] >= 0) {
+              store_value(all->data + row * all->point_step + all->offset[v], types[v], n);
+              nan_here = nan_here || is_nan_literal(values[v]);
+            }
           }
           if (xyz) finite_here += put(*xyz, row, values3);
         }
         finite += finite_here;
+        if (nan_here) nan_token = true;
       });
   if (lines_total < h.points)
     reject(path, "",
@@ -284,6 +310,10 @@ void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::u
   if (xyz) {
     xyz->finite = finite;
     xyz->gathered = true;
+  }
+  if (all) {
+    all->nan_token = nan_token;
+    all->filled = true;
   }
 }
 
@@ -350,7 +380,8 @@ XyzLayout pcd_layout(const PcdHeader& h) {
   return l;
 }
 
-InputShape check_pcd(const std::string& path, int fd, std::uint64_t file_size, Coordinates* xyz) {
+InputShape check_pcd(const std::string& path, int fd, std::uint64_t file_size, Coordinates* xyz,
+                     RowValues* rows) {
   const PcdHeader h = read_pcd_header(path, fd);
   const std::uint64_t body = file_size - std::min(file_size, h.data_start);
   // pcnn reads ascii and binary data itself; compressed data is left to PCL.
@@ -358,7 +389,8 @@ InputShape check_pcd(const std::string& path, int fd, std::uint64_t file_size, C
   const XyzLayout layout = pcd_layout(h);
   switch (h.data) {
     case PcdHeader::Data::ascii:
-      check_pcd_ascii(path, fd, h, body, gather ? xyz : nullptr, layout);
+      check_pcd_ascii(path, fd, h, body, gather ? xyz : nullptr, layout,
+                      h.points > 0 ? rows : nullptr);
       break;
     case PcdHeader::Data::binary: {
       const std::uint64_t need = h.points * h.point_size;
@@ -690,8 +722,8 @@ bool check_lzf(const unsigned char* in, std::uint64_t in_len, std::uint64_t expe
 }
 
 InputShape check_input(const std::string& path, int fd, bool ply, std::uint64_t file_size,
-                       Coordinates* xyz) {
-  return ply ? check_ply(path, fd, file_size, xyz) : check_pcd(path, fd, file_size, xyz);
+                       Coordinates* xyz, RowValues* rows) {
+  return ply ? check_ply(path, fd, file_size, xyz) : check_pcd(path, fd, file_size, xyz, rows);
 }
 
 }  // namespace pcnn::io_detail

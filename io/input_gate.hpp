@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace pcnn::io_detail {
 
@@ -22,6 +23,20 @@ struct InputShape {
 
 struct Coordinates;
 
+/// Where an ascii .pcd's values go besides x, y and z: a pcl::PCLPointCloud2's records as PCL's
+/// ascii reader fills them. Column c (the header's fields in order, `count` values each) of row r
+/// at data + r * point_step + offset[c], in the column's type; nowhere where offset[c] < 0 (PCL
+/// skips '_' fields). `nan_token`: some value was the literal "nan" (any case, no sign), which PCL
+/// marks as a cloud that is not dense (other non-finite literals it does not). `filled`: the
+/// file was an ascii .pcd of as many columns as `offset` holds, and every row was stored.
+struct RowValues {
+  unsigned char* data = nullptr;
+  std::uint64_t point_step = 0;
+  std::vector<std::int64_t> offset;
+  bool nan_token = false;
+  bool filled = false;
+};
+
 /// Checks a .pcd (`ply` false) or .ply file of `file_size` bytes, open as `fd` (every read goes
 /// through it; `path` names it in messages): its header, every byte of its data, and that the
 /// data holds exactly what the header promises (no more, no less).
@@ -31,8 +46,9 @@ struct Coordinates;
 /// .pcd, and binary_little_endian .ply whose vertex element comes first, without range_grid or
 /// obj_info grid. Compressed .pcd, big-endian .ply and the rest are left to PCL (gathered false).
 /// @throws pcnn::input_error naming the file, where (line or byte offset) and why
+/// With `rows`, an ascii .pcd's every value is stored there too (RowValues).
 InputShape check_input(const std::string& path, int fd, bool ply, std::uint64_t file_size,
-                       Coordinates* xyz = nullptr);
+                       Coordinates* xyz = nullptr, RowValues* rows = nullptr);
 
 /// Walks LZF-compressed data as PCL's lzfDecompress does, without writing the output: true when
 /// it decodes to exactly `expected` bytes without reading or referring outside the data.

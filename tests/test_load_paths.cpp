@@ -155,6 +155,31 @@ TEST(LoadPaths, TheBadInputSuitesCasesGiveTheSameCloudOrTheSameError) {
   EXPECT_LT(loaded, files);
 }
 
+// Ascii literals PCL's reader treats apart: "nan" in any case (not dense), signed NaN and
+// infinities (converted, dense), integers of every width, a '_' field (skipped), first in the
+// file or not: the same cloud and kept fields on both readers.
+TEST(LoadPaths, AsciiLiteralsOfEveryKindKeepTheSameFields) {
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("pcnn_load_literals_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string head =
+      "VERSION 0.7\nFIELDS x y z intensity _ label flag big\nSIZE 4 4 4 4 2 8 1 8\n"
+      "TYPE F F F F U I U F\nCOUNT 1 1 1 2 1 1 1 1\nWIDTH 4\nHEIGHT 1\n"
+      "VIEWPOINT 0 0 0 1 0 0 0\nPOINTS 4\nDATA ascii\n";
+  const char* bodies[] = {
+      "1 2 3 NaN -nan 7 -9007199254740992 255 1e300\n4 5 6 +nan inf 8 -1 0 -2.5e-300\n"
+      "7 8 9 -inf 0.1 9 12 1 nan\n1.5 2.5 3.5 3.4028234e38 -0 65535 9007199254740992 7 -0\n",
+      "nan 2 3 1 2 7 5 3 4\n4 5 6 7 8 8 6 4 5\n7 8 9 1 1 9 7 5 6\n1 1 1 1 1 1 1 1 1\n",
+      "inf 2 3 -nan +NaN 7 5 3 4\n4 5 6 7 8 8 6 4 5\n7 8 9 1 1 9 7 5 -inf\n1 1 1 1 1 1 1 1 1\n"};
+  int i = 0;
+  for (const char* body : bodies) {
+    const std::string path = (dir / ("literals_" + std::to_string(i++) + ".pcd")).string();
+    std::ofstream(path, std::ios::binary) << head << body;
+    EXPECT_TRUE(expect_same_outcome(path)) << path;
+  }
+  fs::remove_all(dir);
+}
+
 // ---- generated clouds ----
 
 // A field of a generated file: its name, PCD type letter and size (PLY: the matching type).
