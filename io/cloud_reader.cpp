@@ -293,16 +293,15 @@ std::uint8_t pcl_type(io_detail::Scalar t) {
 // of it, into `fields`, and where the gate is to store each column's values in its records
 // (`rows`), as PCL's ascii reader would (pcl 1.13 PCDReader::readBodyASCII: '_' fields skipped,
 // each value converted to its field's type, which the gate's grammar makes the value it parses;
-// is_dense false for a literal "nan"). False for other files, and where PCL's header disagrees
-// with the gate's (PCL then reads the file itself). Throws the gate's header errors.
+// is_dense false for a literal "nan"). The gate checks the whole file first, without storing
+// anything: a file it refuses is refused before the records are allocated (up to four times the
+// file's size) and before PCL reads its header. False for other files, and where PCL's header
+// disagrees with the gate's (PCL then reads the file itself). Throws the gate's errors.
 bool prepare_ascii_fields(const std::string& path, const OpenFile& file,
                           std::shared_ptr<StoredFields>& fields, io_detail::RowValues& rows) {
   const io_detail::PcdHeader h = io_detail::read_pcd_header(path, file.fd());
   if (h.data != io_detail::PcdHeader::Data::ascii || h.points == 0) return false;
-  std::uint64_t columns = 0;
-  for (const auto& f : h.fields) columns += f.count;
-  const std::uint64_t body = file.size() - std::min(file.size(), h.data_start);
-  if (h.points * 2 * columns > body + 1) return false;  // refused by the gate
+  io_detail::check_input(path, file.fd(), false, file.size());
   auto stored = std::make_shared<StoredFields>();
   pcl::PCLPointCloud2& pc = stored->cloud;
   int data_type = 0;
@@ -497,8 +496,8 @@ Cloud load_cloud(const std::string& path_given, const std::array<double, 3>* ori
   if (ext != ".pcd" && ext != ".ply")
     fail(path, "unknown extension '" + ext + "' (expected .pcd or .ply, or name the format)");
   const OpenFile file = from_stdin ? OpenFile(path, OpenFile::Stdin{}) : OpenFile(path);
-  // pcnn reads x, y and z itself (in the gate's one pass over the data) where it can; PCL reads
-  // the other layouts, and every field when they are kept.
+  // pcnn reads x, y and z itself (as the gate checks the data) where it can, and every field of
+  // a .pcd when they are kept; PCL reads the other layouts and fields.
   Coordinates xyz;
   const bool fast = reader == CloudReader::fastest;
   // Every field of an ascii .pcd is stored by the gate too, as PCL would (prepare_ascii_fields).

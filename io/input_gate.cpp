@@ -153,13 +153,19 @@ std::size_t max_line_for(std::uint64_t values) {
 constexpr std::uint64_t kLineChunk = std::uint64_t(1) << 20;
 
 // How many lines start in each chunk of [begin, end) (a line starts at `begin` and after each
-// LF before `end`), counted on up to `threads` threads.
+// LF before `end`), counted on up to `threads` threads. Once the chunks counted hold more than
+// `wanted` lines, the chunks not begun yet, which lie after them, are left uncounted (false in
+// `counted`): their lines are in excess whatever their number.
 std::vector<std::uint64_t> line_starts(const std::string& path, int fd, std::uint64_t begin,
-                                       std::uint64_t end, int threads) {
+                                       std::uint64_t end, std::uint64_t wanted, int threads,
+                                       std::vector<bool>& counted) {
   const std::uint64_t chunks = (end - begin + kLineChunk - 1) / kLineChunk;
-  std::vector<std::uint64_t> starts(chunks);
+  std::vector<std::uint64_t> starts(chunks, 0);
+  std::vector<char> done(chunks, 0);
+  std::atomic<std::uint64_t> seen{0};
   detail::parallel_blocks(
       threads, static_cast<std::int64_t>(chunks), 1, [&](std::int64_t c, std::int64_t) {
+        if (seen.load() > wanted) return;
         const std::uint64_t s = begin + std::uint64_t(c) * kLineChunk;
         const std::uint64_t e = std::min(end, s + kLineChunk);
         // Bytes [s - 1, e - 1): whether s starts a line, and each LF
@@ -175,7 +181,10 @@ std::vector<std::uint64_t> line_starts(const std::string& path, int fd, std::uin
         const std::size_t last = got == buf.size() ? got - 1 : got;
         if (last > first) n += static_cast<std::uint64_t>(std::count(p + first, p + last, '\n'));
         starts[static_cast<std::size_t>(c)] = n;
+        done[static_cast<std::size_t>(c)] = 1;
+        seen += n;
       });
+  counted.assign(done.begin(), done.end());
   return starts;
 }
 
@@ -191,11 +200,19 @@ template <class Body>
 std::uint64_t check_lines(const std::string& path, int fd, std::uint64_t data_start,
                           std::uint64_t end, std::uint64_t header_lines, Eol eol,
                           std::size_t max_length, std::uint64_t wanted, int threads, Body&& body) {
-  const std::vector<std::uint64_t> starts = line_starts(path, fd, data_start, end, threads);
+  std::vector<bool> counted;
+  const std::vector<std::uint64_t> starts =
+      line_starts(path, fd, data_start, end, wanted, threads, counted);
   std::vector<std::uint64_t> first(starts.size() + 1, 0);  // of each chunk; then the total
   for (std::size_t c = 0; c < starts.size(); ++c) first[c + 1] = first[c] + starts[c];
+  // A chunk in which no line starts (the last one aside) lies inside a line of more than 1 MiB.
+  // Then one thread checks the rows, as one line at a time was held before: each chunk's thread
+  // holds its line and its values' views (16 bytes each), up to the longest line allowed.
+  bool long_line = false;
+  for (std::size_t c = 0; c + 1 < starts.size(); ++c) long_line |= counted[c] && starts[c] == 0;
   detail::parallel_blocks(
-      threads, static_cast<std::int64_t>(starts.size()), 1, [&](std::int64_t c, std::int64_t) {
+      long_line ? 1 : threads, static_cast<std::int64_t>(starts.size()), 1,
+      [&](std::int64_t c, std::int64_t) {
         const auto ci = static_cast<std::size_t>(c);
         const std::uint64_t count = std::min(starts[ci], wanted - std::min(wanted, first[ci]));
         if (count == 0) return;
@@ -220,9 +237,6 @@ std::uint64_t check_lines(const std::string& path, int fd, std::uint64_t data_st
   return first.back();
 }
 
-// `xyz` (when given) receives each row's x, y and z (at `layout`), from the values the check
-// parses; its buffer is sized only once the file's size has bounded the rows. The rows are checked
-// on several threads (check_lines); rows missing or in excess are told after.
 // A checked literal's value stored in its column's type: integers exact (in range: their low
 // bytes, the host being little-endian as the files), float32 rounded once (the grammar makes that
 // PCL's value).
@@ -241,6 +255,10 @@ bool is_nan_literal(std::string_view v) {
   return v.size() == 3 && (v[0] | 0x20) == 'n' && (v[1] | 0x20) == 'a' && (v[2] | 0x20) == 'n';
 }
 
+// `xyz` (when given) receives each row's x, y and z (at `layout`), from the values the check
+// parses, its buffer sized only once the file's size has bounded the rows; `all` every value
+// (RowValues, sized by the caller). The rows are checked on several threads (check_lines); rows missing or in
+// excess are told after.
 void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::uint64_t body,
                      Coordinates* xyz, const XyzLayout& layout, RowValues* all) {
   std::uint64_t columns = 0;

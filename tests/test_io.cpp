@@ -261,6 +261,55 @@ TEST(Load, CloudsOfManyBlocksKeepEveryStoredValue) {
   }
 }
 
+// Ascii rows cut into chunks of 1 MiB for the threads: a row that starts exactly on a chunk's
+// first byte, a CR LF whose CR ends one chunk and LF begins the next, an LF as a chunk's first
+// byte. Every row's x is its number: a row read twice, skipped or shifted shows.
+TEST(Load, AsciiRowsOnChunkBoundariesAreEachReadOnce) {
+  TempDir tmp;
+  const int n = 140000;  // 2.2-2.4 MB: two boundaries
+  struct Variant {
+    const char* name;
+    const char* ext;
+    const char* first_row;  // printf format of row 0 (with its ending)
+    const char* row;        // of the others
+  };
+  // 16-byte rows: row 65536 starts at the chunk's first byte. 17-byte CR LF rows: 2^20 = 17 x
+  // 61681 - 1, so byte 2^20 is an LF after a CR. A 17-byte row 0 then 16-byte rows: an LF at 2^20.
+  const Variant variants[] = {{"lf_on_boundary", ".pcd", "%06d 1.5 2.25\n", "%06d 1.5 2.25\n"},
+                              {"crlf_across", ".pcd", "%06d 1.5 2.25\r\n", "%06d 1.5 2.25\r\n"},
+                              {"lf_first", ".pcd", "%07d 1.5 2.25\n", "%06d 1.5 2.25\n"},
+                              {"lf_on_boundary", ".ply", "%06d 1.5 2.25\n", "%06d 1.5 2.25\n"}};
+  for (const Variant& v : variants) {
+    const bool crlf = std::strchr(v.row, '\r') != nullptr;
+    const char* eol = crlf ? "\r\n" : "\n";
+    std::string head;
+    if (std::string(v.ext) == ".ply") {
+      head = std::string("ply") + eol + "format ascii 1.0" + eol + "element vertex " +
+             std::to_string(n) + eol + "property float x" + eol + "property float y" + eol +
+             "property float z" + eol + "end_header" + eol;
+    } else {
+      for (const std::string& line :
+           {std::string("VERSION 0.7"), std::string("FIELDS x y z"), std::string("SIZE 4 4 4"),
+            std::string("TYPE F F F"), std::string("COUNT 1 1 1"), "WIDTH " + std::to_string(n),
+            std::string("HEIGHT 1"), std::string("VIEWPOINT 0 0 0 1 0 0 0"),
+            "POINTS " + std::to_string(n), std::string("DATA ascii")})
+        head += line + eol;
+    }
+    std::string body;
+    char row[32];
+    for (int i = 0; i < n; ++i) {
+      std::snprintf(row, sizeof row, i == 0 ? v.first_row : v.row, i);
+      body += row;
+    }
+    const std::string path = tmp / (std::string(v.name) + v.ext);
+    std::ofstream(path, std::ios::binary) << head << body;
+    const Cloud c = load_cloud(path, nullptr, /*keep_fields=*/false);
+    ASSERT_EQ(c.size(), n) << path;
+    for (int i = 0; i < n; ++i)
+      ASSERT_EQ(double(c.xyz[3 * std::size_t(i)]) + c.origin[0], double(i)) << path << " row " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Formats, RoundTrip,
     ::testing::Values(FormatCase{Format::pcd_ascii, false}, FormatCase{Format::pcd_ascii, true},
