@@ -2,7 +2,8 @@
 # The GPU record of this round (issues 13 and 14), run on the GPU machine from a bundle made by
 # ../shared/tools/gpu-bundle: the GPU test suites, compute-sanitizer, per-kernel device time of the
 # search and its exact refinement (ncu), the kNN sweep and frame loop, exactness at scale, and the
-# command line. Writes logs under $OUT (or ./gpu-record) and prints a summary.
+# command line. Writes logs under $OUT (or ./gpu-record) and prints a summary. The bundle lists
+# build/app/libpcnn_pcl_baseline.so among its programs: --compare-cpu loads it from beside pcnn.
 set -u
 OUT=${OUT:-gpu-record}; mkdir -p "$OUT"
 B=/tmp/gpu-bundle/bin

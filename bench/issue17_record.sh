@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 17's targets (speed where the user looks), measured on the GPU machine in one lease from a
-# bundle of pcnn, pcnn_bench_knn and pcnn_bench_staging made by ../shared/tools/gpu-bundle (run
+# bundle of pcnn, app/libpcnn_pcl_baseline.so (--compare-cpu loads it from beside pcnn),
+# pcnn_bench_knn and pcnn_bench_staging made by ../shared/tools/gpu-bundle (run
 # `bash .gpu/run.sh pcnn --help` first: it unpacks the bundle under /tmp/gpu-bundle). Writes one
 # log per step under $OUT (or ./issue17; many small files: tar them to bring them back);
 # bench/issue17_table.py turns them into the table.

@@ -34,8 +34,9 @@ const baseline_module::Api& api() {
          {dir + "/" + baseline_module::kFile,
           dir + "/" + PCNN_BASELINE_INSTALLED + "/" + baseline_module::kFile}) {
       void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (!why.empty()) why += "; ";
       if (!handle) {
-        why += std::string(why.empty() ? "" : "; ") + ::dlerror();
+        why += ::dlerror();
         continue;
       }
       using Entry = const baseline_module::Api* (*)();
@@ -43,7 +44,8 @@ const baseline_module::Api& api() {
         loaded = entry();
         return;
       }
-      why += "; " + path + " has no " + baseline_module::kEntry;
+      ::dlclose(handle);
+      why += path + " has no " + baseline_module::kEntry;
     }
   });
   if (!loaded) throw error("the CPU baseline (PCL) cannot be loaded: " + why);
