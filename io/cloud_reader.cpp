@@ -376,18 +376,139 @@ bool read_binary_pcd(const std::string& path, const OpenFile& file,
   return true;
 }
 
+// A binary_little_endian .ply whose first element holds the vertices, without obj_info grid,
+// range_grid or camera (which make PCL organize the cloud), read into `pc` as PCL 1.13's
+// PLYReader::read reads it (io/src/ply_io.cpp): a field a vertex property, in order, at
+// consecutive offsets; red, green, blue (uchar, consecutive: the gate's rule) packed into one
+// "rgb" (float32 bits of r << 16 | g << 8 | b), with alpha into "rgba" (uint32, | a << 24); a uchar
+// "intensity" as a float32; nx, ny, nz named normal_x, normal_y, normal_z; is_dense false when
+// a float32 or float64 property is not finite. The vertices are read, and converted, on every CPU.
+// False for other files (PCL then reads them).
+bool read_binary_ply(const std::string& path, const OpenFile& file,
+                     const io_detail::InputShape& shape, pcl::PCLPointCloud2& pc) {
+  using io_detail::Scalar;
+  const io_detail::PlyHeader h = io_detail::read_ply_header(path, file.fd());
+  if (h.format != io_detail::PlyHeader::Format::binary_little_endian || h.vertex != 0 || h.grid)
+    return false;
+  for (const auto& e : h.elements)
+    if (e.name == "range_grid" || e.name == "camera") return false;
+  const io_detail::PlyElement& v = h.elements[h.vertex];
+  if (v.count != shape.points || v.count == 0 || v.has_list()) return false;
+  // How each field is made from the record's bytes.
+  enum class Make { copy, rgb, rgba, intensity };
+  struct Part {
+    Make make;
+    std::uint32_t from, to, size;  // bytes of the record, of the point, copied
+    bool is_float;                 // a float32 / float64 value (is_dense)
+  };
+  std::vector<Part> parts;
+  pc = pcl::PCLPointCloud2();
+  std::uint32_t from = 0, to = 0;
+  const auto& props = v.properties;
+  for (std::size_t i = 0; i < props.size(); ++i) {
+    const io_detail::PlyProperty& p = props[i];
+    pcl::PCLPointField f;
+    f.offset = to;
+    f.count = 1;
+    const std::string prefix = p.name.compare(0, 8, "diffuse_") == 0 ? "diffuse_" : "";
+    if (p.type == Scalar::u8 && p.name == prefix + "red") {  // then green, blue (the gate's rule)
+      const bool alpha =
+          i + 3 < props.size() && props[i + 3].type == Scalar::u8 && props[i + 3].name == "alpha";
+      f.name = alpha ? "rgba" : "rgb";
+      f.datatype = alpha ? pcl::PCLPointField::UINT32 : pcl::PCLPointField::FLOAT32;
+      parts.push_back({alpha ? Make::rgba : Make::rgb, from, to, 4, false});
+      from += alpha ? 4 : 3;
+      i += alpha ? 3 : 2;
+      to += 4;
+    } else if (p.type == Scalar::u8 && p.name == "intensity") {
+      f.name = p.name;
+      f.datatype = pcl::PCLPointField::FLOAT32;
+      parts.push_back({Make::intensity, from, to, 4, false});
+      from += 1;
+      to += 4;
+    } else {
+      const std::uint32_t size = io_detail::scalar_size(p.type);
+      f.name = p.name == "nx"   ? "normal_x"
+               : p.name == "ny" ? "normal_y"
+               : p.name == "nz" ? "normal_z"
+                                : p.name;
+      f.datatype = pcl_type(p.type);
+      parts.push_back({Make::copy, from, to, size, p.type == Scalar::f32 || p.type == Scalar::f64});
+      from += size;
+      to += size;
+    }
+    pc.fields.push_back(f);
+  }
+  const std::uint64_t record = v.fixed_size();
+  if (from != record) return false;
+  pc.width = static_cast<std::uint32_t>(v.count);
+  pc.height = 1;
+  pc.point_step = to;
+  pc.row_step = to * pc.width;
+  detail::resize_fresh_parallel(pc.data, std::size_t(to) * v.count, detail::usable_cpus());
+  const bool same_layout =
+      std::all_of(parts.begin(), parts.end(), [](const Part& q) { return q.make == Make::copy; });
+  if (same_layout)
+    io_detail::read_bytes(path, file.fd(), h.data_start, record * v.count, pc.data.data());
+  std::atomic<bool> dense{true};
+  constexpr std::int64_t kBlock = std::int64_t(1) << 16;  // vertices a thread's block
+  detail::parallel_blocks(
+      detail::usable_cpus(), static_cast<std::int64_t>(v.count), kBlock,
+      [&](std::int64_t b, std::int64_t e) {
+        std::vector<unsigned char> buf;
+        if (!same_layout) {
+          buf.resize(static_cast<std::size_t>(e - b) * record);
+          io_detail::read_bytes(path, file.fd(), h.data_start + std::uint64_t(b) * record,
+                                buf.size(), buf.data());
+        }
+        bool all = true;
+        for (std::int64_t i = b; i < e; ++i) {
+          unsigned char* out = &pc.data[std::size_t(i) * to];
+          const unsigned char* in = same_layout ? out : buf.data() + std::size_t(i - b) * record;
+          for (const Part& q : parts) {
+            if (q.make == Make::copy) {
+              if (!same_layout) std::memcpy(out + q.to, in + q.from, q.size);
+              if (q.is_float) {
+                if (q.size == 4) {
+                  float x;
+                  std::memcpy(&x, out + q.to, 4);
+                  all &= std::isfinite(x);
+                } else {
+                  double x;
+                  std::memcpy(&x, out + q.to, 8);
+                  all &= std::isfinite(x);
+                }
+              }
+            } else if (q.make == Make::intensity) {
+              const float x = in[q.from];
+              std::memcpy(out + q.to, &x, 4);
+            } else {
+              std::uint32_t c = std::uint32_t(in[q.from]) << 16 |
+                                std::uint32_t(in[q.from + 1]) << 8 | in[q.from + 2];
+              if (q.make == Make::rgba) c |= std::uint32_t(in[q.from + 3]) << 24;
+              std::memcpy(out + q.to, &c, 4);
+            }
+          }
+        }
+        if (!all) dense = false;
+      });
+  pc.is_dense = dense;
+  return true;
+}
+
 // Reads the file with PCL (the layouts pcnn does not read itself, and every field for
-// keep_fields; a binary .pcd, with `fast`, by read_binary_pcd) and gathers x, y and z from what
-// was read.
+// keep_fields; with `fast`, a binary .pcd by read_binary_pcd, a binary .ply by read_binary_ply)
+// and gathers x, y and z from what was read.
 std::shared_ptr<StoredFields> read_through_pcl(const std::string& path, const OpenFile& file,
                                                const std::string& ext,
                                                const io_detail::InputShape& shape,
                                                io_detail::Coordinates& xyz, bool fast) {
   auto stored = std::make_shared<StoredFields>();
   pcl::PCLPointCloud2& pc = stored->cloud;
-  if (!(fast && ext == ".pcd" && shape.binary_pcd_records > 0 &&
-        read_binary_pcd(path, file, shape, pc)))
-    read_with_pcl(path, file.name_for_pcl(), ext, pc);
+  const bool read = fast && (ext == ".pcd" ? shape.binary_pcd_records > 0 &&
+                                                 read_binary_pcd(path, file, shape, pc)
+                                           : read_binary_ply(path, file, shape, pc));
+  if (!read) read_with_pcl(path, file.name_for_pcl(), ext, pc);
   file.check_unchanged();
 
   // The gate promised this shape; a PCL that read something else is not trusted further.

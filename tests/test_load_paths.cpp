@@ -418,6 +418,30 @@ std::vector<Generated> generated_cases() {
                          {"hist", 'F', 4, 5},   Z4, {"label", 'I', 8}};
       add(extras);
       if (ply) {
+        // What PCL's PLY reader converts: colors with alpha packed into "rgba", a uchar
+        // intensity made float, normals renamed; and the same without alpha, around NaN rows.
+        add(gen("colors_alpha_intensity",
+                {X4,
+                 Y4,
+                 Z4,
+                 {"red", 'U', 1},
+                 {"green", 'U', 1},
+                 {"blue", 'U', 1},
+                 {"alpha", 'U', 1},
+                 {"intensity", 'U', 1},
+                 {"nx", 'F', 4},
+                 {"ny", 'F', 4},
+                 {"nz", 'F', 4}},
+                3000, 1, 50, 0, 7));
+        add(gen("colors_double",
+                {{"diffuse_red", 'U', 1},
+                 {"diffuse_green", 'U', 1},
+                 {"diffuse_blue", 'U', 1},
+                 X8,
+                 Y8,
+                 Z8,
+                 {"t", 'F', 8}},
+                200000, 1, 50, 0, 11));
         Generated faces = gen("with_faces", {X4, Y4, Z4}, 50);
         faces.faces = true;
         add(faces);
