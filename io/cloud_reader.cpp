@@ -340,7 +340,8 @@ bool read_binary_pcd(const std::string& path, const OpenFile& file,
       std::uint64_t(pc.width) * pc.height != shape.points ||
       pc.data.size() != shape.points * pc.point_step)
     return false;
-  io_detail::read_bytes(path, file.fd(), data_idx, pc.data.size(), pc.data.data());
+  io_detail::read_bytes(path, file.fd(), data_idx, pc.data.size(), pc.data.data(),
+                        detail::usable_cpus());
   // Where each float value of a point is (integers are always finite): 4 or 8 bytes.
   std::vector<std::pair<std::uint32_t, bool>> floats;  // offset, double
   for (const auto& f : pc.fields)
@@ -449,17 +450,20 @@ bool read_binary_ply(const std::string& path, const OpenFile& file,
   const bool same_layout =
       std::all_of(parts.begin(), parts.end(), [](const Part& q) { return q.make == Make::copy; });
   if (same_layout)
-    io_detail::read_bytes(path, file.fd(), h.data_start, record * v.count, pc.data.data());
+    io_detail::read_bytes(path, file.fd(), h.data_start, record * v.count, pc.data.data(),
+                          detail::usable_cpus());
   std::atomic<bool> dense{true};
-  constexpr std::int64_t kBlock = std::int64_t(1) << 16;  // vertices a thread's block
+  // Vertices a thread's block: about 4 MiB of records (each thread holds one block's).
+  const auto block =
+      static_cast<std::int64_t>(std::max<std::uint64_t>(1, (std::uint64_t(4) << 20) / record));
   detail::parallel_blocks(
-      detail::usable_cpus(), static_cast<std::int64_t>(v.count), kBlock,
+      detail::usable_cpus(), static_cast<std::int64_t>(v.count), block,
       [&](std::int64_t b, std::int64_t e) {
         std::vector<unsigned char> buf;
         if (!same_layout) {
           buf.resize(static_cast<std::size_t>(e - b) * record);
           io_detail::read_bytes(path, file.fd(), h.data_start + std::uint64_t(b) * record,
-                                buf.size(), buf.data());
+                                buf.size(), buf.data(), 1);
         }
         bool all = true;
         for (std::int64_t i = b; i < e; ++i) {

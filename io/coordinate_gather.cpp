@@ -211,9 +211,9 @@ void gather_records(const std::string& path, const unsigned char* records, std::
 }
 
 void read_bytes(const std::string& path, int fd, std::uint64_t offset, std::uint64_t bytes,
-                unsigned char* dst) {
+                unsigned char* dst, int threads) {
   constexpr std::int64_t kBlock = std::int64_t(4) << 20;
-  detail::parallel_blocks(detail::usable_cpus(), static_cast<std::int64_t>(bytes), kBlock,
+  detail::parallel_blocks(threads, static_cast<std::int64_t>(bytes), kBlock,
                           [&](std::int64_t b, std::int64_t e) {
                             pread_all(path, fd, offset + static_cast<std::uint64_t>(b),
                                       static_cast<std::uint64_t>(e - b), dst + b);

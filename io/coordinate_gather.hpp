@@ -52,10 +52,9 @@ void gather_binary(const std::string& path, int fd, std::uint64_t offset, std::u
 void gather_records(const std::string& path, const unsigned char* records, std::uint64_t points,
                     std::uint64_t record, const XyzLayout& layout, Coordinates& out);
 
-/// Reads `bytes` bytes of `fd` (the file `path`) at `offset` into `dst` with pread, on as many
-/// threads as the process may use. @throws pcnn::input_error when a read fails or the file ends
-/// first.
+/// Reads `bytes` bytes of `fd` (the file `path`) at `offset` into `dst` with pread, on up to
+/// `threads` threads. @throws pcnn::input_error when a read fails or the file ends first.
 void read_bytes(const std::string& path, int fd, std::uint64_t offset, std::uint64_t bytes,
-                unsigned char* dst);
+                unsigned char* dst, int threads);
 
 }  // namespace pcnn::io_detail

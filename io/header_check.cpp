@@ -434,6 +434,21 @@ bool is_color(const PlyProperty& p) {
 std::vector<std::string> ply_vertex_fields(const std::string& path, const PlyElement& v) {
   std::vector<std::string> out;
   const auto& p = v.properties;
+  // PCL gives alpha to the first field named "rgb" it finds, whichever properties made it, and
+  // packs every color group at its own red: with two groups, or a property named rgb or rgba
+  // beside one, its fields are not those of the properties (a uchar rgb became a 4-byte rgba over
+  // the next field).
+  const auto colors = std::count_if(p.begin(), p.end(), [](const PlyProperty& q) {
+    return q.type == Scalar::u8 && (q.name == "red" || q.name == "diffuse_red");
+  });
+  if (colors > 1)
+    reject(path, line_at(v.line),
+           "two vertex color groups (red and diffuse_red): PCL packs both into fields named rgb");
+  for (const auto& q : p)
+    if (colors > 0 && (q.name == "rgb" || q.name == "rgba"))
+      reject(path, line_at(v.line),
+             "a vertex property '" + q.name +
+                 "' beside uchar colors, which PCL packs into a field of that name");
   for (std::size_t i = 0; i < p.size(); ++i) {
     if (p[i].list)
       reject(path, line_at(v.line),

@@ -154,36 +154,48 @@ constexpr std::uint64_t kLineChunk = std::uint64_t(1) << 20;
 
 // How many lines start in each chunk of [begin, end) (a line starts at `begin` and after each
 // LF before `end`), counted on up to `threads` threads. Once the chunks counted hold more than
-// `wanted` lines, the chunks not begun yet, which lie after them, are left uncounted (false in
-// `counted`): their lines are in excess whatever their number.
+// `wanted` lines, a chunk not begun yet is left uncounted; afterwards every uncounted chunk before
+// the last counted one is counted (a thread may have begun a chunk late, after a later one was
+// counted), so that those left (false in `counted`) follow every counted one, and more than
+// `wanted` lines: their lines are in excess whatever their number.
 std::vector<std::uint64_t> line_starts(const std::string& path, int fd, std::uint64_t begin,
                                        std::uint64_t end, std::uint64_t wanted, int threads,
                                        std::vector<bool>& counted) {
   const std::uint64_t chunks = (end - begin + kLineChunk - 1) / kLineChunk;
   std::vector<std::uint64_t> starts(chunks, 0);
   std::vector<char> done(chunks, 0);
+  auto count = [&](std::uint64_t c) {
+    const std::uint64_t s = begin + c * kLineChunk;
+    const std::uint64_t e = std::min(end, s + kLineChunk);
+    // Bytes [s - 1, e - 1): whether s starts a line, and each LF before e - 1 starts one in the
+    // chunk.
+    const std::uint64_t from = s == begin ? s : s - 1;
+    ByteSource src(path, fd, from);
+    std::uint64_t n = s == begin ? 1 : 0;
+    std::vector<char> buf(static_cast<std::size_t>(e - from));
+    const std::size_t got = src.read(buf.data(), buf.size());
+    const char* p = buf.data();
+    if (s != begin && got > 0) n += p[0] == '\n';
+    const std::size_t first = s == begin ? 0 : 1;
+    const std::size_t last = got == buf.size() ? got - 1 : got;
+    if (last > first) n += static_cast<std::uint64_t>(std::count(p + first, p + last, '\n'));
+    starts[c] = n;
+    done[c] = 1;
+    return n;
+  };
   std::atomic<std::uint64_t> seen{0};
-  detail::parallel_blocks(
-      threads, static_cast<std::int64_t>(chunks), 1, [&](std::int64_t c, std::int64_t) {
-        if (seen.load() > wanted) return;
-        const std::uint64_t s = begin + std::uint64_t(c) * kLineChunk;
-        const std::uint64_t e = std::min(end, s + kLineChunk);
-        // Bytes [s - 1, e - 1): whether s starts a line, and each LF
-        // before e - 1 starts one in the chunk.
-        const std::uint64_t from = s == begin ? s : s - 1;
-        ByteSource src(path, fd, from);
-        std::uint64_t n = s == begin ? 1 : 0;
-        std::vector<char> buf(static_cast<std::size_t>(e - from));
-        const std::size_t got = src.read(buf.data(), buf.size());
-        const char* p = buf.data();
-        if (s != begin && got > 0) n += p[0] == '\n';
-        const std::size_t first = s == begin ? 0 : 1;
-        const std::size_t last = got == buf.size() ? got - 1 : got;
-        if (last > first) n += static_cast<std::uint64_t>(std::count(p + first, p + last, '\n'));
-        starts[static_cast<std::size_t>(c)] = n;
-        done[static_cast<std::size_t>(c)] = 1;
-        seen += n;
-      });
+  detail::parallel_blocks(threads, static_cast<std::int64_t>(chunks), 1,
+                          [&](std::int64_t c, std::int64_t) {
+                            if (seen.load() <= wanted) seen += count(std::uint64_t(c));
+                          });
+  std::uint64_t last = 0;
+  for (std::uint64_t c = 0; c < chunks; ++c)
+    if (done[c]) last = c;
+  std::vector<std::uint64_t> gaps;
+  for (std::uint64_t c = 0; c < last; ++c)
+    if (!done[c]) gaps.push_back(c);
+  detail::parallel_blocks(threads, static_cast<std::int64_t>(gaps.size()), 1,
+                          [&](std::int64_t g, std::int64_t) { count(gaps[std::size_t(g)]); });
   counted.assign(done.begin(), done.end());
   return starts;
 }
@@ -257,8 +269,8 @@ bool is_nan_literal(std::string_view v) {
 
 // `xyz` (when given) receives each row's x, y and z (at `layout`), from the values the check
 // parses, its buffer sized only once the file's size has bounded the rows; `all` every value
-// (RowValues, sized by the caller). The rows are checked on several threads (check_lines); rows missing or in
-// excess are told after.
+// (RowValues, sized by the caller). The rows are checked on several threads (check_lines); rows
+// missing or in excess are told after.
 void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::uint64_t body,
                      Coordinates* xyz, const XyzLayout& layout, RowValues* all) {
   std::uint64_t columns = 0;

@@ -821,6 +821,21 @@ INSTANTIATE_TEST_SUITE_P(
         BadFile{"ascii_crlf_late_in_an_lf_file", ".pcd",
                 ascii_pcd(200000, 200000, {{180000, "1 2 3\r\n"}, {190000, "1 2 3 4\n"}}),
                 "line 180011: ends with CR LF but the header's lines with LF"},
+        // PCL gives alpha to the first field named rgb it finds, and packs every color group
+        // at its own red: other fields than the properties' (found by a review).
+        BadFile{"ply_rgb_property_beside_colors", ".ply",
+                ply("binary_little_endian", "", 1,
+                    xyz_props + "property float rgb\nproperty uchar red\nproperty uchar green\n"
+                                "property uchar blue\nproperty uchar alpha\n") +
+                    std::string(20, '\0'),
+                "line 3: a vertex property 'rgb' beside uchar colors"},
+        BadFile{"ply_two_color_groups", ".ply",
+                ply("binary_little_endian", "", 1,
+                    xyz_props + "property uchar red\nproperty uchar green\nproperty uchar blue\n"
+                                "property uchar diffuse_red\nproperty uchar diffuse_green\n"
+                                "property uchar diffuse_blue\n") +
+                    std::string(18, '\0'),
+                "two vertex color groups"},
         BadFile{"range_grid_negative", ".ply",
                 ply("ascii", "obj_info num_cols 2\nobj_info num_rows 1\n", 1, xyz_props,
                     "element range_grid 2\nproperty list uchar int vertex_indices\n") +
