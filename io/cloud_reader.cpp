@@ -359,17 +359,8 @@ bool read_binary_pcd(const std::string& path, const OpenFile& file,
                               for (auto i = static_cast<std::size_t>(b);
                                    i < static_cast<std::size_t>(e); ++i) {
                                 const std::uint8_t* p = &pc.data[i * pc.point_step];
-                                for (const auto& [offset, wide] : floats) {
-                                  if (wide) {
-                                    double v;
-                                    std::memcpy(&v, p + offset, 8);
-                                    all &= std::isfinite(v);
-                                  } else {
-                                    float v;
-                                    std::memcpy(&v, p + offset, 4);
-                                    all &= std::isfinite(v);
-                                  }
-                                }
+                                for (const auto& [offset, wide] : floats)
+                                  all &= io_detail::finite_at(p + offset, wide);
                               }
                               if (!all) dense = false;
                             });
@@ -453,9 +444,7 @@ bool read_binary_ply(const std::string& path, const OpenFile& file,
     io_detail::read_bytes(path, file.fd(), h.data_start, record * v.count, pc.data.data(),
                           detail::usable_cpus());
   std::atomic<bool> dense{true};
-  // Vertices a thread's block: about 4 MiB of records (each thread holds one block's).
-  const auto block =
-      static_cast<std::int64_t>(std::max<std::uint64_t>(1, (std::uint64_t(4) << 20) / record));
+  const std::int64_t block = io_detail::records_per_block(record);  // each thread holds one's
   detail::parallel_blocks(
       detail::usable_cpus(), static_cast<std::int64_t>(v.count), block,
       [&](std::int64_t b, std::int64_t e) {
@@ -472,17 +461,7 @@ bool read_binary_ply(const std::string& path, const OpenFile& file,
           for (const Part& q : parts) {
             if (q.make == Make::copy) {
               if (!same_layout) std::memcpy(out + q.to, in + q.from, q.size);
-              if (q.is_float) {
-                if (q.size == 4) {
-                  float x;
-                  std::memcpy(&x, out + q.to, 4);
-                  all &= std::isfinite(x);
-                } else {
-                  double x;
-                  std::memcpy(&x, out + q.to, 8);
-                  all &= std::isfinite(x);
-                }
-              }
+              if (q.is_float) all &= io_detail::finite_at(out + q.to, q.size == 8);
             } else if (q.make == Make::intensity) {
               const float x = in[q.from];
               std::memcpy(out + q.to, &x, 4);

@@ -154,9 +154,7 @@ void gather(const std::string& path, const RecordSource& src, std::uint64_t poin
   size_for(out, layout, points, threads);
   const bool all_f64 = layout.type[0] == Scalar::f64 && layout.type[1] == Scalar::f64 &&
                        layout.type[2] == Scalar::f64;
-  // Threads take blocks of about 4 MiB of records: a 120 MB file in 29 blocks.
-  const auto block =
-      static_cast<std::int64_t>(std::max<std::uint64_t>(1, (std::uint64_t(4) << 20) / record));
+  const std::int64_t block = records_per_block(record);
   std::atomic<std::int64_t> finite{0};
   auto run = [&](auto* type_tag, auto& to) {
     using T = std::remove_pointer_t<decltype(type_tag)>;

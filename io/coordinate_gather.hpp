@@ -3,7 +3,10 @@
 // points PCL read. One buffer, in the coordinates' own precision, filled on several threads.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -56,5 +59,23 @@ void gather_records(const std::string& path, const unsigned char* records, std::
 /// `threads` threads. @throws pcnn::input_error when a read fails or the file ends first.
 void read_bytes(const std::string& path, int fd, std::uint64_t offset, std::uint64_t bytes,
                 unsigned char* dst, int threads);
+
+/// Records of `record` bytes in a thread's block of about 4 MiB (at least one): a 120 MB file
+/// in some 29 blocks, each buffer small.
+inline std::int64_t records_per_block(std::uint64_t record) {
+  return static_cast<std::int64_t>(std::max<std::uint64_t>(1, (std::uint64_t(4) << 20) / record));
+}
+
+/// Whether the float32 (`wide` false) or float64 value at `p` is finite.
+inline bool finite_at(const unsigned char* p, bool wide) {
+  if (wide) {
+    double v;
+    std::memcpy(&v, p, sizeof v);
+    return std::isfinite(v);
+  }
+  float v;
+  std::memcpy(&v, p, sizeof v);
+  return std::isfinite(v);
+}
 
 }  // namespace pcnn::io_detail

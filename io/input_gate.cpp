@@ -156,14 +156,14 @@ constexpr std::uint64_t kLineChunk = std::uint64_t(1) << 20;
 // LF before `end`), counted on up to `threads` threads. Once the chunks counted hold more than
 // `wanted` lines, a chunk not begun yet is left uncounted; afterwards every uncounted chunk before
 // the last counted one is counted (a thread may have begun a chunk late, after a later one was
-// counted), so that those left (false in `counted`) follow every counted one, and more than
+// counted), so that those left (0 in `done`) follow every counted one, and more than
 // `wanted` lines: their lines are in excess whatever their number.
 std::vector<std::uint64_t> line_starts(const std::string& path, int fd, std::uint64_t begin,
                                        std::uint64_t end, std::uint64_t wanted, int threads,
-                                       std::vector<bool>& counted) {
+                                       std::vector<char>& done) {
   const std::uint64_t chunks = (end - begin + kLineChunk - 1) / kLineChunk;
   std::vector<std::uint64_t> starts(chunks, 0);
-  std::vector<char> done(chunks, 0);
+  done.assign(chunks, 0);  // char, not bool: threads write their own elements
   auto count = [&](std::uint64_t c) {
     const std::uint64_t s = begin + c * kLineChunk;
     const std::uint64_t e = std::min(end, s + kLineChunk);
@@ -196,7 +196,6 @@ std::vector<std::uint64_t> line_starts(const std::string& path, int fd, std::uin
     if (!done[c]) gaps.push_back(c);
   detail::parallel_blocks(threads, static_cast<std::int64_t>(gaps.size()), 1,
                           [&](std::int64_t g, std::int64_t) { count(gaps[std::size_t(g)]); });
-  counted.assign(done.begin(), done.end());
   return starts;
 }
 
@@ -212,7 +211,7 @@ template <class Body>
 std::uint64_t check_lines(const std::string& path, int fd, std::uint64_t data_start,
                           std::uint64_t end, std::uint64_t header_lines, Eol eol,
                           std::size_t max_length, std::uint64_t wanted, int threads, Body&& body) {
-  std::vector<bool> counted;
+  std::vector<char> counted;
   const std::vector<std::uint64_t> starts =
       line_starts(path, fd, data_start, end, wanted, threads, counted);
   std::vector<std::uint64_t> first(starts.size() + 1, 0);  // of each chunk; then the total
