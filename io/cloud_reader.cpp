@@ -368,32 +368,36 @@ bool read_binary_pcd(const std::string& path, const OpenFile& file,
   return true;
 }
 
-// A binary_little_endian .ply whose first element holds the vertices, without obj_info grid,
-// range_grid or camera (which make PCL organize the cloud), read into `pc` as PCL 1.13's
-// PLYReader::read reads it (io/src/ply_io.cpp): a field a vertex property, in order, at
-// consecutive offsets; red, green, blue (uchar, consecutive: the gate's rule) packed into one
-// "rgb" (float32 bits of r << 16 | g << 8 | b), with alpha into "rgba" (uint32, | a << 24); a uchar
-// "intensity" as a float32; nx, ny, nz named normal_x, normal_y, normal_z; is_dense false when
-// a float32 or float64 property is not finite. The vertices are read, and converted, on every CPU.
-// False for other files (PCL then reads them).
-bool read_binary_ply(const std::string& path, const OpenFile& file,
-                     const io_detail::InputShape& shape, pcl::PCLPointCloud2& pc) {
-  using io_detail::Scalar;
-  const io_detail::PlyHeader h = io_detail::read_ply_header(path, file.fd());
-  if (h.format != io_detail::PlyHeader::Format::binary_little_endian || h.vertex != 0 || h.grid)
-    return false;
+// How PCL 1.13's PLYReader (io/src/ply_io.cpp) makes a field of its cloud from a vertex's
+// properties: a field a property, in order, at consecutive offsets; red, green, blue (uchar,
+// consecutive: the gate's rule) packed into one "rgb" (float32 bits of r << 16 | g << 8 | b), with
+// alpha into "rgba" (uint32, | a << 24); a uchar "intensity" as a float32; nx, ny, nz named
+// normal_x, normal_y, normal_z.
+struct PlyPart {
+  enum class Make { copy, rgb, rgba, intensity } make;
+  std::size_t property;          // the (first) property it is made of
+  std::uint32_t from, to, size;  // its bytes in a binary vertex, in the point; bytes copied
+  bool is_float;                 // a float32 / float64 value (is_dense)
+};
+
+// The vertices, when pcnn fills PCL's cloud itself: the first element, of properties of fixed
+// size, without obj_info grid, range_grid or camera (which make PCL organize the cloud). Null
+// for other files (PCL then reads them).
+const io_detail::PlyElement* plain_vertices(const io_detail::PlyHeader& h) {
+  if (h.vertex != 0 || h.grid) return nullptr;
   for (const auto& e : h.elements)
-    if (e.name == "range_grid" || e.name == "camera") return false;
+    if (e.name == "range_grid" || e.name == "camera") return nullptr;
   const io_detail::PlyElement& v = h.elements[h.vertex];
-  if (v.count != shape.points || v.count == 0 || v.has_list()) return false;
-  // How each field is made from the record's bytes.
-  enum class Make { copy, rgb, rgba, intensity };
-  struct Part {
-    Make make;
-    std::uint32_t from, to, size;  // bytes of the record, of the point, copied
-    bool is_float;                 // a float32 / float64 value (is_dense)
-  };
-  std::vector<Part> parts;
+  return v.count == 0 || v.has_list() ? nullptr : &v;
+}
+
+// The cloud PCL makes of vertices `v`, into `pc` (its fields and shape; no data), and how each
+// field is made; `read` receives the bytes of a binary vertex the parts read.
+std::vector<PlyPart> ply_fields(const io_detail::PlyElement& v, pcl::PCLPointCloud2& pc,
+                                std::uint64_t& read) {
+  using io_detail::Scalar;
+  using Make = PlyPart::Make;
+  std::vector<PlyPart> parts;
   pc = pcl::PCLPointCloud2();
   std::uint32_t from = 0, to = 0;
   const auto& props = v.properties;
@@ -408,14 +412,14 @@ bool read_binary_ply(const std::string& path, const OpenFile& file,
           i + 3 < props.size() && props[i + 3].type == Scalar::u8 && props[i + 3].name == "alpha";
       f.name = alpha ? "rgba" : "rgb";
       f.datatype = alpha ? pcl::PCLPointField::UINT32 : pcl::PCLPointField::FLOAT32;
-      parts.push_back({alpha ? Make::rgba : Make::rgb, from, to, 4, false});
+      parts.push_back({alpha ? Make::rgba : Make::rgb, i, from, to, 4, false});
       from += alpha ? 4 : 3;
       i += alpha ? 3 : 2;
       to += 4;
     } else if (p.type == Scalar::u8 && p.name == "intensity") {
       f.name = p.name;
       f.datatype = pcl::PCLPointField::FLOAT32;
-      parts.push_back({Make::intensity, from, to, 4, false});
+      parts.push_back({Make::intensity, i, from, to, 4, false});
       from += 1;
       to += 4;
     } else {
@@ -425,28 +429,48 @@ bool read_binary_ply(const std::string& path, const OpenFile& file,
                : p.name == "nz" ? "normal_z"
                                 : p.name;
       f.datatype = pcl_type(p.type);
-      parts.push_back({Make::copy, from, to, size, p.type == Scalar::f32 || p.type == Scalar::f64});
+      parts.push_back(
+          {Make::copy, i, from, to, size, p.type == Scalar::f32 || p.type == Scalar::f64});
       from += size;
       to += size;
     }
     pc.fields.push_back(f);
   }
-  const std::uint64_t record = v.fixed_size();
-  if (from != record) return false;
   pc.width = static_cast<std::uint32_t>(v.count);
   pc.height = 1;
   pc.point_step = to;
   pc.row_step = to * pc.width;
-  detail::resize_fresh_parallel(pc.data, std::size_t(to) * v.count, detail::usable_cpus());
-  const bool same_layout =
-      std::all_of(parts.begin(), parts.end(), [](const Part& q) { return q.make == Make::copy; });
+  read = from;
+  return parts;
+}
+
+// A binary_little_endian .ply of plain vertices (plain_vertices) read into `pc` as PCL 1.13's
+// PLYReader::read reads it (ply_fields; is_dense false when a float32 or float64 property is not
+// finite). The vertices are read, and converted, on every CPU. False for other files (PCL then
+// reads them).
+bool read_binary_ply(const std::string& path, const OpenFile& file,
+                     const io_detail::InputShape& shape, pcl::PCLPointCloud2& pc) {
+  using Make = PlyPart::Make;
+  const io_detail::PlyHeader h = io_detail::read_ply_header(path, file.fd());
+  const io_detail::PlyElement* v = plain_vertices(h);
+  if (h.format != io_detail::PlyHeader::Format::binary_little_endian || !v ||
+      v->count != shape.points)
+    return false;
+  std::uint64_t read = 0;
+  const std::vector<PlyPart> parts = ply_fields(*v, pc, read);
+  const std::uint32_t to = pc.point_step;
+  const std::uint64_t record = v->fixed_size();
+  if (read != record) return false;
+  detail::resize_fresh_parallel(pc.data, std::size_t(to) * v->count, detail::usable_cpus());
+  const bool same_layout = std::all_of(parts.begin(), parts.end(),
+                                       [](const PlyPart& q) { return q.make == Make::copy; });
   if (same_layout)
-    io_detail::read_bytes(path, file.fd(), h.data_start, record * v.count, pc.data.data(),
+    io_detail::read_bytes(path, file.fd(), h.data_start, record * v->count, pc.data.data(),
                           detail::usable_cpus());
   std::atomic<bool> dense{true};
   const std::int64_t block = io_detail::records_per_block(record);  // each thread holds one's
   detail::parallel_blocks(
-      detail::usable_cpus(), static_cast<std::int64_t>(v.count), block,
+      detail::usable_cpus(), static_cast<std::int64_t>(v->count), block,
       [&](std::int64_t b, std::int64_t e) {
         std::vector<unsigned char> buf;
         if (!same_layout) {
@@ -458,7 +482,7 @@ bool read_binary_ply(const std::string& path, const OpenFile& file,
         for (std::int64_t i = b; i < e; ++i) {
           unsigned char* out = &pc.data[std::size_t(i) * to];
           const unsigned char* in = same_layout ? out : buf.data() + std::size_t(i - b) * record;
-          for (const Part& q : parts) {
+          for (const PlyPart& q : parts) {
             if (q.make == Make::copy) {
               if (!same_layout) std::memcpy(out + q.to, in + q.from, q.size);
               if (q.is_float) all &= io_detail::finite_at(out + q.to, q.size == 8);
@@ -476,6 +500,48 @@ bool read_binary_ply(const std::string& path, const OpenFile& file,
         if (!all) dense = false;
       });
   pc.is_dense = dense;
+  return true;
+}
+
+// For an ascii .ply of plain vertices (plain_vertices) whose every field is kept: the
+// pcl::PCLPointCloud2 PCL's PLYReader makes of it (ply_fields), its records sized, and where
+// the gate is to store each vertex property's value in them (`rows`), converted as PCL's
+// callbacks convert it (the gate's grammar makes each value the one PCL's ascii parser reads):
+// a color's bytes at their place in the packed rgb / rgba word (b, g, r, a from the low byte;
+// the rest zero), a uchar intensity as a float32, every other property in its own type;
+// is_dense false for a float32 / float64 value that is not finite. As for an ascii .pcd, the
+// gate checks the whole file first without storing anything. False for other files.
+bool prepare_ascii_ply_fields(const std::string& path, const OpenFile& file,
+                              std::shared_ptr<StoredFields>& fields, io_detail::RowValues& rows) {
+  using io_detail::Scalar;
+  using Make = PlyPart::Make;
+  const io_detail::PlyHeader h = io_detail::read_ply_header(path, file.fd());
+  const io_detail::PlyElement* v = plain_vertices(h);
+  if (h.format != io_detail::PlyHeader::Format::ascii || !v) return false;
+  io_detail::check_input(path, file.fd(), true, file.size());
+  auto stored = std::make_shared<StoredFields>();
+  pcl::PCLPointCloud2& pc = stored->cloud;
+  std::uint64_t read = 0;
+  const std::vector<PlyPart> parts = ply_fields(*v, pc, read);
+  rows.offset.assign(v->properties.size(), -1);
+  rows.type.resize(v->properties.size());
+  for (const PlyPart& q : parts) {
+    if (q.make == Make::copy || q.make == Make::intensity) {
+      rows.offset[q.property] = q.to;
+      rows.type[q.property] = q.make == Make::copy ? v->properties[q.property].type : Scalar::f32;
+    } else {  // red, green, blue (, alpha): bytes 2, 1, 0 (, 3) of the little-endian word
+      for (std::size_t c = 0; c < (q.make == Make::rgba ? 4u : 3u); ++c) {
+        rows.offset[q.property + c] = q.to + (c < 3 ? 2 - c : 3);
+        rows.type[q.property + c] = Scalar::u8;
+      }
+    }
+  }
+  detail::resize_fresh_parallel(pc.data, std::size_t(pc.point_step) * v->count,
+                                detail::usable_cpus());
+  rows.data = pc.data.data();
+  rows.point_step = pc.point_step;
+  rows.rule = io_detail::RowValues::Dense::finite_floats;
+  fields = std::move(stored);
   return true;
 }
 
@@ -604,11 +670,13 @@ Cloud load_cloud(const std::string& path_given, const std::array<double, 3>* ori
   // a .pcd when they are kept; PCL reads the other layouts and fields.
   Coordinates xyz;
   const bool fast = reader == CloudReader::fastest;
-  // Every field of an ascii .pcd is stored by the gate too, as PCL would (prepare_ascii_fields).
+  // Every field of an ascii .pcd or .ply is stored by the gate too, as PCL would
+  // (prepare_ascii_fields, prepare_ascii_ply_fields).
   std::shared_ptr<StoredFields> fields;
   io_detail::RowValues rows;
-  const bool all_by_gate =
-      keep_fields && fast && ext == ".pcd" && prepare_ascii_fields(path, file, fields, rows);
+  const bool all_by_gate = keep_fields && fast &&
+                           (ext == ".pcd" ? prepare_ascii_fields(path, file, fields, rows)
+                                          : prepare_ascii_ply_fields(path, file, fields, rows));
   const bool own = (!keep_fields && fast) || all_by_gate;
   const InputShape shape = check_input(path, file.fd(), ext == ".ply", file.size(),
                                        own ? &xyz : nullptr, all_by_gate ? &rows : nullptr);
@@ -624,7 +692,7 @@ Cloud load_cloud(const std::string& path_given, const std::array<double, 3>* ori
     return c;
   }
   if (all_by_gate && rows.filled) {
-    fields->cloud.is_dense = !rows.nan_token;
+    fields->cloud.is_dense = rows.dense;
     file.check_unchanged();
   } else if (xyz.gathered && !keep_fields) {
     file.check_unchanged();

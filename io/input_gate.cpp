@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -266,6 +267,17 @@ bool is_nan_literal(std::string_view v) {
   return v.size() == 3 && (v[0] | 0x20) == 'n' && (v[1] | 0x20) == 'a' && (v[2] | 0x20) == 'n';
 }
 
+// Stores checked `literal` (value `n`, of a column of type `column_type`) as column c of `row`
+// in `rows` (its offset >= 0). False where it makes the cloud not dense by rows.rule.
+bool store_column(RowValues& rows, std::uint64_t row, std::size_t c, Scalar column_type,
+                  std::string_view literal, const Number& n) {
+  const Scalar t = rows.type.empty() ? column_type : rows.type[c];
+  store_value(rows.data + row * rows.point_step + static_cast<std::uint64_t>(rows.offset[c]), t, n);
+  if (rows.rule == RowValues::Dense::no_nan_literal) return !is_nan_literal(literal);
+  if (t == Scalar::f32) return std::isfinite(static_cast<float>(n.f));
+  return t != Scalar::f64 || std::isfinite(n.f);
+}
+
 // `xyz` (when given) receives each row's x, y and z (at `layout`), from the values the check
 // parses, its buffer sized only once the file's size has bounded the rows; `all` every value
 // (RowValues, sized by the caller). The rows are checked on several threads (check_lines); rows
@@ -295,14 +307,14 @@ void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::u
       }
   if (all && all->offset.size() != columns) all = nullptr;
   std::atomic<std::int64_t> finite{0};
-  std::atomic<bool> nan_token{false};
+  std::atomic<bool> dense{true};
   const std::uint64_t lines_total = check_lines(
       path, fd, h.data_start, h.data_start + body, h.header_lines, h.eol, max_line_for(columns),
       h.points, threads, [&](DataLines& lines, std::uint64_t first, std::uint64_t count) {
         std::vector<std::string_view> values;
         std::string_view text;
         std::int64_t finite_here = 0;
-        bool nan_here = false;
+        bool dense_here = true;
         for (std::uint64_t row = first; row < first + count; ++row) {
           if (!lines.next(text)) break;
           split_values(path, lines.number(), text, values);
@@ -318,15 +330,13 @@ void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::u
               reject(path, line_at(lines.number()),
                      "field '" + *names[v] + "': " + quote(values[v]) + " is " + why);
             if (xyz && axis[v] >= 0) values3[axis[v]] = stored_value(n, types[v]);
-            if (all && all->offset[v] >= 0) {
-              store_value(all->data + row * all->point_step + all->offset[v], types[v], n);
-              nan_here = nan_here || is_nan_literal(values[v]);
-            }
+            if (all && all->offset[v] >= 0)
+              dense_here &= store_column(*all, row, v, types[v], values[v], n);
           }
           if (xyz) finite_here += put(*xyz, row, values3);
         }
         finite += finite_here;
-        if (nan_here) nan_token = true;
+        if (!dense_here) dense = false;
       });
   if (lines_total < h.points)
     reject(path, "",
@@ -341,7 +351,7 @@ void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::u
     xyz->gathered = true;
   }
   if (all) {
-    all->nan_token = nan_token;
+    all->dense = dense;
     all->filled = true;
   }
 }
@@ -487,17 +497,20 @@ void check_cell(const std::string& path, const std::string& where, const PlyHead
 
 Scalar list_count_type(Scalar t) { return t == Scalar::i32 ? Scalar::u32 : t; }  // as PCL reads
 
-// `sink` (when given) receives each vertex's x, y and z (`axis`: 0, 1, 2 for the vertex
-// properties x, y, z, else -1), from the values the check parses.
 // The items of every element, a line each, checked on several threads (check_lines); the vertex
-// element's x, y and z (at `axis`) into `xyz` when given (sized by the caller).
+// element's x, y and z (`axis`: 0, 1, 2 for the vertex properties x, y, z, else -1) into `xyz`
+// when given (sized by the caller), and its every property into `all` when given (RowValues,
+// sized by the caller; a column a property).
 void check_ply_ascii(const std::string& path, int fd, const PlyHeader& h, std::uint64_t end,
-                     PlyFacts& facts, Coordinates* xyz, const std::vector<int>& axis) {
+                     PlyFacts& facts, Coordinates* xyz, const std::vector<int>& axis,
+                     RowValues* all) {
   std::vector<std::uint64_t> before(h.elements.size() + 1, 0);  // items of the elements before
   for (std::size_t i = 0; i < h.elements.size(); ++i)
     before[i + 1] = before[i] + h.elements[i].count;
   const std::uint64_t items = before.back();
+  if (all && all->offset.size() != h.elements[h.vertex].properties.size()) all = nullptr;
   std::atomic<std::int64_t> finite{0};
+  std::atomic<bool> dense{true};
   std::mutex facts_mutex;
   // Lists make lines as long as their counts; allow what the longest list count could need.
   const std::uint64_t lines_total = check_lines(
@@ -506,6 +519,7 @@ void check_ply_ascii(const std::string& path, int fd, const PlyHeader& h, std::u
         PlyFacts here;
         bool viewport_x = false, viewport_y = false;
         std::int64_t finite_here = 0;
+        bool dense_here = true;
         std::vector<std::string_view> values;
         std::string_view text;
         // The element of line `first` (the last whose items begin at or before it).
@@ -517,6 +531,7 @@ void check_ply_ascii(const std::string& path, int fd, const PlyHeader& h, std::u
           const std::uint64_t item = line - before[ei];
           const bool camera = e.name == "camera", grid = e.name == "range_grid";
           const bool gather = xyz && ei == h.vertex;
+          const bool store = all && ei == h.vertex;
           double xyz3[3] = {0, 0, 0};
           if (!lines.next(text)) break;
           const auto where = [&] { return line_at(lines.number()); };
@@ -547,9 +562,11 @@ void check_ply_ascii(const std::string& path, int fd, const PlyHeader& h, std::u
                 check_cell(path, where(), h, item, static_cast<std::uint64_t>(n.i), first_index,
                            here);
             } else {
+              const auto column = static_cast<std::size_t>(&p - e.properties.data());
               const Number v = take(p.type, p.name);
-              if (gather && axis[&p - e.properties.data()] >= 0)
-                xyz3[axis[&p - e.properties.data()]] = stored_value(v, p.type);
+              if (gather && axis[column] >= 0) xyz3[axis[column]] = stored_value(v, p.type);
+              if (store && all->offset[column] >= 0)
+                dense_here &= store_column(*all, item, column, p.type, values[t - 1], v);
               if (camera && p.type == Scalar::i32 && p.name == "viewportx") {
                 here.viewport_x = v.i;
                 viewport_x = true;
@@ -567,6 +584,7 @@ void check_ply_ascii(const std::string& path, int fd, const PlyHeader& h, std::u
           if (gather) finite_here += put(*xyz, item, xyz3);
         }
         finite += finite_here;
+        if (!dense_here) dense = false;
         // The camera's viewport is used only when the camera element has one item, which one
         // chunk holds.
         std::lock_guard<std::mutex> lock(facts_mutex);
@@ -588,6 +606,10 @@ void check_ply_ascii(const std::string& path, int fd, const PlyHeader& h, std::u
   if (xyz) {
     xyz->finite = finite;
     xyz->gathered = true;
+  }
+  if (all) {
+    all->dense = dense;
+    all->filled = true;
   }
 }
 
@@ -669,7 +691,8 @@ void check_ply_binary(const std::string& path, int fd, const PlyHeader& h, std::
                " bytes after the last element (PCL would ignore them)");
 }
 
-InputShape check_ply(const std::string& path, int fd, std::uint64_t file_size, Coordinates* xyz) {
+InputShape check_ply(const std::string& path, int fd, std::uint64_t file_size, Coordinates* xyz,
+                     RowValues* rows) {
   const PlyHeader h = read_ply_header(path, fd);
   const PlyElement& vertex = h.elements[h.vertex];
   // pcnn reads the vertices itself when they come first, in ascii or little-endian binary, and
@@ -710,7 +733,8 @@ InputShape check_ply(const std::string& path, int fd, std::uint64_t file_size, C
         if (p.name == "viewportx" && p.type == Scalar::i32 && !p.list) camera_viewport = true;
   if (h.format == PlyHeader::Format::ascii) {
     if (gather) size_for(*xyz, layout, vertex.count, detail::usable_cpus());
-    check_ply_ascii(path, fd, h, file_size, facts, gather ? xyz : nullptr, axis);
+    check_ply_ascii(path, fd, h, file_size, facts, gather ? xyz : nullptr, axis,
+                    gather ? rows : nullptr);
   } else {
     check_ply_binary(path, fd, h, file_size, facts);
     if (gather)
@@ -752,7 +776,8 @@ bool check_lzf(const unsigned char* in, std::uint64_t in_len, std::uint64_t expe
 
 InputShape check_input(const std::string& path, int fd, bool ply, std::uint64_t file_size,
                        Coordinates* xyz, RowValues* rows) {
-  return ply ? check_ply(path, fd, file_size, xyz) : check_pcd(path, fd, file_size, xyz, rows);
+  return ply ? check_ply(path, fd, file_size, xyz, rows)
+             : check_pcd(path, fd, file_size, xyz, rows);
 }
 
 }  // namespace pcnn::io_detail

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "header_check.hpp"
+
 namespace pcnn::io_detail {
 
 /// The cloud a file that passed the gate holds, as PCL will read it.
@@ -23,17 +25,22 @@ struct InputShape {
 
 struct Coordinates;
 
-/// Where an ascii .pcd's values go besides x, y and z: a pcl::PCLPointCloud2's records as PCL's
-/// ascii reader fills them. Column c (the header's fields in order, `count` values each) of row r
-/// at data + r * point_step + offset[c], in the column's type; nowhere where offset[c] < 0 (PCL
-/// skips '_' fields). `nan_token`: some value was the literal "nan" (any case, no sign), which PCL
-/// marks as a cloud that is not dense (other non-finite literals it does not). `filled`: the
-/// file was an ascii .pcd of as many columns as `offset` holds, and every row was stored.
+/// Where an ascii file's values go besides x, y and z: a pcl::PCLPointCloud2's records as PCL's
+/// ascii reader fills them. Column c (.pcd: the header's fields in order, `count` values each;
+/// .ply: the vertex element's properties) of row r at data + r * point_step + offset[c], stored
+/// as type[c] (empty: the column's own type); nowhere where offset[c] < 0 (PCL skips '_' fields).
+/// `dense` as PCL sets is_dense by `rule`: its .pcd reader clears it for the literal "nan" (any
+/// case, no sign; other non-finite literals it does not), its .ply reader for a value stored as
+/// float32 or float64 that is not finite. `filled`: the file had as many columns as `offset`
+/// holds, and every row was stored.
 struct RowValues {
+  enum class Dense { no_nan_literal, finite_floats };
   unsigned char* data = nullptr;
   std::uint64_t point_step = 0;
   std::vector<std::int64_t> offset;
-  bool nan_token = false;
+  std::vector<Scalar> type;
+  Dense rule = Dense::no_nan_literal;
+  bool dense = true;
   bool filled = false;
 };
 
@@ -46,7 +53,8 @@ struct RowValues {
 /// .pcd, and binary_little_endian .ply whose vertex element comes first, without range_grid or
 /// obj_info grid. Compressed .pcd, big-endian .ply and the rest are left to PCL (gathered false).
 /// @throws pcnn::input_error naming the file, where (line or byte offset) and why
-/// With `rows`, an ascii .pcd's every value is stored there too (RowValues).
+/// With `rows`, every value of an ascii .pcd, or of an ascii .ply's vertices when `xyz` is
+/// gathered, is stored there too (RowValues).
 InputShape check_input(const std::string& path, int fd, bool ply, std::uint64_t file_size,
                        Coordinates* xyz = nullptr, RowValues* rows = nullptr);
 

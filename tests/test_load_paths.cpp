@@ -180,6 +180,49 @@ TEST(LoadPaths, AsciiLiteralsOfEveryKindKeepTheSameFields) {
   fs::remove_all(dir);
 }
 
+// The same for an ascii .ply, whose reader (PCL's PLYReader, boost::lexical_cast per value)
+// converts otherwise: every float32 / float64 value that is not finite makes the cloud not dense,
+// whatever its spelling; colors are packed into rgb / rgba, a uchar intensity made a float; the
+// elements after the vertices are read and dropped.
+TEST(LoadPaths, AsciiPlyLiteralsOfEveryKindKeepTheSameFields) {
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("pcnn_load_ply_literals_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string xyz = "property float x\nproperty float y\nproperty float z\n";
+  const std::string colors = "property uchar red\nproperty uchar green\nproperty uchar blue\n";
+  const std::string rest =
+      "property double t\nproperty char c\nproperty ushort s\nproperty int i\n"
+      "property uint u\nproperty float nx\nelement face 1\n"
+      "property list uchar int vertex_indices\nend_header\n";
+  // Rows: x y z, then the colors (and alpha, intensity), then t c s i u nx.
+  const std::pair<std::string, std::string> files[] = {
+      {xyz + colors + "property uchar alpha\nproperty uchar intensity\n" + rest,  // dense
+       "1 2 3 255 0 128 7 255 1e300 -128 65535 -2147483648 4294967295 1.5\n"
+       "-0 +4.5 .5 0 255 1 0 0 -2.5e-300 127 0 2147483647 0 -0\n"
+       "1e-45 1e17 -7 9 8 7 6 5 0.1 0 1 -1 1 3.4028234e38\n"},
+      {xyz + colors + "property uchar alpha\nproperty uchar intensity\n" + rest,
+       "nan 2 3 1 2 3 4 5 -nan 1 2 3 4 NaN\n4 5 6 7 8 9 10 11 inf -1 2 3 4 -inf\n"
+       "+nan -inf +inf 1 1 1 1 1 1 1 1 1 1 1\n"},
+      {xyz + colors + "property float intensity\n" + rest,  // one infinite double
+       "1 2 3 1 2 3 4 5 6 7 8 9 10\n4 5 6 7 8 9 11 -Inf 1 2 3 4 5\n"
+       "7 8 9 1 1 1 1 1 1 1 1 1 1\n"},
+      {xyz + colors + "property float intensity\n" + rest,  // a NaN intensity only
+       "1 2 3 1 2 3 NAN 5 6 7 8 9 10\n4 5 6 7 8 9 11 1 1 2 3 4 5\n"
+       "7 8 9 1 1 1 1 1 1 1 1 1 1\n"},
+      {xyz + "property float rgb\nproperty uchar intensity\n" + rest,  // float rgb, no colors
+       "1 2 3 4.5e-39 200 1 2 3 4 5 6\n4 5 6 1e-40 0 1 2 3 4 5 6\n"
+       "7 8 9 -0 255 1 2 3 4 5 6\n"},
+  };
+  int i = 0;
+  for (const auto& [head, body] : files) {
+    const std::string path = (dir / ("literals_" + std::to_string(i++) + ".ply")).string();
+    std::ofstream(path, std::ios::binary) << "ply\nformat ascii 1.0\nelement vertex 3\n"
+                                          << head << body << "3 0 1 2\n";
+    EXPECT_TRUE(expect_same_outcome(path)) << path;
+  }
+  fs::remove_all(dir);
+}
+
 // ---- generated clouds ----
 
 // A field of a generated file: its name, PCD type letter and size (PLY: the matching type).
