@@ -311,16 +311,20 @@ bool prepare_ascii_fields(const std::string& path, const OpenFile& file,
       pc.fields.size() != h.fields.size() || pc.data.size() != h.points * pc.point_step)
     return false;
   rows.offset.clear();
+  rows.type.clear();
   for (std::size_t d = 0; d < pc.fields.size(); ++d) {
     const pcl::PCLPointField& f = pc.fields[d];
     if (f.count != h.fields[d].count || f.datatype != pcl_type(h.fields[d].type)) return false;
-    for (std::uint32_t c = 0; c < f.count; ++c)
+    for (std::uint32_t c = 0; c < f.count; ++c) {
+      rows.type.push_back(h.fields[d].type);
       rows.offset.push_back(f.name == "_" ? -1
                                           : std::int64_t(f.offset) +
                                                 std::int64_t(c) * pcl::getFieldSize(f.datatype));
+    }
   }
   rows.data = pc.data.data();
   rows.point_step = pc.point_step;
+  rows.rows = h.points;
   fields = std::move(stored);
   return true;
 }
@@ -540,6 +544,7 @@ bool prepare_ascii_ply_fields(const std::string& path, const OpenFile& file,
                                 detail::usable_cpus());
   rows.data = pc.data.data();
   rows.point_step = pc.point_step;
+  rows.rows = v->count;
   rows.rule = io_detail::RowValues::Dense::finite_floats;
   fields = std::move(stored);
   return true;

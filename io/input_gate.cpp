@@ -267,11 +267,11 @@ bool is_nan_literal(std::string_view v) {
   return v.size() == 3 && (v[0] | 0x20) == 'n' && (v[1] | 0x20) == 'a' && (v[2] | 0x20) == 'n';
 }
 
-// Stores checked `literal` (value `n`, of a column of type `column_type`) as column c of `row`
-// in `rows` (its offset >= 0). False where it makes the cloud not dense by rows.rule.
-bool store_column(RowValues& rows, std::uint64_t row, std::size_t c, Scalar column_type,
-                  std::string_view literal, const Number& n) {
-  const Scalar t = rows.type.empty() ? column_type : rows.type[c];
+// Stores checked `literal` (value `n`) as column c of `row` in `rows` (its offset >= 0, `row`
+// below rows.rows). False where it makes the cloud not dense by rows.rule.
+bool store_column(RowValues& rows, std::uint64_t row, std::size_t c, std::string_view literal,
+                  const Number& n) {
+  const Scalar t = rows.type[c];
   store_value(rows.data + row * rows.point_step + static_cast<std::uint64_t>(rows.offset[c]), t, n);
   if (rows.rule == RowValues::Dense::no_nan_literal) return !is_nan_literal(literal);
   if (t == Scalar::f32) return std::isfinite(static_cast<float>(n.f));
@@ -305,7 +305,7 @@ void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::u
         names.push_back(&f.name);
         axis.push_back(f.name == "x" ? 0 : f.name == "y" ? 1 : f.name == "z" ? 2 : -1);
       }
-  if (all && all->offset.size() != columns) all = nullptr;
+  if (all && !all->fits(h.points, columns)) all = nullptr;
   std::atomic<std::int64_t> finite{0};
   std::atomic<bool> dense{true};
   const std::uint64_t lines_total = check_lines(
@@ -330,8 +330,7 @@ void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::u
               reject(path, line_at(lines.number()),
                      "field '" + *names[v] + "': " + quote(values[v]) + " is " + why);
             if (xyz && axis[v] >= 0) values3[axis[v]] = stored_value(n, types[v]);
-            if (all && all->offset[v] >= 0)
-              dense_here &= store_column(*all, row, v, types[v], values[v], n);
+            if (all && all->offset[v] >= 0) dense_here &= store_column(*all, row, v, values[v], n);
           }
           if (xyz) finite_here += put(*xyz, row, values3);
         }
@@ -508,7 +507,8 @@ void check_ply_ascii(const std::string& path, int fd, const PlyHeader& h, std::u
   for (std::size_t i = 0; i < h.elements.size(); ++i)
     before[i + 1] = before[i] + h.elements[i].count;
   const std::uint64_t items = before.back();
-  if (all && all->offset.size() != h.elements[h.vertex].properties.size()) all = nullptr;
+  if (all && !all->fits(h.elements[h.vertex].count, h.elements[h.vertex].properties.size()))
+    all = nullptr;
   std::atomic<std::int64_t> finite{0};
   std::atomic<bool> dense{true};
   std::mutex facts_mutex;
@@ -566,7 +566,7 @@ void check_ply_ascii(const std::string& path, int fd, const PlyHeader& h, std::u
               const Number v = take(p.type, p.name);
               if (gather && axis[column] >= 0) xyz3[axis[column]] = stored_value(v, p.type);
               if (store && all->offset[column] >= 0)
-                dense_here &= store_column(*all, item, column, p.type, values[t - 1], v);
+                dense_here &= store_column(*all, item, column, values[t - 1], v);
               if (camera && p.type == Scalar::i32 && p.name == "viewportx") {
                 here.viewport_x = v.i;
                 viewport_x = true;

@@ -26,9 +26,12 @@ struct InputShape {
 struct Coordinates;
 
 /// Where an ascii file's values go besides x, y and z: a pcl::PCLPointCloud2's records as PCL's
-/// ascii reader fills them. Column c (.pcd: the header's fields in order, `count` values each;
-/// .ply: the vertex element's properties) of row r at data + r * point_step + offset[c], stored
-/// as type[c] (empty: the column's own type); nowhere where offset[c] < 0 (PCL skips '_' fields).
+/// ascii reader fills them, `rows` of them. Column c (.pcd: the header's fields in order, `count`
+/// values each; .ply: the vertex element's properties) of row r at data + r * point_step +
+/// offset[c], stored as type[c]; nowhere where offset[c] < 0 (a .pcd's '_' fields, which PCL
+/// skips). The records were sized from a first reading of the header: where the header read
+/// again promises other rows or columns (the file changed), nothing is stored and `filled` stays
+/// false.
 /// `dense` as PCL sets is_dense by `rule`: its .pcd reader clears it for the literal "nan" (any
 /// case, no sign; other non-finite literals it does not), its .ply reader for a value stored as
 /// float32 or float64 that is not finite. `filled`: the file had as many columns as `offset`
@@ -37,11 +40,16 @@ struct RowValues {
   enum class Dense { no_nan_literal, finite_floats };
   unsigned char* data = nullptr;
   std::uint64_t point_step = 0;
+  std::uint64_t rows = 0;
   std::vector<std::int64_t> offset;
   std::vector<Scalar> type;
   Dense rule = Dense::no_nan_literal;
   bool dense = true;
   bool filled = false;
+  /// Whether the records hold `r` rows of `columns` columns.
+  bool fits(std::uint64_t r, std::uint64_t columns) const {
+    return rows == r && offset.size() == columns && type.size() == columns;
+  }
 };
 
 /// Checks a .pcd (`ply` false) or .ply file of `file_size` bytes, open as `fd` (every read goes

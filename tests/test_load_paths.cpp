@@ -4,6 +4,7 @@
 // them in PCNN_BAD_INPUT_CASES), fuzz/seeds, fuzz/regressions, data/, and clouds generated here
 // (every coordinate type, NaN and infinite rows, organized, extra fields around x/y/z, ascii and
 // binary, .pcd and .ply, georeferenced doubles no float offset holds, coordinates too far apart).
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -23,6 +24,8 @@
 #include <vector>
 
 #include "../io/cloud_reader.hpp"
+#include "../io/coordinate_gather.hpp"
+#include "../io/input_gate.hpp"
 #include "../io/stored_fields.hpp"
 #include "pcnn/io.hpp"
 
@@ -219,6 +222,54 @@ TEST(LoadPaths, AsciiPlyLiteralsOfEveryKindKeepTheSameFields) {
     std::ofstream(path, std::ios::binary) << "ply\nformat ascii 1.0\nelement vertex 3\n"
                                           << head << body << "3 0 1 2\n";
     EXPECT_TRUE(expect_same_outcome(path)) << path;
+  }
+  fs::remove_all(dir);
+}
+
+// The records of the kept fields are sized from a first reading of the header; a file that
+// changed before the second promises other rows. Then the gate stores nothing (it used to write
+// past the records: a file rewritten during its load crashed `filter`), and what it checks is
+// refused later as changed. Records of the right size are filled.
+TEST(LoadPaths, RecordsSizedForOtherRowsAreLeftUnfilled) {
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("pcnn_load_resized_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  for (const bool ply : {false, true}) {
+    const int n = 1000;
+    std::string body;
+    for (int i = 0; i < n; ++i)
+      body += std::to_string(i) + " " + std::to_string(2 * i) + " " + std::to_string(-i) + "\n";
+    const std::string path = (dir / (ply ? "rows.ply" : "rows.pcd")).string();
+    std::ofstream(path, std::ios::binary)
+        << (ply ? "ply\nformat ascii 1.0\nelement vertex 1000\nproperty float x\n"
+                  "property float y\nproperty float z\nend_header\n"
+                : "VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 1 1 1\n"
+                  "WIDTH 1000\nHEIGHT 1\nVIEWPOINT 0 0 0 1 0 0 0\nPOINTS 1000\nDATA ascii\n")
+        << body;
+    SCOPED_TRACE(path);
+    const auto size = static_cast<std::uint64_t>(fs::file_size(path));
+    for (const int rows_held : {2, n}) {
+      std::vector<float> records(3 * std::size_t(rows_held), -7.f);
+      io_detail::RowValues rows;
+      rows.data = reinterpret_cast<unsigned char*>(records.data());
+      rows.point_step = 12;
+      rows.rows = static_cast<std::uint64_t>(rows_held);
+      rows.offset = {0, 4, 8};
+      rows.type.assign(3, io_detail::Scalar::f32);
+      io_detail::Coordinates xyz;
+      const int fd = ::open(path.c_str(), O_RDONLY);
+      ASSERT_GE(fd, 0);
+      io_detail::check_input(path, fd, ply, size, &xyz, &rows);
+      ::close(fd);
+      EXPECT_EQ(rows.filled, rows_held == n);
+      if (rows_held == n) {
+        EXPECT_EQ(records[3 * 999], 999.f);
+        EXPECT_EQ(records[3 * 999 + 1], 1998.f);
+        EXPECT_EQ(records[3 * 999 + 2], -999.f);
+      } else {
+        EXPECT_EQ(records[0], -7.f);
+      }
+    }
   }
   fs::remove_all(dir);
 }
