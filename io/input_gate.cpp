@@ -278,6 +278,18 @@ bool store_column(RowValues& rows, std::uint64_t row, std::size_t c, std::string
   return t != Scalar::f64 || std::isfinite(n.f);
 }
 
+// After an ascii file's rows were all checked: what `xyz` and `all` (when given) now hold.
+void mark_filled(Coordinates* xyz, std::int64_t finite, RowValues* all, bool dense) {
+  if (xyz) {
+    xyz->finite = finite;
+    xyz->gathered = true;
+  }
+  if (all) {
+    all->dense = dense;
+    all->filled = true;
+  }
+}
+
 // `xyz` (when given) receives each row's x, y and z (at `layout`), from the values the check
 // parses, its buffer sized only once the file's size has bounded the rows; `all` every value
 // (RowValues, sized by the caller). The rows are checked on several threads (check_lines); rows
@@ -345,14 +357,7 @@ void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::u
     reject(path, line_at(h.header_lines + h.points + 1),
            "data after the last of the " + std::to_string(h.points) +
                " POINTS rows (PCL would ignore it)");
-  if (xyz) {
-    xyz->finite = finite;
-    xyz->gathered = true;
-  }
-  if (all) {
-    all->dense = dense;
-    all->filled = true;
-  }
+  mark_filled(xyz, finite, all, dense);
 }
 
 // PCL's .pcd writers for PCLPointCloud2 pad the file with zeros to (or by) a page: fewer than
@@ -603,14 +608,7 @@ void check_ply_ascii(const std::string& path, int fd, const PlyHeader& h, std::u
   if (lines_total > items)
     reject(path, line_at(h.header_lines + items + 1),
            "data after the last element's rows (PCL would ignore it)");
-  if (xyz) {
-    xyz->finite = finite;
-    xyz->gathered = true;
-  }
-  if (all) {
-    all->dense = dense;
-    all->filled = true;
-  }
+  mark_filled(xyz, finite, all, dense);
 }
 
 void check_ply_binary(const std::string& path, int fd, const PlyHeader& h, std::uint64_t file_size,

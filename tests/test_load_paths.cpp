@@ -158,6 +158,18 @@ TEST(LoadPaths, TheBadInputSuitesCasesGiveTheSameCloudOrTheSameError) {
   EXPECT_LT(loaded, files);
 }
 
+// Writes each of `contents` to a file of `dir` (ending in `ext`), expects each to load the same on
+// both readers, then removes `dir`.
+void expect_each_same_outcome(const fs::path& dir, const std::string& ext,
+                              const std::vector<std::string>& contents) {
+  for (std::size_t i = 0; i < contents.size(); ++i) {
+    const std::string path = (dir / ("literals_" + std::to_string(i) + ext)).string();
+    std::ofstream(path, std::ios::binary) << contents[i];
+    EXPECT_TRUE(expect_same_outcome(path)) << path;
+  }
+  fs::remove_all(dir);
+}
+
 // Ascii literals PCL's reader treats apart: "nan" in any case (not dense), signed NaN and
 // infinities (converted, dense), integers of every width, a '_' field (skipped), first in the
 // file or not: the same cloud and kept fields on both readers.
@@ -174,13 +186,9 @@ TEST(LoadPaths, AsciiLiteralsOfEveryKindKeepTheSameFields) {
       "7 8 9 -inf 0.1 9 12 1 nan\n1.5 2.5 3.5 3.4028234e38 -0 65535 9007199254740992 7 -0\n",
       "nan 2 3 1 2 7 5 3 4\n4 5 6 7 8 8 6 4 5\n7 8 9 1 1 9 7 5 6\n1 1 1 1 1 1 1 1 1\n",
       "inf 2 3 -nan +NaN 7 5 3 4\n4 5 6 7 8 8 6 4 5\n7 8 9 1 1 9 7 5 -inf\n1 1 1 1 1 1 1 1 1\n"};
-  int i = 0;
-  for (const char* body : bodies) {
-    const std::string path = (dir / ("literals_" + std::to_string(i++) + ".pcd")).string();
-    std::ofstream(path, std::ios::binary) << head << body;
-    EXPECT_TRUE(expect_same_outcome(path)) << path;
-  }
-  fs::remove_all(dir);
+  std::vector<std::string> files;
+  for (const char* body : bodies) files.push_back(head + body);
+  expect_each_same_outcome(dir, ".pcd", files);
 }
 
 // The same for an ascii .ply, whose reader (PCL's PLYReader, boost::lexical_cast per value)
@@ -216,14 +224,10 @@ TEST(LoadPaths, AsciiPlyLiteralsOfEveryKindKeepTheSameFields) {
        "1 2 3 4.5e-39 200 1 2 3 4 5 6\n4 5 6 1e-40 0 1 2 3 4 5 6\n"
        "7 8 9 -0 255 1 2 3 4 5 6\n"},
   };
-  int i = 0;
-  for (const auto& [head, body] : files) {
-    const std::string path = (dir / ("literals_" + std::to_string(i++) + ".ply")).string();
-    std::ofstream(path, std::ios::binary) << "ply\nformat ascii 1.0\nelement vertex 3\n"
-                                          << head << body << "3 0 1 2\n";
-    EXPECT_TRUE(expect_same_outcome(path)) << path;
-  }
-  fs::remove_all(dir);
+  std::vector<std::string> contents;
+  for (const auto& [head, body] : files)
+    contents.push_back("ply\nformat ascii 1.0\nelement vertex 3\n" + head + body + "3 0 1 2\n");
+  expect_each_same_outcome(dir, ".ply", contents);
 }
 
 // The records of the kept fields are sized from a first reading of the header; a file that
