@@ -245,17 +245,32 @@ void Tree<T>::build(const PointsView& points, int threads) {
   n_ = finite_before[blocks];
   work_.resize(static_cast<std::size_t>(n_));
   nonfinite_.resize(static_cast<std::size_t>(size_ - n_));
+  // The caller's memory is read a second time: where it changed in between (another thread
+  // writing the points during the call), a block's finite points no longer fill its share. Each
+  // point is read once here, no block writes beyond its share, and the build is refused.
+  std::atomic<bool> changed{false};
   parallel_blocks(threads, size_, kGather, [&](std::int64_t b, std::int64_t e) {
     std::int64_t f = finite_before[b / kGather];
+    const std::int64_t f_end = finite_before[b / kGather + 1];
     std::int64_t nf = b - f;
+    const std::int64_t nf_end = e - f_end;
     for (std::int64_t i = b; i < e; ++i) {
-      const T* p = data + i * points.stride;
+      const T* q = data + i * points.stride;
+      const T p[3] = {q[0], q[1], q[2]};
+      if (finite_xyz(p) ? f == f_end : nf == nf_end) {
+        changed = true;
+        return;
+      }
       if (finite_xyz(p))
         work_[f++] = {{p[0], p[1], p[2]}, static_cast<std::int32_t>(i)};
       else
         nonfinite_[nf++] = static_cast<std::int32_t>(i);
     }
   });
+  if (changed)
+    throw invalid_argument_error(
+        "pcnn CPU backend: the points changed while the index was built (another thread wrote "
+        "them during the call)");
   Box<T> root;
   for (int a = 0; a < 3; ++a) {
     root.lo[a] = std::numeric_limits<T>::infinity();
