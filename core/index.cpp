@@ -7,6 +7,7 @@
 
 #include "backend.hpp"
 #include "fresh_pages.hpp"
+#include "number_text.hpp"
 #include "pcnn/device.hpp"
 #include "pcnn/error.hpp"
 #include "pcnn/index.hpp"
@@ -86,9 +87,16 @@ void check_k(int k, const char* name) {
                                          std::to_string(kMaxK) + ", got " + std::to_string(k));
 }
 
+// A range of rows that does not lie in an index of `size` points, said without adding the two
+// (which may overflow: the caller's values are unchecked).
+std::string row_range(std::int64_t first_row, std::int64_t rows, std::int64_t size) {
+  return std::to_string(rows) + " rows from row " + std::to_string(first_row) +
+         " do not lie in an index of " + std::to_string(size) + " points";
+}
+
 void check_radius(double r) {
   PCNN_EXPECTS(std::isfinite(r) && r >= 0,
-               "radius must be a finite number >= 0, got " + std::to_string(r));
+               "radius must be a finite number >= 0, got " + detail::number_text(r));
 }
 
 template <class T>
@@ -177,9 +185,7 @@ void Index::dense(const PointsView* queries, std::int64_t first_row, const KnnPa
   const std::int64_t rows = queries ? queries->count : first_row < 0 ? size() : indices.rows;
   if (!queries && first_row >= 0)
     PCNN_EXPECTS(indices.rows >= 0 && first_row <= size() - indices.rows,
-                 "self_knn_rows: rows " + std::to_string(first_row) + " to " +
-                     std::to_string(first_row + indices.rows) + " of an index of " +
-                     std::to_string(size()) + " points");
+                 "self_knn_rows: " + row_range(first_row, indices.rows, size()));
   check_matrix(indices, rows, params.k, "indices");
   check_matrix(sqdist, rows, params.k, "sqdist");
   PCNN_EXPECTS(indices.memory == sqdist.memory,
@@ -266,9 +272,7 @@ void Index::fill_rows(const PointsView* queries, std::int64_t first_row, const R
     check_array(offsets, (queries ? queries->count : size()) + 1, "offsets");
   } else {
     PCNN_EXPECTS(offsets.size >= 1 && first_row <= size() - (offsets.size - 1),
-                 "self_radius_fill_rows: rows " + std::to_string(first_row) + " to " +
-                     std::to_string(first_row + offsets.size - 1) + " of an index of " +
-                     std::to_string(size()) + " points");
+                 "self_radius_fill_rows: " + row_range(first_row, offsets.size - 1, size()));
   }
   PCNN_EXPECTS(offsets.size >= 1 && offsets.data != nullptr, "offsets: null output");
   PCNN_EXPECTS(indices.size == sqdist.size, "indices and sqdist must have the same size");
@@ -314,9 +318,7 @@ void Index::hybrid_rows(const PointsView* queries, std::int64_t first_row,
   const std::int64_t rows = queries ? queries->count : first_row < 0 ? size() : indices.rows;
   if (!queries && first_row >= 0)
     PCNN_EXPECTS(indices.rows >= 0 && first_row <= size() - indices.rows,
-                 "self_hybrid_rows: rows " + std::to_string(first_row) + " to " +
-                     std::to_string(first_row + indices.rows) + " of an index of " +
-                     std::to_string(size()) + " points");
+                 "self_hybrid_rows: " + row_range(first_row, indices.rows, size()));
   check_matrix(indices, rows, params.max_nn, "indices");
   check_matrix(sqdist, rows, params.max_nn, "sqdist");
   PCNN_EXPECTS(indices.memory == sqdist.memory,

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend.hpp"
+#include "number_text.hpp"
 #include "pcnn/error.hpp"
 #include "pcnn/normals.hpp"
 
@@ -17,7 +18,7 @@ void validate(const NormalParams& p) {
                "normals: give a neighborhood: k (the k nearest points) or a radius");
   PCNN_EXPECTS(p.k == 0 || p.radius == 0,
                "normals: give either k or a radius, not both (k = " + std::to_string(p.k) +
-                   ", radius = " + std::to_string(p.radius) + ")");
+                   ", radius = " + detail::number_text(p.radius) + ")");
   if (p.k != 0) {
     PCNN_EXPECTS(p.k >= 3 && p.k <= kMaxK, "normals: k must be between " + range + ", got " +
                                                std::to_string(p.k) + " (a plane needs 3 points)");
@@ -25,7 +26,7 @@ void validate(const NormalParams& p) {
   } else {
     PCNN_EXPECTS(
         std::isfinite(p.radius) && p.radius > 0,
-        "normals: the radius must be a finite number > 0, got " + std::to_string(p.radius));
+        "normals: the radius must be a finite number > 0, got " + detail::number_text(p.radius));
     PCNN_EXPECTS(p.max_nn == 0 || (p.max_nn >= 3 && p.max_nn <= kMaxK),
                  "normals: max_nn must be 0 (every neighbor within the radius) or between " +
                      range + ", got " + std::to_string(p.max_nn));

@@ -541,6 +541,16 @@ TEST_P(IndexBackend, InvalidArgumentsThrow) {
     EXPECT_THROW(index.self_hybrid({1.0, k}), invalid_argument_error);
     EXPECT_THROW(index.hybrid(v, {1.0, k}, iv, dv), invalid_argument_error);
   }
+  // Row ranges beyond the index, said without overflowing (the sum of the caller's values).
+  try {
+    index.self_knn_rows(INT64_MAX, {4}, iv, dv);
+    ADD_FAILURE() << "no error";
+  } catch (const invalid_argument_error& e) {
+    EXPECT_NE(std::string(e.what()).find("10 rows from row 9223372036854775807 do not lie in an "
+                                         "index of 10 points"),
+              std::string::npos)
+        << e.what();
+  }
   // Radius negative, NaN or infinite.
   for (double r : {-1.0, -1e-300, std::nan(""), std::numeric_limits<double>::infinity()}) {
     SCOPED_TRACE("radius = " + std::to_string(r));

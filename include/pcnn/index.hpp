@@ -140,7 +140,9 @@ class Index {
   Index& operator=(const Index&) = delete;
 
   /// (Re)builds over `points`; the previous points are forgotten. The index keeps its own copy
-  /// of the coordinates, so `points` may change or go away once this returns. Synchronizes.
+  /// of the coordinates, so `points` may change or go away once this returns, but not during
+  /// the call (the CPU backend, which reads them twice, throws pcnn::invalid_argument_error where
+  /// it sees them change). A build that throws leaves the index empty. Synchronizes.
   void build(PointsView points, cudaStream_t stream = nullptr);
 
   Backend backend() const;           ///< the resolved backend (never automatic)
@@ -188,7 +190,11 @@ class Index {
   /// To fill results larger than memory range by range, give radius_fill a range of the queries
   /// (a sub-view) with its slice of the offsets (rows + 1 entries from the count's offsets,
   /// offsets[0] need not be 0): it writes offsets[rows] - offsets[0] entries, row q's at
-  /// offsets[q] - offsets[0]. The offsets must be those the count gave for these queries.
+  /// offsets[q] - offsets[0]. The offsets must be those the count gave for these queries:
+  /// offsets whose size, order or total are wrong are refused before anything is written, but a
+  /// row whose count differs from its offsets is found only as the rows are filled, so that
+  /// pcnn::invalid_argument_error leaves `indices` and `sqdist` partly written (and nothing else
+  /// changed).
   std::int64_t radius_count(PointsView queries, const RadiusParams& params,
                             ArrayView<std::int64_t> offsets, cudaStream_t stream = nullptr);
   void radius_fill(PointsView queries, const RadiusParams& params,
