@@ -11,6 +11,7 @@
 
 #include "../core/cpus.hpp"
 #include "../core/fresh_pages.hpp"
+#include "../core/number_text.hpp"
 #include "../core/parallel_blocks.hpp"
 #include "pcnn/error.hpp"
 
@@ -209,10 +210,21 @@ void recenter_rows(const T* xyz, std::int64_t first, std::int64_t m,
   }
 }
 
+// An origin is the caller's argument: one not finite is refused as such, before any point is
+// blamed for lying "far" from it.
+void check_origin(const std::array<double, 3>& origin) {
+  for (double o : origin)
+    PCNN_EXPECTS(std::isfinite(o), "recenter: the origin must be finite, got (" +
+                                       detail::number_text(origin[0]) + ", " +
+                                       detail::number_text(origin[1]) + ", " +
+                                       detail::number_text(origin[2]) + ")");
+}
+
 // Rows of xyz into out (which may be xyz itself when T is float), blocks on several threads.
 // Errors name the first far point a pass in order meets (detail::parallel_blocks).
 template <class T>
 void recenter_all(const T* xyz, std::int64_t n, const std::array<double, 3>& origin, float* out) {
+  check_origin(origin);
   detail::parallel_blocks(
       detail::usable_cpus(), n, kBlockRows, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t i = begin; i < end; i += kRows)

@@ -166,7 +166,7 @@ struct DistributedIndex::Impl {
 DistributedIndex::DistributedIndex(MPI_Comm comm, PointsView points, IndexOptions options,
                                    bool keep_device, Layout layout)
     : impl_(std::make_unique<Impl>()) {
-  Impl& m = *impl_;
+  Impl& m = impl();
   check(MPI_Comm_dup(comm, &m.comm), "MPI_Comm_dup");
   MPI_Comm_rank(m.comm, &m.rank);
   MPI_Comm_size(m.comm, &m.size);
@@ -233,14 +233,18 @@ DistributedIndex::DistributedIndex(MPI_Comm comm, PointsView points, IndexOption
 }
 
 DistributedIndex::~DistributedIndex() = default;
+DistributedIndex::Impl& DistributedIndex::impl() const {
+  PCNN_EXPECTS(impl_ != nullptr, "use of a moved-from pcnn::mpi::DistributedIndex");
+  return *impl_;
+}
 DistributedIndex::DistributedIndex(DistributedIndex&&) noexcept = default;
 DistributedIndex& DistributedIndex::operator=(DistributedIndex&&) noexcept = default;
 
-int DistributedIndex::rank() const { return impl_->rank; }
-int DistributedIndex::ranks() const { return impl_->size; }
-bool DistributedIndex::replicated() const { return impl_->whole.has_value(); }
-std::int64_t DistributedIndex::size() const { return impl_->n; }
-const RankStats& DistributedIndex::last_stats() const { return impl_->stats; }
+int DistributedIndex::rank() const { return impl().rank; }
+int DistributedIndex::ranks() const { return impl().size; }
+bool DistributedIndex::replicated() const { return impl().whole.has_value(); }
+std::int64_t DistributedIndex::size() const { return impl().n; }
+const RankStats& DistributedIndex::last_stats() const { return impl().stats; }
 
 void DistributedIndex::Impl::start_stats() {
   stats = RankStats();
@@ -590,54 +594,54 @@ RankRadius DistributedIndex::Impl::radius(const PointsView* queries, const Radiu
 }
 
 RankRows DistributedIndex::self_knn(const KnnParams& params) {
-  return impl_->dense(nullptr, dist::DenseSearch::of(params));
+  return impl().dense(nullptr, dist::DenseSearch::of(params));
 }
 
 RankRows DistributedIndex::knn(PointsView queries, const KnnParams& params) {
-  return impl_->dense(&queries, dist::DenseSearch::of(params));
+  return impl().dense(&queries, dist::DenseSearch::of(params));
 }
 
 void DistributedIndex::self_knn(const KnnParams& params, MatrixView<std::int32_t> indices,
                                 MatrixView<float> sqdist) {
-  impl_->dense_block(nullptr, dist::DenseSearch::of(params), &indices, &sqdist);
+  impl().dense_block(nullptr, dist::DenseSearch::of(params), &indices, &sqdist);
 }
 
 void DistributedIndex::knn(PointsView queries, const KnnParams& params,
                            MatrixView<std::int32_t> indices, MatrixView<float> sqdist) {
-  impl_->dense_block(&queries, dist::DenseSearch::of(params), &indices, &sqdist);
+  impl().dense_block(&queries, dist::DenseSearch::of(params), &indices, &sqdist);
 }
 
 std::pair<std::int64_t, std::int64_t> DistributedIndex::block(std::int64_t rows) const {
-  return {block_begin(rows, impl_->rank, impl_->size),
-          block_begin(rows, impl_->rank + 1, impl_->size)};
+  return {block_begin(rows, impl().rank, impl().size),
+          block_begin(rows, impl().rank + 1, impl().size)};
 }
 
 RankRows DistributedIndex::self_hybrid(const HybridParams& params) {
-  return impl_->dense(nullptr, dist::DenseSearch::of(params));
+  return impl().dense(nullptr, dist::DenseSearch::of(params));
 }
 
 RankRows DistributedIndex::hybrid(PointsView queries, const HybridParams& params) {
-  return impl_->dense(&queries, dist::DenseSearch::of(params));
+  return impl().dense(&queries, dist::DenseSearch::of(params));
 }
 
 RankRadius DistributedIndex::self_radius(const RadiusParams& params) {
-  return impl_->radius(nullptr, params, false);
+  return impl().radius(nullptr, params, false);
 }
 
 RankRadius DistributedIndex::radius(PointsView queries, const RadiusParams& params) {
-  return impl_->radius(&queries, params, false);
+  return impl().radius(&queries, params, false);
 }
 
 RankRadius DistributedIndex::self_radius_count(const RadiusParams& params) {
-  return impl_->radius(nullptr, params, true);
+  return impl().radius(nullptr, params, true);
 }
 
 RankRadius DistributedIndex::radius_count(PointsView queries, const RadiusParams& params) {
-  return impl_->radius(&queries, params, true);
+  return impl().radius(&queries, params, true);
 }
 
 KnnResult DistributedIndex::gather(const RankRows& mine, std::int64_t rows, int root) {
-  Impl& m = *impl_;
+  Impl& m = impl();
   std::vector<std::int64_t> made;
   const std::vector<std::int64_t>& list = row_list(mine, made);
   const int k = mine.result.k;
@@ -682,7 +686,7 @@ KnnResult DistributedIndex::gather(const RankRows& mine, std::int64_t rows, int 
 }
 
 RankBlock DistributedIndex::redistribute(const RankRows& mine, std::int64_t rows) {
-  Impl& m = *impl_;
+  Impl& m = impl();
   std::vector<std::int64_t> made;
   const std::vector<std::int64_t>& list = row_list(mine, made);
   const int k = mine.result.k;
@@ -738,7 +742,7 @@ RankBlock DistributedIndex::redistribute(const RankRows& mine, std::int64_t rows
 }
 
 RankRadiusBlock DistributedIndex::redistribute(const RankRadius& mine, std::int64_t rows) {
-  Impl& m = *impl_;
+  Impl& m = impl();
   std::vector<std::int64_t> made;
   const std::vector<std::int64_t>& list = row_list(mine, made);
   const RadiusResult& r = mine.result;
@@ -815,7 +819,7 @@ RankRadiusBlock DistributedIndex::redistribute(const RankRadius& mine, std::int6
 }
 
 RadiusResult DistributedIndex::gather(const RankRadius& mine, std::int64_t rows, int root) {
-  Impl& m = *impl_;
+  Impl& m = impl();
   std::vector<std::int64_t> made;
   const std::vector<std::int64_t>& list = row_list(mine, made);
   const RadiusResult& r = mine.result;
@@ -881,7 +885,7 @@ RadiusResult DistributedIndex::gather(const RankRadius& mine, std::int64_t rows,
 }
 
 std::vector<RankStats> DistributedIndex::all_stats() const {
-  const Impl& m = *impl_;
+  const Impl& m = impl();
   std::vector<RankStats> all(static_cast<std::size_t>(m.size));
   check(MPI_Allgather(&m.stats, sizeof(RankStats), MPI_BYTE, all.data(), sizeof(RankStats),
                       MPI_BYTE, m.comm),

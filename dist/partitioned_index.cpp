@@ -369,7 +369,7 @@ void PartitionedIndex::Impl::radius_replicas(const PointsView* queries, const Ra
 
 PartitionedIndex::PartitionedIndex(PointsView points, PartitionedOptions options)
     : impl_(std::make_unique<Impl>()) {
-  Impl& m = *impl_;
+  Impl& m = impl();
   PCNN_EXPECTS(points.memory == Memory::host, "a partitioned index takes points in host memory");
   PCNN_EXPECTS(points.count >= 0 && points.count <= INT32_MAX,
                "references: between 0 and 2^31-1 points");
@@ -432,16 +432,20 @@ PartitionedIndex::PartitionedIndex(PointsView points, PartitionedOptions options
 }
 
 PartitionedIndex::~PartitionedIndex() = default;
+PartitionedIndex::Impl& PartitionedIndex::impl() const {
+  PCNN_EXPECTS(impl_ != nullptr, "use of a moved-from pcnn::PartitionedIndex");
+  return *impl_;
+}
 PartitionedIndex::PartitionedIndex(PartitionedIndex&&) noexcept = default;
 PartitionedIndex& PartitionedIndex::operator=(PartitionedIndex&&) noexcept = default;
 
-std::int64_t PartitionedIndex::size() const { return impl_->n; }
+std::int64_t PartitionedIndex::size() const { return impl().n; }
 int PartitionedIndex::parts() const {
-  return static_cast<int>(impl_->replicas.empty() ? impl_->parts.size() : impl_->replicas.size());
+  return static_cast<int>(impl().replicas.empty() ? impl().parts.size() : impl().replicas.size());
 }
-bool PartitionedIndex::replicated() const { return !impl_->replicas.empty(); }
-const Partitioning& PartitionedIndex::partitioning() const { return impl_->partitioning; }
-const PartitionedTimings& PartitionedIndex::last_timings() const { return impl_->timings; }
+bool PartitionedIndex::replicated() const { return !impl().replicas.empty(); }
+const Partitioning& PartitionedIndex::partitioning() const { return impl().partitioning; }
+const PartitionedTimings& PartitionedIndex::last_timings() const { return impl().timings; }
 
 void PartitionedIndex::Impl::check_queries(const PointsView* queries, bool exclude_self) const {
   PCNN_EXPECTS(!(exclude_self && queries),
@@ -720,18 +724,18 @@ std::int64_t copy_offsets(const RadiusResult& r, ArrayView<std::int64_t> offsets
 
 void PartitionedIndex::self_knn(const KnnParams& params, MatrixView<std::int32_t> indices,
                                 MatrixView<float> sqdist) {
-  impl_->dense(nullptr, dist::DenseSearch::of(params), indices, sqdist);
+  impl().dense(nullptr, dist::DenseSearch::of(params), indices, sqdist);
 }
 
 KnnResult PartitionedIndex::self_knn(const KnnParams& params) {
-  KnnResult r = dense_result(impl_->n, params.k);
+  KnnResult r = dense_result(impl().n, params.k);
   self_knn(params, idx_view(r), d_view(r));
   return r;
 }
 
 void PartitionedIndex::knn(PointsView queries, const KnnParams& params,
                            MatrixView<std::int32_t> indices, MatrixView<float> sqdist) {
-  impl_->dense(&queries, dist::DenseSearch::of(params), indices, sqdist);
+  impl().dense(&queries, dist::DenseSearch::of(params), indices, sqdist);
 }
 
 KnnResult PartitionedIndex::knn(PointsView queries, const KnnParams& params) {
@@ -742,11 +746,11 @@ KnnResult PartitionedIndex::knn(PointsView queries, const KnnParams& params) {
 
 void PartitionedIndex::self_hybrid(const HybridParams& params, MatrixView<std::int32_t> indices,
                                    MatrixView<float> sqdist) {
-  impl_->dense(nullptr, dist::DenseSearch::of(params), indices, sqdist);
+  impl().dense(nullptr, dist::DenseSearch::of(params), indices, sqdist);
 }
 
 HybridResult PartitionedIndex::self_hybrid(const HybridParams& params) {
-  HybridResult r{dense_result(impl_->n, params.max_nn), {}};
+  HybridResult r{dense_result(impl().n, params.max_nn), {}};
   self_hybrid(params, idx_view(r.knn), d_view(r.knn));
   r.counts = row_counts(r.knn);
   return r;
@@ -754,7 +758,7 @@ HybridResult PartitionedIndex::self_hybrid(const HybridParams& params) {
 
 void PartitionedIndex::hybrid(PointsView queries, const HybridParams& params,
                               MatrixView<std::int32_t> indices, MatrixView<float> sqdist) {
-  impl_->dense(&queries, dist::DenseSearch::of(params), indices, sqdist);
+  impl().dense(&queries, dist::DenseSearch::of(params), indices, sqdist);
 }
 
 HybridResult PartitionedIndex::hybrid(PointsView queries, const HybridParams& params) {
@@ -765,61 +769,61 @@ HybridResult PartitionedIndex::hybrid(PointsView queries, const HybridParams& pa
 }
 
 std::vector<DeviceRows> PartitionedIndex::device_rows(std::int64_t rows) const {
-  PCNN_EXPECTS(!impl_->replicas.empty(),
+  PCNN_EXPECTS(!impl().replicas.empty(),
                "rows kept on the devices need the replicated layout (CUDA devices, no tiles)");
   PCNN_EXPECTS(rows >= 0, "rows must be >= 0");
-  std::vector<DeviceRows> out(impl_->replicas.size());
+  std::vector<DeviceRows> out(impl().replicas.size());
   for (std::size_t d = 0; d < out.size(); ++d) {
-    out[d].device = impl_->options.devices[d];
-    out[d].first_row = impl_->share(rows, static_cast<int>(d));
-    out[d].rows = impl_->share(rows, static_cast<int>(d) + 1) - out[d].first_row;
+    out[d].device = impl().options.devices[d];
+    out[d].first_row = impl().share(rows, static_cast<int>(d));
+    out[d].rows = impl().share(rows, static_cast<int>(d) + 1) - out[d].first_row;
   }
   return out;
 }
 
 void PartitionedIndex::self_knn_on_devices(const KnnParams& params,
                                            const std::vector<DeviceRows>& out) {
-  impl_->dense_on_devices(nullptr, dist::DenseSearch::of(params), out);
+  impl().dense_on_devices(nullptr, dist::DenseSearch::of(params), out);
 }
 
 void PartitionedIndex::knn_on_devices(PointsView queries, const KnnParams& params,
                                       const std::vector<DeviceRows>& out) {
-  impl_->dense_on_devices(&queries, dist::DenseSearch::of(params), out);
+  impl().dense_on_devices(&queries, dist::DenseSearch::of(params), out);
 }
 
 void PartitionedIndex::self_hybrid_on_devices(const HybridParams& params,
                                               const std::vector<DeviceRows>& out) {
-  impl_->dense_on_devices(nullptr, dist::DenseSearch::of(params), out);
+  impl().dense_on_devices(nullptr, dist::DenseSearch::of(params), out);
 }
 
 void PartitionedIndex::hybrid_on_devices(PointsView queries, const HybridParams& params,
                                          const std::vector<DeviceRows>& out) {
-  impl_->dense_on_devices(&queries, dist::DenseSearch::of(params), out);
+  impl().dense_on_devices(&queries, dist::DenseSearch::of(params), out);
 }
 
 std::int64_t PartitionedIndex::self_radius_count(const RadiusParams& params,
                                                  ArrayView<std::int64_t> offsets) {
   RadiusResult r;
-  impl_->radius(nullptr, params, true, r);
+  impl().radius(nullptr, params, true, r);
   return copy_offsets(r, offsets);
 }
 
 std::int64_t PartitionedIndex::radius_count(PointsView queries, const RadiusParams& params,
                                             ArrayView<std::int64_t> offsets) {
   RadiusResult r;
-  impl_->radius(&queries, params, true, r);
+  impl().radius(&queries, params, true, r);
   return copy_offsets(r, offsets);
 }
 
 RadiusResult PartitionedIndex::self_radius(const RadiusParams& params) {
   RadiusResult r;
-  impl_->radius(nullptr, params, false, r);
+  impl().radius(nullptr, params, false, r);
   return r;
 }
 
 RadiusResult PartitionedIndex::radius(PointsView queries, const RadiusParams& params) {
   RadiusResult r;
-  impl_->radius(&queries, params, false, r);
+  impl().radius(&queries, params, false, r);
   return r;
 }
 

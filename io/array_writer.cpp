@@ -226,21 +226,30 @@ void write_whole(OutputSet* set, const std::string& path, const T* data, std::in
   file.finish();
 }
 
+// A rows × cols array (write_whole takes cols = -1 for a 1-D one, write_vector).
+template <class T>
+void write_matrix(OutputSet* set, const std::string& path, const T* data, std::int64_t rows,
+                  int cols, const char* descr, const std::string& prefix) {
+  PCNN_EXPECTS(rows >= 0 && cols >= 0, "write_array '" + path + "': " + std::to_string(rows) +
+                                           " x " + std::to_string(cols) + " is no array shape");
+  write_whole(set, path, data, rows, cols, descr, prefix);
+}
+
 }  // namespace
 
 void write_array(OutputSet& outputs, const std::string& path, const std::int32_t* data,
                  std::int64_t rows, int cols, const std::string& prefix) {
-  write_whole(&outputs, path, data, rows, cols, "<i4", prefix);
+  write_matrix(&outputs, path, data, rows, cols, "<i4", prefix);
 }
 
 void write_array(OutputSet& outputs, const std::string& path, const float* data, std::int64_t rows,
                  int cols, const std::string& prefix) {
-  write_whole(&outputs, path, data, rows, cols, "<f4", prefix);
+  write_matrix(&outputs, path, data, rows, cols, "<f4", prefix);
 }
 
 void write_array(OutputSet& outputs, const std::string& path, const std::int64_t* data,
                  std::int64_t rows, int cols, const std::string& prefix) {
-  write_whole(&outputs, path, data, rows, cols, "<i8", prefix);
+  write_matrix(&outputs, path, data, rows, cols, "<i8", prefix);
 }
 
 void write_vector(OutputSet& outputs, const std::string& path, const std::int32_t* data,
@@ -260,17 +269,17 @@ void write_vector(OutputSet& outputs, const std::string& path, const float* data
 
 void write_array(const std::string& path, const std::int32_t* data, std::int64_t rows, int cols,
                  const std::string& prefix) {
-  write_whole(nullptr, path, data, rows, cols, "<i4", prefix);
+  write_matrix(nullptr, path, data, rows, cols, "<i4", prefix);
 }
 
 void write_array(const std::string& path, const float* data, std::int64_t rows, int cols,
                  const std::string& prefix) {
-  write_whole(nullptr, path, data, rows, cols, "<f4", prefix);
+  write_matrix(nullptr, path, data, rows, cols, "<f4", prefix);
 }
 
 void write_array(const std::string& path, const std::int64_t* data, std::int64_t rows, int cols,
                  const std::string& prefix) {
-  write_whole(nullptr, path, data, rows, cols, "<i8", prefix);
+  write_matrix(nullptr, path, data, rows, cols, "<i8", prefix);
 }
 
 ArrayStreamWriter::ArrayStreamWriter(OutputSet& outputs, const std::string& path, std::int64_t rows,
@@ -307,6 +316,13 @@ struct RadiusStreamWriter::Impl {
 
   Impl(OutputSet& outputs, const std::string& path, const std::int64_t* off, std::int64_t r)
       : offsets(off), rows(r), path_(path) {
+    PCNN_EXPECTS(rows >= 0 && offsets != nullptr && offsets[0] == 0,
+                 "radius results for '" + path + "': offsets must start at 0");
+    for (std::int64_t q = 0; q < rows; ++q)
+      PCNN_EXPECTS(offsets[q] <= offsets[q + 1],
+                   "radius results for '" + path + "': offsets decrease at row " +
+                       std::to_string(q) + " (" + std::to_string(offsets[q]) + " then " +
+                       std::to_string(offsets[q + 1]) + ")");
     const std::vector<std::string> files = outputs.files(path);
     if (files.size() == 1 && io_detail::output_format(outputs, files[0]) == Format::pairs_csv) {
       pairs = &io_detail::begin_output(outputs, files[0]);

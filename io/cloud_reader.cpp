@@ -93,10 +93,20 @@ class OpenFile {
       if (errno == ENOENT || errno == ENOTDIR) fail(path, "no such file");
       fail(path, std::string("cannot open it: ") + std::strerror(errno));
     }
-    if (::fstat(fd_, &st_) != 0) fail(path, std::string("cannot stat it: ") + std::strerror(errno));
-    if (S_ISDIR(st_.st_mode)) fail(path, "is a directory");
-    if (!S_ISREG(st_.st_mode)) fail(path, "not a regular file");
-    if (st_.st_size == 0) fail(path, "the file is empty");
+    // The destructor does not run for a constructor that throws: the descriptor is closed here.
+    std::string refused;
+    if (::fstat(fd_, &st_) != 0)
+      refused = std::string("cannot stat it: ") + std::strerror(errno);
+    else if (S_ISDIR(st_.st_mode))
+      refused = "is a directory";
+    else if (!S_ISREG(st_.st_mode))
+      refused = "not a regular file";
+    else if (st_.st_size == 0)
+      refused = "the file is empty";
+    if (!refused.empty()) {
+      ::close(fd_);
+      fail(path, refused);
+    }
   }
   ~OpenFile() { ::close(fd_); }
   OpenFile(const OpenFile&) = delete;
@@ -396,9 +406,8 @@ const io_detail::PlyElement* plain_vertices(const io_detail::PlyHeader& h) {
 }
 
 // The cloud PCL makes of vertices `v`, into `pc` (its fields and shape; no data), and how each
-// field is made; `read` receives the bytes of a binary vertex the parts read.
-std::vector<PlyPart> ply_fields(const io_detail::PlyElement& v, pcl::PCLPointCloud2& pc,
-                                std::uint64_t& read) {
+// field is made. The parts read every property: together, a binary vertex's every byte.
+std::vector<PlyPart> ply_fields(const io_detail::PlyElement& v, pcl::PCLPointCloud2& pc) {
   using io_detail::Scalar;
   using Make = PlyPart::Make;
   std::vector<PlyPart> parts;
@@ -444,7 +453,6 @@ std::vector<PlyPart> ply_fields(const io_detail::PlyElement& v, pcl::PCLPointClo
   pc.height = 1;
   pc.point_step = to;
   pc.row_step = to * pc.width;
-  read = from;
   return parts;
 }
 
@@ -460,11 +468,9 @@ bool read_binary_ply(const std::string& path, const OpenFile& file,
   if (h.format != io_detail::PlyHeader::Format::binary_little_endian || !v ||
       v->count != shape.points)
     return false;
-  std::uint64_t read = 0;
-  const std::vector<PlyPart> parts = ply_fields(*v, pc, read);
+  const std::vector<PlyPart> parts = ply_fields(*v, pc);
   const std::uint32_t to = pc.point_step;
   const std::uint64_t record = v->fixed_size();
-  if (read != record) return false;
   detail::resize_fresh_parallel(pc.data, std::size_t(to) * v->count, detail::usable_cpus());
   const bool same_layout = std::all_of(parts.begin(), parts.end(),
                                        [](const PlyPart& q) { return q.make == Make::copy; });
@@ -525,8 +531,7 @@ bool prepare_ascii_ply_fields(const std::string& path, const OpenFile& file,
   io_detail::check_input(path, file.fd(), true, file.size());
   auto stored = std::make_shared<StoredFields>();
   pcl::PCLPointCloud2& pc = stored->cloud;
-  std::uint64_t read = 0;
-  const std::vector<PlyPart> parts = ply_fields(*v, pc, read);
+  const std::vector<PlyPart> parts = ply_fields(*v, pc);
   rows.offset.assign(v->properties.size(), -1);
   rows.type.resize(v->properties.size());
   for (const PlyPart& q : parts) {
@@ -661,6 +666,9 @@ namespace io_detail {
 
 Cloud load_cloud(const std::string& path_given, const std::array<double, 3>* origin,
                  bool keep_fields, CloudFormat format, CloudReader reader) {
+  if (origin)  // the caller's argument, not the file's fault
+    for (double o : *origin)
+      PCNN_EXPECTS(std::isfinite(o), "load_cloud: the origin to re-center on must be finite");
   const bool from_stdin = path_given == "-";
   const std::string path = from_stdin ? std::string("<stdin>") : path_given;
   std::string ext = format == CloudFormat::pcd   ? ".pcd"

@@ -352,6 +352,9 @@ void save_cloud_with_fields(OutputSet& outputs, const Cloud& cloud,
 
 void save_xyz(OutputSet& outputs, const std::string& path, const std::vector<float>& xyz,
               std::uint32_t width) {
+  PCNN_EXPECTS(xyz.size() % 3 == 0 && xyz.size() / 3 <= UINT32_MAX,
+               "save_xyz '" + path + "': " + std::to_string(xyz.size()) +
+                   " floats are not a whole number of points (3 floats each, at most 2^32 - 1)");
   pcl::PCLPointCloud2 pc;
   const std::uint32_t n = static_cast<std::uint32_t>(xyz.size() / 3);
   if (width > 0 && n % width != 0)

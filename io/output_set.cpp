@@ -2,6 +2,8 @@
 // target and committed together (see include/pcnn/io.hpp for the rules).
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -38,9 +40,41 @@ void OutputFile::fail(const std::string& why) const {
 
 namespace {
 
+// SIGPIPE blocked in the calling thread while it lives: a write to a pipe whose reader has gone
+// then fails with EPIPE, reported as an output error, instead of the signal killing the process
+// (a library never exits). The SIGPIPE that write raised is taken back before the thread's mask
+// is restored, unless one was already pending (then it is the caller's).
+class PipeSignalBlocked {
+ public:
+  PipeSignalBlocked() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigemptyset(&pending);
+    was_pending_ = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+    blocked_ = pthread_sigmask(SIG_BLOCK, &pipe_, &old_) == 0;
+  }
+  ~PipeSignalBlocked() {
+    if (!blocked_) return;
+    if (!was_pending_) {
+      const timespec none{0, 0};
+      while (sigtimedwait(&pipe_, nullptr, &none) == SIGPIPE) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  PipeSignalBlocked(const PipeSignalBlocked&) = delete;
+  PipeSignalBlocked& operator=(const PipeSignalBlocked&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false, blocked_ = false;
+};
+
 // Writes all of [p, p + n) to fd: retries interrupted and partial writes, waits on a full
 // non-blocking descriptor; any other failure (ENOSPC, EFBIG, EIO, EPIPE...) is an error.
 const char* write_all(int fd, const char* p, std::size_t n) {
+  const PipeSignalBlocked no_sigpipe;
   while (n > 0) {
     const ssize_t k = ::write(fd, p, std::min<std::size_t>(n, std::size_t(1) << 30));
     if (k > 0) {
@@ -345,16 +379,20 @@ struct OutputSet::Impl {
 
 OutputSet::OutputSet() : impl_(std::make_unique<Impl>()) {}
 OutputSet::~OutputSet() = default;
+OutputSet::Impl& OutputSet::impl() const {
+  PCNN_EXPECTS(impl_ != nullptr, "use of a moved-from pcnn::OutputSet");
+  return *impl_;
+}
 OutputSet::OutputSet(OutputSet&&) noexcept = default;
 OutputSet& OutputSet::operator=(OutputSet&&) noexcept = default;
 
 void OutputSet::add_input(const std::string& path) {
   if (path == "-") return;  // standard input: read to its end before anything is written
   Impl::Input in{path, identify(path)};
-  for (const auto& t : impl_->targets)
+  for (const auto& t : impl().targets)
     if (same_file(t.id, in.id))
       fail(t.path, "it is the input '" + path + "' (an output never overwrites an input)");
-  impl_->inputs.push_back(in);
+  impl().inputs.push_back(in);
 }
 
 void OutputSet::reserve_stdout(const std::string& what) {
@@ -362,17 +400,17 @@ void OutputSet::reserve_stdout(const std::string& what) {
   FileId id;
   if (::fstat(1, &st) == 0) id = id_of_stat(st);
   id.key = "fd:1";
-  for (const auto& t : impl_->targets)
+  for (const auto& t : impl().targets)
     if (same_file(t.id, id) && !t.id.char_device) fail(t.path, "stdout is taken by " + what);
-  impl_->stdout_user = what;
-  impl_->stdout_id = id;
+  impl().stdout_user = what;
+  impl().stdout_id = id;
 }
 
-void OutputSet::prefer_csv_streams(bool csv) { impl_->csv_streams = csv; }
+void OutputSet::prefer_csv_streams(bool csv) { impl().csv_streams = csv; }
 
 void OutputSet::add(const std::string& path, OutputKind kind) {
   if (path.empty()) throw output_error("an output path is empty");
-  Impl& im = *impl_;
+  Impl& im = impl();
   Impl::Target first = im.resolve(path);
   im.check_conflicts(first);  // before the extension: "it is the input" says more
   const bool staged = first.mode == Impl::Mode::staged;
@@ -435,10 +473,10 @@ void OutputSet::add(const std::string& path, OutputKind kind) {
 }
 
 std::vector<std::string> OutputSet::files(const std::string& path) const {
-  for (const auto& d : impl_->declared)
+  for (const auto& d : impl().declared)
     if (d.path == path) {
       std::vector<std::string> out;
-      for (std::size_t i : d.targets) out.push_back(impl_->targets[i].path);
+      for (std::size_t i : d.targets) out.push_back(impl().targets[i].path);
       return out;
     }
   return {};
@@ -446,7 +484,7 @@ std::vector<std::string> OutputSet::files(const std::string& path) const {
 
 void OutputSet::check_space(const std::vector<std::pair<std::string, std::int64_t>>& files,
                             const std::string& what) const {
-  Impl& im = *impl_;
+  Impl& im = impl();
   struct Device {
     dev_t dev;
     std::int64_t needed, free;
@@ -484,7 +522,7 @@ void OutputSet::check_space(const std::vector<std::pair<std::string, std::int64_
 }
 
 void OutputSet::commit() {
-  Impl& im = *impl_;
+  Impl& im = impl();
   if (im.committed) throw output_error("outputs committed twice");
   for (const auto& t : im.targets)
     if (!t.file || !t.file->finished()) fail(t.path, "nothing was written to it");

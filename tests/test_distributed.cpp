@@ -332,12 +332,17 @@ TEST(Partitioning, SlicedPassesEqualOneSerialPass) {
   }
 }
 
-TEST(Partitioning, ForwardsQueriesNearACut) {
-  const auto xyz = make_synthetic_cloud(SyntheticKind::uniform, 5000, 8);
+// Two spatial parts on the CPU backend.
+PartitionedOptions two_cpu_parts() {
   PartitionedOptions po;
   po.index.backend = Backend::cpu;
   po.devices = {0, 1};
-  PartitionedIndex index(host_points(xyz.data(), 5000), po);
+  return po;
+}
+
+TEST(Partitioning, ForwardsQueriesNearACut) {
+  const auto xyz = make_synthetic_cloud(SyntheticKind::uniform, 5000, 8);
+  PartitionedIndex index(host_points(xyz.data(), 5000), two_cpu_parts());
   (void)index.self_knn(KnnParams{8});
   const PartitionedTimings& t = index.last_timings();
   ASSERT_EQ(t.parts.size(), 2u);
@@ -347,12 +352,19 @@ TEST(Partitioning, ForwardsQueriesNearACut) {
   EXPECT_EQ(t.parts[0].queries_received, t.parts[1].queries_forwarded);
 }
 
+TEST(Partitioning, AMovedFromIndexThrowsAndTheMovedOneSearches) {
+  const auto xyz = make_synthetic_cloud(SyntheticKind::uniform, 100, 8);
+  PartitionedIndex a(host_points(xyz.data(), 100), two_cpu_parts());
+  PartitionedIndex b(std::move(a));
+  EXPECT_THROW((void)a.size(), invalid_argument_error);  // NOLINT(bugprone-use-after-move)
+  EXPECT_THROW((void)a.self_knn(KnnParams{4}), invalid_argument_error);
+  EXPECT_EQ(b.size(), 100);
+  EXPECT_EQ(b.self_knn(KnnParams{4}).rows, 100);
+}
+
 TEST(Partitioning, InvalidArguments) {
   const auto xyz = make_synthetic_cloud(SyntheticKind::uniform, 100, 8);
-  PartitionedOptions po;
-  po.index.backend = Backend::cpu;
-  po.devices = {0, 1};
-  PartitionedIndex index(host_points(xyz.data(), 100), po);
+  PartitionedIndex index(host_points(xyz.data(), 100), two_cpu_parts());
   EXPECT_THROW((void)index.self_knn(KnnParams{0}), invalid_argument_error);
   EXPECT_THROW((void)index.self_knn(KnnParams{kMaxK + 1}), invalid_argument_error);
   const PointsView q = host_points(xyz.data(), 10);

@@ -25,6 +25,7 @@
 #include "../io/input_gate.hpp"
 #include "../io/number_grammar.hpp"
 #include "pcnn/io.hpp"
+#include "pcnn/recenter.hpp"
 
 namespace pcnn {
 namespace {
@@ -381,6 +382,93 @@ TEST(LoadErrors, NameTheFileAndTheReason) {
     chmod(locked.c_str(), 0);
     expect_input_error(locked, "cannot open");
   }
+}
+
+// Each refused file is closed again: a node polling for a file still being written ("the file is
+// empty") must not run out of descriptors.
+TEST(LoadErrors, LeaveNoDescriptorOpen) {
+  TempDir tmp;
+  fs::create_directories(tmp / "dir.pcd");
+  std::ofstream(tmp / "empty.pcd").flush();
+  const std::string fifo = tmp / "fifo.pcd";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const auto open_descriptors = [] {
+    return std::distance(fs::directory_iterator("/proc/self/fd"), fs::directory_iterator{});
+  };
+  const auto before = open_descriptors();
+  for (int i = 0; i < 50; ++i)
+    for (const std::string& p :
+         {tmp / "dir.pcd", tmp / "empty.pcd", fifo, std::string("/dev/zero")})
+      EXPECT_THROW(load_cloud(p), input_error) << p;
+  EXPECT_EQ(open_descriptors(), before);
+}
+
+// The origin is the caller's argument: one not finite is refused as such, not blamed on a point.
+TEST(LoadErrors, AnOriginNotFiniteIsTheCallersError) {
+  TempDir tmp;
+  const std::string path = tmp / "q.pcd";
+  std::ofstream(path) << "VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 1 1 1\n"
+                         "WIDTH 1\nHEIGHT 1\nPOINTS 1\nDATA ascii\n1 2 3\n";
+  const std::array<double, 3> origin = {std::nan(""), 0, 0};
+  EXPECT_THROW(load_cloud(path, &origin), invalid_argument_error);
+  const std::vector<double> xyz = {1, 2, 3};
+  EXPECT_THROW(recenter(xyz.data(), 1, origin), invalid_argument_error);
+  std::vector<float> f = {1, 2, 3};
+  EXPECT_THROW(recenter_in_place(f.data(), 1, {0, INFINITY, 0}), invalid_argument_error);
+}
+
+// A library never exits: a pipe whose reader has gone fails the write (EPIPE, an output_error)
+// instead of SIGPIPE killing the process. Run in a child, whose death the parent would see.
+TEST(Write, APipeWithoutReaderIsAnErrorNotASignal) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int fds[2];
+    if (pipe(fds) != 0) _exit(3);
+    close(fds[0]);
+    const std::string path = "/dev/fd/" + std::to_string(fds[1]);
+    std::vector<std::int32_t> idx(1 << 20, 7);
+    int code = 4;
+    try {
+      write_array(path, idx.data(), 1 << 10, 1 << 10);
+    } catch (const output_error& e) {
+      code = std::string(e.what()).find("Broken pipe") != std::string::npos ? 0 : 5;
+    }
+    // The signal the write raised was taken back, not left pending for later.
+    sigset_t pending;
+    sigpending(&pending);
+    if (sigismember(&pending, SIGPIPE)) code = 6;
+    _exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST(Write, ShapesThatAreNoArrayAreRefused) {
+  TempDir tmp;
+  const std::vector<float> seven(7, 1.f);
+  EXPECT_THROW(save_xyz_pcd(tmp / "seven.pcd", seven), invalid_argument_error);
+  EXPECT_FALSE(fs::exists(tmp / "seven.pcd"));
+  const std::vector<std::int32_t> idx = {1, 2};
+  EXPECT_THROW(write_array(tmp / "neg.npy", idx.data(), 2, -1), invalid_argument_error);
+  EXPECT_FALSE(fs::exists(tmp / "neg.npy"));
+  const std::vector<std::int64_t> offsets = {0, 5, 2};
+  const std::vector<std::int32_t> nb(5, 0);
+  const std::vector<float> d2(5, 0.f);
+  EXPECT_THROW(write_pairs_csv(tmp / "pairs.csv", offsets.data(), 2, nb.data(), d2.data()),
+               invalid_argument_error);
+  EXPECT_FALSE(fs::exists(tmp / "pairs.csv"));
+}
+
+// Moved from, a set is refused by name rather than dereferenced.
+TEST(Write, AMovedFromOutputSetIsRefused) {
+  TempDir tmp;
+  OutputSet a;
+  OutputSet b(std::move(a));
+  EXPECT_THROW(a.add(tmp / "x.npy", OutputKind::array), invalid_argument_error);  // NOLINT
+  EXPECT_NO_THROW(b.add(tmp / "x.npy", OutputKind::array));
 }
 
 TEST(Write, NpyHoldsShapeTypeAndData) {

@@ -234,6 +234,7 @@ class PartitionedIndex {
   struct Impl;
 
  private:
+  Impl& impl() const;  ///< @throws pcnn::invalid_argument_error once moved from
   std::unique_ptr<Impl> impl_;
 };
 

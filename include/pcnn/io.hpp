@@ -131,7 +131,9 @@ class OutputSet {
   void commit();
 
   struct Impl;
-  Impl& impl() const { return *impl_; }  ///< for the io library's writers (Impl is opaque)
+  /// For the io library's writers (Impl is opaque). @throws pcnn::invalid_argument_error for a
+  /// moved-from set
+  Impl& impl() const;
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -190,6 +190,7 @@ class DistributedIndex {
   struct Impl;
 
  private:
+  Impl& impl() const;  ///< @throws pcnn::invalid_argument_error once moved from
   std::unique_ptr<Impl> impl_;
 };
 

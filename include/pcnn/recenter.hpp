@@ -29,7 +29,8 @@ bool recenters_exactly(const float* xyz, std::int64_t n, const std::array<double
 /// become NaN in all three. Georeferenced coordinates (1e5..1e7 m) keep millimeter resolution
 /// because the subtraction happens in double.
 /// @throws pcnn::error when a finite point lies more than 1e18 from the origin (squared
-///         distances in float would overflow), naming the point.
+///         distances in float would overflow), naming the point;
+///         pcnn::invalid_argument_error for an origin that is not finite.
 std::vector<float> recenter(const double* xyz, std::int64_t n, const std::array<double, 3>& origin);
 
 /// As recenter, in place: each of `n` float triples becomes float(xyz - origin) (NaN in all three
