@@ -1,6 +1,7 @@
 // pcnn Python module — NumPy arrays in and out.
 #include "arrays.hpp"
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -38,6 +39,34 @@ bool float32_holds(const py::array& a) {
   return kind == 'f' ? a.itemsize() <= 4 : a.itemsize() <= 2;
 }
 
+// Whether float64 holds `x` exactly (NaN and infinities included).
+bool float64_holds(std::int64_t x) {
+  const double d = static_cast<double>(x);
+  return d >= -0x1p63 && d < 0x1p63 && static_cast<std::int64_t>(d) == x;
+}
+bool float64_holds(std::uint64_t x) {
+  const double d = static_cast<double>(x);
+  return d < 0x1p64 && static_cast<std::uint64_t>(d) == x;
+}
+bool float64_holds(long double x) {
+  return std::isnan(x) || static_cast<long double>(static_cast<double>(x)) == x;
+}
+
+// Refuses `a` (converted to float64) where float64 does not hold one of its values exactly: a
+// 64-bit integer beyond 2^53 that float64 rounds, a long double of more precision or range. A
+// search of rounded coordinates would answer for other points than the caller's.
+template <class T>
+void check_float64_holds(const py::array& a, const char* name) {
+  const auto c = py::array_t<T, py::array::c_style | py::array::forcecast>(a);
+  const T* v = c.data();
+  for (py::ssize_t i = 0; i < c.size(); ++i)
+    if (!float64_holds(v[i]))
+      throw py::value_error(std::string(name) + ": row " + std::to_string(i / 3) +
+                            " holds a value that float64 cannot hold exactly (dtype " +
+                            std::string(py::str(a.dtype())) +
+                            "); convert the array to float64 yourself to choose the rounding");
+}
+
 template <class T>
 pcnn::PointsView view_of(const py::array& a) {
   const std::int64_t n = a.shape(0);
@@ -58,8 +87,8 @@ Points as_points(py::handle obj, const char* name) {
     throw py::value_error(std::string(name) + " must be an array of shape (n, 3), got shape " +
                           shape_of(a));
   // float32 and float64 are read as they are; other dtypes are converted to the smaller of the
-  // two that holds their values exactly (float64 for 32- and 64-bit integers: exact up to 2^53;
-  // long double is rounded to float64).
+  // two that holds their values exactly (float64 for 32- and 64-bit integers), and refused where
+  // neither does (64-bit integers beyond 2^53 that float64 rounds, long double's extra bits).
   Points p;
   if (viewable<float>(a)) {
     p.array = a;
@@ -72,6 +101,9 @@ Points as_points(py::handle obj, const char* name) {
     p.view = view_of<float>(p.array);
     p.copied = true;
   } else {
+    if (kind == 'i' && a.itemsize() == 8) check_float64_holds<std::int64_t>(a, name);
+    if (kind == 'u' && a.itemsize() == 8) check_float64_holds<std::uint64_t>(a, name);
+    if (kind == 'f' && a.itemsize() > 8) check_float64_holds<long double>(a, name);
     p.array = py::array_t<double, py::array::c_style | py::array::forcecast>(a);
     p.view = view_of<double>(p.array);
     p.copied = true;

@@ -11,7 +11,9 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -34,20 +36,30 @@ namespace py = pybind11;
 namespace pcnn_python {
 namespace {
 
+// Raises `type` with the library's message. Messages name files, whose names need not be UTF-8:
+// bytes that are not are shown escaped (\xe9) rather than losing the whole message.
+void set_error(PyObject* type, const char* what) {
+  PyObject* message =
+      PyUnicode_DecodeUTF8(what, static_cast<Py_ssize_t>(std::strlen(what)), "backslashreplace");
+  if (!message) return;  // the decoder's own error (memory) is raised instead
+  PyErr_SetObject(type, message);
+  Py_DECREF(message);
+}
+
 // The library's exceptions as Python's own; the messages are the library's.
 void translate_errors(std::exception_ptr e) {
   try {
     if (e) std::rethrow_exception(e);
   } catch (const pcnn::invalid_argument_error& x) {
-    PyErr_SetString(PyExc_ValueError, x.what());
+    set_error(PyExc_ValueError, x.what());
   } catch (const pcnn::no_device_error& x) {
-    PyErr_SetString(PyExc_RuntimeError, x.what());
+    set_error(PyExc_RuntimeError, x.what());
   } catch (const pcnn::out_of_memory_error& x) {
-    PyErr_SetString(PyExc_MemoryError, x.what());
+    set_error(PyExc_MemoryError, x.what());
   } catch (const pcnn::io_error& x) {
-    PyErr_SetString(PyExc_OSError, x.what());
+    set_error(PyExc_OSError, x.what());
   } catch (const pcnn::error& x) {
-    PyErr_SetString(PyExc_RuntimeError, x.what());
+    set_error(PyExc_RuntimeError, x.what());
   }
 }
 
@@ -72,6 +84,28 @@ void count_rows(const pcnn::MatrixView<std::int32_t>& indices, std::int32_t* cou
   }
 }
 
+// An integer argument (k, max_nn): Python's or NumPy's integers (not floats, as range() takes
+// them). TypeError for another type; ValueError beyond int, where the library, which checks the
+// range with its own message, cannot be given the value.
+int int_arg(py::handle v, const char* name) {
+  const auto i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
+  if (!i) throw py::error_already_set();
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (overflow || x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
+    throw py::value_error(std::string(name) + " must be at most " + std::to_string(pcnn::kMaxK) +
+                          " and positive, got " + std::string(py::str(i)));
+  return static_cast<int>(x);
+}
+
+// A real-number argument: what float() takes but strings (TypeError for those, as for "a").
+double real_arg(py::handle v) {
+  const double x = PyFloat_AsDouble(v.ptr());
+  if (x == -1.0 && PyErr_Occurred()) throw py::error_already_set();
+  return x;
+}
+
 // Output columns for a k the library has yet to check: an invalid k is reported by the library
 // (its message), not by a failed or huge allocation here.
 std::int64_t output_cols(int k) { return std::clamp(k, 1, pcnn::kMaxK); }
@@ -92,19 +126,19 @@ class SearchIndex {
   }
 
   py::tuple knn(const pcnn::PointsView* queries, int k, bool exclude_self) {
-    const std::int64_t rows = queries ? queries->count : size();
-    auto [indices, iv] = new_matrix<std::int32_t>(rows, output_cols(k));
-    auto [sqdist, dv] = new_matrix<float>(rows, output_cols(k));
     pcnn::KnnParams params;
     params.k = k;
     params.exclude_self = exclude_self;
-    locked([&, &iv = iv, &dv = dv] {
-      if (queries)
-        index_->knn(*queries, params, iv, dv);
-      else
-        index_->self_knn(params, iv, dv);
+    return sized(queries, [&](std::int64_t rows) {
+      auto [indices, iv] = new_matrix<std::int32_t>(rows, output_cols(k));
+      auto [sqdist, dv] = new_matrix<float>(rows, output_cols(k));
+      return Call{py::make_tuple(indices, sqdist), [&, iv = iv, dv = dv] {
+                    if (queries)
+                      index_->knn(*queries, params, iv, dv);
+                    else
+                      index_->self_knn(params, iv, dv);
+                  }};
     });
-    return py::make_tuple(indices, sqdist);
   }
 
   py::tuple radius(const pcnn::PointsView* queries, double r, bool exclude_self) {
@@ -122,32 +156,33 @@ class SearchIndex {
   }
 
   py::tuple hybrid(const pcnn::PointsView* queries, double r, int max_nn, bool exclude_self) {
-    const std::int64_t rows = queries ? queries->count : size();
-    auto [indices, iv] = new_matrix<std::int32_t>(rows, output_cols(max_nn));
-    auto [sqdist, dv] = new_matrix<float>(rows, output_cols(max_nn));
-    py::array_t<std::int32_t> counts(static_cast<py::ssize_t>(rows));
-    std::int32_t* cv = counts.mutable_data();
     pcnn::HybridParams params;
     params.radius = r;
     params.max_nn = max_nn;
     params.exclude_self = exclude_self;
-    locked([&, &iv = iv, &dv = dv] {
-      if (queries)
-        index_->hybrid(*queries, params, iv, dv);
-      else
-        index_->self_hybrid(params, iv, dv);
-      count_rows(iv, cv);
+    return sized(queries, [&](std::int64_t rows) {
+      auto [indices, iv] = new_matrix<std::int32_t>(rows, output_cols(max_nn));
+      auto [sqdist, dv] = new_matrix<float>(rows, output_cols(max_nn));
+      py::array_t<std::int32_t> counts(static_cast<py::ssize_t>(rows));
+      std::int32_t* cv = counts.mutable_data();
+      return Call{py::make_tuple(indices, sqdist, counts), [&, iv = iv, dv = dv, cv] {
+                    if (queries)
+                      index_->hybrid(*queries, params, iv, dv);
+                    else
+                      index_->self_hybrid(params, iv, dv);
+                    count_rows(iv, cv);
+                  }};
     });
-    return py::make_tuple(indices, sqdist, counts);
   }
 
   py::tuple normals(const pcnn::NormalParams& params) {
-    const std::int64_t rows = size();
-    auto [normals, nv] = new_matrix<float>(rows, 3);
-    py::array_t<float> curvature(static_cast<py::ssize_t>(rows));
-    const pcnn::ArrayView<float> cv{curvature.mutable_data(), rows};
-    locked([&, &nv = nv] { pcnn::estimate_normals(*index_, params, nv, cv); });
-    return py::make_tuple(normals, curvature);
+    return sized(nullptr, [&](std::int64_t rows) {
+      auto [normals, nv] = new_matrix<float>(rows, 3);
+      py::array_t<float> curvature(static_cast<py::ssize_t>(rows));
+      const pcnn::ArrayView<float> cv{curvature.mutable_data(), rows};
+      return Call{py::make_tuple(normals, curvature),
+                  [&, nv = nv, cv] { pcnn::estimate_normals(*index_, params, nv, cv); }};
+    });
   }
 
   std::string backend() {
@@ -187,14 +222,37 @@ class SearchIndex {
     return f();
   }
 
+  // A call's outputs (NumPy arrays, made with the GIL) and the search that fills them.
+  struct Call {
+    py::tuple outputs;
+    std::function<void()> run;
+  };
+  // Makes the outputs of a search of `queries` (nullptr: the indexed points) with `make(rows)`
+  // and runs it. The outputs are made outside the lock, so another thread may rebuild the index
+  // in between: a self-search whose row count changed meanwhile is made again for the new one.
+  template <class Make>
+  py::tuple sized(const pcnn::PointsView* queries, Make&& make) {
+    for (;;) {
+      const std::int64_t rows = queries ? queries->count : size();
+      Call call = make(rows);
+      const bool ran = locked([&] {
+        if (!queries && index_->size() != rows) return false;
+        call.run();
+        return true;
+      });
+      if (ran) return call.outputs;
+    }
+  }
+
   std::mutex mutex_;
   std::unique_ptr<pcnn::Index> index_;
 };
 
 // ---- module-level functions: one index, one search ----
 
-py::tuple knn(py::object points, int k, py::object queries, bool exclude_self,
+py::tuple knn(py::object points, py::object k_given, py::object queries, bool exclude_self,
               const std::string& device, int threads) {
+  const int k = int_arg(k_given, "k");
   const Points p = as_points(points, "points");
   SearchIndex index(p.view, index_options(device, threads));
   if (queries.is_none()) return index.knn(nullptr, k, exclude_self);
@@ -211,8 +269,9 @@ py::tuple radius(py::object points, double r, py::object queries, bool exclude_s
   return index.radius(&q.view, r, exclude_self);
 }
 
-py::tuple hybrid(py::object points, double r, int max_nn, py::object queries, bool exclude_self,
-                 const std::string& device, int threads) {
+py::tuple hybrid(py::object points, double r, py::object max_nn_given, py::object queries,
+                 bool exclude_self, const std::string& device, int threads) {
+  const int max_nn = int_arg(max_nn_given, "max_nn");
   const Points p = as_points(points, "points");
   SearchIndex index(p.view, index_options(device, threads));
   if (queries.is_none()) return index.hybrid(nullptr, r, max_nn, exclude_self);
@@ -224,14 +283,18 @@ py::tuple hybrid(py::object points, double r, int max_nn, py::object queries, bo
 pcnn::NormalParams normal_params(py::object k, py::object radius, py::object max_nn,
                                  py::object viewpoint) {
   pcnn::NormalParams p;
-  if (!k.is_none()) p.k = k.cast<int>();
-  if (!radius.is_none()) p.radius = radius.cast<double>();
-  if (!max_nn.is_none()) p.max_nn = max_nn.cast<int>();
-  const auto vp = viewpoint.cast<std::vector<double>>();
-  if (vp.size() != 3)
-    throw pcnn::invalid_argument_error("normals: the viewpoint must have 3 coordinates, got " +
-                                       std::to_string(vp.size()));
-  std::copy(vp.begin(), vp.end(), p.viewpoint.begin());
+  // 0 means "not given" to the library; given here, it is checked as the value it is.
+  if (!k.is_none() && (p.k = int_arg(k, "k")) == 0)
+    throw pcnn::invalid_argument_error("normals: k must be between 3 and " +
+                                       std::to_string(pcnn::kMaxK) + ", got 0");
+  if (!radius.is_none() && (p.radius = real_arg(radius)) == 0)
+    throw pcnn::invalid_argument_error("normals: the radius must be a finite number > 0, got 0");
+  if (!max_nn.is_none()) p.max_nn = int_arg(max_nn, "max_nn");
+  const auto vp = py::array_t<double, py::array::forcecast>::ensure(viewpoint);
+  if (!vp || vp.ndim() != 1 || vp.size() != 3)
+    throw pcnn::invalid_argument_error("normals: the viewpoint must be 3 numbers (x, y, z), got " +
+                                       std::string(py::str(py::repr(viewpoint))));
+  std::copy(vp.data(), vp.data() + 3, p.viewpoint.begin());
   pcnn::validate(p);
   return p;
 }
@@ -283,7 +346,15 @@ py::dict stats(py::object points, const std::string& device) {
 }
 
 #ifdef PCNN_PYTHON_WITH_IO
-py::tuple load(const std::string& path) {
+// A file name as the OS takes it: str (encoded as os.fsencode does), bytes or os.PathLike.
+std::string file_name(py::object path) {
+  const auto bytes = py::module_::import("os").attr("fsencode")(path).cast<std::string>();
+  if (bytes.find('\0') != std::string::npos) throw py::value_error("path: embedded null byte");
+  return bytes;
+}
+
+py::tuple load(py::object path_given) {
+  const std::string path = file_name(path_given);
   pcnn::Cloud cloud;
   {
     py::gil_scoped_release nogil;
@@ -295,15 +366,23 @@ py::tuple load(const std::string& path) {
   {
     py::gil_scoped_release nogil;
     const double nan = std::numeric_limits<double>::quiet_NaN();
-    for (std::int64_t i = 0; i < n; ++i) {
-      const float* p = cloud.xyz.data() + 3 * i;
-      const bool finite = std::isfinite(p[0]) && std::isfinite(p[1]) && std::isfinite(p[2]);
-      for (int a = 0; a < 3; ++a)
-        out[3 * i + a] = finite ? static_cast<double>(p[a]) + cloud.origin[a] : nan;
+    if (!cloud.exact) {  // float offsets could not hold them: the coordinates as stored
+      std::copy(cloud.stored.begin(), cloud.stored.end(), out);
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float* p = cloud.xyz.data() + 3 * i;
+        const bool finite = std::isfinite(p[0]) && std::isfinite(p[1]) && std::isfinite(p[2]);
+        for (int a = 0; a < 3; ++a)
+          out[3 * i + a] = finite ? static_cast<double>(p[a]) + cloud.origin[a] : nan;
+      }
     }
   }
   py::dict info;
-  info["path"] = cloud.path;
+  const auto name = py::reinterpret_steal<py::object>(PyUnicode_DecodeFSDefaultAndSize(
+      cloud.path.data(), static_cast<Py_ssize_t>(cloud.path.size())));  // as os.fsdecode
+  if (!name) throw py::error_already_set();
+  info["path"] = name;
+  info["exact"] = cloud.exact;
   info["origin"] = vector3(cloud.origin);
   info["local"] = adopt(std::move(cloud.xyz), {static_cast<py::ssize_t>(n), py::ssize_t{3}});
   info["width"] = cloud.width;
@@ -347,7 +426,8 @@ broken by the smaller index; reported squared distances are that double value ro
 float32; radius membership is d² <= r² decided in double. Points and queries may differ in type.
 float64 keeps georeferenced coordinates (UTM, ECEF) exact without re-centering. Other dtypes are
 converted to whichever of float32 and float64 holds their values exactly (float16 and integers of
-up to 16 bits: float32; wider integers: float64, exact up to 2^53).
+up to 16 bits: float32; wider integers and long double: float64), and refused (ValueError) where
+a value is one float64 cannot hold.
 
 float32 and float64 arrays whose rows hold x, y, z adjacently (C-contiguous (n, 3), or column
 slices of wider arrays such as a[:, :3]) are read in place, without a copy; other layouts are
@@ -357,8 +437,8 @@ Results: indices int32 and squared distances float32, each row sorted by (distan
 padded with -1 and +inf where fewer neighbors exist.
 
 device: "auto" (the GPU when usable, else the CPU), "cuda" or "cpu".
-Errors: ValueError (invalid arguments), RuntimeError (no CUDA device, CUDA failures),
-MemoryError, OSError (files).)doc";
+Errors: ValueError (invalid values), TypeError (values of the wrong type), RuntimeError (no CUDA
+device, CUDA failures), MemoryError, OSError (files).)doc";
 
 }  // namespace
 }  // namespace pcnn_python
@@ -406,7 +486,8 @@ covariance of its neighborhood about the neighborhood's mean (in double), the un
 of its smallest eigenvalue l0, turned so that dot(normal, viewpoint - point) >= 0; curvature =
 |l0| / (l0 + l1 + l2). Returns (normals, curvature): float32 (n, 3) and float32 (n,); NaN where a
 point is not finite or its neighborhood has fewer than 3 points (coincident points: NaN normal,
-curvature 0). The GPU and CPU backends give the same bits.)doc");
+curvature 0), and for float64 neighborhoods so large (~1e154 apart) or small (below ~1e-162) that
+their covariance overflows or vanishes. The GPU and CPU backends give the same bits.)doc");
 
   m.def("stats", &stats, py::arg("points"), py::arg("device") = "auto",
         R"doc(Count, bounds, centroid and covariance of the finite points.
@@ -421,12 +502,13 @@ device "cuda" refuses them). With no finite point, min/max/centroid/covariance a
   m.def("load", &load, py::arg("path"),
         R"doc(Loads a .pcd or .ply cloud.
 
-Returns (xyz, info): xyz float64 (n, 3) in the file's frame (the library's float32 coordinates
-plus the double origin they are re-centered on), NaN rows for non-finite points. info: path,
-origin (float64 (3,)), local (float32 (n, 3): the re-centered coordinates, xyz = local + origin;
-search these for exactness at full resolution), width, height (organized clouds: height > 1),
-finite, coordinate_type (as stored: "float32", "float64", ...), field_names.
-Raises OSError when the file cannot be read as a cloud.)doc");
+Returns (xyz, info): xyz float64 (n, 3), the coordinates as the file stored them (exact for
+every stored type), NaN rows for non-finite points. info: path, exact, origin (float64 (3,)),
+local (float32 (n, 3): the coordinates re-centered on origin; when exact is True, xyz = local +
+origin exactly and local may be searched in place of xyz; when False, float32 offsets cannot
+hold the stored doubles and local is rounded: search xyz), width, height (organized clouds:
+height > 1), finite, coordinate_type (as stored: "float32", "float64", ...), field_names.
+path may be str, bytes or os.PathLike. Raises OSError when the file cannot be read as a cloud.)doc");
 #endif
 
   m.def(
@@ -460,17 +542,17 @@ array may change afterwards). Searches release the GIL; an Index may be shared b
           py::arg("points"), "Rebuilds the index over new points; the previous ones are forgotten.")
       .def(
           "knn",
-          [](SearchIndex& self, py::object queries, int k) {
+          [](SearchIndex& self, py::object queries, py::object k) {
             const Points q = as_points(queries, "queries");
-            return self.knn(&q.view, k, false);
+            return self.knn(&q.view, int_arg(k, "k"), false);
           },
           py::arg("queries"), py::arg("k"),
           "(indices int32 (n, k), sqdist float32 (n, k)) of the k nearest indexed points to each "
           "query; rows sorted by (squared distance, index), padded with -1 / inf.")
       .def(
           "self_knn",
-          [](SearchIndex& self, int k, bool exclude_self) {
-            return self.knn(nullptr, k, exclude_self);
+          [](SearchIndex& self, py::object k, bool exclude_self) {
+            return self.knn(nullptr, int_arg(k, "k"), exclude_self);
           },
           py::arg("k"), py::arg("exclude_self") = false,
           "knn of the indexed points themselves; exclude_self: a point is not its own neighbor.")
@@ -493,16 +575,16 @@ array may change afterwards). Searches release the GIL; an Index may be shared b
           "neighbor.")
       .def(
           "hybrid",
-          [](SearchIndex& self, py::object queries, double r, int max_nn) {
+          [](SearchIndex& self, py::object queries, double r, py::object max_nn) {
             const Points q = as_points(queries, "queries");
-            return self.hybrid(&q.view, r, max_nn, false);
+            return self.hybrid(&q.view, r, int_arg(max_nn, "max_nn"), false);
           },
           py::arg("queries"), py::arg("r"), py::arg("max_nn"),
           "(indices, sqdist, counts): the max_nn nearest indexed points within r of each query.")
       .def(
           "self_hybrid",
-          [](SearchIndex& self, double r, int max_nn, bool exclude_self) {
-            return self.hybrid(nullptr, r, max_nn, exclude_self);
+          [](SearchIndex& self, double r, py::object max_nn, bool exclude_self) {
+            return self.hybrid(nullptr, r, int_arg(max_nn, "max_nn"), exclude_self);
           },
           py::arg("r"), py::arg("max_nn"), py::arg("exclude_self") = false,
           "hybrid of the indexed points themselves.")

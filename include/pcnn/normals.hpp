@@ -63,6 +63,10 @@ void validate(const NormalParams& params);
 /// (the surface variation PCL reports). Both backends compute the same values bit for bit.
 /// A point that is not finite, or whose neighborhood holds fewer than 3 points, gets NaN normal
 /// and curvature; a neighborhood of coincident points gets a NaN normal and curvature 0 (as PCL).
+/// float64 coordinates so large that the covariance overflows (neighbors ~1e154 apart) give NaN
+/// too, and so small that its squares vanish (below ~1e-162) the coincident case: at those scales
+/// the squared distances of the search overflow or vanish as well, so the neighborhoods are
+/// chosen by index alone (bench/results/2026-12-01-round43.md).
 /// The neighbor lists are produced and consumed on the device (CUDA) in passes that fit the
 /// index's memory. The index's last_timings() describe the (last pass of the) neighbor search.
 /// Synchronizes with `stream`.

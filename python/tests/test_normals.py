@@ -136,7 +136,7 @@ def test_cuda_gives_the_cpu_bits():
     (dict(k=8, max_nn=8), "max_nn goes with a radius"),
     (dict(radius=-1.0), "radius must be a finite number > 0"),
     (dict(radius=1.0, max_nn=200), "max_nn must be 0"),
-    (dict(k=8, viewpoint=(0, 0)), "viewpoint must have 3 coordinates"),
+    (dict(k=8, viewpoint=(0, 0)), "viewpoint must be 3 numbers"),
     (dict(k=8, viewpoint=(0, 0, float("nan"))), "viewpoint must be finite"),
 ])
 def test_invalid_arguments(kwargs, message):

@@ -11,6 +11,8 @@ Runs on the CPU backend everywhere and, where pcnn.cuda_available(), on the CUDA
 
 import concurrent.futures
 import gc
+import os
+import threading
 
 import numpy as np
 import pytest
@@ -337,6 +339,60 @@ def test_index_shared_between_threads(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_index_searched_while_another_thread_rebuilds_it(device):
+    a, b = random_cloud(3000, 142), random_cloud(5000, 143)
+    index = pcnn.Index(a, device=device)
+    want = {3000: reference_knn(a, a, 4), 5000: reference_knn(b, b, 4)}
+    stop = threading.Event()
+
+    def rebuild():
+        i = 0
+        while not stop.is_set():
+            index.build(b if i % 2 else a)
+            i += 1
+
+    t = threading.Thread(target=rebuild)
+    t.start()
+    try:
+        for _ in range(150):
+            got = index.self_knn(4)  # one index or the other, whole: never a size mismatch
+            check_knn(got, want[len(got[0])])
+            n, c = index.normals(k=4)
+            assert len(n) in want and len(c) == len(n)
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_points_written_during_a_build_are_refused_not_a_crash():
+    pts = random_cloud(100_000, 144).astype(np.float64)
+    stop = threading.Event()
+
+    def flip():
+        while not stop.is_set():
+            pts[::1000, 0] = np.nan
+            pts[::1000, 0] = 0.5
+
+    t = threading.Thread(target=flip)
+    t.start()
+    refused = 0
+    try:
+        index = pcnn.Index(pts[:10], device="cpu")
+        for _ in range(300):
+            try:
+                index.build(pts)
+            except ValueError as e:
+                assert "changed while the index was built" in str(e)
+                refused += 1
+    finally:
+        stop.set()
+        t.join()
+    # The CPU build reads the points twice: it either saw them the same both times or refused,
+    # and a refused build leaves the index empty.
+    assert index.size in (0, len(pts))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_results_own_their_memory(device):
     pts = random_cloud(100, 150)
     index = pcnn.Index(pts, device=device)
@@ -482,6 +538,26 @@ def test_other_dtypes_are_converted_exactly(device):
     check_knn(pcnn.knn(half, 5, device=device), reference_knn(half, half, 5))
 
 
+def test_values_float64_cannot_hold_are_refused():
+    exact = np.array([[2**60, 0, 0], [2**60 + 2**8, 0, 0], [0, 0, 0]], np.int64)
+    check_knn(pcnn.knn(exact, 2), reference_knn(exact, exact, 2))  # multiples of 2^8: exact
+    for dtype in (np.int64, np.uint64):
+        wide = np.array([[2**53 + 1, 0, 0], [2**53, 0, 0], [0, 0, 0]], dtype)
+        with pytest.raises(ValueError, match="row 0 .*float64 cannot hold"):
+            pcnn.knn(wide, 1)
+        with pytest.raises(ValueError, match="queries: row 0"):
+            pcnn.knn(exact, 1, queries=wide)
+    with pytest.raises(ValueError, match="row 2"):
+        pcnn.Index(np.array([[0, 0, 0], [1, 1, 1], [0, 0, np.iinfo(np.int64).max]], np.int64))
+    if np.finfo(np.longdouble).nmant > np.finfo(np.float64).nmant:
+        fine = np.array([[1, 0, 0], [0, 0, 0]], np.longdouble)
+        check_knn(pcnn.knn(fine, 1), reference_knn(fine.astype(np.float64),
+                                                   fine.astype(np.float64), 1))
+        eps = np.longdouble(2) ** -60
+        with pytest.raises(ValueError, match="float64 cannot hold"):
+            pcnn.knn(np.array([[1 + eps, 0, 0], [0, 0, 0]], np.longdouble), 1)
+
+
 @pytest.mark.parametrize("shape", [(10, 2), (10, 4), (3,), (10, 3, 1), (1, 10, 3), ()])
 def test_wrong_shape_raises_value_error(shape):
     bad = np.zeros(shape, np.float32)
@@ -542,6 +618,32 @@ def test_invalid_arguments_raise_value_error(device):
         pcnn.Index(pts, threads=-1)
     # The index is still usable after rejected calls.
     check_knn(index.self_knn(3), reference_knn(pts, pts, 3))
+
+
+def test_argument_types():
+    pts = random_cloud(20, 191)
+    index = pcnn.Index(pts)
+    for call in (lambda k: pcnn.knn(pts, k), lambda k: index.self_knn(k),
+                 lambda k: index.knn(pts, k), lambda k: pcnn.hybrid(pts, 1.0, k),
+                 lambda k: index.self_hybrid(1.0, k), lambda k: pcnn.normals(pts, k=k)):
+        for k in (2**31, -2**31 - 1, 2**70):
+            with pytest.raises(ValueError, match="must be"):
+                call(k)
+        for k in (3.5, "3"):
+            with pytest.raises(TypeError):
+                call(k)
+        assert call(np.int64(4)) is not None  # NumPy integers are integers
+    with pytest.raises(ValueError, match="got -1e-300"):
+        pcnn.radius(pts, -1e-300)
+    with pytest.raises(ValueError, match="k must be between 3 and 128, got 0"):
+        pcnn.normals(pts, k=0, radius=1.0)
+    with pytest.raises(ValueError, match="radius must be a finite number > 0, got 0"):
+        pcnn.normals(pts, radius=0)
+    with pytest.raises(TypeError):
+        pcnn.normals(pts, radius="a")
+    for vp in ("abc", None, np.zeros((1, 3)), (0, 0), (0, 0, 10**400)):
+        with pytest.raises((ValueError, OverflowError)):
+            pcnn.normals(pts, k=4, viewpoint=vp)
 
 
 @pytest.mark.skipif(GPU, reason="a CUDA device is present")
@@ -617,8 +719,8 @@ def test_load(tmp_path):
     assert xyz.dtype == np.float64 and xyz.shape == (4, 3)
     assert np.isnan(xyz[2]).all()
     good = [0, 1, 3]
-    np.testing.assert_allclose(xyz[good], stored[good], rtol=0, atol=1e-6)
-    assert info["finite"] == 3 and info["coordinate_type"] == "float64"
+    np.testing.assert_array_equal(xyz[good], stored[good])
+    assert info["exact"] and info["finite"] == 3 and info["coordinate_type"] == "float64"
     assert info["field_names"][:3] == ["x", "y", "z"]
     assert info["local"].dtype == np.float32 and info["local"].shape == (4, 3)
     np.testing.assert_array_equal(xyz[good], info["local"][good].astype(np.float64) +
@@ -626,6 +728,47 @@ def test_load(tmp_path):
     # The re-centered coordinates are what to search.
     local = info["local"]
     check_knn(pcnn.knn(local, 2), reference_knn(local, local, 2))
+
+
+def write_ascii_pcd(path, stored):
+    lines = ["# .PCD v0.7", "VERSION 0.7", "FIELDS x y z", "SIZE 8 8 8", "TYPE F F F",
+             "COUNT 1 1 1", f"WIDTH {len(stored)}", "HEIGHT 1", "VIEWPOINT 0 0 0 1 0 0 0",
+             f"POINTS {len(stored)}", "DATA ascii"]
+    lines += [" ".join(repr(float(v)) for v in row) for row in stored]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+@needs_io
+def test_load_keeps_doubles_that_no_float_offset_holds(tmp_path):
+    # Georeferenced points ~100 m apart with 0.1 mm detail: no float32 offset from one origin
+    # holds them, so `local` is rounded, and xyz must still be the stored values, bit for bit.
+    rng = np.random.default_rng(7)
+    stored = np.round(np.array([2.5e6, 5.4e6, 1e3]) + rng.random((200, 3)) * 100, 4)
+    path = tmp_path / "utm.pcd"
+    write_ascii_pcd(path, stored)
+    xyz, info = pcnn.load(path)
+    assert not info["exact"]
+    np.testing.assert_array_equal(xyz, stored)
+    check_knn(pcnn.knn(xyz, 3), reference_knn(stored, stored, 3))
+
+
+@needs_io
+def test_load_takes_every_kind_of_path(tmp_path):
+    stored = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    plain = tmp_path / "plain.pcd"
+    write_ascii_pcd(plain, stored)
+    odd = os.path.join(os.fsencode(tmp_path), b"caf\xe9.pcd")  # not UTF-8
+    write_ascii_pcd(odd, stored)
+    for path in (plain, str(plain), os.fsencode(plain), odd, os.fsdecode(odd)):
+        xyz, info = pcnn.load(path)
+        np.testing.assert_array_equal(xyz, stored)
+        assert os.fsencode(info["path"]) == os.fsencode(path)
+    with pytest.raises(ValueError, match="null"):
+        pcnn.load(str(plain) + "\0/etc/passwd.pcd")
+    # A failing file with such a name is still named in the message.
+    with pytest.raises(OSError, match=r"missing\\xe9"):
+        pcnn.load(os.path.join(os.fsencode(tmp_path), b"missing\xe9.pcd"))
 
 
 @needs_io
