@@ -1,11 +1,15 @@
 // The pcnn command.
+#include <poll.h>
+#include <sys/stat.h>
 #include <CLI/CLI.hpp>
 
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <initializer_list>
 #include <new>
@@ -225,6 +229,23 @@ void refuse_empty_values(CLI::App& app) {
     refuse_empty_values(*sub);
 }
 
+// The reader of standard output went away (`pcnn ... -o - | head`): the library reports the
+// write's EPIPE rather than dying of SIGPIPE, and the command then ends as Unix commands do, by
+// that signal, silently (exit 141 in a shell) — unless SIGPIPE was not left to kill it.
+void end_if_stdout_reader_gone(const std::string& message) {
+  const std::string epipe = std::strerror(EPIPE);
+  if (message.size() < epipe.size() ||
+      message.compare(message.size() - epipe.size(), epipe.size(), epipe) != 0)
+    return;  // another failure (a full disk...): reported
+  struct stat st;
+  pollfd out{1, 0, 0};
+  struct sigaction action;
+  if (fstat(1, &st) == 0 && S_ISFIFO(st.st_mode) && poll(&out, 1, 0) == 1 &&
+      (out.revents & POLLERR) && sigaction(SIGPIPE, nullptr, &action) == 0 &&
+      action.sa_handler == SIG_DFL)
+    std::raise(SIGPIPE);
+}
+
 }  // namespace
 
 pcnn::app::ErrorReport pcnn::app::describe_error(std::exception_ptr e) {
@@ -233,6 +254,7 @@ pcnn::app::ErrorReport pcnn::app::describe_error(std::exception_ptr e) {
   } catch (const pcnn::input_error& e) {
     return {e.what(), kExitInput, e.path()};
   } catch (const pcnn::output_error& e) {
+    end_if_stdout_reader_gone(e.what());
     return {e.what(), kExitOutput, e.path()};
   } catch (const pcnn::cuda_error& e) {
     return {e.what(), kExitDevice, ""};

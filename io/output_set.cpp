@@ -42,8 +42,8 @@ namespace {
 
 // SIGPIPE blocked in the calling thread while it lives: a write to a pipe whose reader has gone
 // then fails with EPIPE, reported as an output error, instead of the signal killing the process
-// (a library never exits). The SIGPIPE that write raised is taken back before the thread's mask
-// is restored, unless one was already pending (then it is the caller's).
+// (a library never exits). After an EPIPE (`raised`), the SIGPIPE that write raised is taken back
+// before the thread's mask is restored, unless one was already pending (then it is the caller's).
 class PipeSignalBlocked {
  public:
   PipeSignalBlocked() {
@@ -56,7 +56,7 @@ class PipeSignalBlocked {
   }
   ~PipeSignalBlocked() {
     if (!blocked_) return;
-    if (!was_pending_) {
+    if (raised && !was_pending_) {
       const timespec none{0, 0};
       while (sigtimedwait(&pipe_, nullptr, &none) == SIGPIPE) {
       }
@@ -66,6 +66,8 @@ class PipeSignalBlocked {
   PipeSignalBlocked(const PipeSignalBlocked&) = delete;
   PipeSignalBlocked& operator=(const PipeSignalBlocked&) = delete;
 
+  bool raised = false;  // a write failed with EPIPE, raising SIGPIPE
+
  private:
   sigset_t pipe_, old_;
   bool was_pending_ = false, blocked_ = false;
@@ -74,7 +76,7 @@ class PipeSignalBlocked {
 // Writes all of [p, p + n) to fd: retries interrupted and partial writes, waits on a full
 // non-blocking descriptor; any other failure (ENOSPC, EFBIG, EIO, EPIPE...) is an error.
 const char* write_all(int fd, const char* p, std::size_t n) {
-  const PipeSignalBlocked no_sigpipe;
+  PipeSignalBlocked no_sigpipe;
   while (n > 0) {
     const ssize_t k = ::write(fd, p, std::min<std::size_t>(n, std::size_t(1) << 30));
     if (k > 0) {
@@ -88,6 +90,7 @@ const char* write_all(int fd, const char* p, std::size_t n) {
       ::poll(&pfd, 1, -1);
       continue;
     }
+    if (k < 0 && errno == EPIPE) no_sigpipe.raised = true;
     return k == 0 ? "the system wrote nothing" : std::strerror(errno);
   }
   return nullptr;

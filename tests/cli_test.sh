@@ -377,6 +377,11 @@ done
 cmp -s "$tmp/pipe.npy" "$tmp/file.npy" || { echo "FAIL: -o - differs from a file"; fails=$((fails + 1)); }
 "$pcnn" knn "$sample" -k 2 --device cpu -q --distances - --stream-format csv -o "$tmp/x.csv" | head -2 | grep -q '^row,d0,d1$' || { echo "FAIL: csv to stdout"; fails=$((fails + 1)); }
 rm -f "$tmp/x.csv"
+# A reader that stops early (| head): the command ends silently by SIGPIPE (141), as Unix
+# commands do, though the library reports the write's EPIPE instead of dying of it.
+"$pcnn" knn "$sample" -k 8 --device cpu -q -o - 2>"$tmp/err" | head -c 1 >/dev/null
+status=${PIPESTATUS[0]}
+[ "$status" = 141 ] && [ ! -s "$tmp/err" ] || { echo "FAIL: | head gave exit $status and: $(cat "$tmp/err")"; fails=$((fails + 1)); }
 expect 5 "stdout is taken by --json" -- knn "$sample" -k 2 --device cpu --json -o -
 expect 5 "it is also the output '-'" -- knn "$sample" -k 2 --device cpu -o - --distances -
 "$pcnn" generate uniform -n 300 -o - -q | "$pcnn" knn - --format pcd -k 2 --device cpu -q -o "$tmp/stdin.npy" || { echo "FAIL: generate | knn -"; fails=$((fails + 1)); }

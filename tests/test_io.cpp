@@ -446,6 +446,39 @@ TEST(Write, APipeWithoutReaderIsAnErrorNotASignal) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+// A SIGPIPE the caller had pending (blocked) before the write stays pending, and the caller's
+// mask comes back as it was.
+TEST(Write, ACallersPendingPipeSignalIsLeftAlone) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    sigset_t pipe_set, before, after, pending;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &before);
+    raise(SIGPIPE);  // blocked: pending
+    int fds[2];
+    if (pipe(fds) != 0) _exit(3);
+    close(fds[0]);
+    const std::int32_t one = 1;
+    int code = 4;
+    try {
+      write_array("/dev/fd/" + std::to_string(fds[1]), &one, 1, 1);
+    } catch (const output_error&) {
+      code = 0;
+    }
+    sigpending(&pending);
+    if (!sigismember(&pending, SIGPIPE)) code = 5;
+    pthread_sigmask(SIG_BLOCK, nullptr, &after);
+    if (!sigismember(&after, SIGPIPE)) code = 6;
+    _exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
 TEST(Write, ShapesThatAreNoArrayAreRefused) {
   TempDir tmp;
   const std::vector<float> seven(7, 1.f);
