@@ -224,7 +224,6 @@ void check_origin(const std::array<double, 3>& origin) {
 // Errors name the first far point a pass in order meets (detail::parallel_blocks).
 template <class T>
 void recenter_all(const T* xyz, std::int64_t n, const std::array<double, 3>& origin, float* out) {
-  check_origin(origin);
   detail::parallel_blocks(
       detail::usable_cpus(), n, kBlockRows, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t i = begin; i < end; i += kRows)
@@ -256,6 +255,7 @@ bool recenters_exactly(const float* xyz, std::int64_t n, const std::array<double
 
 std::vector<float> recenter(const double* xyz, std::int64_t n,
                             const std::array<double, 3>& origin) {
+  check_origin(origin);
   std::vector<float> out;
   detail::resize_fresh_parallel(out, static_cast<std::size_t>(n) * 3, detail::usable_cpus());
   recenter_all(xyz, n, origin, out.data());
@@ -263,6 +263,7 @@ std::vector<float> recenter(const double* xyz, std::int64_t n,
 }
 
 void recenter_in_place(float* xyz, std::int64_t n, const std::array<double, 3>& origin) {
+  check_origin(origin);
   recenter_all(xyz, n, origin, xyz);
 }
 

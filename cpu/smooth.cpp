@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/number_text.hpp"
 #include "core/whole_number.hpp"
 #include "pcnn/error.hpp"
 #include "pcnn/smooth.hpp"
@@ -50,7 +51,7 @@ Stencil box_stencil(int radius) {
 
 Stencil gaussian_stencil(int radius, double sigma) {
   PCNN_EXPECTS(std::isfinite(sigma) && sigma > 0,
-               "gaussian stencil: sigma must be > 0, got " + std::to_string(sigma));
+               "gaussian stencil: sigma must be > 0, got " + detail::number_text(sigma));
   Stencil s;
   s.radius = radius;
   s.separable = true;
@@ -137,10 +138,10 @@ void validate(const UnorganizedSmoothParams& p) {
                                              std::to_string(kMaxK) + ", got " +
                                              std::to_string(p.k));
   PCNN_EXPECTS(std::isfinite(p.lambda) && p.lambda > 0 && p.lambda <= 1,
-               "smoothing: lambda must be in (0, 1], got " + std::to_string(p.lambda));
+               "smoothing: lambda must be in (0, 1], got " + detail::number_text(p.lambda));
   PCNN_EXPECTS(std::isfinite(p.mu) && (p.mu == 0 || (p.mu < -p.lambda && p.mu >= -1)),
                "smoothing: Taubin needs -1 <= mu < -lambda (or mu = 0 for Laplacian), got mu = " +
-                   std::to_string(p.mu));
+                   detail::number_text(p.mu));
   PCNN_EXPECTS(p.iterations >= 0 && p.iterations <= 10000,
                "smoothing: iterations must be 0..10000");
   PCNN_EXPECTS(p.rank_weights.empty() || static_cast<int>(p.rank_weights.size()) == p.k,

@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "core/fresh_pages.hpp"
+#include "core/number_text.hpp"
 #include "dist/mpi_common.hpp"
 #include "dist/part.hpp"
 #include "dist/rank_shares.hpp"
@@ -359,7 +360,7 @@ RankRadius DistributedIndex::Impl::radius_block(const PointsView* queries,
   start_stats();
   collectively(comm, [&] {
     PCNN_EXPECTS(std::isfinite(params.radius) && params.radius >= 0,
-                 "radius must be finite and >= 0, got " + std::to_string(params.radius));
+                 "radius must be finite and >= 0, got " + detail::number_text(params.radius));
     check_queries(queries, params.exclude_self);
     const std::int64_t rows = queries ? queries->count : n;
     out.first = block_begin(rows, rank, size);
@@ -516,7 +517,7 @@ RankRadius DistributedIndex::Impl::radius(const PointsView* queries, const Radiu
   // 1. This rank's home queries, and where else their balls reach.
   collectively(comm, [&] {
     PCNN_EXPECTS(std::isfinite(params.radius) && params.radius >= 0,
-                 "radius must be finite and >= 0, got " + std::to_string(params.radius));
+                 "radius must be finite and >= 0, got " + detail::number_text(params.radius));
     b = home_batch(queries, params.exclude_self);
     dist::radius_home(part, rank, bounds, b.q(), static_cast<std::int64_t>(b.rows.size()), params,
                       count_only, options, threads, home);

@@ -12,6 +12,7 @@
 #include <tuple>
 #include <utility>
 
+#include "core/number_text.hpp"
 #include "dist/part.hpp"
 #include "pcnn/device.hpp"
 #include "pcnn/distributed.hpp"
@@ -617,7 +618,7 @@ void PartitionedIndex::Impl::radius(const PointsView* queries, const RadiusParam
                                     bool count_only, RadiusResult& out) {
   const int np = static_cast<int>(parts.size());
   PCNN_EXPECTS(std::isfinite(params.radius) && params.radius >= 0,
-               "radius must be finite and >= 0, got " + std::to_string(params.radius));
+               "radius must be finite and >= 0, got " + detail::number_text(params.radius));
   check_queries(queries, params.exclude_self);
   if (!replicas.empty()) return radius_replicas(queries, params, count_only, out);
   const auto t_start = clock_type::now();

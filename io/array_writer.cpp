@@ -316,8 +316,9 @@ struct RadiusStreamWriter::Impl {
 
   Impl(OutputSet& outputs, const std::string& path, const std::int64_t* off, std::int64_t r)
       : offsets(off), rows(r), path_(path) {
-    PCNN_EXPECTS(rows >= 0 && offsets != nullptr && offsets[0] == 0,
-                 "radius results for '" + path + "': offsets must start at 0");
+    PCNN_EXPECTS(rows >= 0, "radius results for '" + path + "': " + std::to_string(rows) + " rows");
+    PCNN_EXPECTS(offsets != nullptr, "radius results for '" + path + "': no offsets");
+    PCNN_EXPECTS(offsets[0] == 0, "radius results for '" + path + "': offsets must start at 0");
     for (std::int64_t q = 0; q < rows; ++q)
       PCNN_EXPECTS(offsets[q] <= offsets[q + 1],
                    "radius results for '" + path + "': offsets decrease at row " +

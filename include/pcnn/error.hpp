@@ -17,8 +17,9 @@ class error : public std::runtime_error {
 
 /// An argument the caller passed is invalid (k out of range, a view with a null pointer, an
 /// output of the wrong size, a device view given to the CPU backend...). The message says which
-/// and why; nothing was changed (one exception: the outputs of a radius fill given offsets that
-/// are not the count's, Index::radius_fill).
+/// and why; nothing was changed (two exceptions: the outputs of a radius fill given offsets that
+/// are not the count's, Index::radius_fill; and a CPU-backend build whose points another thread
+/// changed during the call, which leaves the index empty, Index::build).
 class invalid_argument_error : public error {
  public:
   using error::error;

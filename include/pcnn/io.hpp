@@ -236,7 +236,8 @@ std::vector<std::pair<std::string, std::int64_t>> radius_output_sizes(const Outp
 /// Radius results written range by range, rows in order, in the formats of write_radius: the
 /// offsets of every row are known from the count before any pair is found (written at once),
 /// then each range's pairs follow. finish() completes the files; the set's commit() puts them in
-/// place. @throws pcnn::output_error
+/// place. @throws pcnn::output_error; pcnn::invalid_argument_error (before anything is written)
+/// for offsets that do not start at 0 or decrease
 class RadiusStreamWriter {
  public:
   /// `offsets`: rows + 1 entries, kept by the caller until finish().
