@@ -94,8 +94,7 @@ int int_arg(py::handle v, const char* name) {
   const long long x = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
   if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
   if (overflow || x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
-    throw py::value_error(std::string(name) + " must be at most " + std::to_string(pcnn::kMaxK) +
-                          " and positive, got " + std::string(py::str(i)));
+    throw py::value_error(std::string(name) + " is out of range, got " + std::string(py::str(i)));
   return static_cast<int>(x);
 }
 
@@ -290,11 +289,14 @@ pcnn::NormalParams normal_params(py::object k, py::object radius, py::object max
   if (!radius.is_none() && (p.radius = real_arg(radius)) == 0)
     throw pcnn::invalid_argument_error("normals: the radius must be a finite number > 0, got 0");
   if (!max_nn.is_none()) p.max_nn = int_arg(max_nn, "max_nn");
-  const auto vp = py::array_t<double, py::array::forcecast>::ensure(viewpoint);
-  if (!vp || vp.ndim() != 1 || vp.size() != 3)
+  // Any sequence of 3 reals, each taken as real_arg takes it (strided NumPy views included).
+  const auto vp = py::reinterpret_steal<py::object>(
+      PySequence_Fast(viewpoint.ptr(), "normals: the viewpoint must be a sequence (x, y, z)"));
+  if (!vp) throw py::error_already_set();
+  if (PySequence_Fast_GET_SIZE(vp.ptr()) != 3)
     throw pcnn::invalid_argument_error("normals: the viewpoint must be 3 numbers (x, y, z), got " +
                                        std::string(py::str(py::repr(viewpoint))));
-  std::copy(vp.data(), vp.data() + 3, p.viewpoint.begin());
+  for (int a = 0; a < 3; ++a) p.viewpoint[a] = real_arg(PySequence_Fast_GET_ITEM(vp.ptr(), a));
   pcnn::validate(p);
   return p;
 }

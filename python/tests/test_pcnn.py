@@ -359,6 +359,8 @@ def test_index_searched_while_another_thread_rebuilds_it(device):
             check_knn(got, want[len(got[0])])
             n, c = index.normals(k=4)
             assert len(n) in want and len(c) == len(n)
+            idx, d2, counts = index.self_hybrid(1.0, 4)
+            assert len(idx) in want and len(d2) == len(idx) == len(counts)
     finally:
         stop.set()
         t.join()
@@ -387,9 +389,12 @@ def test_points_written_during_a_build_are_refused_not_a_crash():
     finally:
         stop.set()
         t.join()
-    # The CPU build reads the points twice: it either saw them the same both times or refused,
-    # and a refused build leaves the index empty.
-    assert index.size in (0, len(pts))
+    # The CPU build reads the points twice: it either saw them the same both times or refused.
+    # Once nothing writes them, the same index builds and searches them exactly.
+    index.build(pts)
+    assert index.size == len(pts)
+    q = pts[:5]
+    check_knn(index.knn(q, 3), reference_knn(pts, q, 3))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -627,7 +632,7 @@ def test_argument_types():
                  lambda k: index.knn(pts, k), lambda k: pcnn.hybrid(pts, 1.0, k),
                  lambda k: index.self_hybrid(1.0, k), lambda k: pcnn.normals(pts, k=k)):
         for k in (2**31, -2**31 - 1, 2**70):
-            with pytest.raises(ValueError, match="must be"):
+            with pytest.raises(ValueError, match="out of range"):
                 call(k)
         for k in (3.5, "3"):
             with pytest.raises(TypeError):
@@ -641,9 +646,20 @@ def test_argument_types():
         pcnn.normals(pts, radius=0)
     with pytest.raises(TypeError):
         pcnn.normals(pts, radius="a")
-    for vp in ("abc", None, np.zeros((1, 3)), (0, 0), (0, 0, 10**400)):
-        with pytest.raises((ValueError, OverflowError)):
+    for vp in (np.zeros((1, 3)), (0, 0)):
+        with pytest.raises(ValueError, match="viewpoint must be 3 numbers"):
             pcnn.normals(pts, k=4, viewpoint=vp)
+    for vp in ("abc", None, ("1", "2", "3")):
+        with pytest.raises(TypeError):
+            pcnn.normals(pts, k=4, viewpoint=vp)
+    with pytest.raises(OverflowError):
+        pcnn.normals(pts, k=4, viewpoint=(0, 0, 10**400))
+    # Views of any stride read their own elements: the same normals as the plain tuple.
+    base = np.array([5.0, -3, 9, 7, 0, 11, 1, 100, 2])
+    want = pcnn.normals(pts, k=4, viewpoint=(-3.0, 0.0, 100.0))
+    for vp in (base[1::3], np.array([100.0, 0, -3])[::-1], [np.float32(-3), 0, np.int64(100)]):
+        got = pcnn.normals(pts, k=4, viewpoint=vp)
+        np.testing.assert_array_equal(got[0], want[0])
 
 
 @pytest.mark.skipif(GPU, reason="a CUDA device is present")
