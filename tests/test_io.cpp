@@ -417,16 +417,32 @@ TEST(LoadErrors, AnOriginNotFiniteIsTheCallersError) {
   EXPECT_THROW(recenter_in_place(f.data(), 1, {0, INFINITY, 0}), invalid_argument_error);
 }
 
+// Runs `body` in a child process, whose exit status it returns: a test of signals that would
+// kill the test binary itself where they go wrong.
+void expect_child_exits_zero(const std::function<int()>& body) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(body());
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// A name for the writing end of a pipe whose reader has gone ("" when no pipe could be made).
+std::string pipe_without_reader() {
+  int fds[2];
+  if (pipe(fds) != 0) return "";
+  close(fds[0]);
+  return "/dev/fd/" + std::to_string(fds[1]);
+}
+
 // A library never exits: a pipe whose reader has gone fails the write (EPIPE, an output_error)
 // instead of SIGPIPE killing the process. Run in a child, whose death the parent would see.
 TEST(Write, APipeWithoutReaderIsAnErrorNotASignal) {
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    int fds[2];
-    if (pipe(fds) != 0) _exit(3);
-    close(fds[0]);
-    const std::string path = "/dev/fd/" + std::to_string(fds[1]);
+  expect_child_exits_zero([] {
+    const std::string path = pipe_without_reader();
+    if (path.empty()) return 3;
     std::vector<std::int32_t> idx(1 << 20, 7);
     int code = 4;
     try {
@@ -438,32 +454,25 @@ TEST(Write, APipeWithoutReaderIsAnErrorNotASignal) {
     sigset_t pending;
     sigpending(&pending);
     if (sigismember(&pending, SIGPIPE)) code = 6;
-    _exit(code);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+    return code;
+  });
 }
 
 // A SIGPIPE the caller had pending (blocked) before the write stays pending, and the caller's
 // mask comes back as it was.
 TEST(Write, ACallersPendingPipeSignalIsLeftAlone) {
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
+  expect_child_exits_zero([] {
     sigset_t pipe_set, before, after, pending;
     sigemptyset(&pipe_set);
     sigaddset(&pipe_set, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe_set, &before);
     raise(SIGPIPE);  // blocked: pending
-    int fds[2];
-    if (pipe(fds) != 0) _exit(3);
-    close(fds[0]);
+    const std::string path = pipe_without_reader();
+    if (path.empty()) return 3;
     const std::int32_t one = 1;
     int code = 4;
     try {
-      write_array("/dev/fd/" + std::to_string(fds[1]), &one, 1, 1);
+      write_array(path, &one, 1, 1);
     } catch (const output_error&) {
       code = 0;
     }
@@ -471,12 +480,8 @@ TEST(Write, ACallersPendingPipeSignalIsLeftAlone) {
     if (!sigismember(&pending, SIGPIPE)) code = 5;
     pthread_sigmask(SIG_BLOCK, nullptr, &after);
     if (!sigismember(&after, SIGPIPE)) code = 6;
-    _exit(code);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+    return code;
+  });
 }
 
 TEST(Write, ShapesThatAreNoArrayAreRefused) {
