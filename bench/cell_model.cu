@@ -26,6 +26,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -285,6 +286,75 @@ PieceCounts piece_model(const std::vector<float>& xyz, const std::vector<float>&
   return out;
 }
 
+// The warp-cooperative grid scan of the --grid table (see the top of the file).
+struct GridCounts {
+  double points = 0, rows = 0, unproven = 0;
+};
+GridCounts grid_model(const std::vector<float>& xyz, const std::vector<float>& kth2,
+                      double per_cell) {
+  const std::int64_t n = static_cast<std::int64_t>(xyz.size() / 3);
+  const SortedCloud sorted = sorted_cloud(xyz, kth2, true);
+  const std::vector<float>&s = sorted.s, &r2 = sorted.r2;
+  const Box& all = sorted.all;
+  double volume = 1;
+  for (int a = 0; a < 3; ++a) volume *= double(all.hi[a]) - all.lo[a];
+  const double side = std::cbrt(per_cell * volume / double(n));
+  int dims[3];
+  for (int a = 0; a < 3; ++a) dims[a] = int((double(all.hi[a]) - all.lo[a]) / side) + 1;
+  const auto cell_of = [&](const float* p, int a) {
+    return std::clamp(int((double(p[a]) - all.lo[a]) / side), 0, dims[a] - 1);
+  };
+  // Per (y, z) row, the points of cells [0, x) at row_start[(z * dims[1] + y) * (dims[0] + 1) + x].
+  std::vector<std::int64_t> row_start(std::size_t(dims[0] + 1) * dims[1] * dims[2], 0);
+  const auto at = [&](int x, int y, int z) {
+    return (std::size_t(z) * dims[1] + y) * (dims[0] + 1) + x;
+  };
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float* p = &s[3 * i];
+    ++row_start[at(cell_of(p, 0) + 1, cell_of(p, 1), cell_of(p, 2))];
+  }
+  for (int z = 0; z < dims[2]; ++z)
+    for (int y = 0; y < dims[1]; ++y)
+      for (int x = 0; x < dims[0]; ++x) row_start[at(x + 1, y, z)] += row_start[at(x, y, z)];
+  GridCounts out;
+  const std::int64_t warps = (n + kCell - 1) / kCell;
+  for (std::int64_t w = 0; w < warps; ++w) {
+    const std::int64_t q0 = w * kCell, q1 = std::min(n, q0 + kCell);
+    std::vector<std::array<int, 3>> c;
+    int lo[3] = {INT32_MAX, INT32_MAX, INT32_MAX}, hi[3] = {-1, -1, -1};
+    for (std::int64_t q = q0; q < q1; ++q) {
+      const float* p = &s[3 * q];
+      c.push_back({cell_of(p, 0), cell_of(p, 1), cell_of(p, 2)});
+      double margin = INFINITY;
+      for (int a = 0; a < 3; ++a) {
+        lo[a] = std::min(lo[a], c.back()[a]);
+        hi[a] = std::max(hi[a], c.back()[a]);
+        const double below = double(all.lo[a]) + (c.back()[a] - 1) * side;
+        const double above = double(all.lo[a]) + (c.back()[a] + 2) * side;
+        if (c.back()[a] >= 1) margin = std::min(margin, double(p[a]) - below);
+        if (c.back()[a] + 2 <= dims[a] - 1) margin = std::min(margin, above - double(p[a]));
+      }
+      if (!(double(r2[q]) < margin * margin)) out.unproven += 1;
+    }
+    for (int z = std::max(lo[2] - 1, 0); z <= std::min(hi[2] + 1, dims[2] - 1); ++z)
+      for (int y = std::max(lo[1] - 1, 0); y <= std::min(hi[1] + 1, dims[1] - 1); ++y) {
+        int x0 = INT32_MAX, x1 = -1;
+        for (const auto& l : c)
+          if (std::abs(l[2] - z) <= 1 && std::abs(l[1] - y) <= 1) {
+            x0 = std::min(x0, std::max(l[0] - 1, 0));
+            x1 = std::max(x1, std::min(l[0] + 1, dims[0] - 1));
+          }
+        if (x0 > x1) continue;
+        out.rows += 1;
+        out.points += double(row_start[at(x1 + 1, y, z)] - row_start[at(x0, y, z)]);
+      }
+  }
+  out.points /= double(warps);
+  out.rows /= double(warps);
+  out.unproven /= double(n);
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -292,7 +362,7 @@ int main(int argc, char** argv) {
   long long points = 200000;
   std::string kinds = "uniform", ks = "1,8,32";
   int max_seed_cap = 16;
-  std::string piece_sizes;
+  std::string piece_sizes, grid_fill;
   app.add_option("--points", points, "points of each synthetic cloud")->capture_default_str();
   app.add_option("--kinds", kinds, "uniform,clustered,lidar")->capture_default_str();
   app.add_option("--ks", ks, "comma-separated k values")->capture_default_str();
@@ -300,6 +370,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--pieces", piece_sizes,
                  "also: points a lane computes with boxes of this many points (e.g. 32,16,8,4)");
+  app.add_option("--grid", grid_fill,
+                 "also: a warp-cooperative scan of a uniform grid of this many points a cell "
+                 "(e.g. 1,1.5,2)");
   CLI11_PARSE(app, argc, argv);
   std::printf(
       "# self-kNN (exclude_self), seed 42, cells of %d; cells: per warp, the fewest any "
@@ -334,6 +407,14 @@ int main(int argc, char** argv) {
         const PieceCounts c = piece_model(xyz, kth2, static_cast<int>(piece));
         std::printf("%-9s %9lld %3lld pieces of %3lld: %8.1f points a lane, %7.1f pieces tested\n",
                     kind.c_str(), static_cast<long long>(n), k, piece, c.points, c.tested);
+        std::fflush(stdout);
+      }
+      for (const std::string& fill : pcnn::bench::parse_words(grid_fill)) {
+        const GridCounts c = grid_model(xyz, kth2, std::stod(fill));
+        std::printf(
+            "%-9s %9lld %3lld grid of %4s a cell: %8.1f points a lane, %5.1f rows a warp, %.1e "
+            "unproven\n",
+            kind.c_str(), static_cast<long long>(n), k, fill.c_str(), c.points, c.rows, c.unproven);
         std::fflush(stdout);
       }
     }
