@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <utility>
 
 #include "arrays.hpp"
@@ -118,6 +119,26 @@ class SearchIndex {
       index_ = std::make_unique<pcnn::Index>(options);
       index_->build(points);
     });
+    std::lock_guard<std::mutex> lock(alive_mutex());
+    alive().insert(this);
+  }
+  SearchIndex(const SearchIndex&) = delete;
+  SearchIndex& operator=(const SearchIndex&) = delete;
+  ~SearchIndex() {
+    std::lock_guard<std::mutex> lock(alive_mutex());
+    alive().erase(this);
+  }
+
+  /// `self`, once it is known to be a constructed index. pybind11 2.10 (Debian 12's) lets
+  /// pcnn.Index.__new__(pcnn.Index) make a wrapper whose C++ object was never constructed, and
+  /// hands the methods its raw storage (pybind11 issue 6153: a crash). The methods ask first,
+  /// by address, without reading that storage.
+  static SearchIndex& checked(SearchIndex& self) {
+    std::lock_guard<std::mutex> lock(alive_mutex());
+    if (alive().count(&self) == 0)
+      throw py::type_error(
+          "pcnn.Index was made without __init__ (by __new__): make one with pcnn.Index(points)");
+    return self;
   }
 
   void build(const pcnn::PointsView& points) {
@@ -241,6 +262,15 @@ class SearchIndex {
       });
       if (ran) return call.outputs;
     }
+  }
+
+  static std::mutex& alive_mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::unordered_set<const SearchIndex*>& alive() {
+    static std::unordered_set<const SearchIndex*> s;
+    return s;
   }
 
   std::mutex mutex_;
@@ -537,14 +567,16 @@ array may change afterwards). Searches release the GIL; an Index may be shared b
            "Builds an index over points ((n, 3) array) on device \"auto\", \"cuda\" or \"cpu\".")
       .def(
           "build",
-          [](SearchIndex& self, py::object points) {
+          [](SearchIndex& index, py::object points) {
+            SearchIndex& self = SearchIndex::checked(index);
             const Points p = as_points(points, "points");
             self.build(p.view);
           },
           py::arg("points"), "Rebuilds the index over new points; the previous ones are forgotten.")
       .def(
           "knn",
-          [](SearchIndex& self, py::object queries, py::object k) {
+          [](SearchIndex& index, py::object queries, py::object k) {
+            SearchIndex& self = SearchIndex::checked(index);
             const Points q = as_points(queries, "queries");
             return self.knn(&q.view, int_arg(k, "k"), false);
           },
@@ -553,14 +585,16 @@ array may change afterwards). Searches release the GIL; an Index may be shared b
           "query; rows sorted by (squared distance, index), padded with -1 / inf.")
       .def(
           "self_knn",
-          [](SearchIndex& self, py::object k, bool exclude_self) {
+          [](SearchIndex& index, py::object k, bool exclude_self) {
+            SearchIndex& self = SearchIndex::checked(index);
             return self.knn(nullptr, int_arg(k, "k"), exclude_self);
           },
           py::arg("k"), py::arg("exclude_self") = false,
           "knn of the indexed points themselves; exclude_self: a point is not its own neighbor.")
       .def(
           "radius",
-          [](SearchIndex& self, py::object queries, double r) {
+          [](SearchIndex& index, py::object queries, double r) {
+            SearchIndex& self = SearchIndex::checked(index);
             const Points q = as_points(queries, "queries");
             return self.radius(&q.view, r, false);
           },
@@ -569,7 +603,8 @@ array may change afterwards). Searches release the GIL; an Index may be shared b
           "point with d² <= r*r, CSR rows sorted by (squared distance, index).")
       .def(
           "self_radius",
-          [](SearchIndex& self, double r, bool exclude_self) {
+          [](SearchIndex& index, double r, bool exclude_self) {
+            SearchIndex& self = SearchIndex::checked(index);
             return self.radius(nullptr, r, exclude_self);
           },
           py::arg("r"), py::arg("exclude_self") = false,
@@ -577,7 +612,8 @@ array may change afterwards). Searches release the GIL; an Index may be shared b
           "neighbor.")
       .def(
           "hybrid",
-          [](SearchIndex& self, py::object queries, double r, py::object max_nn) {
+          [](SearchIndex& index, py::object queries, double r, py::object max_nn) {
+            SearchIndex& self = SearchIndex::checked(index);
             const Points q = as_points(queries, "queries");
             return self.hybrid(&q.view, r, int_arg(max_nn, "max_nn"), false);
           },
@@ -585,32 +621,43 @@ array may change afterwards). Searches release the GIL; an Index may be shared b
           "(indices, sqdist, counts): the max_nn nearest indexed points within r of each query.")
       .def(
           "self_hybrid",
-          [](SearchIndex& self, double r, py::object max_nn, bool exclude_self) {
+          [](SearchIndex& index, double r, py::object max_nn, bool exclude_self) {
+            SearchIndex& self = SearchIndex::checked(index);
             return self.hybrid(nullptr, r, int_arg(max_nn, "max_nn"), exclude_self);
           },
           py::arg("r"), py::arg("max_nn"), py::arg("exclude_self") = false,
           "hybrid of the indexed points themselves.")
       .def(
           "normals",
-          [](SearchIndex& self, py::object k, py::object radius, py::object max_nn,
+          [](SearchIndex& index, py::object k, py::object radius, py::object max_nn,
              py::object viewpoint) {
+            SearchIndex& self = SearchIndex::checked(index);
             return self.normals(normal_params(k, radius, max_nn, viewpoint));
           },
           py::arg("k") = py::none(), py::arg("radius") = py::none(), py::arg("max_nn") = py::none(),
           py::arg("viewpoint") = py::make_tuple(0.0, 0.0, 0.0),
           "(normals float32 (n, 3), curvature float32 (n,)) of the indexed points, as "
           "pcnn.normals.")
-      .def_property_readonly("backend", &SearchIndex::backend,
-                             "The backend that runs the searches: \"cuda\" or \"cpu\".")
-      .def_property_readonly("size", &SearchIndex::size, "Points indexed (rows of the input).")
-      .def_property_readonly("finite_size", &SearchIndex::finite_size,
-                             "Indexed points with finite coordinates.")
-      .def_property_readonly("last_timings", &SearchIndex::last_timings,
-                             "Where the time of the last build or search went: a dict of "
-                             "milliseconds (total_ms, upload_ms, build_ms, search_ms, "
-                             "download_ms), bytes moved, distance evaluations and passes.")
-      .def("__len__", &SearchIndex::size, "Points indexed.")
-      .def("__repr__", [](SearchIndex& self) {
+      .def_property_readonly(
+          "backend", [](SearchIndex& self) { return SearchIndex::checked(self).backend(); },
+          "The backend that runs the searches: \"cuda\" or \"cpu\".")
+      .def_property_readonly(
+          "size", [](SearchIndex& self) { return SearchIndex::checked(self).size(); },
+          "Points indexed (rows of the input).")
+      .def_property_readonly(
+          "finite_size", [](SearchIndex& self) { return SearchIndex::checked(self).finite_size(); },
+          "Indexed points with finite coordinates.")
+      .def_property_readonly(
+          "last_timings",
+          [](SearchIndex& self) { return SearchIndex::checked(self).last_timings(); },
+          "Where the time of the last build or search went: a dict of "
+          "milliseconds (total_ms, upload_ms, build_ms, search_ms, "
+          "download_ms), bytes moved, distance evaluations and passes.")
+      .def(
+          "__len__", [](SearchIndex& self) { return SearchIndex::checked(self).size(); },
+          "Points indexed.")
+      .def("__repr__", [](SearchIndex& index) {
+        SearchIndex& self = SearchIndex::checked(index);
         return "pcnn.Index(size=" + std::to_string(self.size()) + ", backend=\"" + self.backend() +
                "\")";
       });

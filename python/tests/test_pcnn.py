@@ -397,6 +397,36 @@ def test_points_written_during_a_build_are_refused_not_a_crash():
     check_knn(index.knn(q, 3), reference_knn(pts, q, 3))
 
 
+def test_index_made_without_init_is_refused_not_a_crash():
+    # pybind11 2.10 lets __new__ make a wrapper whose C++ index was never constructed; every
+    # method and property used to read its raw storage (a segfault or an abort).
+    index = pcnn.Index.__new__(pcnn.Index)
+    q = random_cloud(3, 1)
+    calls = [
+        lambda: len(index),
+        lambda: repr(index),
+        lambda: index.backend,
+        lambda: index.size,
+        lambda: index.finite_size,
+        lambda: index.last_timings,
+        lambda: index.build(q),
+        lambda: index.knn(q, 1),
+        lambda: index.self_knn(1),
+        lambda: index.radius(q, 1.0),
+        lambda: index.self_radius(1.0),
+        lambda: index.hybrid(q, 1.0, 2),
+        lambda: index.self_hybrid(1.0, 2),
+        lambda: index.normals(k=3),
+    ]
+    for call in calls:
+        with pytest.raises(TypeError, match="without __init__"):
+            call()
+    del index
+    gc.collect()
+    # A constructed index is unaffected.
+    assert len(pcnn.Index(q, device="cpu")) == 3
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_results_own_their_memory(device):
     pts = random_cloud(100, 150)
