@@ -4,8 +4,10 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "pcnn/error.hpp"
 #include "pcnn/mpi.hpp"
@@ -53,6 +55,36 @@ inline bool on_every_rank(MPI_Comm comm, bool mine) {
   int all = mine ? 1 : 0;
   check(MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
   return all != 0;
+}
+
+/// An argument of a collective call that every rank must pass alike: its name and its value in
+/// 64 bits (a double's bit pattern where `real`; a digest's where `digest`).
+struct Same {
+  enum Kind { integer, real, digest };
+  const char* name;
+  std::uint64_t bits;
+  Kind kind = integer;
+};
+
+/// Collective: where some argument differs between the ranks, throws invalid_argument_error
+/// naming it on every rank. Collectives sized by such an argument would otherwise read or write
+/// past their buffers, merge rows of different searches, or wait forever.
+inline void same_on_every_rank(MPI_Comm comm, const std::string& call,
+                               const std::vector<Same>& args) {
+  std::vector<std::uint64_t> lo, hi;
+  for (const Same& a : args) lo.push_back(a.bits);
+  hi = lo;
+  const int n = static_cast<int>(lo.size());
+  check(MPI_Allreduce(MPI_IN_PLACE, lo.data(), n, MPI_UINT64_T, MPI_MIN, comm), "MPI_Allreduce");
+  check(MPI_Allreduce(MPI_IN_PLACE, hi.data(), n, MPI_UINT64_T, MPI_MAX, comm), "MPI_Allreduce");
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (lo[i] == hi[i]) continue;
+    std::string what = call + ": every rank must pass the same " + args[i].name;
+    if (args[i].kind == Same::integer)
+      what += " (they passed from " + std::to_string(static_cast<std::int64_t>(lo[i])) + " to " +
+              std::to_string(static_cast<std::int64_t>(hi[i])) + ")";
+    throw invalid_argument_error(what);
+  }
 }
 
 }  // namespace pcnn::mpi::internal

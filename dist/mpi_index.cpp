@@ -29,6 +29,8 @@ namespace {
 
 using internal::check;
 using internal::collectively;
+using internal::Same;
+using internal::same_on_every_rank;
 using clock_type = std::chrono::steady_clock;
 double ms_since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
@@ -84,8 +86,75 @@ const std::vector<std::int64_t>& row_list(const Share& mine, std::vector<std::in
   return made;
 }
 
+// A rank's dense share, before it is gathered or redistributed: rows of one search, whole.
+void check_share(const RankRows& mine, const std::string& call) {
+  const KnnResult& r = mine.result;
+  PCNN_EXPECTS(r.k >= 1 && r.k <= kMaxK && r.rows >= 0 &&
+                   (mine.rows.empty() || mine.rows.size() == static_cast<std::size_t>(r.rows)) &&
+                   r.indices.size() == static_cast<std::size_t>(r.rows) * r.k &&
+                   r.sqdist.size() == r.indices.size(),
+               call + ": rows of a search expected");
+}
+
+// What a rank's radius share holds: no pairs at all, its rows' pairs, or their counts alone
+// (radius_count).
+enum class RadiusShare { empty, filled, counts };
+RadiusShare radius_share(const RankRadius& mine, const std::string& call) {
+  const RadiusResult& r = mine.result;
+  PCNN_EXPECTS(
+      r.rows >= 0 && (mine.rows.empty() || mine.rows.size() == static_cast<std::size_t>(r.rows)) &&
+          r.offsets.size() == static_cast<std::size_t>(r.rows) + 1 && r.offsets.front() == 0 &&
+          std::is_sorted(r.offsets.begin(), r.offsets.end()) &&
+          r.sqdist.size() == r.indices.size() &&
+          (r.indices.empty() || r.indices.size() == static_cast<std::size_t>(r.offsets.back())),
+      call + ": radius rows of a search expected");
+  if (r.offsets.back() == 0) return RadiusShare::empty;
+  return r.indices.empty() ? RadiusShare::counts : RadiusShare::filled;
+}
+
 // Rank r's block of `rows` rows: [rows * r / ranks, rows * (r + 1) / ranks).
 std::int64_t block_begin(std::int64_t rows, int r, int ranks) { return rows * r / ranks; }
+
+std::uint64_t mix(std::uint64_t x) {  // splitmix64's finalizer
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// A digest of a checked host view: its count, its type and the stored bits of up to 4,096 evenly
+// spaced points. Ranks that pass different clouds or query sets (each its own, as some
+// distributed trees take them) differ in it; a difference between the samples can pass.
+std::uint64_t sampled_digest(const PointsView& v) {
+  std::uint64_t h = mix(static_cast<std::uint64_t>(v.count) * 2 + (v.is_double() ? 1 : 0));
+  const std::int64_t samples = std::min<std::int64_t>(v.count, 4096);
+  for (std::int64_t j = 0; j < samples; ++j) {
+    const std::int64_t i = j * v.count / samples;
+    for (int a = 0; a < 3; ++a) {
+      std::uint64_t bits = 0;
+      if (v.data64) {
+        std::memcpy(&bits, &v.data64[i * v.stride + a], sizeof(double));
+      } else {
+        std::uint32_t b32 = 0;
+        std::memcpy(&b32, &v.data[i * v.stride + a], sizeof(float));
+        bits = b32;
+      }
+      h = mix(h ^ (bits + static_cast<std::uint64_t>(3 * i + a)));
+    }
+  }
+  return h;
+}
+
+std::uint64_t bits_of(double x) {
+  std::uint64_t b = 0;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+
+// The query set's arguments of a search: none (a self-search) or its digest.
+Same queries_arg(const PointsView* queries) {
+  return {"query set (count, type and sampled coordinates)",
+          queries ? sampled_digest(*queries) : ~std::uint64_t(0), Same::digest};
+}
 
 // Collective over `local` (the ranks of one host): those on the same CUDA device as this rank
 // (PCI address; 1 on the CPU backend or when the address is not known).
@@ -148,6 +217,15 @@ struct DistributedIndex::Impl {
     }
   };
   void start_stats();
+  void check_root(int root) const {
+    PCNN_EXPECTS(root >= 0 && root < size, "gather: root " + std::to_string(root) +
+                                               " is not a rank of the communicator's " +
+                                               std::to_string(size));
+  }
+  // Collective, first in every search: each rank checks its own arguments, then every rank
+  // must have passed the same ones (mpi.hpp).
+  void agree_dense(const PointsView* queries, const dist::DenseSearch& search);
+  void agree_radius(const PointsView* queries, const RadiusParams& params, bool count_only);
   Batch home_batch(const PointsView* queries, bool exclude_self);
   // Sends the rows `to[p]` of `qs` to rank p, receives the queries of the others.
   dist::Packed exchange_queries(const std::vector<std::vector<std::int32_t>>& to,
@@ -202,6 +280,10 @@ DistributedIndex::DistributedIndex(MPI_Comm comm, PointsView points, IndexOption
     if (options.backend == Backend::cuda) m.startup_ms = initialize_device(options.device);
     m.options = options;
   });
+  same_on_every_rank(
+      m.comm, "DistributedIndex",
+      {{"point count", static_cast<std::uint64_t>(points.count)},
+       {"points (type and sampled coordinates)", sampled_digest(points), Same::digest}});
   // How many ranks of this host share its device (by PCI address: ordinals differ between
   // ranks that see different devices), then the same layout on every rank: replicas only if
   // every rank's device holds the cloud.
@@ -271,6 +353,30 @@ bool DistributedIndex::Impl::fits_whole_cloud(const PointsView& points) const {
          128 * points.count;
 }
 
+void DistributedIndex::Impl::agree_dense(const PointsView* queries,
+                                         const dist::DenseSearch& search) {
+  collectively(comm, [&] { check_dense(queries, search); });
+  same_on_every_rank(comm, search.hybrid ? "hybrid" : "knn",
+                     {{search.hybrid ? "max_nn" : "k", static_cast<std::uint64_t>(search.k)},
+                      {"radius", bits_of(search.radius), Same::real},
+                      {"exclude_self", search.exclude_self ? 1u : 0u},
+                      queries_arg(queries)});
+}
+
+void DistributedIndex::Impl::agree_radius(const PointsView* queries, const RadiusParams& params,
+                                          bool count_only) {
+  collectively(comm, [&] {
+    PCNN_EXPECTS(std::isfinite(params.radius) && params.radius >= 0,
+                 "radius must be finite and >= 0, got " + detail::number_text(params.radius));
+    check_queries(queries, params.exclude_self);
+  });
+  same_on_every_rank(comm, "radius",
+                     {{"radius", bits_of(params.radius), Same::real},
+                      {"exclude_self", params.exclude_self ? 1u : 0u},
+                      {"count_only (radius or radius_count)", count_only ? 1u : 0u},
+                      queries_arg(queries)});
+}
+
 void DistributedIndex::Impl::check_queries(const PointsView* queries, bool exclude_self) const {
   PCNN_EXPECTS(!(exclude_self && queries),
                "exclude_self applies to a self-search only (no separate query set)");
@@ -296,6 +402,7 @@ RankRows DistributedIndex::Impl::dense_block(const PointsView* queries,
                                              const dist::DenseSearch& search,
                                              const MatrixView<std::int32_t>* into_idx,
                                              const MatrixView<float>* into_d) {
+  agree_dense(queries, search);
   const auto t_start = clock_type::now();
   RankRows out;
   start_stats();
@@ -355,13 +462,11 @@ RankRows DistributedIndex::Impl::dense_block(const PointsView* queries,
 // this rank keeps its block's counts; separate queries count the block alone.
 RankRadius DistributedIndex::Impl::radius_block(const PointsView* queries,
                                                 const RadiusParams& params, bool count_only) {
+  agree_radius(queries, params, count_only);
   const auto t_start = clock_type::now();
   RankRadius out;
   start_stats();
   collectively(comm, [&] {
-    PCNN_EXPECTS(std::isfinite(params.radius) && params.radius >= 0,
-                 "radius must be finite and >= 0, got " + detail::number_text(params.radius));
-    check_queries(queries, params.exclude_self);
     const std::int64_t rows = queries ? queries->count : n;
     out.first = block_begin(rows, rank, size);
     RadiusResult& r = out.result;
@@ -423,10 +528,12 @@ dist::Packed DistributedIndex::Impl::exchange_queries(
   x.send.assign(static_cast<std::size_t>(size), 0);
   x.recv.assign(static_cast<std::size_t>(size), 0);
   dist::Packed out(is_double);
-  for (int p = 0; p < size; ++p) {
-    x.send[p] = static_cast<int>(to[p].size());
-    for (std::int32_t j : to[p]) out.push(qs, j);
-  }
+  collectively(comm, [&] {
+    for (int p = 0; p < size; ++p) {
+      x.send[p] = static_cast<int>(to[p].size());
+      for (std::int32_t j : to[p]) out.push(qs, j);
+    }
+  });
   check(MPI_Alltoall(x.send.data(), 1, MPI_INT, x.recv.data(), 1, MPI_INT, comm), "MPI_Alltoall");
   dist::Packed in(is_double);
   collectively(comm, [&] {
@@ -448,6 +555,7 @@ dist::Packed DistributedIndex::Impl::exchange_queries(
 
 RankRows DistributedIndex::Impl::dense(const PointsView* queries, const dist::DenseSearch& search) {
   if (whole) return dense_block(queries, search);
+  agree_dense(queries, search);
   const auto t_start = clock_type::now();
   const int k = search.k;
   RankRows out;
@@ -491,12 +599,14 @@ RankRows DistributedIndex::Impl::dense(const PointsView* queries, const dist::De
         "MPI_Alltoallv (indices)");
   stats.exchange_ms += ms_since(t);
 
-  // 3. The merge on exact distances.
-  for (int p = 0; p < size; ++p)
-    if (x.send[p] > 0)
-      dist::add_answers(home, p, &back_d[static_cast<std::size_t>(x.sdisp[p]) * k],
-                        &back_i[static_cast<std::size_t>(x.sdisp[p]) * k], k);
-  dist::finish_merge(home, k);
+  // 3. The merge on exact distances (it allocates: a rank out of memory fails every rank).
+  collectively(comm, [&] {
+    for (int p = 0; p < size; ++p)
+      if (x.send[p] > 0)
+        dist::add_answers(home, p, &back_d[static_cast<std::size_t>(x.sdisp[p]) * k],
+                          &back_i[static_cast<std::size_t>(x.sdisp[p]) * k], k);
+    dist::finish_merge(home, k);
+  });
   out.result.rows = home.rows;
   out.result.k = k;
   out.result.indices = std::move(home.idx);
@@ -508,6 +618,7 @@ RankRows DistributedIndex::Impl::dense(const PointsView* queries, const dist::De
 RankRadius DistributedIndex::Impl::radius(const PointsView* queries, const RadiusParams& params,
                                           bool count_only) {
   if (whole) return radius_block(queries, params, count_only);
+  agree_radius(queries, params, count_only);
   const auto t_start = clock_type::now();
   RankRadius out;
   Batch b;
@@ -516,8 +627,6 @@ RankRadius DistributedIndex::Impl::radius(const PointsView* queries, const Radiu
   const int threads = dist::hardware_threads();
   // 1. This rank's home queries, and where else their balls reach.
   collectively(comm, [&] {
-    PCNN_EXPECTS(std::isfinite(params.radius) && params.radius >= 0,
-                 "radius must be finite and >= 0, got " + detail::number_text(params.radius));
     b = home_batch(queries, params.exclude_self);
     dist::radius_home(part, rank, bounds, b.q(), static_cast<std::int64_t>(b.rows.size()), params,
                       count_only, options, threads, home);
@@ -581,15 +690,17 @@ RankRadius DistributedIndex::Impl::radius(const PointsView* queries, const Radiu
     stats.exchange_ms += ms_since(t);
   }
 
-  // 3. The merge on exact distances.
-  const std::vector<const dist::RadiusRows*> answers(static_cast<std::size_t>(size), &back);
-  std::vector<std::int64_t> first(x.sdisp.begin(), x.sdisp.end());
-  dist::merge_radius(home, answers, first, count_only);
-  RadiusResult& r = out.result;
-  r.rows = home.rows;
-  r.offsets = std::move(home.merged.offsets);
-  r.indices = std::move(home.merged.idx);
-  r.sqdist.assign(home.merged.d.begin(), home.merged.d.end());  // the exact doubles, rounded
+  // 3. The merge on exact distances (it allocates: a rank out of memory fails every rank).
+  collectively(comm, [&] {
+    const std::vector<const dist::RadiusRows*> answers(static_cast<std::size_t>(size), &back);
+    std::vector<std::int64_t> first(x.sdisp.begin(), x.sdisp.end());
+    dist::merge_radius(home, answers, first, count_only);
+    RadiusResult& r = out.result;
+    r.rows = home.rows;
+    r.offsets = std::move(home.merged.offsets);
+    r.indices = std::move(home.merged.idx);
+    r.sqdist.assign(home.merged.d.begin(), home.merged.d.end());  // the exact doubles, rounded
+  });
   stats.total_ms = ms_since(t_start);
   return out;
 }
@@ -644,8 +755,16 @@ RankRadius DistributedIndex::radius_count(PointsView queries, const RadiusParams
 KnnResult DistributedIndex::gather(const RankRows& mine, std::int64_t rows, int root) {
   Impl& m = impl();
   std::vector<std::int64_t> made;
-  const std::vector<std::int64_t>& list = row_list(mine, made);
   const int k = mine.result.k;
+  collectively(m.comm, [&] {
+    m.check_root(root);
+    check_share(mine, "gather");
+  });
+  same_on_every_rank(m.comm, "gather",
+                     {{"rows", static_cast<std::uint64_t>(rows)},
+                      {"root", static_cast<std::uint64_t>(root)},
+                      {"k (rows of one search)", static_cast<std::uint64_t>(k)}});
+  const std::vector<std::int64_t>& list = row_list(mine, made);
   int count = static_cast<int>(list.size());
   std::vector<int> counts(static_cast<std::size_t>(m.size));
   check(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, root, m.comm), "MPI_Gather");
@@ -653,7 +772,6 @@ KnnResult DistributedIndex::gather(const RankRows& mine, std::int64_t rows, int 
   std::vector<std::int64_t> all_rows;
   KnnResult packed, out;
   collectively(m.comm, [&] {
-    PCNN_EXPECTS(k >= 1 && k <= kMaxK, "gather: rows of a search expected");
     if (m.rank != root) return;
     disp = displacements(counts);
     const std::int64_t total = std::int64_t(disp.back()) + counts.back();
@@ -673,30 +791,36 @@ KnnResult DistributedIndex::gather(const RankRows& mine, std::int64_t rows, int 
   check(MPI_Gatherv(mine.result.sqdist.data(), count, frow.get(), packed.sqdist.data(),
                     counts.data(), disp.data(), frow.get(), root, m.comm),
         "MPI_Gatherv (distances)");
-  if (m.rank != root) return out;
-  out.rows = rows;
-  out.k = k;
-  out.indices.assign(static_cast<std::size_t>(rows) * k, -1);
-  out.sqdist.assign(out.indices.size(), INFINITY);
-  for (std::size_t i = 0; i < all_rows.size(); ++i) {
-    const std::size_t r = static_cast<std::size_t>(all_rows[i]);
-    std::copy(&packed.indices[i * k], &packed.indices[i * k] + k, &out.indices[r * k]);
-    std::copy(&packed.sqdist[i * k], &packed.sqdist[i * k] + k, &out.sqdist[r * k]);
-  }
+  collectively(m.comm, [&] {  // root allocates: out of memory there fails every rank
+    if (m.rank != root) return;
+    out.rows = rows;
+    out.k = k;
+    out.indices.assign(static_cast<std::size_t>(rows) * k, -1);
+    out.sqdist.assign(out.indices.size(), INFINITY);
+    for (std::size_t i = 0; i < all_rows.size(); ++i) {
+      const std::int64_t r = all_rows[i];
+      PCNN_EXPECTS(r >= 0 && r < rows, "gather: row " + std::to_string(r) + " outside");
+      std::copy(&packed.indices[i * k], &packed.indices[i * k] + k, &out.indices[r * k]);
+      std::copy(&packed.sqdist[i * k], &packed.sqdist[i * k] + k, &out.sqdist[r * k]);
+    }
+  });
   return out;
 }
 
 RankBlock DistributedIndex::redistribute(const RankRows& mine, std::int64_t rows) {
   Impl& m = impl();
   std::vector<std::int64_t> made;
-  const std::vector<std::int64_t>& list = row_list(mine, made);
   const int k = mine.result.k;
+  collectively(m.comm, [&] { check_share(mine, "redistribute"); });
+  same_on_every_rank(m.comm, "redistribute",
+                     {{"rows", static_cast<std::uint64_t>(rows)},
+                      {"k (rows of one search)", static_cast<std::uint64_t>(k)}});
+  const std::vector<std::int64_t>& list = row_list(mine, made);
   const auto begin = [&](int p) { return block_begin(rows, p, m.size); };
   std::vector<int> send(static_cast<std::size_t>(m.size), 0), recv(send.size());
   RankBlock out;
   out.first = begin(m.rank);
   collectively(m.comm, [&] {
-    PCNN_EXPECTS(k >= 1 && k <= kMaxK, "redistribute: rows of a search expected");
     int p = 0;
     for (const std::int64_t r : list) {  // ascending: the owners too
       PCNN_EXPECTS(r >= 0 && r < rows, "redistribute: row " + std::to_string(r) + " outside");
@@ -729,21 +853,24 @@ RankBlock DistributedIndex::redistribute(const RankRows& mine, std::int64_t rows
   check(MPI_Alltoallv(mine.result.sqdist.data(), send.data(), sdisp.data(), frow.get(),
                       in.sqdist.data(), recv.data(), rdisp.data(), frow.get(), m.comm),
         "MPI_Alltoallv (distances)");
-  KnnResult& r = out.result;
-  r.rows = static_cast<std::int64_t>(in_rows.size());
-  r.k = k;
-  r.indices.resize(in.indices.size());
-  r.sqdist.resize(in.sqdist.size());
-  for (std::size_t i = 0; i < in_rows.size(); ++i) {
-    const std::size_t at = static_cast<std::size_t>(in_rows[i] - out.first) * k;
-    std::copy(&in.indices[i * k], &in.indices[i * k] + k, &r.indices[at]);
-    std::copy(&in.sqdist[i * k], &in.sqdist[i * k] + k, &r.sqdist[at]);
-  }
+  collectively(m.comm, [&] {  // it allocates: out of memory on a rank fails every rank
+    KnnResult& r = out.result;
+    r.rows = static_cast<std::int64_t>(in_rows.size());
+    r.k = k;
+    r.indices.resize(in.indices.size());
+    r.sqdist.resize(in.sqdist.size());
+    for (std::size_t i = 0; i < in_rows.size(); ++i) {
+      const std::size_t at = static_cast<std::size_t>(in_rows[i] - out.first) * k;
+      std::copy(&in.indices[i * k], &in.indices[i * k] + k, &r.indices[at]);
+      std::copy(&in.sqdist[i * k], &in.sqdist[i * k] + k, &r.sqdist[at]);
+    }
+  });
   return out;
 }
 
 RankRadiusBlock DistributedIndex::redistribute(const RankRadius& mine, std::int64_t rows) {
   Impl& m = impl();
+  same_on_every_rank(m.comm, "redistribute", {{"rows", static_cast<std::uint64_t>(rows)}});
   std::vector<std::int64_t> made;
   const std::vector<std::int64_t>& list = row_list(mine, made);
   const RadiusResult& r = mine.result;
@@ -754,9 +881,8 @@ RankRadiusBlock DistributedIndex::redistribute(const RankRadius& mine, std::int6
   RankRadiusBlock out;
   out.first = begin(m.rank);
   collectively(m.comm, [&] {
-    PCNN_EXPECTS(r.offsets.size() == list.size() + 1 &&
-                     r.indices.size() == static_cast<std::size_t>(r.offsets.back()),
-                 "redistribute: filled radius rows of a search expected");
+    PCNN_EXPECTS(radius_share(mine, "redistribute") != RadiusShare::counts,
+                 "redistribute: filled radius rows of a search expected (not counts alone)");
     int p = 0;
     for (std::size_t i = 0; i < list.size(); ++i) {  // ascending: the owners too
       const std::int64_t row = list[i];
@@ -801,21 +927,23 @@ RankRadiusBlock DistributedIndex::redistribute(const RankRadius& mine, std::int6
   check(MPI_Alltoallv(r.sqdist.data(), esend.data(), esdisp.data(), MPI_FLOAT, in_d.data(),
                       erecv.data(), erdisp.data(), MPI_FLOAT, m.comm),
         "MPI_Alltoallv (radius distances)");
-  RadiusResult& b = out.result;
-  b.rows = static_cast<std::int64_t>(in_rows.size());
-  b.offsets.assign(static_cast<std::size_t>(b.rows) + 1, 0);
-  for (std::size_t i = 0; i < in_rows.size(); ++i)
-    b.offsets[in_rows[i] - out.first + 1] = in_sizes[i];
-  for (std::int64_t q = 0; q < b.rows; ++q) b.offsets[q + 1] += b.offsets[q];
-  b.indices.resize(in_idx.size());
-  b.sqdist.resize(in_d.size());
-  std::int64_t at = 0;  // the received pairs follow the received rows
-  for (std::size_t i = 0; i < in_rows.size(); ++i) {
-    const std::int64_t to = b.offsets[in_rows[i] - out.first];
-    std::copy(in_idx.data() + at, in_idx.data() + at + in_sizes[i], b.indices.data() + to);
-    std::copy(in_d.data() + at, in_d.data() + at + in_sizes[i], b.sqdist.data() + to);
-    at += in_sizes[i];
-  }
+  collectively(m.comm, [&] {  // it allocates: out of memory on a rank fails every rank
+    RadiusResult& b = out.result;
+    b.rows = static_cast<std::int64_t>(in_rows.size());
+    b.offsets.assign(static_cast<std::size_t>(b.rows) + 1, 0);
+    for (std::size_t i = 0; i < in_rows.size(); ++i)
+      b.offsets[in_rows[i] - out.first + 1] = in_sizes[i];
+    for (std::int64_t q = 0; q < b.rows; ++q) b.offsets[q + 1] += b.offsets[q];
+    b.indices.resize(in_idx.size());
+    b.sqdist.resize(in_d.size());
+    std::int64_t at = 0;  // the received pairs follow the received rows
+    for (std::size_t i = 0; i < in_rows.size(); ++i) {
+      const std::int64_t to = b.offsets[in_rows[i] - out.first];
+      std::copy(in_idx.data() + at, in_idx.data() + at + in_sizes[i], b.indices.data() + to);
+      std::copy(in_d.data() + at, in_d.data() + at + in_sizes[i], b.sqdist.data() + to);
+      at += in_sizes[i];
+    }
+  });
   return out;
 }
 
@@ -824,18 +952,30 @@ RadiusResult DistributedIndex::gather(const RankRadius& mine, std::int64_t rows,
   std::vector<std::int64_t> made;
   const std::vector<std::int64_t>& list = row_list(mine, made);
   const RadiusResult& r = mine.result;
-  const bool filled = r.offsets.back() == static_cast<std::int64_t>(r.indices.size());
   int count = static_cast<int>(list.size());
   std::vector<int> counts(static_cast<std::size_t>(m.size)), ecounts(counts.size());
-  std::vector<std::int64_t> sizes(static_cast<std::size_t>(count));
-  for (int i = 0; i < count; ++i) sizes[i] = r.offsets[i + 1] - r.offsets[i];
+  std::vector<std::int64_t> sizes;
   int entries = 0;
+  RadiusShare kind = RadiusShare::empty;
   collectively(m.comm, [&] {
-    PCNN_EXPECTS(r.offsets.size() == list.size() + 1, "gather: rows of a search expected");
-    PCNN_EXPECTS(!filled || r.offsets.back() <= INT_MAX,
+    m.check_root(root);
+    kind = radius_share(mine, "gather");
+    PCNN_EXPECTS(kind != RadiusShare::filled || r.offsets.back() <= INT_MAX,
                  "gather: more than 2^31-1 radius pairs on one rank");
-    entries = filled ? static_cast<int>(r.offsets.back()) : 0;
+    entries = kind == RadiusShare::filled ? static_cast<int>(r.offsets.back()) : 0;
+    sizes.resize(static_cast<std::size_t>(count));
+    for (int i = 0; i < count; ++i) sizes[i] = r.offsets[i + 1] - r.offsets[i];
   });
+  same_on_every_rank(
+      m.comm, "gather",
+      {{"rows", static_cast<std::uint64_t>(rows)}, {"root", static_cast<std::uint64_t>(root)}});
+  // Filled rows and counts alone do not mix (a rank without pairs goes with either).
+  int kinds[2] = {kind == RadiusShare::filled ? 1 : 0, kind == RadiusShare::counts ? 1 : 0};
+  check(MPI_Allreduce(MPI_IN_PLACE, kinds, 2, MPI_INT, MPI_MAX, m.comm), "MPI_Allreduce");
+  if (kinds[0] && kinds[1])
+    throw invalid_argument_error(
+        "gather: some ranks pass filled radius rows, others counts alone (radius_count)");
+  const bool counts_alone = kinds[1] != 0;
   check(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, root, m.comm), "MPI_Gather");
   check(MPI_Gather(&entries, 1, MPI_INT, ecounts.data(), 1, MPI_INT, root, m.comm), "MPI_Gather");
   std::vector<int> disp, edisp;
@@ -867,21 +1007,27 @@ RadiusResult DistributedIndex::gather(const RankRadius& mine, std::int64_t rows,
                     MPI_FLOAT, root, m.comm),
         "MPI_Gatherv (radius distances)");
   RadiusResult out;
-  if (m.rank != root) return out;
-  out.rows = rows;
-  out.offsets.assign(static_cast<std::size_t>(rows) + 1, 0);
-  for (std::size_t i = 0; i < all_rows.size(); ++i) out.offsets[all_rows[i] + 1] = all_sizes[i];
-  for (std::int64_t q = 0; q < rows; ++q) out.offsets[q + 1] += out.offsets[q];
-  if (all_idx.empty() && out.offsets.back() > 0) return out;  // counts alone
-  out.indices.resize(static_cast<std::size_t>(out.offsets.back()));
-  out.sqdist.resize(out.indices.size());
-  std::int64_t at = 0;  // the gathered entries follow the gathered rows
-  for (std::size_t i = 0; i < all_rows.size(); ++i) {
-    const std::int64_t to = out.offsets[all_rows[i]];
-    std::copy(all_idx.data() + at, all_idx.data() + at + all_sizes[i], out.indices.data() + to);
-    std::copy(all_d.data() + at, all_d.data() + at + all_sizes[i], out.sqdist.data() + to);
-    at += all_sizes[i];
-  }
+  collectively(m.comm, [&] {  // root allocates: out of memory there fails every rank
+    if (m.rank != root) return;
+    out.rows = rows;
+    out.offsets.assign(static_cast<std::size_t>(rows) + 1, 0);
+    for (std::size_t i = 0; i < all_rows.size(); ++i) {
+      PCNN_EXPECTS(all_rows[i] >= 0 && all_rows[i] < rows,
+                   "gather: row " + std::to_string(all_rows[i]) + " outside");
+      out.offsets[all_rows[i] + 1] = all_sizes[i];
+    }
+    for (std::int64_t q = 0; q < rows; ++q) out.offsets[q + 1] += out.offsets[q];
+    if (counts_alone) return;
+    out.indices.resize(static_cast<std::size_t>(out.offsets.back()));
+    out.sqdist.resize(out.indices.size());
+    std::int64_t at = 0;  // the gathered entries follow the gathered rows
+    for (std::size_t i = 0; i < all_rows.size(); ++i) {
+      const std::int64_t to = out.offsets[all_rows[i]];
+      std::copy(all_idx.data() + at, all_idx.data() + at + all_sizes[i], out.indices.data() + to);
+      std::copy(all_d.data() + at, all_d.data() + at + all_sizes[i], out.sqdist.data() + to);
+      at += all_sizes[i];
+    }
+  });
   return out;
 }
 

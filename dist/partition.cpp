@@ -230,8 +230,14 @@ void grow(Box& b, const double* p) {
 }  // namespace
 
 Box bounding_box(PointsView points, const std::vector<std::int32_t>& ids) {
+  PCNN_EXPECTS(points.memory == Memory::host && points.count >= 0 &&
+                   (points.count == 0 || points.address()) && points.stride >= 3,
+               "bounding_box: invalid points view (host memory, stride >= 3)");
   Box b = empty_box();
   for (const std::int32_t i : ids) {
+    PCNN_EXPECTS(i >= 0 && i < points.count, "bounding_box: id " + std::to_string(i) +
+                                                 " is not one of the " +
+                                                 std::to_string(points.count) + " points");
     double p[3];
     dist::read_point(points, i, p);
     if (finite3(p)) grow(b, p);

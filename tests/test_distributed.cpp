@@ -230,6 +230,19 @@ TEST(Partitioning, BoxDistanceNeverExceedsAPointDistance) {
   EXPECT_EQ(box_sqdist(Box{}, q.data()), INFINITY);  // an empty box holds nothing
 }
 
+// A public helper: ids outside the points, or a view it cannot read, are the caller's error (an
+// id outside was read from past the points: a segfault).
+TEST(Partitioning, BoundingBoxRefusesIdsOutsideThePoints) {
+  const auto xyz = make_synthetic_cloud(SyntheticKind::uniform, 100, 5);
+  const PointsView v = host_points(xyz.data(), 100);
+  for (const std::int32_t bad : {-1, 100, 50000000, INT32_MIN})
+    EXPECT_THROW(bounding_box(v, {0, bad}), invalid_argument_error) << bad;
+  EXPECT_THROW(bounding_box(host_points(static_cast<const float*>(nullptr), 100), {0}),
+               invalid_argument_error);
+  const Box b = bounding_box(v, {0, 99});
+  for (int a = 0; a < 3; ++a) EXPECT_EQ(b.lo[a], std::min(xyz[a], xyz[297 + a]));
+}
+
 TEST(Partitioning, DeterministicAndBalanced) {
   const auto xyz = make_synthetic_cloud(SyntheticKind::lidar, 20000, 3);
   const PointsView v = host_points(xyz.data(), 20000);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "pcnn/device.hpp"
+#include "pcnn/error.hpp"
 #include "pcnn/index.hpp"
 #include "pcnn/mpi.hpp"
 #include "pcnn/testing/synthetic.hpp"
@@ -168,6 +169,77 @@ void check_cloud(const std::vector<float>& xyz, const std::string& name, Backend
   }
 }
 
+// Calls `f`, which every rank must refuse with invalid_argument_error saying `says`.
+template <class F>
+void expect_refused(F&& f, const std::string& says, const std::string& what) {
+  try {
+    f();
+    expect(false, what + ": not refused");
+  } catch (const invalid_argument_error& e) {
+    expect(std::string(e.what()).find(says) != std::string::npos,
+           what + ": the message says \"" + says + "\", got: " + e.what());
+  } catch (const std::exception& e) {
+    expect(false, what + ": another error: " + e.what());
+  }
+}
+
+// Arguments that differ between the ranks, which a collective would size its buffers by: every
+// rank refuses them (they corrupted the heap, merged rows of different searches or hung), and
+// the index still answers afterwards.
+void check_misuse(Backend backend) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const auto xyz = make_synthetic_cloud(SyntheticKind::uniform, 3000, 21);
+  const std::int64_t n = 3000;
+  const PointsView refs = host_points(xyz.data(), n);
+  IndexOptions io;
+  io.backend = backend;
+  const KnnResult want = Index(refs, io).self_knn({4});
+  // Each rank its own cloud: one point fewer a rank, or the same count with other points.
+  expect_refused(
+      [&] { mpi::DistributedIndex(MPI_COMM_WORLD, host_points(xyz.data(), n - rank_), io); },
+      "every rank must pass the same point count", "point counts differ");
+  const auto mine = make_synthetic_cloud(SyntheticKind::uniform, 3000, 30 + rank_);
+  expect_refused([&] { mpi::DistributedIndex(MPI_COMM_WORLD, host_points(mine.data(), n), io); },
+                 "every rank must pass the same points", "clouds differ");
+  for (const Layout layout : {Layout::spatial, Layout::replicated}) {
+    const std::string what = std::string(layout == Layout::spatial ? "spatial" : "replicated") +
+                             (backend == Backend::cuda ? ", cuda" : ", cpu");
+    mpi::DistributedIndex d(MPI_COMM_WORLD, refs, io, false, layout);
+    expect_refused([&] { d.self_knn({4 + rank_}); }, "every rank must pass the same k",
+                   what + ": k differs");
+    expect_refused(
+        [&] {
+          d.self_hybrid({0.1 + 0.01 * rank_, 4});
+        },
+        "every rank must pass the same radius", what + ": hybrid radius differs");
+    expect_refused(
+        [&] {
+          d.self_radius({0.05, rank_ == 0});
+        },
+        "every rank must pass the same exclude_self", what + ": exclude_self differs");
+    const auto own_queries = make_synthetic_cloud(SyntheticKind::uniform, 500, 40 + rank_);
+    expect_refused([&] { d.knn(host_points(own_queries.data(), 500), {4}); },
+                   "every rank must pass the same query set", what + ": each rank its own queries");
+    expect_refused([&] { d.knn(host_points(own_queries.data(), 500 - rank_), {4}); },
+                   "every rank must pass the same query set", what + ": query counts differ");
+    const mpi::RankRows rows = d.self_knn({4});
+    expect_refused([&] { d.gather(rows, n, rank_); }, "every rank must pass the same root",
+                   what + ": gather roots differ");
+    expect_refused([&] { d.gather(rows, n, size); }, "is not a rank", what + ": root outside");
+    expect_refused([&] { d.gather(rows, n - rank_, 0); }, "every rank must pass the same rows",
+                   what + ": gather row counts differ");
+    expect_refused([&] { d.redistribute(rows, n - rank_); }, "every rank must pass the same rows",
+                   what + ": redistribute row counts differ");
+    const mpi::RankRadius filled = d.self_radius({0.05}), counts = d.self_radius_count({0.05});
+    expect_refused([&] { d.gather(rank_ == 0 ? filled : counts, n, 0); }, "others counts alone",
+                   what + ": filled rows and counts gathered together");
+    // Still in step: the same search and gather as before the misuse.
+    const KnnResult all = d.gather(d.self_knn({4}), n, 0);
+    if (rank_ == 0) expect(same(all, want), what + ": rows after the refusals");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -200,6 +272,7 @@ int main(int argc, char** argv) {
       run(twice, "lattice twice", b, true);  // a copy's neighbors are the other copy's
       run(poisoned, "5 % non-finite", b, true);
       run(two, "two points", b, false);
+      if (std::string("misuse").find(only) != std::string::npos) check_misuse(b);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: %s\n", rank_, e.what());

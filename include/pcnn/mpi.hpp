@@ -10,8 +10,12 @@
 //   pcnn::KnnResult all = index.gather(mine, n);         // every row, on rank 0
 //
 // Every call is collective: every rank of the communicator makes it, with the same arguments.
-// When one rank fails (bad view, out of memory...), every rank throws: that rank its own error,
-// the others pcnn::error saying which rank failed — no rank is left waiting in a collective.
+// Those are compared (k, max_nn, radius, exclude_self, rows, root, the point and query counts,
+// and a digest of their type and of up to 4,096 evenly spaced points): where they differ, every
+// rank throws pcnn::invalid_argument_error naming the argument (clouds that differ only between
+// the sampled points are not caught). When one rank fails (bad view, out of memory...), every
+// rank throws: that rank its own error, the others pcnn::error saying which rank failed — no
+// rank is left waiting in a collective.
 #pragma once
 
 #include <mpi.h>
