@@ -75,8 +75,7 @@ int run_stats(const StatsCommand& cmd) {
   // --device cuda without a usable GPU fails before loading.
   const bool gpu = want_gpu(cmd.device, cmd.mode.quiet, r);
   double load_ms = 0;
-  const Cloud cloud =
-      load(cmd.input, cmd.format, /*keep_fields=*/false, cmd.mode.quiet, load_ms, gpu);
+  Cloud cloud = load(cmd.input, cmd.format, /*keep_fields=*/false, cmd.mode.quiet, load_ms, gpu);
   CloudStats s = gpu ? gpu_cloud_stats(cloud.view()) : reference_cloud_stats(cloud.view());
   // Back to the file's coordinates: the statistics were taken around the origin.
   for (int a = 0; a < 3; ++a) {
@@ -123,10 +122,22 @@ int run_stats(const StatsCommand& cmd) {
     const KnnParams p{1, true};
     IndexOptions o;
     o.backend = gpu ? Backend::cuda : Backend::cpu;
-    const KnnResult nn = Index(cloud.view(), o).self_knn(p);
-    std::vector<float> spacing(nn.sqdist.size());
-    std::transform(nn.sqdist.begin(), nn.sqdist.end(), spacing.begin(),
-                   [](float d) { return std::sqrt(d); });
+    const PointsView view = search_views(cloud, nullptr).first;  // exact as stored
+    const KnnResult nn = Index(view, o).self_knn(p);
+    // In double from the coordinates (std::hypot: no square to overflow or underflow): the
+    // rows' float squared distances are 0 below ~1e-23 and lose bits in float's denormals.
+    std::vector<double> spacing(static_cast<std::size_t>(nn.rows), NAN);
+    const auto coord = [&](std::int64_t i, int a) {
+      const std::int64_t at = i * view.stride + a;
+      return view.data64 ? view.data64[at] : static_cast<double>(view.data[at]);
+    };
+    for (std::int64_t i = 0; i < nn.rows; ++i) {
+      const std::int32_t j = nn.indices[static_cast<std::size_t>(i)];
+      if (j < 0) continue;
+      double d[3];
+      for (int a = 0; a < 3; ++a) d[a] = coord(i, a) - coord(j, a);
+      spacing[static_cast<std::size_t>(i)] = std::hypot(d[0], d[1], d[2]);
+    }
     const ValueStats v = reference_value_stats(spacing.data(), nn.rows);
     Report sp;
     sp.add("min", v.min);

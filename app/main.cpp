@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <csignal>
@@ -71,13 +73,6 @@ void add_stream_format(CLI::App* cmd, bool& csv) {
       ->check(CLI::IsMember({"npy", "csv"}));
 }
 
-// --format, which every command that reads a cloud takes.
-void add_input_format(CLI::App* cmd, std::string& format) {
-  cmd->add_option("--format", format,
-                  "read the input as pcd or ply whatever its name; needed for '-' (stdin)")
-      ->check(CLI::IsMember({"pcd", "ply"}));
-}
-
 // Options every search command takes; `memory` receives --max-device-memory as typed.
 void add_search_options(CLI::App* cmd, SearchOptions& o, std::string& memory) {
   cmd->add_option("input", o.input, "reference cloud (.pcd or .ply)")->required();
@@ -142,8 +137,8 @@ int run_generate(const GenerateCommand& g) {
   const auto points = static_cast<long long>(xyz.size() / 3);
   if (!g.mode.quiet) {
     if (depth)
-      std::fprintf(stderr, "pcnn: wrote an organized %d x %d depth scene (seed %llu) to %s\n",
-                   g.width, g.height, g.seed, g.out.c_str());
+      std::fprintf(stderr, "pcnn: wrote %s %d x %d depth scene (seed %llu) to %s\n",
+                   g.height > 1 ? "an organized" : "a", g.width, g.height, g.seed, g.out.c_str());
     else
       std::fprintf(stderr, "pcnn: wrote %s points (%s, seed %llu) to %s\n",
                    thousands(points).c_str(), g.kind.c_str(), g.seed, g.out.c_str());
@@ -154,7 +149,7 @@ int run_generate(const GenerateCommand& g) {
     r.add("kind", g.kind);
     r.add("points", static_cast<double>(points));
     r.add("seed", static_cast<double>(g.seed));
-    r.add_bool("organized", depth);
+    r.add_bool("organized", depth && g.height > 1);  // as stats reads the file
     r.add("width", depth ? g.width : static_cast<double>(points));
     r.add("height", depth ? g.height : 1);
     r.add("written to", g.out);
@@ -227,6 +222,47 @@ void refuse_empty_values(CLI::App& app) {
     if (o->get_expected_min() > 0) o->check(nonempty);
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
     refuse_empty_values(*sub);
+}
+
+// Integer options read as decimal: CLI11 read "016" as octal (14), and refused "08", so
+// zero-padded numbers, as scripts write them, changed what ran (or were checked against a range
+// as octal). Before parsing, the leading zeros of the values of integer options are dropped
+// ("0x" and other prefixes are left to CLI11's conversion).
+std::vector<std::string> integers_as_decimal(CLI::App& app, int argc, char** argv) {
+  const auto strip = [](std::string v) {
+    const std::size_t sign = !v.empty() && (v[0] == '-' || v[0] == '+') ? 1 : 0;
+    std::size_t end = sign;
+    while (end < v.size() && std::isdigit(static_cast<unsigned char>(v[end]))) ++end;
+    if (end != v.size() || end - sign < 2) return v;  // not a zero-padded decimal
+    const std::size_t first = v.find_first_not_of('0', sign);
+    v.erase(sign, (first == std::string::npos ? v.size() - 1 : first) - sign);
+    return v;
+  };
+  const auto integer = [](const CLI::Option* o) {
+    if (!o) return false;  // the type's name, and its validators' after a ':'
+    const std::string type = o->get_type_name().substr(0, o->get_type_name().find(':'));
+    return type == "INT" || type == "UINT";
+  };
+  std::vector<std::string> args(argv, argv + argc);
+  CLI::App* at = &app;  // the (sub)command whose options follow
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    std::string& a = args[i];
+    const auto named = at->get_subcommands([&](CLI::App* sub) { return sub->check_name(a); });
+    if (!named.empty()) {
+      at = named.front();
+      continue;
+    }
+    if (a.size() < 2 || a[0] != '-') continue;
+    const std::size_t eq = a.find('=');
+    if (a.compare(0, 2, "--") == 0 && eq != std::string::npos) {
+      if (integer(at->get_option_no_throw(a.substr(0, eq))))
+        a = a.substr(0, eq + 1) + strip(a.substr(eq + 1));
+    } else if (integer(at->get_option_no_throw(a)) && i + 1 < args.size()) {
+      args[i + 1] = strip(args[i + 1]);
+      ++i;
+    }
+  }
+  return args;
 }
 
 // The reader of standard output went away (`pcnn ... -o - | head`): the library reports the
@@ -333,16 +369,18 @@ int run_command(int argc, char** argv) {
           return e.what();
         }
       });
-  gen_cmd->add_option("--width", gen.width, "depth: columns")
+  auto* gen_width = gen_cmd->add_option("--width", gen.width, "depth: columns")
+                        ->capture_default_str()
+                        ->check(CLI::Range(1, 100000));
+  auto* gen_height = gen_cmd->add_option("--height", gen.height, "depth: rows (> 1: organized)")
+                         ->capture_default_str()
+                         ->check(CLI::Range(1, 100000));
+  auto* gen_points = gen_cmd->add_option("-n,--points", gen.n, "number of points (not depth)")
+                         ->capture_default_str()
+                         ->check(CLI::Range(0LL, 2147483647LL));
+  gen_cmd->add_option("--seed", gen.seed, "random seed (0 to 2^53, exact in JSON)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
-  gen_cmd->add_option("--height", gen.height, "depth: rows")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
-  gen_cmd->add_option("-n,--points", gen.n, "number of points")
-      ->capture_default_str()
-      ->check(CLI::Range(0LL, 2147483647LL));
-  gen_cmd->add_option("--seed", gen.seed, "random seed")->capture_default_str();
+      ->check(CLI::Range(0ULL, 1ULL << 53));
   gen_cmd->add_option("-o,--out", gen.out, "output .pcd or .ply ('-': stdout)")->required();
   add_output_mode(gen_cmd, gen.mode);
 
@@ -434,7 +472,10 @@ int run_command(int argc, char** argv) {
   bool json = false;
   for (int i = 1; i < argc; ++i) json = json || std::string(argv[i]) == "--json";
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> args = integers_as_decimal(app, argc, argv);
+    std::vector<char*> arg_ptrs;
+    for (std::string& a : args) arg_ptrs.push_back(a.data());
+    app.parse(argc, arg_ptrs.data());
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0 || !json) {
       const int rc = app.exit(e);
@@ -487,7 +528,16 @@ int run_command(int argc, char** argv) {
       return run_smooth(smooth);
     }
     if (normals_cmd->parsed()) return run_normals(normals);
-    if (gen_cmd->parsed()) return run_generate(gen);
+    if (gen_cmd->parsed()) {
+      // Options of the other kind of cloud are refused, as filter and smooth refuse theirs.
+      const bool depth = gen.kind == "depth";
+      for (const CLI::Option* o : {gen_width, gen_height, gen_points})
+        if (o->count() > 0 && depth == (o == gen_points))
+          throw pcnn::error(o->get_name() + " applies to generate " +
+                            (depth ? "of an unorganized cloud" : "depth") + ", not to generate " +
+                            gen.kind);
+      return run_generate(gen);
+    }
     if (stats_cmd->parsed()) return run_stats(stats);
     if (filter_cmd->parsed()) {
       check_filter_options(

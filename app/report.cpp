@@ -189,8 +189,9 @@ void Report::json_rows(std::string& out, const std::vector<Row>& rows) {
           out += (i ? ", " : "") + json_number(r.nums[i]);
         out += ']';
         break;
-      case Row::number:
-        out += json_number(r.num);
+      case Row::number:  // timings, rates and ratios are measurements
+        out += json_number(r.num,
+                           r.unit == "ms" || r.unit == "GB/s" || r.unit == "x" || r.unit == "%");
         break;
       case Row::note:
         break;
@@ -280,15 +281,17 @@ std::string json_string(const std::string& s) {
   return out + '"';
 }
 
-std::string json_number(double v) {
+std::string json_number(double v, bool measured) {
   if (!std::isfinite(v)) return "null";
   char buf[64];
   if (v == std::floor(v) && std::fabs(v) < 9007199254740992.0) {  // integers as integers
     std::snprintf(buf, sizeof buf, "%.0f", v);
     return buf;
   }
-  // A value that came from a float (device timings) needs only a float's digits.
-  if (std::fabs(v) < 3e38 && static_cast<double>(static_cast<float>(v)) == v) {
+  // A measurement that came from a float (device timings) needs only a float's digits. Data
+  // (coordinates, bounds, spacings) read back as the same double: a double that a float holds
+  // exactly, such as 0.10000000149011612, is not 0.1.
+  if (measured && std::fabs(v) < 3e38 && static_cast<double>(static_cast<float>(v)) == v) {
     for (int digits = 6; digits <= 9; ++digits) {
       std::snprintf(buf, sizeof buf, "%.*g", digits, v);
       if (std::strtof(buf, nullptr) == static_cast<float>(v)) return buf;

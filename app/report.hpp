@@ -85,8 +85,10 @@ std::string json_error(const std::string& message, int exit_code, const std::str
 
 /// A JSON string literal (quoted, escaped).
 std::string json_string(const std::string& s);
-/// A JSON number (shortest text that reads back as the same double), or null when not finite.
-std::string json_number(double v);
+/// A JSON number (shortest text that reads back as the same double), or null when not finite;
+/// `measured` (a timing or a rate, perhaps from a float): the shortest that reads back as the
+/// same float where a float holds it.
+std::string json_number(double v, bool measured = false);
 
 /// "1,234,567"
 std::string thousands(long long v);

@@ -43,7 +43,10 @@ CloudStats reference_cloud_stats(PointsView pts) {
   return r;
 }
 
-ValueStats reference_value_stats(const float* values, std::int64_t n) {
+namespace {
+
+template <class T>
+ValueStats value_stats(const T* values, std::int64_t n) {
   ValueStats r;
   long double s = 0;
   double lo = INFINITY, hi = -INFINITY;
@@ -65,6 +68,15 @@ ValueStats reference_value_stats(const float* values, std::int64_t n) {
            (values[i] - static_cast<long double>(r.mean));
   r.stddev = r.count > 1 ? static_cast<double>(std::sqrt(v / (r.count - 1))) : 0.0;
   return r;
+}
+
+}  // namespace
+
+ValueStats reference_value_stats(const float* values, std::int64_t n) {
+  return value_stats(values, n);
+}
+ValueStats reference_value_stats(const double* values, std::int64_t n) {
+  return value_stats(values, n);
 }
 
 }  // namespace pcnn
