@@ -1,5 +1,7 @@
 #include "knn_command.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -460,6 +462,12 @@ CloudFormat parse_format(const std::string& format) {
   if (format == "pcd") return CloudFormat::pcd;
   if (format == "ply") return CloudFormat::ply;
   return CloudFormat::by_extension;
+}
+
+void add_input_format(CLI::App* cmd, std::string& format) {
+  cmd->add_option("--format", format,
+                  "read the input as pcd or ply whatever its name; needed for '-' (stdin)")
+      ->check(CLI::IsMember({"pcd", "ply"}));
 }
 
 void check_search_options(const SearchOptions& opt) {

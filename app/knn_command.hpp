@@ -11,6 +11,10 @@
 #include "pcnn/index.hpp"
 #include "report.hpp"
 
+namespace CLI {
+class App;
+}
+
 namespace pcnn::app {
 
 /// What every search command takes.
@@ -83,6 +87,9 @@ void check_input_format(const std::string& input, const std::string& format);
 
 /// --format as load_cloud takes it.
 CloudFormat parse_format(const std::string& format);
+
+/// Adds --format, which every command that reads a cloud takes.
+void add_input_format(CLI::App* cmd, std::string& format);
 
 /// Options that do not apply to a search are refused (pcnn::error, exit 2) before anything is
 /// loaded: --exclude-self with --query, --compare-cpu on the CPU backend, GPU-only options with

@@ -47,7 +47,8 @@ CLI::App* add_normals_command(CLI::App& app, NormalsCommand& cmd) {
       "normals",
       "surface normals and curvature (PCA of each neighborhood, as PCL's NormalEstimation), "
       "written with every field of the input");
-  c->add_option("input", cmd.input, "cloud (.pcd or .ply)")->required();
+  c->add_option("input", cmd.input, "cloud (.pcd or .ply; '-': stdin, with --format)")->required();
+  add_input_format(c, cmd.format);
   auto* k =
       c->add_option("-k", cmd.k, "neighborhood: the k nearest points, itself included (3-128)");
   auto* r = c->add_option("-r,--radius", cmd.radius,
@@ -92,6 +93,7 @@ int run_normals(const NormalsCommand& cmd) {
   // Everything that does not depend on the cloud is checked before it is loaded.
   SearchOptions opt = cmd;
   if (!cmd.memory.empty()) opt.max_device_memory = parse_bytes(cmd.memory);
+  check_search_options(opt);  // the input's format; GPU options not with --device cpu
   NormalParams params;
   params.k = cmd.k;
   params.radius = cmd.radius;
@@ -110,7 +112,8 @@ int run_normals(const NormalsCommand& cmd) {
     start_device_early(0, [kind, k] { warm_up(0, kind, k); });
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const Cloud cloud = load_cloud(cmd.input);
+  const Cloud cloud =
+      load_cloud(cmd.input, nullptr, /*keep_fields=*/true, parse_format(cmd.format));
   const double load_ms = ms_since(t0);
   for (int a = 0; a < 3; ++a)  // the index holds the cloud re-centered on its origin
     params.viewpoint[a] = viewpoint[a] - cloud.origin[a];
