@@ -293,11 +293,21 @@ void save_cloud_moved(OutputSet& outputs, const Cloud& cloud, const std::vector<
   pcl::PCLPointCloud2 out = cloud.fields->cloud;
   const pcl::PCLPointField* f[3] = {&coordinate(path, out, "x"), &coordinate(path, out, "y"),
                                     &coordinate(path, out, "z")};
+  const auto same = [](float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); };
   for (std::int64_t i = 0; i < cloud.size(); ++i) {
+    const float* was = &cloud.xyz[i * 3];
+    const float* now = &xyz[i * 3];
+    // A point that did not move (not smoothed: not finite, no neighbors, no iterations) keeps
+    // its record as stored; one that moved, its stored coordinates plus the move. Both exact
+    // where the float offsets are not (float64 coordinates far from the origin).
+    if (same(was[0], now[0]) && same(was[1], now[1]) && same(was[2], now[2])) continue;
     std::uint8_t* rec = out.data.data() + i * out.point_step;
-    for (int a = 0; a < 3; ++a)
+    for (int a = 0; a < 3; ++a) {
+      const double stored =
+          cloud.stored.empty() ? double(was[a]) + cloud.origin[a] : cloud.stored[i * 3 + a];
       write_from_double(rec + f[a]->offset, f[a]->datatype,
-                        double(xyz[i * 3 + a]) + cloud.origin[a]);
+                        stored + (double(now[a]) - double(was[a])));
+    }
   }
   encode(outputs, path, out);
 }
@@ -326,6 +336,15 @@ void save_cloud_with_fields(OutputSet& outputs, const Cloud& cloud,
     if (f < out.fields.size() && out.fields[f].count != 1)
       fail(path, "the cloud's field '" + a.name + "' holds " + std::to_string(out.fields[f].count) +
                      " values per point, not 1");
+    if (f < out.fields.size() && out.fields[f].datatype != pcl::PCLPointField::FLOAT32 &&
+        out.fields[f].datatype != pcl::PCLPointField::FLOAT64) {
+      // A field of that name in an integer type (which rounded and clamped the values: normals
+      // of 0 and -1) becomes float32, in its place among the fields; its old bytes stay in the
+      // record, unwritten.
+      out.fields[f].datatype = pcl::PCLPointField::FLOAT32;
+      out.fields[f].offset = out.point_step;
+      out.point_step += sizeof(float);
+    }
     if (f == out.fields.size()) {
       pcl::PCLPointField field;
       field.name = a.name;

@@ -150,9 +150,11 @@ void save_cloud_subset(OutputSet& outputs, const Cloud& cloud,
 
 /// Writes `cloud` with its points moved to `xyz` (3 floats per point, in the cloud's re-centered
 /// coordinates, as Cloud::xyz), every other field and the organization (width × height)
-/// unchanged, to a .pcd (binary) or .ply (binary little-endian) by extension. Coordinates are
-/// stored in their original type (integers rounded; an integer coordinate stays as it was where
-/// the new one is NaN). @throws pcnn::output_error
+/// unchanged, to a .pcd (binary) or .ply (binary little-endian) by extension. A point whose
+/// position equals its Cloud::xyz keeps its record as stored (a point not moved, non-finite
+/// coordinates included); a moved one gets its stored coordinates plus the move, in their
+/// original type (integers rounded; an integer coordinate stays as it was where the new one is
+/// NaN). @throws pcnn::output_error
 void save_cloud_moved(OutputSet& outputs, const Cloud& cloud, const std::vector<float>& xyz,
                       const std::string& path);
 
@@ -164,7 +166,8 @@ struct AddedField {
 };
 
 /// Writes `cloud` with every field it had plus the `added` ones (float32, after the others; a
-/// field of the same name the cloud already has is replaced in place, in its own type), every
+/// field of the same name the cloud already has is replaced in place, in its own type if that is
+/// float32 or float64, else as float32), every
 /// point and the organization unchanged, to a .pcd (binary) or .ply (binary little-endian) by
 /// extension: what pcl::concatenateFields of a cloud and its normals gives.
 /// @throws pcnn::output_error
