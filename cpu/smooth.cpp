@@ -104,6 +104,16 @@ Stencil parse_stencil(const std::string& spec) {
               "' (box:R, gaussian:R:SIGMA, list:c0,c1,... or grid:c0,c1,...)");
 }
 
+Stencil normalized(Stencil s) {
+  float largest = 0;
+  for (const float w : s.weights) largest = std::max(largest, std::fabs(w));
+  if (!(largest > 0) || !std::isfinite(largest)) return s;  // validate() refuses such stencils
+  int e = 0;
+  std::frexp(largest, &e);  // largest = m * 2^e, m in [0.5, 1)
+  for (float& w : s.weights) w = std::ldexp(w, -e);
+  return s;
+}
+
 void validate(const Stencil& s) {
   PCNN_EXPECTS(s.radius >= 0 && s.radius <= kMaxStencilRadius,
                "stencil radius must be 0.." + std::to_string(kMaxStencilRadius) + ", got " +

@@ -267,7 +267,7 @@ std::vector<float> gpu_smooth_organized(PointsView pts, int width, int height,
                "organized smoothing: width x height (" + std::to_string(width) + " x " +
                    std::to_string(height) + ") must equal the point count (" +
                    std::to_string(pts.count) + ")");
-  const Stencil& st = params.stencil;
+  const Stencil st = normalized(params.stencil);
   const int R = st.radius, side = 2 * R + 1;
   const bool separable = st.separable && params.depth_jump <= 0;
   detail::GridWeights grid{};

@@ -28,7 +28,8 @@ std::vector<float> reference_smooth_organized(PointsView pts, int width, int hei
   validate(params);
   PCNN_EXPECTS(width > 0 && height > 0 && std::int64_t(width) * height == pts.count,
                "organized smoothing: width x height must equal the point count");
-  const int R = params.stencil.radius, side = 2 * R + 1;
+  const Stencil st = normalized(params.stencil);
+  const int R = st.radius, side = 2 * R + 1;
   std::vector<float> value(pts.count);
   for (std::int64_t i = 0; i < pts.count; ++i)
     value[i] = cpu::finite_point(pts, i) ? value_of(cpu::point(pts, i), params) : NAN;
@@ -52,10 +53,8 @@ std::vector<float> reference_smooth_organized(PointsView pts, int width, int hei
           const float v = value[std::int64_t(yy) * width + xx];
           if (!std::isfinite(v)) continue;
           if (params.depth_jump > 0 && std::fabs(v - v0) > params.depth_jump) continue;
-          const volatile float w =
-              params.stencil.separable
-                  ? params.stencil.weights[dy + R] * params.stencil.weights[dx + R]
-                  : params.stencil.weights[(dy + R) * side + dx + R];
+          const volatile float w = st.separable ? st.weights[dy + R] * st.weights[dx + R]
+                                                : st.weights[(dy + R) * side + dx + R];
           const volatile float wv = w * v;
           sum += wv;
           wsum += w;

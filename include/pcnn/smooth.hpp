@@ -38,6 +38,13 @@ Stencil stencil_from_grid(const std::vector<float>& grid);
 /// "grid:c0,c1,..." (full 2-D, row-major). Throws pcnn::error naming the problem.
 Stencil parse_stencil(const std::string& spec);
 
+/// `s` with its coefficients scaled by the power of two that puts the largest magnitude in
+/// [0.5, 1): the same ratios exactly, so the same smoothing, bit for bit, as long as nothing
+/// overflows or underflows; coefficients such as 1e20 or 1e-24 then do neither (their float
+/// products overflowed to NaN points, or underflowed to no smoothing). Both backends smooth with
+/// it.
+Stencil normalized(Stencil s);
+
 /// Checks a stencil: radius 0..kMaxStencilRadius, the right number of coefficients, all finite,
 /// a positive sum (of the taps, or of the grid) and a positive center weight. Throws pcnn::error.
 void validate(const Stencil& s);
