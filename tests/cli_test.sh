@@ -397,5 +397,56 @@ if command -v script >/dev/null; then  # binary .npy to a terminal is refused
   grep -q "it is a terminal, and this output is binary" "$tmp/tty" || { echo "FAIL: npy to a terminal"; fails=$((fails + 1)); }
 fi
 
+# Zero-padded integers are decimal (CLI11 read 016 as octal 14, and checked ranges so).
+"$pcnn" filter sor "$sample" -o "$tmp/f16.pcd" --mean-k 016 --device cpu --json -q >"$tmp/out"
+grep -q '"mean_k": 16' "$tmp/out" || { echo "FAIL: --mean-k 016 is 16"; fails=$((fails + 1)); }
+expect 2 "not in range 1 to 100000" -- generate depth --width 0200000 -o "$tmp/g.pcd"
+# generate refuses the options of the other kind of cloud, and seeds JSON cannot print exactly.
+expect 2 "--width applies to generate depth" -- generate uniform -n 10 --width 5 -o "$tmp/g.pcd"
+expect 2 "--points applies to generate of an unorganized" -- generate depth -n 10 -o "$tmp/g.pcd"
+expect 2 "not in range 0 to 9007199254740992" -- generate uniform -n 3 --seed -1 -o "$tmp/g.pcd"
+expect 0 "a 6 x 1 depth scene" -- generate depth --width 6 --height 1 -o "$tmp/g1.pcd" --json
+grep -q '"organized": false' "$tmp/out" || { echo "FAIL: a depth scene of one row is not organized"; fails=$((fails + 1)); }
+# JSON data read back as the doubles they are (0.10000000149011612 was printed as 0.1), and the
+# spacing in double (spacings of 1e-25 were 0 from float squared distances).
+printf 'VERSION 0.7\nFIELDS x y z\nSIZE 8 8 8\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 2\nHEIGHT 1\nPOINTS 2\nDATA ascii\n0.10000000149011612 0.25 0.5\n0.5 0.25 0.5\n' >"$tmp/f64.pcd"
+"$pcnn" stats "$tmp/f64.pcd" --device cpu --json -q >"$tmp/out"
+grep -q '"min": \[0.10000000149011612, 0.25, 0.5\]' "$tmp/out" && grep -q '"nearest_neighbor_spacing": {"min": 0.3999999985098839,' "$tmp/out" || { echo "FAIL: stats JSON values"; cat "$tmp/out"; fails=$((fails + 1)); }
+printf 'VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 3\nHEIGHT 1\nPOINTS 3\nDATA ascii\n0 0 0\n1e-25 0 0\n3e-25 0 0\n' >"$tmp/tiny.pcd"
+"$pcnn" stats "$tmp/tiny.pcd" --device cpu --json -q >"$tmp/out"
+grep -q '"nearest_neighbor_spacing": {"min": 1.0000000195414814e-25,' "$tmp/out" || { echo "FAIL: spacing of 1e-25"; cat "$tmp/out"; fails=$((fails + 1)); }
+# normals reads standard input and refuses GPU options on the CPU, as the other commands do.
+"$pcnn" normals - --format pcd -k 8 --device cpu -q -o "$tmp/n_stdin.pcd" <"$tmp/u300.pcd" &&
+  "$pcnn" normals "$tmp/u300.pcd" -k 8 --device cpu -q -o "$tmp/n_file.pcd" &&
+  cmp -s "$tmp/n_stdin.pcd" "$tmp/n_file.pcd" || { echo "FAIL: normals from stdin"; fails=$((fails + 1)); }
+expect 2 "--staging applies to GPU transfers" -- normals "$tmp/u300.pcd" -k 8 -o "$tmp/n.pcd" --device cpu --staging pinned
+# Normal fields of an integer type in the input are written as float32 (they were clamped).
+{
+  printf 'VERSION 0.7\nFIELDS x y z normal_x\nSIZE 4 4 4 1\nTYPE F F F U\nCOUNT 1 1 1 1\nWIDTH 25\nHEIGHT 1\nPOINTS 25\nDATA ascii\n'
+  for i in 0 1 2 3 4; do for j in 0 1 2 3 4; do echo "$i $j 2 7"; done; done
+} >"$tmp/int_normals.pcd"
+expect 0 "written to" -- normals "$tmp/int_normals.pcd" -k 4 --viewpoint 0,0,10 --device cpu -o "$tmp/int_normals_n.pcd"
+grep -aq "^FIELDS x y z normal_x normal_y normal_z curvature$" "$tmp/int_normals_n.pcd" && grep -aq "^TYPE F F F F F F F$" "$tmp/int_normals_n.pcd" || { echo "FAIL: integer normal_x not replaced by float32"; fails=$((fails + 1)); }
+# smooth keeps the stored record of a point it does not move: float64 coordinates far from the
+# origin, and a point with one non-finite coordinate, came back rounded or all NaN.
+printf 'VERSION 0.7\nFIELDS x y z\nSIZE 8 8 8\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 4\nHEIGHT 1\nPOINTS 4\nDATA ascii\n500000.123456789 4200000.987654321 12.3456789\n500100.5 4200050.25 13\n500050.0000001 4200020.1 12.5\nnan 0.75 0.125\n' >"$tmp/utm64.pcd"
+expect 0 "written to" -- smooth "$tmp/utm64.pcd" -o "$tmp/utm64_s.pcd" --iterations 0 --device cpu
+printf 'VERSION 0.7\nFIELDS x y z\nSIZE 8 8 8\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 4\nHEIGHT 1\nPOINTS 4\nDATA binary\n' >"$tmp/utm64_want.pcd"
+if [ -x /usr/bin/python3 ]; then
+  /usr/bin/python3 -c "import struct,sys; sys.stdout.buffer.write(struct.pack('<12d', 500000.123456789, 4200000.987654321, 12.3456789, 500100.5, 4200050.25, 13, 500050.0000001, 4200020.1, 12.5, float('nan'), 0.75, 0.125))" >>"$tmp/utm64_want.pcd"
+  tail -c 96 "$tmp/utm64_s.pcd" | cmp -s - <(tail -c 96 "$tmp/utm64_want.pcd") || { echo "FAIL: smooth rewrote points it did not move"; fails=$((fails + 1)); }
+fi
+# Stencil coefficients scaled by a power of two smooth the same, and huge or tiny ones smooth:
+# their float products overflowed (every point NaN) or underflowed (no point moved).
+"$pcnn" smooth "$tmp/depth.pcd" -o "$tmp/st_id.pcd" --stencil list:0,1,0 --device cpu -q
+"$pcnn" stats "$tmp/depth.pcd" --device cpu --json -q | grep -o '"finite_points": [0-9]*' >"$tmp/finite_in"
+for st in list:1,2,1 list:0.25,0.5,0.25 list:1e20,2e20,1e20 list:1e-24,2e-24,1e-24; do
+  "$pcnn" smooth "$tmp/depth.pcd" -o "$tmp/st.pcd" --stencil "$st" --device cpu -q
+  "$pcnn" stats "$tmp/st.pcd" --device cpu --json -q | grep -o '"finite_points": [0-9]*' >"$tmp/finite_out"
+  cmp -s "$tmp/finite_in" "$tmp/finite_out" && ! cmp -s "$tmp/st.pcd" "$tmp/st_id.pcd" || { echo "FAIL: smooth --stencil $st"; fails=$((fails + 1)); }
+  [ "$st" = list:1,2,1 ] && cp "$tmp/st.pcd" "$tmp/st_ref.pcd"
+  [ "$st" = list:0.25,0.5,0.25 ] && { cmp -s "$tmp/st.pcd" "$tmp/st_ref.pcd" || { echo "FAIL: list:0.25,0.5,0.25 differs from list:1,2,1"; fails=$((fails + 1)); }; }
+done
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]
