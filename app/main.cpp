@@ -524,6 +524,9 @@ int run_command(int argc, char** argv) {
         };
         smooth.lambda = number(taubin.substr(0, comma));
         smooth.mu = number(taubin.substr(comma + 1));
+        if (smooth.mu == 0)  // the library's "no MU": it would run Laplacian silently
+          throw pcnn::error("--taubin needs MU < -LAMBDA (e.g. 0.5,-0.53), got '" + taubin +
+                            "' (MU 0 is --laplacian LAMBDA)");
       }
       return run_smooth(smooth);
     }

@@ -22,6 +22,11 @@ namespace {
 
 // "X,Y,Z": three finite numbers.
 std::array<double, 3> parse_viewpoint(const std::string& text) {
+  const auto bad = [&] {
+    return invalid_argument_error("--viewpoint needs three finite numbers X,Y,Z, got '" + text +
+                                  "'");
+  };
+  if (!text.empty() && text.back() == ',') throw bad();  // getline drops an empty last item
   std::array<double, 3> v{};
   std::stringstream ss(text);
   std::string item;
@@ -29,14 +34,10 @@ std::array<double, 3> parse_viewpoint(const std::string& text) {
   while (std::getline(ss, item, ',')) {
     char* end = nullptr;
     const double x = std::strtod(item.c_str(), &end);
-    if (n >= 3 || item.empty() || *end != '\0' || !std::isfinite(x))
-      throw invalid_argument_error("--viewpoint needs three finite numbers X,Y,Z, got '" + text +
-                                   "'");
+    if (n >= 3 || item.empty() || *end != '\0' || !std::isfinite(x)) throw bad();
     v[n++] = x;
   }
-  if (n != 3)
-    throw invalid_argument_error("--viewpoint needs three finite numbers X,Y,Z, got '" + text +
-                                 "'");
+  if (n != 3) throw bad();
   return v;
 }
 

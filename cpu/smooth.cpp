@@ -16,6 +16,9 @@ namespace {
 
 std::vector<float> parse_numbers(const std::string& text, const std::string& spec) {
   std::vector<float> out;
+  // getline drops an empty last item: "1,2,1," was read as three numbers.
+  PCNN_EXPECTS(text.empty() || text.back() != ',',
+               "stencil '" + spec + "': a number is missing after the last ','");
   std::stringstream ss(text);
   for (std::string item; std::getline(ss, item, ',');) {
     const std::optional<float> v = detail::whole_float(item);

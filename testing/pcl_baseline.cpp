@@ -230,8 +230,10 @@ void sor_statistics(PointsView pts, const SorParams& params, FilterResult& r) {
 FilterResult pcl_statistical_outlier_removal(PointsView pts, SorParams params, double* ms) {
   validate(params);
   validate_knn_args(pts, nullptr, {params.mean_k, true});
-  PCNN_EXPECTS(static_cast<std::int64_t>(cpu::finite_indices(pts).size()) > params.mean_k,
-               "SOR: the cloud needs more than mean_k finite points");
+  const std::int64_t finite = static_cast<std::int64_t>(cpu::finite_indices(pts).size());
+  PCNN_EXPECTS(finite > params.mean_k, "SOR: the cloud needs more than mean_k (" +
+                                           std::to_string(params.mean_k) +
+                                           ") finite points, it has " + std::to_string(finite));
   pcl::StatisticalOutlierRemoval<pcl::PointXYZ> f;
   f.setMeanK(params.mean_k);
   f.setStddevMulThresh(params.std_mul);

@@ -448,5 +448,12 @@ for st in list:1,2,1 list:0.25,0.5,0.25 list:1e20,2e20,1e20 list:1e-24,2e-24,1e-
   [ "$st" = list:0.25,0.5,0.25 ] && { cmp -s "$tmp/st.pcd" "$tmp/st_ref.pcd" || { echo "FAIL: list:0.25,0.5,0.25 differs from list:1,2,1"; fails=$((fails + 1)); }; }
 done
 
+# A list that ends in ',' misses a number; MU 0 is not Taubin; SOR says what the cloud lacks.
+expect 2 "a number is missing after the last ','" -- smooth "$tmp/depth.pcd" -o "$tmp/x.pcd" --stencil list:1,2,1, --device cpu
+expect 2 "viewpoint needs three finite numbers" -- normals "$tmp/u300.pcd" -k 8 -o "$tmp/n.pcd" --viewpoint 1,2,3, --device cpu
+expect 2 "MU 0 is --laplacian" -- smooth "$sample" -o "$tmp/x.pcd" --taubin 0.5,0 --device cpu
+"$pcnn" generate uniform -n 5 -o "$tmp/five.pcd" -q
+expect 2 "needs more than mean_k \(8\) finite points, it has 5" -- filter sor "$tmp/five.pcd" -o "$tmp/x.pcd" --mean-k 8 --device cpu
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]
