@@ -497,9 +497,9 @@ int run_command(int argc, char** argv) {
     }
     if (radius_cmd->parsed()) {
       if (!radius_memory.empty()) radius.max_device_memory = parse_bytes(radius_memory);
-      if (radius_cmd->count("--max-nn") > 0 && radius.max_nn <= 0)
-        throw pcnn::error("--max-nn must be between 1 and 128, got " +
-                          std::to_string(radius.max_nn));
+      if (radius_cmd->count("--max-nn") > 0 && (radius.max_nn <= 0 || radius.max_nn > pcnn::kMaxK))
+        throw pcnn::error("--max-nn must be between 1 and " + std::to_string(pcnn::kMaxK) +
+                          ", got " + std::to_string(radius.max_nn));
       if (radius.max_nn <= 0 && (!radius.distances.empty() || !radius.counts.empty()))
         throw pcnn::error(
             "--distances and --counts go with --max-nn (radius results are "

@@ -262,7 +262,7 @@ case_ k_zero_before_loading 2 "k must be between 1 and 128, got 0" -- knn missin
 case_ radius_negative_before_loading 2 "radius must be a finite number >= 0" -- radius missing.pcd -r -1
 case_ output_dir_before_loading 5 "cannot write 'nodir/x.npy'" -- knn missing.pcd -o nodir/x.npy
 case_ smooth_stencil_before_loading 2 "radius must be 0..7" -- smooth missing.pcd -o s.pcd --stencil box:9
-case_ hybrid_max_nn_before_loading 2 "k must be between 1 and 128, got 500" -- radius missing.pcd -r 1 --max-nn 500
+case_ hybrid_max_nn_before_loading 2 "--max-nn must be between 1 and 128, got 500" -- radius missing.pcd -r 1 --max-nn 500
 case_ query_exclude_self_before_loading 2 "exclude-self applies" -- knn missing.pcd --query missing2.pcd --exclude-self
 case_ memory_size_before_loading 2 "not a memory size" -- knn missing.pcd --max-device-memory lots
 if ! "$pcnn" devices >/dev/null 2>&1; then  # --device cuda without a GPU: found before loading

@@ -89,7 +89,7 @@ expect 0 "counts written to" -- radius "$sample" -r 0.3 --max-nn 8 --device cpu 
 [ "$(wc -l <"$tmp/hc.csv")" -eq 50001 ] || { echo "FAIL: counts csv rows"; fails=$((fails + 1)); }
 expect 2 "radius must be a finite number >= 0" -- radius "$sample" -r -1 --device cpu
 expect 2 "max-nn must be between 1 and 128" -- radius "$sample" -r 1 --max-nn 0
-expect 2 "k must be between 1 and 128, got 500" -- radius "$sample" -r 1 --max-nn 500 --device cpu
+expect 2 "--max-nn must be between 1 and 128, got 500" -- radius "$sample" -r 1 --max-nn 500 --device cpu
 expect 2 "go with --max-nn" -- radius "$sample" -r 1 --counts "$tmp/x.csv"
 expect 2 "required" -- radius "$sample"
 # same_files A B [WHAT]: the files are byte for byte the same
