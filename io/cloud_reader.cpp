@@ -53,12 +53,17 @@ std::string lower_extension(const std::string& path) {
 class OpenFile {
  public:
   /// Standard input, read to its end into an anonymous in-memory file first: the gate and PCL
-  /// then read that regular file as they read any other (`path` names it in messages).
-  struct Stdin {};
-  OpenFile(const std::string& path, Stdin) : path_(path) {
+  /// then read that regular file as they read any other (`path` names it in messages). Its
+  /// header is checked as soon as it has come (`ply`: as .ply, else .pcd), so that a stream that
+  /// is no cloud (`yes |`, /dev/zero) is refused at once rather than held in memory to its end.
+  struct Stdin {
+    bool ply = false;
+  };
+  OpenFile(const std::string& path, Stdin in) : path_(path) {
     fd_ = static_cast<int>(::memfd_create("pcnn-stdin", MFD_CLOEXEC));
     if (fd_ < 0) fail(path, std::string("cannot buffer it: ") + std::strerror(errno));
     std::vector<char> buf(1 << 20);
+    bool header_seen = false;
     for (;;) {
       const ssize_t n = ::read(0, buf.data(), buf.size());
       if (n < 0 && errno == EINTR) continue;
@@ -75,6 +80,12 @@ class OpenFile {
           fail(path, std::string("cannot buffer it: ") + std::strerror(errno));
         }
         done += k;
+      }
+      try {
+        if (!header_seen) header_seen = io_detail::header_complete(path, fd_, in.ply);
+      } catch (...) {
+        ::close(fd_);
+        throw;
       }
     }
     if (::fstat(fd_, &st_) != 0) {
@@ -678,7 +689,8 @@ Cloud load_cloud(const std::string& path_given, const std::array<double, 3>* ori
     fail(path, "standard input has no extension: name its format (--format pcd or ply)");
   if (ext != ".pcd" && ext != ".ply")
     fail(path, "unknown extension '" + ext + "' (expected .pcd or .ply, or name the format)");
-  const OpenFile file = from_stdin ? OpenFile(path, OpenFile::Stdin{}) : OpenFile(path);
+  const OpenFile file =
+      from_stdin ? OpenFile(path, OpenFile::Stdin{ext == ".ply"}) : OpenFile(path);
   // pcnn reads x, y and z itself (as the gate checks the data) where it can, and every field of
   // a .pcd when they are kept; PCL reads the other layouts and fields.
   Coordinates xyz;

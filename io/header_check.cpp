@@ -117,6 +117,13 @@ bool valid_name(std::string_view s) {
   return true;
 }
 
+// Thrown instead of rejecting a header that ends where the bytes written so far end
+// (header_complete).
+struct HeaderIncomplete {};
+
+// Set while header_complete reads a file still being written.
+thread_local bool reading_partial_file = false;
+
 // Reads header lines one at a time, checking the line ending against the first line's.
 class HeaderLines {
  public:
@@ -133,15 +140,19 @@ class HeaderLines {
                  std::to_string(kMaxHeaderLines) + " lines");
     bool too_long = false;
     std::string_view ending;
-    if (!src_.line(line_, ending, too_long, kMaxLineLength))
+    if (!src_.line(line_, ending, too_long, kMaxLineLength)) {
+      if (reading_partial_file) throw HeaderIncomplete{};
       reject(path_, "",
              std::string("the ") + format_ + " header has no end (" +
                  (std::string(format_) == "PCD" ? "DATA" : "end_header") + " line missing)");
+    }
     if (too_long)
       reject(path_, line_at(n_), "longer than " + std::to_string(kMaxLineLength) + " bytes");
-    if (ending.empty())
+    if (ending.empty()) {
+      if (reading_partial_file) throw HeaderIncomplete{};  // the rest of the line may follow
       reject(path_, line_at(n_),
              std::string("the file ends inside the ") + format_ + " header (no line ending)");
+    }
     const Eol eol = ending == "\r\n" ? Eol::crlf : Eol::lf;
     if (n_ == 1) eol_ = eol;
     if (eol != eol_)
@@ -678,6 +689,22 @@ PlyHeader read_ply_header(const std::string& path, int fd) {
   if (h.grid && h.num_cols * h.num_rows > kMaxPoints)
     reject(path, line_at(cols_line), "a grid of more than 2^31-1 points");
   return h;
+}
+
+bool header_complete(const std::string& path, int fd, bool ply) {
+  struct Partial {
+    Partial() { reading_partial_file = true; }
+    ~Partial() { reading_partial_file = false; }
+  } partial;
+  try {
+    if (ply)
+      read_ply_header(path, fd);
+    else
+      read_pcd_header(path, fd);
+    return true;
+  } catch (const HeaderIncomplete&) {
+    return false;
+  }
 }
 
 }  // namespace pcnn::io_detail

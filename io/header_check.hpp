@@ -87,6 +87,12 @@ constexpr std::uint64_t kMaxPoints = 2147483647;
 PcdHeader read_pcd_header(const std::string& path, int fd);
 PlyHeader read_ply_header(const std::string& path, int fd);
 
+/// For a file still being written (standard input as it arrives): whether `fd` holds its whole
+/// header yet (then checked, as read_pcd_header / read_ply_header check it). Throws as they do
+/// where what is there already is wrong, so that a stream that is no cloud is refused at its
+/// first lines instead of after its end.
+bool header_complete(const std::string& path, int fd, bool ply);
+
 /// Whether binary .pcd data that starts at `data_start` begins with a line PCL's header reader
 /// would take for a header line (PCL keeps parsing header lines after DATA). Throws if so.
 void check_pcd_binary_start(const std::string& path, int fd, std::uint64_t data_start);

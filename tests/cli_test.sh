@@ -392,6 +392,11 @@ expect 2 "needs --format pcd or --format ply" -- knn - --device cpu </dev/null
 printf 'not a cloud\n' >"$tmp/garbage"
 "$pcnn" stats - --format ply --device cpu <"$tmp/garbage" >/dev/null 2>"$tmp/err"
 [ $? -eq 3 ] && grep -q "cannot read cloud '<stdin>'" "$tmp/err" || { echo "FAIL: bad stdin names <stdin>"; cat "$tmp/err"; fails=$((fails + 1)); }
+# A stream that is no cloud is refused at its first line, not held in memory to its end (yes
+# never ends); a header that arrives in pieces is read whole.
+yes | timeout 60 "$pcnn" stats - --format ply --device cpu >/dev/null 2>"$tmp/err"
+[ "${PIPESTATUS[1]}" = 3 ] && grep -q "no 'ply' line first" "$tmp/err" || { echo "FAIL: yes | stats - (exit ${PIPESTATUS[1]})"; fails=$((fails + 1)); }
+{ printf 'VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 1\nHEIGHT 1\nPOINTS 1\nDATA asc'; sleep 0.3; printf 'ii\n1 2 3\n'; } | "$pcnn" stats - --format pcd --device cpu --json -q >"$tmp/out" && grep -q '"points": 1,' "$tmp/out" || { echo "FAIL: a header in two pieces"; fails=$((fails + 1)); }
 if command -v script >/dev/null; then  # binary .npy to a terminal is refused
   script -qec "$pcnn knn $sample -k 2 --device cpu -q -o -" /dev/null >"$tmp/tty" 2>&1
   grep -q "it is a terminal, and this output is binary" "$tmp/tty" || { echo "FAIL: npy to a terminal"; fails=$((fails + 1)); }
