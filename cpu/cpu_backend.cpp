@@ -673,12 +673,53 @@ class Searches {
             [&](std::int64_t) { return std::int64_t{k}; });
       }
     } else {
-      const RadiusResult r = radius(nullptr, RadiusParams{p.radius, false, 0}, search);
-      t.search_ms = search.total_ms;
+      // Every neighbor within the radius, each group of queries' rows turned into normals as
+      // soon as they are found: memory for one group's neighbors a thread, not for every pair
+      // of the cloud at once (a large radius was an allocation that ended the process, or a
+      // late out-of-memory error). The rows and their order are radius()'s: the same normals.
+      const auto t0 = Clock::now();
+      search = SearchTimings{};
+      search.backend = Backend::cpu;
+      QueryOrder<T> order(tree_, nullptr, 0, -1, false, threads_);
+      const auto t1 = Clock::now();
+      const double r2 = p.radius * p.radius;
+      std::atomic<std::int64_t> evaluated{0}, pca_ns{0};
+      const auto write = [&](std::int64_t row, const std::int32_t* ids, std::int64_t count) {
+        double self[3];
+        at.self(row, self);
+        float out[4];
+        point_normal(at, ids, count, self, vp, out);
+        std::memcpy(normals.data + row * 3, out, 3 * sizeof(float));
+        curvature.data[row] = out[3];
+      };
+      parallel_blocks(threads_, order.groups(), kGroupBlock, [&](std::int64_t gb, std::int64_t ge) {
+        Scratch& sc = scratch();
+        std::vector<std::int32_t> ids;
+        std::int64_t ev = 0, ns = 0;
+        for (std::int64_t g = gb; g < ge; ++g) {
+          ev += radius_rows(tree_, order, g, r2, sc);
+          const auto tp = Clock::now();
+          auto f = sc.found.begin();
+          for (std::size_t j = 0; j < sc.rows.size(); ++j) {
+            const std::int64_t c = sc.counts[j];
+            ids.resize(static_cast<std::size_t>(c));
+            for (std::int64_t m = 0; m < c; ++m) ids[m] = (f + m)->second;
+            write(sc.rows[j], ids.data(), c);
+            f += c;
+          }
+          ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - tp).count();
+        }
+        evaluated += ev;
+        pca_ns += ns;
+      });
+      for (const std::int32_t row : order.padded()) write(row, nullptr, 0);  // not finite
+      finish(search, t0, t1, evaluated);
+      // One loop: the covariances' share of its wall clock is their thread time over the
+      // threads, the search the rest.
+      const int used = static_cast<int>(std::clamp<std::int64_t>(threads_, 1, order.groups()));
+      t.normals_ms = static_cast<double>(pca_ns.load()) / 1e6 / used;
+      t.search_ms = std::max(0.0, search.total_ms - t.normals_ms);
       t.passes = 1;
-      compute(
-          0, n, [&](std::int64_t i) { return r.indices.data() + r.offsets[i]; },
-          [&](std::int64_t i) { return r.offsets[i + 1] - r.offsets[i]; });
     }
   }
 
