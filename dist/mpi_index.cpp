@@ -112,6 +112,12 @@ RadiusShare radius_share(const RankRadius& mine, const std::string& call) {
   return r.indices.empty() ? RadiusShare::counts : RadiusShare::filled;
 }
 
+// The rows of a checked share, made inside collectively() (a block's list allocates).
+template <class Share>
+const std::vector<std::int64_t>* listed_rows(const Share& mine, std::vector<std::int64_t>& made) {
+  return &row_list(mine, made);
+}
+
 // Rank r's block of `rows` rows: [rows * r / ranks, rows * (r + 1) / ranks).
 std::int64_t block_begin(std::int64_t rows, int r, int ranks) { return rows * r / ranks; }
 
@@ -144,7 +150,9 @@ std::uint64_t sampled_digest(const PointsView& v) {
   return h;
 }
 
+// A radius's bits, -0 as 0 (equal radii compare equal).
 std::uint64_t bits_of(double x) {
+  if (x == 0) x = 0;
   std::uint64_t b = 0;
   std::memcpy(&b, &x, sizeof b);
   return b;
@@ -357,7 +365,8 @@ void DistributedIndex::Impl::agree_dense(const PointsView* queries,
                                          const dist::DenseSearch& search) {
   collectively(comm, [&] { check_dense(queries, search); });
   same_on_every_rank(comm, search.hybrid ? "hybrid" : "knn",
-                     {{search.hybrid ? "max_nn" : "k", static_cast<std::uint64_t>(search.k)},
+                     {{"search (knn or hybrid)", search.hybrid ? 1u : 0u},
+                      {search.hybrid ? "max_nn" : "k", static_cast<std::uint64_t>(search.k)},
                       {"radius", bits_of(search.radius), Same::real},
                       {"exclude_self", search.exclude_self ? 1u : 0u},
                       queries_arg(queries)});
@@ -755,16 +764,18 @@ RankRadius DistributedIndex::radius_count(PointsView queries, const RadiusParams
 KnnResult DistributedIndex::gather(const RankRows& mine, std::int64_t rows, int root) {
   Impl& m = impl();
   std::vector<std::int64_t> made;
+  const std::vector<std::int64_t>* listed = nullptr;
   const int k = mine.result.k;
   collectively(m.comm, [&] {
     m.check_root(root);
     check_share(mine, "gather");
+    listed = listed_rows(mine, made);
   });
   same_on_every_rank(m.comm, "gather",
                      {{"rows", static_cast<std::uint64_t>(rows)},
                       {"root", static_cast<std::uint64_t>(root)},
                       {"k (rows of one search)", static_cast<std::uint64_t>(k)}});
-  const std::vector<std::int64_t>& list = row_list(mine, made);
+  const std::vector<std::int64_t>& list = *listed;
   int count = static_cast<int>(list.size());
   std::vector<int> counts(static_cast<std::size_t>(m.size));
   check(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, root, m.comm), "MPI_Gather");
@@ -810,12 +821,16 @@ KnnResult DistributedIndex::gather(const RankRows& mine, std::int64_t rows, int 
 RankBlock DistributedIndex::redistribute(const RankRows& mine, std::int64_t rows) {
   Impl& m = impl();
   std::vector<std::int64_t> made;
+  const std::vector<std::int64_t>* listed = nullptr;
   const int k = mine.result.k;
-  collectively(m.comm, [&] { check_share(mine, "redistribute"); });
+  collectively(m.comm, [&] {
+    check_share(mine, "redistribute");
+    listed = listed_rows(mine, made);
+  });
   same_on_every_rank(m.comm, "redistribute",
                      {{"rows", static_cast<std::uint64_t>(rows)},
                       {"k (rows of one search)", static_cast<std::uint64_t>(k)}});
-  const std::vector<std::int64_t>& list = row_list(mine, made);
+  const std::vector<std::int64_t>& list = *listed;
   const auto begin = [&](int p) { return block_begin(rows, p, m.size); };
   std::vector<int> send(static_cast<std::size_t>(m.size), 0), recv(send.size());
   RankBlock out;
@@ -872,17 +887,20 @@ RankRadiusBlock DistributedIndex::redistribute(const RankRadius& mine, std::int6
   Impl& m = impl();
   same_on_every_rank(m.comm, "redistribute", {{"rows", static_cast<std::uint64_t>(rows)}});
   std::vector<std::int64_t> made;
-  const std::vector<std::int64_t>& list = row_list(mine, made);
+  const std::vector<std::int64_t>* listed = nullptr;
   const RadiusResult& r = mine.result;
   const auto begin = [&](int p) { return block_begin(rows, p, m.size); };
   std::vector<int> send(static_cast<std::size_t>(m.size), 0), recv(send.size());
   std::vector<int> esend(send.size(), 0), erecv(send.size());
-  std::vector<std::int64_t> sizes(list.size());
+  std::vector<std::int64_t> sizes;
   RankRadiusBlock out;
   out.first = begin(m.rank);
   collectively(m.comm, [&] {
     PCNN_EXPECTS(radius_share(mine, "redistribute") != RadiusShare::counts,
                  "redistribute: filled radius rows of a search expected (not counts alone)");
+    listed = listed_rows(mine, made);
+    const std::vector<std::int64_t>& list = *listed;
+    sizes.resize(list.size());
     int p = 0;
     for (std::size_t i = 0; i < list.size(); ++i) {  // ascending: the owners too
       const std::int64_t row = list[i];
@@ -895,6 +913,7 @@ RankRadiusBlock DistributedIndex::redistribute(const RankRadius& mine, std::int6
       esend[p] += static_cast<int>(sizes[i]);
     }
   });
+  const std::vector<std::int64_t>& list = *listed;
   check(MPI_Alltoall(send.data(), 1, MPI_INT, recv.data(), 1, MPI_INT, m.comm), "MPI_Alltoall");
   check(MPI_Alltoall(esend.data(), 1, MPI_INT, erecv.data(), 1, MPI_INT, m.comm), "MPI_Alltoall");
   std::vector<int> sdisp, rdisp, esdisp, erdisp;
@@ -950,9 +969,9 @@ RankRadiusBlock DistributedIndex::redistribute(const RankRadius& mine, std::int6
 RadiusResult DistributedIndex::gather(const RankRadius& mine, std::int64_t rows, int root) {
   Impl& m = impl();
   std::vector<std::int64_t> made;
-  const std::vector<std::int64_t>& list = row_list(mine, made);
+  const std::vector<std::int64_t>* listed = nullptr;
   const RadiusResult& r = mine.result;
-  int count = static_cast<int>(list.size());
+  int count = 0;
   std::vector<int> counts(static_cast<std::size_t>(m.size)), ecounts(counts.size());
   std::vector<std::int64_t> sizes;
   int entries = 0;
@@ -960,6 +979,8 @@ RadiusResult DistributedIndex::gather(const RankRadius& mine, std::int64_t rows,
   collectively(m.comm, [&] {
     m.check_root(root);
     kind = radius_share(mine, "gather");
+    listed = listed_rows(mine, made);
+    count = static_cast<int>(listed->size());
     PCNN_EXPECTS(kind != RadiusShare::filled || r.offsets.back() <= INT_MAX,
                  "gather: more than 2^31-1 radius pairs on one rank");
     entries = kind == RadiusShare::filled ? static_cast<int>(r.offsets.back()) : 0;
@@ -969,6 +990,7 @@ RadiusResult DistributedIndex::gather(const RankRadius& mine, std::int64_t rows,
   same_on_every_rank(
       m.comm, "gather",
       {{"rows", static_cast<std::uint64_t>(rows)}, {"root", static_cast<std::uint64_t>(root)}});
+  const std::vector<std::int64_t>& list = *listed;
   // Filled rows and counts alone do not mix (a rank without pairs goes with either).
   int kinds[2] = {kind == RadiusShare::filled ? 1 : 0, kind == RadiusShare::counts ? 1 : 0};
   check(MPI_Allreduce(MPI_IN_PLACE, kinds, 2, MPI_INT, MPI_MAX, m.comm), "MPI_Allreduce");

@@ -189,6 +189,7 @@ void expect_refused(F&& f, const std::string& says, const std::string& what) {
 void check_misuse(Backend backend) {
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size < 2) return;  // nothing can differ between the ranks
   const auto xyz = make_synthetic_cloud(SyntheticKind::uniform, 3000, 21);
   const std::int64_t n = 3000;
   const PointsView refs = host_points(xyz.data(), n);
@@ -218,6 +219,15 @@ void check_misuse(Backend backend) {
           d.self_radius({0.05, rank_ == 0});
         },
         "every rank must pass the same exclude_self", what + ": exclude_self differs");
+    // kNN on one rank, hybrid of radius 0 on another (the same k, radius and flags otherwise).
+    expect_refused(
+        [&] {
+          rank_ == 0 ? d.self_knn({4}) : d.self_hybrid({0.0, 4});
+        },
+        "every rank must pass the same search (knn or hybrid)", what + ": knn beside hybrid");
+    // Equal radii of other signs are the same radius.
+    const KnnResult zero = d.gather(d.self_hybrid({rank_ == 0 ? 0.0 : -0.0, 4}), n, 0);
+    if (rank_ == 0) expect(zero.rows == n, what + ": radius 0 and -0 agree");
     const auto own_queries = make_synthetic_cloud(SyntheticKind::uniform, 500, 40 + rank_);
     expect_refused([&] { d.knn(host_points(own_queries.data(), 500), {4}); },
                    "every rank must pass the same query set", what + ": each rank its own queries");
@@ -234,6 +244,24 @@ void check_misuse(Backend backend) {
     const mpi::RankRadius filled = d.self_radius({0.05}), counts = d.self_radius_count({0.05});
     expect_refused([&] { d.gather(rank_ == 0 ? filled : counts, n, 0); }, "others counts alone",
                    what + ": filled rows and counts gathered together");
+    // A malformed share on one rank (a negative row count): refused there and every other rank
+    // told so, none left waiting (the radius forms made the share's row list first and hung).
+    mpi::RankRadius bad = filled;
+    mpi::RankRows bad_rows = rows;
+    if (rank_ == 1) {
+      bad.rows.clear();
+      bad.result.rows = -1;
+      bad_rows.rows.clear();
+      bad_rows.result.rows = -1;
+    }
+    for (int call = 0; call < 4; ++call) try {
+        if (call == 0) d.gather(bad, n, 0);
+        if (call == 1) d.redistribute(bad, n);
+        if (call == 2) d.gather(bad_rows, n, 0);
+        if (call == 3) d.redistribute(bad_rows, n);
+        expect(false, what + ": a malformed share not refused, call " + std::to_string(call));
+      } catch (const std::exception&) {
+      }
     // Still in step: the same search and gather as before the misuse.
     const KnnResult all = d.gather(d.self_knn({4}), n, 0);
     if (rank_ == 0) expect(same(all, want), what + ": rows after the refusals");

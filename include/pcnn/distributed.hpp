@@ -81,7 +81,8 @@ class Partitioning {
   std::vector<std::int64_t> cut_index_;
 };
 
-/// The bounding box of the finite points among `ids` of `points`.
+/// The bounding box of the finite points among `ids` of `points` (host memory).
+/// @throws pcnn::invalid_argument_error (an id outside the points, a view it cannot read)
 Box bounding_box(PointsView points, const std::vector<std::int32_t>& ids);
 
 /// How several devices share one cloud.
