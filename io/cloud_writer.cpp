@@ -84,6 +84,7 @@ struct Layout {
     const pcl::PCLPointField* field;
     TypeInfo type;
     std::uint32_t offset, bytes;
+    int color = 0;  // .ply: a packed color written as 3 uchar (red green blue) or 4 (+ alpha)
   };
   std::vector<Part> parts;
   std::uint32_t packed = 0;  // bytes per point written
@@ -126,7 +127,15 @@ void write_points(OutputFile& file, const pcl::PCLPointCloud2& c, const Layout& 
     const std::uint8_t* src = c.data.data() + i * c.point_step;
     std::uint32_t at = 0;
     for (const auto& p : l.parts) {
-      std::memcpy(rec.data() + at, src + p.offset, p.bytes);
+      if (p.color) {  // 0xAARRGGBB in a 4-byte field, whatever the host's byte order
+        std::uint32_t v;
+        std::memcpy(&v, src + p.offset, 4);
+        const std::uint8_t rgba[4] = {std::uint8_t(v >> 16), std::uint8_t(v >> 8), std::uint8_t(v),
+                                      std::uint8_t(v >> 24)};
+        std::memcpy(rec.data() + at, rgba, p.bytes);
+      } else {
+        std::memcpy(rec.data() + at, src + p.offset, p.bytes);
+      }
       at += p.bytes;
     }
     file.write(rec.data(), rec.size());
@@ -161,16 +170,39 @@ void encode_pcd(OutputFile& file, const pcl::PCLPointCloud2& c) {
 }
 
 // Binary .ply as PCL reads it back: one scalar property per value (a field of count c becomes
-// NAME_0 .. NAME_c-1), packed colors kept as the one float/uint field they are, the organization
-// as obj_info num_cols / num_rows before the vertex element.
+// NAME_0 .. NAME_c-1), the organization as obj_info num_cols / num_rows before the vertex
+// element; and as other tools (CloudCompare, Open3D, MeshLab, PDAL) read colors and normals: a
+// packed color field rgb (rgba) as uchar red, green, blue (and alpha), which PCL's reader packs
+// back into a field of that name (rgb: a float32, without the alpha byte, which means nothing
+// there), and normal_x/y/z as nx/ny/nz, which it names normal_x/y/z again.
 void encode_ply(OutputFile& file, const pcl::PCLPointCloud2& c) {
   const std::string& path = file.path();
   const std::uint64_t n = checked_points(path, c);
-  const Layout l = layout_of(path, c, /*skip_padding=*/true);
+  Layout l = layout_of(path, c, /*skip_padding=*/true);
+  // One packed color only: PCL's reader gives every color group the name of the first.
+  const auto packed = [](const pcl::PCLPointField& f) {
+    return (f.name == "rgb" || f.name == "rgba") && f.count == 1 &&
+           (f.datatype == pcl::PCLPointField::FLOAT32 || f.datatype == pcl::PCLPointField::UINT32);
+  };
+  if (std::count_if(l.parts.begin(), l.parts.end(),
+                    [&](const Layout::Part& p) { return packed(*p.field); }) == 1)
+    for (auto& p : l.parts)
+      if (packed(*p.field)) {
+        p.color = p.field->name == "rgba" ? 4 : 3;
+        l.packed -= p.bytes - p.color;
+        p.bytes = p.color;
+        l.contiguous = false;
+      }
   std::string props;
   std::vector<std::string> read_back;  // the field names PCL's reader will make of them
   for (const auto& p : l.parts) {
     const pcl::PCLPointField& f = *p.field;
+    if (p.color) {
+      props += "property uchar red\nproperty uchar green\nproperty uchar blue\n";
+      if (p.color == 4) props += "property uchar alpha\n";
+      read_back.push_back(f.name);
+      continue;
+    }
     if (!p.type.ply)
       fail(path, "field '" + f.name + "' is a 64-bit integer, which .ply cannot hold (write .pcd)");
     static const char* merged[] = {"red",           "green",        "blue", "diffuse_red",
@@ -182,7 +214,9 @@ void encode_ply(OutputFile& file, const pcl::PCLPointCloud2& c) {
                          "' (uint8) would be read back from .ply as part of a packed color "
                          "(write .pcd)");
     for (std::uint32_t k = 0; k < f.count; ++k) {
-      const std::string name = f.count > 1 ? f.name + "_" + std::to_string(k) : f.name;
+      std::string name = f.count > 1 ? f.name + "_" + std::to_string(k) : f.name;
+      if (name == "normal_x" || name == "normal_y" || name == "normal_z")
+        name = std::string("n") + name.back();
       props += std::string("property ") + p.type.ply + " " + name + "\n";
       read_back.push_back(
           name == "nx" || name == "ny" || name == "nz" ? std::string("normal_") + name[1] : name);

@@ -182,7 +182,24 @@ grep -aq "^FIELDS x y z normal_x normal_y normal_z curvature$" "$tmp/n.pcd" || {
 expect 0 "points without a normal +0" -- normals "$tmp/fields.pcd" -k 4 --device cpu -o "$tmp/fields_n.pcd"
 grep -aq "^FIELDS x y z intensity label normal_x normal_y normal_z curvature$" "$tmp/fields_n.pcd" || { echo "FAIL: normals must keep every field"; fails=$((fails + 1)); }
 expect 0 "written to" -- normals "$tmp/fields_n.pcd" -r 1.5 --device cpu -o "$tmp/fields_nn.ply"
-grep -aq "^property float curvature$" "$tmp/fields_nn.ply" && [ "$(grep -ac "normal_x" "$tmp/fields_nn.ply")" -eq 1 ] || { echo "FAIL: normals .ply (fields replaced, not repeated)"; fails=$((fails + 1)); }
+# Normals in .ply as nx ny nz (what Open3D, CloudCompare and MeshLab read; PCL names them
+# normal_x ... again), once: replaced, not repeated.
+grep -aq "^property float curvature$" "$tmp/fields_nn.ply" && [ "$(grep -ac "^property float nx$" "$tmp/fields_nn.ply")" -eq 1 ] && ! grep -aq "normal_x" "$tmp/fields_nn.ply" || { echo "FAIL: normals .ply (fields replaced, not repeated)"; fails=$((fails + 1)); }
+"$pcnn" filter sor "$tmp/fields_nn.ply" -o "$tmp/fields_nn_back.pcd" --std-mul 1000 --device cpu -q
+grep -aq "^FIELDS x y z intensity label normal_x normal_y normal_z curvature$" "$tmp/fields_nn_back.pcd" || { echo "FAIL: nx ny nz read back as normal_x ..."; fails=$((fails + 1)); }
+# A packed color in .ply as uchar red green blue (alpha with rgba), read back as the same field.
+for alpha in "" " alpha"; do
+  {
+    printf 'ply\nformat ascii 1.0\nelement vertex 4\nproperty float x\nproperty float y\nproperty float z\n'
+    for c in red green blue$alpha; do printf 'property uchar %s\n' "$c"; done
+    printf 'end_header\n0 0 0 255 10 20%s\n1 0 0 1 2 3%s\n0 1 0 5 6 7%s\n0 0 1 9 10 11%s\n' "${alpha:+ 30}" "${alpha:+ 4}" "${alpha:+ 8}" "${alpha:+ 12}"
+  } >"$tmp/color.ply"
+  "$pcnn" filter sor "$tmp/color.ply" -o "$tmp/color_direct.pcd" --mean-k 1 --std-mul 1000 --device cpu -q &&
+    "$pcnn" filter sor "$tmp/color.ply" -o "$tmp/color_out.ply" --mean-k 1 --std-mul 1000 --device cpu -q &&
+    "$pcnn" filter sor "$tmp/color_out.ply" -o "$tmp/color_back.pcd" --mean-k 1 --std-mul 1000 --device cpu -q &&
+    grep -aq "^property uchar blue$" "$tmp/color_out.ply" && cmp -s "$tmp/color_direct.pcd" "$tmp/color_back.pcd" &&
+    { [ -z "$alpha" ] || grep -aq "^property uchar alpha$" "$tmp/color_out.ply"; } || { echo "FAIL: colors${alpha} through .ply"; fails=$((fails + 1)); }
+done
 if /usr/bin/python3 -c "import numpy" 2>/dev/null; then
   # Values: the input's intensity and label as they were; the plane z = 2 seen from (0, 0, 10).
   /usr/bin/python3 - "$tmp/fields_n.pcd" <<'PY' || { echo "FAIL: normals values"; fails=$((fails + 1)); }
@@ -441,16 +458,14 @@ if [ -x /usr/bin/python3 ]; then
   /usr/bin/python3 -c "import struct,sys; sys.stdout.buffer.write(struct.pack('<12d', 500000.123456789, 4200000.987654321, 12.3456789, 500100.5, 4200050.25, 13, 500050.0000001, 4200020.1, 12.5, float('nan'), 0.75, 0.125))" >>"$tmp/utm64_want.pcd"
   tail -c 96 "$tmp/utm64_s.pcd" | cmp -s - <(tail -c 96 "$tmp/utm64_want.pcd") || { echo "FAIL: smooth rewrote points it did not move"; fails=$((fails + 1)); }
 fi
-# Stencil coefficients scaled by a power of two smooth the same, and huge or tiny ones smooth:
-# their float products overflowed (every point NaN) or underflowed (no point moved).
+# Huge or tiny stencil coefficients smooth: their float products overflowed (every point NaN)
+# or underflowed (no point moved).
 "$pcnn" smooth "$tmp/depth.pcd" -o "$tmp/st_id.pcd" --stencil list:0,1,0 --device cpu -q
 "$pcnn" stats "$tmp/depth.pcd" --device cpu --json -q | grep -o '"finite_points": [0-9]*' >"$tmp/finite_in"
-for st in list:1,2,1 list:0.25,0.5,0.25 list:1e20,2e20,1e20 list:1e-24,2e-24,1e-24; do
+for st in list:1,2,1 list:1e20,2e20,1e20 list:1e-24,2e-24,1e-24; do
   "$pcnn" smooth "$tmp/depth.pcd" -o "$tmp/st.pcd" --stencil "$st" --device cpu -q
   "$pcnn" stats "$tmp/st.pcd" --device cpu --json -q | grep -o '"finite_points": [0-9]*' >"$tmp/finite_out"
   cmp -s "$tmp/finite_in" "$tmp/finite_out" && ! cmp -s "$tmp/st.pcd" "$tmp/st_id.pcd" || { echo "FAIL: smooth --stencil $st"; fails=$((fails + 1)); }
-  [ "$st" = list:1,2,1 ] && cp "$tmp/st.pcd" "$tmp/st_ref.pcd"
-  [ "$st" = list:0.25,0.5,0.25 ] && { cmp -s "$tmp/st.pcd" "$tmp/st_ref.pcd" || { echo "FAIL: list:0.25,0.5,0.25 differs from list:1,2,1"; fails=$((fails + 1)); }; }
 done
 
 # A list that ends in ',' misses a number; MU 0 is not Taubin; SOR says what the cloud lacks.
