@@ -102,25 +102,33 @@ std::string check_number(std::string_view t, Scalar type, Number* value) {
       return std::string("negative, but the field is ") + scalar_name(type);
     const Range r = integer_range(type);
     std::uint64_t v = 0;
-    for (char c : body) {
-      if (v > (std::uint64_t(1) << 59)) {  // far beyond every range: saturate before * 10 wraps
+    bool overflow = false;  // beyond 2^64 - 1: v saturates
+    for (char c : body)
+      if (__builtin_mul_overflow(v, 10u, &v) ||
+          __builtin_add_overflow(v, static_cast<std::uint64_t>(c - '0'), &v)) {
         v = ~std::uint64_t(0);
+        overflow = true;
         break;
       }
-      v = v * 10 + static_cast<std::uint64_t>(c - '0');
-    }
     const bool in_range =
         negative ? v <= static_cast<std::uint64_t>(-r.lo) : v <= static_cast<std::uint64_t>(r.hi);
     if (!in_range) {
-      std::string why = std::string("out of range for ") + scalar_name(type) + " (" +
-                        std::to_string(r.lo) + " to " + std::to_string(r.hi) + ")";
       // 64-bit values are read as PCL reads them, through a double: beyond 2^53 they would be
-      // kept rounded (1732999999123456789 as ...768), so refused.
-      if (type == Scalar::i64 || type == Scalar::u64)
-        why += std::string(" in an ascii file: beyond ") + (type == Scalar::i64 ? "±" : "") +
-               "2^53 the double it is read through would round it (a binary file keeps every "
-               "64-bit value of fields other than x, y, z)";
-      return why;
+      // kept rounded (1732999999123456789 as ...768), so refused, though the type holds them.
+      const bool wide = type == Scalar::i64 || type == Scalar::u64;
+      const bool in_type =
+          !overflow && (type == Scalar::u64 ||
+                        (negative ? v <= (std::uint64_t(1) << 63) : v < (std::uint64_t(1) << 63)));
+      if (wide && in_type)
+        return std::string("beyond ") + (type == Scalar::i64 ? "±" : "") + "2^53 (" +
+               std::to_string(r.hi) + "): PCL's ascii reader reads " + scalar_name(type) +
+               " through a double, which would round it (a binary file keeps every 64-bit "
+               "value of fields other than x, y, z)";
+      return std::string("out of range for ") + scalar_name(type) + " (" +
+             (wide ? (type == Scalar::i64 ? "-9223372036854775808 to 9223372036854775807"
+                                          : "0 to 18446744073709551615")
+                   : std::to_string(r.lo) + " to " + std::to_string(r.hi)) +
+             ")";
     }
     if (value) {
       value->i = negative ? -static_cast<std::int64_t>(v) : static_cast<std::int64_t>(v);

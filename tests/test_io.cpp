@@ -748,7 +748,15 @@ INSTANTIATE_TEST_SUITE_P(
         NumberCase{"128", Scalar::i8, "out of range for int8", 0},
         NumberCase{"-1", Scalar::u32, "negative", 0}, NumberCase{"-0", Scalar::u8, "negative", 0},
         NumberCase{"4294967296", Scalar::u32, "out of range", 0},
-        NumberCase{"9007199254740993", Scalar::u64, "out of range", 0},
+        // 64-bit integers beyond 2^53, which PCL's ascii reader rounds: refused as that, not as
+        // out of their type's range (the message said 1700000000123456789 was)
+        NumberCase{"9007199254740993", Scalar::u64, "beyond 2^53 (9007199254740992)", 0},
+        NumberCase{"18446744073709551615", Scalar::u64, "beyond 2^53", 0},
+        NumberCase{"-9223372036854775808", Scalar::i64, "beyond ±2^53", 0},
+        NumberCase{"18446744073709551616", Scalar::u64,
+                   "out of range for uint64 (0 to 18446744073709551615)", 0},
+        NumberCase{"9223372036854775808", Scalar::i64,
+                   "out of range for int64 (-9223372036854775808 to 9223372036854775807)", 0},
         NumberCase{"99999999999999999999999", Scalar::i64, "out of range", 0},
         // found by fuzzing: 2^64 + 4499 wrapped to 4499 while being read
         NumberCase{"0000000000000000000000018446744073709556115", Scalar::i32, "out of range", 0},
