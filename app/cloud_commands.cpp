@@ -84,6 +84,7 @@ int run_stats(const StatsCommand& cmd) {
     s.centroid[a] += cloud.origin[a];
   }
   r.add_section("cloud", describe_cloud(cloud));
+  r.set_float_data(cloud.coordinate_type == "float32");
   r.add("load", load_ms, "ms");
   r.add("finite points", static_cast<double>(s.finite));
   if (s.finite > 0) {  // no bounds without a finite point
@@ -183,6 +184,7 @@ int run_filter(const FilterCommand& cmd) {
   const SorParams sp{cmd.mean_k, cmd.std_mul};
   const RorParams rp{cmd.radius, cmd.min_neighbors};
   r.add_section("cloud", describe_cloud(cloud));
+  r.set_float_data(cloud.coordinate_type == "float32");
   r.add("load", load_ms, "ms");
   if (sor) {
     r.add("mean_k", cmd.mean_k);
@@ -284,6 +286,7 @@ int run_smooth(const SmoothCommand& cmd) {
     validate(op);
   }
   r.add_section("cloud", describe_cloud(cloud));
+  r.set_float_data(cloud.coordinate_type == "float32");
   r.add("load", load_ms, "ms");
   const int w = static_cast<int>(cloud.width), h = static_cast<int>(cloud.height);
   Report m;

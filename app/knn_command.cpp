@@ -112,6 +112,8 @@ Report start_report(const char* command, const SearchOptions& opt, const Inputs&
   report.add_bool("exclude self", opt.exclude_self);
   report.add_section("references", describe_cloud(in.refs));
   if (in.queries) report.add_section("queries", describe_cloud(*in.queries));
+  report.set_float_data(in.refs.coordinate_type == "float32" &&
+                        (!in.queries || in.queries->coordinate_type == "float32"));
   report.add("load", in.load_ms, "ms");
   return report;
 }

@@ -122,6 +122,7 @@ int run_normals(const NormalsCommand& cmd) {
   Report r;
   r.add("command", "normals");
   r.add_section("cloud", describe_cloud(cloud));
+  r.set_float_data(cloud.coordinate_type == "float32");
   r.add("load", load_ms, "ms");
   if (cmd.k > 0) r.add("k", cmd.k);
   if (cmd.radius > 0) r.add("radius", cmd.radius);

@@ -152,7 +152,7 @@ void Report::table_rows(std::FILE* out, const std::vector<Row>& rows, int indent
 
 void Report::print_table(std::FILE* out, int indent) const { table_rows(out, rows_, indent); }
 
-void Report::json_rows(std::string& out, const std::vector<Row>& rows) {
+void Report::json_rows(std::string& out, const std::vector<Row>& rows, bool float_data) {
   out += '{';
   bool first = true;
   for (const Row& r : rows) {
@@ -167,13 +167,13 @@ void Report::json_rows(std::string& out, const std::vector<Row>& rows) {
     switch (r.kind) {
       case Row::section:
       case Row::object:
-        json_rows(out, r.children);
+        json_rows(out, r.children, float_data);
         break;
       case Row::list:
         out += '[';
         for (std::size_t i = 0; i < r.children.size(); ++i) {
           if (i) out += ", ";
-          json_rows(out, r.children[i].children);
+          json_rows(out, r.children[i].children, float_data);
         }
         out += ']';
         break;
@@ -186,7 +186,7 @@ void Report::json_rows(std::string& out, const std::vector<Row>& rows) {
       case Row::vector:
         out += '[';
         for (std::size_t i = 0; i < r.nums.size(); ++i)
-          out += (i ? ", " : "") + json_number(r.nums[i]);
+          out += (i ? ", " : "") + json_number(r.nums[i], float_data);
         out += ']';
         break;
       case Row::number:  // timings, rates and ratios are measurements
@@ -202,7 +202,7 @@ void Report::json_rows(std::string& out, const std::vector<Row>& rows) {
 
 std::string Report::json() const {
   std::string out;
-  json_rows(out, rows_);
+  json_rows(out, rows_, float_data_);
   return out;
 }
 

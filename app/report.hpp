@@ -29,6 +29,9 @@ struct Label {
 /// arrays, booleans as booleans, non-finite numbers as null) for programs.
 class Report {
  public:
+  /// The data are float32 (a cloud stored so): in JSON, numbers a float holds exactly are
+  /// printed as the float's shortest text (0.1, not 0.10000000149011612), as for timings.
+  void set_float_data(bool yes) { float_data_ = yes; }
   void add(Label key, double value, const std::string& unit = "");
   void add(Label key, const std::string& value);
   void add(Label key, const char* value) { add(std::move(key), std::string(value)); }
@@ -67,8 +70,9 @@ class Report {
   };
   Row& push(Label key, Row::Kind kind);
   static void table_rows(std::FILE* out, const std::vector<Row>& rows, int indent);
-  static void json_rows(std::string& out, const std::vector<Row>& rows);
+  static void json_rows(std::string& out, const std::vector<Row>& rows, bool float_data);
   std::vector<Row> rows_;
+  bool float_data_ = false;
 };
 
 /// How a command writes its summary: the table on stderr unless --quiet, the JSON object on
@@ -86,8 +90,8 @@ std::string json_error(const std::string& message, int exit_code, const std::str
 /// A JSON string literal (quoted, escaped).
 std::string json_string(const std::string& s);
 /// A JSON number (shortest text that reads back as the same double), or null when not finite;
-/// `measured` (a timing or a rate, perhaps from a float): the shortest that reads back as the
-/// same float where a float holds it.
+/// `measured` (a timing or a rate, perhaps from a float, or data of a float32 cloud): the
+/// shortest that reads back as the same float where a float holds it.
 std::string json_number(double v, bool measured = false);
 
 /// "1,234,567"
