@@ -247,19 +247,36 @@ std::vector<std::string> integers_as_decimal(CLI::App& app, int argc, char** arg
   CLI::App* at = &app;  // the (sub)command whose options follow
   for (std::size_t i = 1; i < args.size(); ++i) {
     std::string& a = args[i];
+    if (a == "--") break;  // positional arguments only from here
     const auto named = at->get_subcommands([&](CLI::App* sub) { return sub->check_name(a); });
     if (!named.empty()) {
       at = named.front();
       continue;
     }
     if (a.size() < 2 || a[0] != '-') continue;
-    const std::size_t eq = a.find('=');
-    if (a.compare(0, 2, "--") == 0 && eq != std::string::npos) {
-      if (integer(at->get_option_no_throw(a.substr(0, eq))))
-        a = a.substr(0, eq + 1) + strip(a.substr(eq + 1));
-    } else if (integer(at->get_option_no_throw(a)) && i + 1 < args.size()) {
-      args[i + 1] = strip(args[i + 1]);
-      ++i;
+    if (a[1] == '-') {  // --name=VALUE, or --name VALUE
+      const std::size_t eq = a.find('=');
+      if (eq != std::string::npos) {
+        if (integer(at->get_option_no_throw(a.substr(0, eq))))
+          a = a.substr(0, eq + 1) + strip(a.substr(eq + 1));
+      } else if (integer(at->get_option_no_throw(a)) && i + 1 < args.size()) {
+        args[i + 1] = strip(args[i + 1]);
+        ++i;
+      }
+      continue;
+    }
+    // -k VALUE, -kVALUE, or flags and then one such option (-qk VALUE).
+    for (std::size_t c = 1; c < a.size(); ++c) {
+      const CLI::Option* o = at->get_option_no_throw(std::string("-") + a[c]);
+      if (!o) break;
+      if (o->get_expected_min() == 0) continue;  // a flag
+      if (integer(o)) {
+        if (c + 1 < a.size())
+          a = a.substr(0, c + 1) + strip(a.substr(c + 1));
+        else if (i + 1 < args.size())
+          args[i + 1] = strip(args[i + 1]), ++i;
+      }
+      break;
     }
   }
   return args;

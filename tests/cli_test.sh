@@ -423,6 +423,10 @@ fi
 "$pcnn" filter sor "$sample" -o "$tmp/f16.pcd" --mean-k 016 --device cpu --json -q >"$tmp/out"
 grep -q '"mean_k": 16' "$tmp/out" || { echo "FAIL: --mean-k 016 is 16"; fails=$((fails + 1)); }
 expect 2 "not in range 1 to 100000" -- generate depth --width 0200000 -o "$tmp/g.pcd"
+for k in "-k010" "-qk 010" "-qk010"; do  # attached, after a flag
+  "$pcnn" knn "$sample" $k --device cpu --json -o "$tmp/k.npy" >"$tmp/out" 2>/dev/null
+  grep -q '"k": 10' "$tmp/out" || { echo "FAIL: knn $k is k = 10"; fails=$((fails + 1)); }
+done
 # generate refuses the options of the other kind of cloud, and seeds JSON cannot print exactly.
 expect 2 "--width applies to generate depth" -- generate uniform -n 10 --width 5 -o "$tmp/g.pcd"
 expect 2 "--points applies to generate of an unorganized" -- generate depth -n 10 -o "$tmp/g.pcd"
