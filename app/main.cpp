@@ -254,13 +254,16 @@ std::vector<std::string> integers_as_decimal(CLI::App& app, int argc, char** arg
       continue;
     }
     if (a.size() < 2 || a[0] != '-') continue;
+    // The value of an option that takes one is never read as an option itself (-o -k010.npy).
+    const auto takes_value = [](const CLI::Option* o) { return o && o->get_expected_min() > 0; };
     if (a[1] == '-') {  // --name=VALUE, or --name VALUE
       const std::size_t eq = a.find('=');
       if (eq != std::string::npos) {
         if (integer(at->get_option_no_throw(a.substr(0, eq))))
           a = a.substr(0, eq + 1) + strip(a.substr(eq + 1));
-      } else if (integer(at->get_option_no_throw(a)) && i + 1 < args.size()) {
-        args[i + 1] = strip(args[i + 1]);
+      } else if (const CLI::Option* o = at->get_option_no_throw(a);
+                 takes_value(o) && i + 1 < args.size()) {
+        if (integer(o)) args[i + 1] = strip(args[i + 1]);
         ++i;
       }
       continue;
@@ -269,12 +272,12 @@ std::vector<std::string> integers_as_decimal(CLI::App& app, int argc, char** arg
     for (std::size_t c = 1; c < a.size(); ++c) {
       const CLI::Option* o = at->get_option_no_throw(std::string("-") + a[c]);
       if (!o) break;
-      if (o->get_expected_min() == 0) continue;  // a flag
-      if (integer(o)) {
-        if (c + 1 < a.size())
-          a = a.substr(0, c + 1) + strip(a.substr(c + 1));
-        else if (i + 1 < args.size())
-          args[i + 1] = strip(args[i + 1]), ++i;
+      if (!takes_value(o)) continue;  // a flag
+      if (c + 1 < a.size()) {
+        if (integer(o)) a = a.substr(0, c + 1) + strip(a.substr(c + 1));
+      } else if (i + 1 < args.size()) {
+        if (integer(o)) args[i + 1] = strip(args[i + 1]);
+        ++i;
       }
       break;
     }
