@@ -424,7 +424,8 @@ fi
 grep -q '"mean_k": 16' "$tmp/out" || { echo "FAIL: --mean-k 016 is 16"; fails=$((fails + 1)); }
 expect 2 "not in range 1 to 100000" -- generate depth --width 0200000 -o "$tmp/g.pcd"
 # An option's value is not read as an option: an output named -k010.npy keeps its name.
-(abs=$(cd "$data" && pwd)/sample.pcd && cd "$tmp" && "$pcnn" knn "$abs" -k 2 --device cpu -q -o -k010.npy) && [ -f "$tmp/-k010.npy" ] || { echo "FAIL: -o -k010.npy"; fails=$((fails + 1)); }
+(in=$(cd "$data" && pwd)/sample.pcd && exe=$(cd "$(dirname "$pcnn")" && pwd)/$(basename "$pcnn") &&
+  cd "$tmp" && "$exe" knn "$in" -k 2 --device cpu -q -o -k010.npy) && [ -f "$tmp/-k010.npy" ] || { echo "FAIL: -o -k010.npy"; fails=$((fails + 1)); }
 for k in "-k010" "-qk 010" "-qk010"; do  # attached, after a flag
   "$pcnn" knn "$sample" $k --device cpu --json -o "$tmp/k.npy" >"$tmp/out" 2>/dev/null
   grep -q '"k": 10' "$tmp/out" || { echo "FAIL: knn $k is k = 10"; fails=$((fails + 1)); }
