@@ -716,7 +716,8 @@ class Searches {
       finish(search, t0, t1, evaluated);
       // One loop: the covariances' share of its wall clock is their thread time over the
       // threads, the search the rest.
-      const int used = static_cast<int>(std::clamp<std::int64_t>(threads_, 1, order.groups()));
+      const std::int64_t blocks = (order.groups() + kGroupBlock - 1) / kGroupBlock;
+      const int used = static_cast<int>(std::clamp<std::int64_t>(threads_, 1, blocks));
       t.normals_ms = static_cast<double>(pca_ns.load()) / 1e6 / used;
       t.search_ms = std::max(0.0, search.total_ms - t.normals_ms);
       t.passes = 1;
