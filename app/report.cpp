@@ -190,8 +190,8 @@ void Report::json_rows(std::string& out, const std::vector<Row>& rows, bool floa
         out += ']';
         break;
       case Row::number:  // timings, rates and ratios are measurements
-        out += json_number(r.num,
-                           r.unit == "ms" || r.unit == "GB/s" || r.unit == "x" || r.unit == "%");
+        out += json_number(r.num, float_data || r.unit == "ms" || r.unit == "GB/s" ||
+                                      r.unit == "x" || r.unit == "%");
         break;
       case Row::note:
         break;

@@ -443,7 +443,7 @@ printf 'VERSION 0.7\nFIELDS x y z\nSIZE 8 8 8\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 2\
 grep -q '"min": \[0.10000000149011612, 0.25, 0.5\]' "$tmp/out" && grep -q '"nearest_neighbor_spacing": {"min": 0.3999999985098839,' "$tmp/out" || { echo "FAIL: stats JSON values"; cat "$tmp/out"; fails=$((fails + 1)); }
 printf 'VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 3\nHEIGHT 1\nPOINTS 3\nDATA ascii\n0 0 0\n1e-25 0 0\n3e-25 0 0\n' >"$tmp/tiny.pcd"
 "$pcnn" stats "$tmp/tiny.pcd" --device cpu --json -q >"$tmp/out"
-grep -q '"nearest_neighbor_spacing": {"min": 1.0000000195414814e-25,' "$tmp/out" || { echo "FAIL: spacing of 1e-25"; cat "$tmp/out"; fails=$((fails + 1)); }
+grep -q '"nearest_neighbor_spacing": {"min": 1e-25,' "$tmp/out" || { echo "FAIL: spacing of 1e-25"; cat "$tmp/out"; fails=$((fails + 1)); }
 # normals reads standard input and refuses GPU options on the CPU, as the other commands do.
 "$pcnn" normals - --format pcd -k 8 --device cpu -q -o "$tmp/n_stdin.pcd" <"$tmp/u300.pcd" &&
   "$pcnn" normals "$tmp/u300.pcd" -k 8 --device cpu -q -o "$tmp/n_file.pcd" &&
