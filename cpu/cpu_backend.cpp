@@ -632,18 +632,20 @@ class Searches {
     const std::int64_t n = tree_.size();
     const double vp[3] = {p.viewpoint[0], p.viewpoint[1], p.viewpoint[2]};
     const TreeCoords at{tree_};
+    // The normal and curvature of `row` from its neighbors ids[0 .. count).
+    const auto write = [&](std::int64_t row, const std::int32_t* ids, std::int64_t count) {
+      double self[3];
+      at.self(row, self);
+      float out[4];
+      point_normal(at, ids, count, self, vp, out);
+      std::memcpy(normals.data + row * 3, out, 3 * sizeof(float));
+      curvature.data[row] = out[3];
+    };
     // Rows [first, first + rows): row i's neighbors are ids(i)[0 .. count(i)).
     auto compute = [&](std::int64_t first, std::int64_t rows, auto&& ids, auto&& count) {
       const auto t0 = Clock::now();
       parallel_blocks(threads_, rows, 2048, [&](std::int64_t b, std::int64_t e) {
-        for (std::int64_t i = b; i < e; ++i) {
-          double self[3];
-          at.self(first + i, self);
-          float out[4];
-          point_normal(at, ids(i), count(i), self, vp, out);
-          std::memcpy(normals.data + (first + i) * 3, out, 3 * sizeof(float));
-          curvature.data[first + i] = out[3];
-        }
+        for (std::int64_t i = b; i < e; ++i) write(first + i, ids(i), count(i));
       });
       t.normals_ms += ms_since(t0);
     };
@@ -684,14 +686,6 @@ class Searches {
       const auto t1 = Clock::now();
       const double r2 = p.radius * p.radius;
       std::atomic<std::int64_t> evaluated{0}, pca_ns{0};
-      const auto write = [&](std::int64_t row, const std::int32_t* ids, std::int64_t count) {
-        double self[3];
-        at.self(row, self);
-        float out[4];
-        point_normal(at, ids, count, self, vp, out);
-        std::memcpy(normals.data + row * 3, out, 3 * sizeof(float));
-        curvature.data[row] = out[3];
-      };
       parallel_blocks(threads_, order.groups(), kGroupBlock, [&](std::int64_t gb, std::int64_t ge) {
         Scratch& sc = scratch();
         std::vector<std::int32_t> ids;

@@ -112,12 +112,6 @@ RadiusShare radius_share(const RankRadius& mine, const std::string& call) {
   return r.indices.empty() ? RadiusShare::counts : RadiusShare::filled;
 }
 
-// The rows of a checked share, made inside collectively() (a block's list allocates).
-template <class Share>
-const std::vector<std::int64_t>* listed_rows(const Share& mine, std::vector<std::int64_t>& made) {
-  return &row_list(mine, made);
-}
-
 // Rank r's block of `rows` rows: [rows * r / ranks, rows * (r + 1) / ranks).
 std::int64_t block_begin(std::int64_t rows, int r, int ranks) { return rows * r / ranks; }
 
@@ -234,7 +228,7 @@ struct DistributedIndex::Impl {
   // must have passed the same ones (mpi.hpp).
   void agree_dense(const PointsView* queries, const dist::DenseSearch& search);
   void agree_radius(const PointsView* queries, const RadiusParams& params, bool count_only);
-  Batch home_batch(const PointsView* queries, bool exclude_self);
+  Batch home_batch(const PointsView* queries);
   // Sends the rows `to[p]` of `qs` to rank p, receives the queries of the others.
   dist::Packed exchange_queries(const std::vector<std::vector<std::int32_t>>& to,
                                 const dist::Coords& qs, bool is_double, Exchange& x);
@@ -421,7 +415,6 @@ RankRows DistributedIndex::Impl::dense_block(const PointsView* queries,
   MatrixView<float> dv;
   collectively(comm, [&] {
     PCNN_EXPECTS(whole, "rows into the caller's memory need the replicated layout");
-    check_dense(queries, search);
     out.first = block_begin(rows, rank, size);
     r.rows = block_begin(rows, rank + 1, size) - out.first;
     r.k = search.k;
@@ -510,9 +503,8 @@ RankRadius DistributedIndex::Impl::radius_block(const PointsView* queries,
   return out;
 }
 
-DistributedIndex::Impl::Batch DistributedIndex::Impl::home_batch(const PointsView* queries,
-                                                                 bool exclude_self) {
-  check_queries(queries, exclude_self);
+// After agree_dense / agree_radius, which checked the queries.
+DistributedIndex::Impl::Batch DistributedIndex::Impl::home_batch(const PointsView* queries) {
   Batch b;
   b.queries = queries;
   if (queries) {
@@ -573,8 +565,7 @@ RankRows DistributedIndex::Impl::dense(const PointsView* queries, const dist::De
   start_stats();
   // 1. This rank's home queries.
   collectively(comm, [&] {
-    check_dense(queries, search);
-    b = home_batch(queries, search.exclude_self);
+    b = home_batch(queries);
     dist::search_home(part, rank, bounds, b.q(), static_cast<std::int64_t>(b.rows.size()), search,
                       options, dist::hardware_threads(),
                       options.backend == Backend::cuda && !options.memory, home);
@@ -636,7 +627,7 @@ RankRadius DistributedIndex::Impl::radius(const PointsView* queries, const Radiu
   const int threads = dist::hardware_threads();
   // 1. This rank's home queries, and where else their balls reach.
   collectively(comm, [&] {
-    b = home_batch(queries, params.exclude_self);
+    b = home_batch(queries);
     dist::radius_home(part, rank, bounds, b.q(), static_cast<std::int64_t>(b.rows.size()), params,
                       count_only, options, threads, home);
   });
@@ -769,7 +760,7 @@ KnnResult DistributedIndex::gather(const RankRows& mine, std::int64_t rows, int 
   collectively(m.comm, [&] {
     m.check_root(root);
     check_share(mine, "gather");
-    listed = listed_rows(mine, made);
+    listed = &row_list(mine, made);  // it allocates: inside collectively()
   });
   same_on_every_rank(m.comm, "gather",
                      {{"rows", static_cast<std::uint64_t>(rows)},
@@ -825,7 +816,7 @@ RankBlock DistributedIndex::redistribute(const RankRows& mine, std::int64_t rows
   const int k = mine.result.k;
   collectively(m.comm, [&] {
     check_share(mine, "redistribute");
-    listed = listed_rows(mine, made);
+    listed = &row_list(mine, made);  // it allocates: inside collectively()
   });
   same_on_every_rank(m.comm, "redistribute",
                      {{"rows", static_cast<std::uint64_t>(rows)},
@@ -898,7 +889,7 @@ RankRadiusBlock DistributedIndex::redistribute(const RankRadius& mine, std::int6
   collectively(m.comm, [&] {
     PCNN_EXPECTS(radius_share(mine, "redistribute") != RadiusShare::counts,
                  "redistribute: filled radius rows of a search expected (not counts alone)");
-    listed = listed_rows(mine, made);
+    listed = &row_list(mine, made);  // it allocates: inside collectively()
     const std::vector<std::int64_t>& list = *listed;
     sizes.resize(list.size());
     int p = 0;
@@ -979,7 +970,7 @@ RadiusResult DistributedIndex::gather(const RankRadius& mine, std::int64_t rows,
   collectively(m.comm, [&] {
     m.check_root(root);
     kind = radius_share(mine, "gather");
-    listed = listed_rows(mine, made);
+    listed = &row_list(mine, made);  // it allocates: inside collectively()
     count = static_cast<int>(listed->size());
     PCNN_EXPECTS(kind != RadiusShare::filled || r.offsets.back() <= INT_MAX,
                  "gather: more than 2^31-1 radius pairs on one rank");
