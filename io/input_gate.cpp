@@ -200,18 +200,46 @@ std::vector<std::uint64_t> line_starts(const std::string& path, int fd, std::uin
   return starts;
 }
 
+// The end of [begin, end) without the lines of only blanks (spaces, tabs, CR) that close it: PCL
+// stops reading once it has the rows the header promises, and such lines hold nothing it would
+// ignore, so a file that ends in an empty line or two is no file with data after its last row.
+std::uint64_t end_of_last_filled_line(const std::string& path, int fd, std::uint64_t begin,
+                                      std::uint64_t end) {
+  const auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+  std::vector<char> buf(std::size_t(1) << 16);
+  std::uint64_t filled = end;  // offset of the last byte that is no blank, once found
+  for (std::uint64_t at = end; at > begin && filled == end;) {
+    const std::uint64_t from = at - std::min<std::uint64_t>(at - begin, buf.size());
+    ByteSource src(path, fd, from);
+    const std::size_t got = src.read(buf.data(), static_cast<std::size_t>(at - from));
+    if (got != at - from) reject(path, "", "the file changed while it was being read");
+    for (std::size_t i = got; i-- > 0;)
+      if (!blank(buf[i])) {
+        filled = from + i;
+        break;
+      }
+    at = from;
+  }
+  if (filled == end) return begin;       // no row at all
+  ByteSource src(path, fd, filled + 1);  // the LF that ends the last filled line, if any
+  for (char c = 0; src.read(&c, 1) == 1;)
+    if (c == '\n') return src.offset();
+  return end;
+}
+
 // The data lines of an ascii file (from h.data_start to `end`; its first is line
 // `header_lines` + 1) checked on up to `threads` threads, a chunk of ~1 MiB of lines each, once a
 // first pass has counted the lines that start in each chunk (so that each knows its lines'
 // numbers): body(lines, first, count) reads lines `first` .. `first` + count - 1 (0-based among
 // the data lines, the first `wanted` only) with lines.next(). Errors are those a reading in order
 // meets first: chunks are taken in order, and the lowest failing one's error is the one reported
-// (detail::parallel_blocks). Returns how many data lines the file has, for the caller to refuse
-// too few or too many.
+// (detail::parallel_blocks). Returns how many data lines the file has (the blank lines that end
+// it aside: end_of_last_filled_line), for the caller to refuse too few or too many.
 template <class Body>
 std::uint64_t check_lines(const std::string& path, int fd, std::uint64_t data_start,
                           std::uint64_t end, std::uint64_t header_lines, Eol eol,
                           std::size_t max_length, std::uint64_t wanted, int threads, Body&& body) {
+  end = end_of_last_filled_line(path, fd, data_start, end);
   std::vector<char> counted;
   const std::vector<std::uint64_t> starts =
       line_starts(path, fd, data_start, end, wanted, threads, counted);

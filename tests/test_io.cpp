@@ -1094,6 +1094,51 @@ INSTANTIATE_TEST_SUITE_P(
                     "end_header\n",
                 "element vertex 3000000000: at most 2^31-1 points"}));
 
+// PCL stops reading once it has the promised rows: blank lines after them (an editor's or a
+// script's last newline, spaces, CR LF) hold nothing it ignores, and the file reads as without
+// them, however many there are (more than a read block and than a line chunk here). A row after
+// them is still data after the last row.
+TEST(InputGate, BlankLinesAfterTheLastRowAreNoData) {
+  TempDir tmp;
+  struct Variant {
+    const char* name;
+    std::string bytes;
+  };
+  const std::string crlf_pcd =
+      "VERSION 0.7\r\nFIELDS x y z\r\nSIZE 4 4 4\r\nTYPE F F F\r\nCOUNT 1 1 1\r\nWIDTH "
+      "2\r\nHEIGHT 1\r\nPOINTS 2\r\nDATA ascii\r\n1 2 3\r\n4 5 6\r\n";
+  const Variant variants[] = {
+      {"empty_line.pcd", xyz_pcd(2, "ascii") + "1 2 3\n4 5 6\n\n"},
+      {"no_last_newline_then_blanks.pcd", xyz_pcd(2, "ascii") + "1 2 3\n4 5 6 \t\n \t\n\n"},
+      {"crlf.pcd", crlf_pcd + "\r\n\r\n"},
+      {"many.pcd", xyz_pcd(2, "ascii") + "1 2 3\n4 5 6\n" + std::string(3 << 20, '\n')},
+      {"spaces.ply",
+       ply("ascii", "", 2, xyz_props) + "1 2 3\n4 5 6\n" + std::string(100000, ' ') + "\n\n"}};
+  for (const Variant& v : variants) {
+    const std::string path = tmp / v.name;
+    std::ofstream(path, std::ios::binary) << v.bytes;
+    const Cloud c = load_cloud(path, nullptr, /*keep_fields=*/false);
+    ASSERT_EQ(c.size(), 2) << v.name;
+    EXPECT_EQ(double(c.xyz[3]) + c.origin[0], 4.0) << v.name;
+    EXPECT_EQ(double(c.xyz[5]) + c.origin[2], 6.0) << v.name;
+    EXPECT_EQ(load_cloud(path, nullptr, /*keep_fields=*/true).size(), 2) << v.name;
+  }
+  const std::string after = tmp / "row_after_blanks.pcd";
+  std::ofstream(after, std::ios::binary)
+      << xyz_pcd(1, "ascii") + "1 2 3\n\n" + std::string(70000, ' ') + "\n4 5 6\n\n";
+  EXPECT_THROW(load_cloud(after), input_error);
+  const std::string fewer = tmp / "fewer_then_blanks.pcd";
+  std::ofstream(fewer, std::ios::binary) << xyz_pcd(2, "ascii") + "1.5 2.5 3.5\n\n\n";
+  try {
+    load_cloud(fewer);
+    ADD_FAILURE() << "accepted";
+  } catch (const input_error& e) {
+    EXPECT_NE(std::string(e.what()).find("the ascii data has 1 rows, POINTS says 2"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // Files PCL's own writers make — every variant — pass the gate and read as PCL reads them.
 TEST(InputGate, AcceptsWhatPclWrites) {
   TempDir tmp;
