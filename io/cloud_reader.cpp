@@ -55,7 +55,9 @@ class OpenFile {
   /// Standard input, read to its end into an anonymous in-memory file first: the gate and PCL
   /// then read that regular file as they read any other (`path` names it in messages). Its
   /// header is checked as soon as it has come (`ply`: as .ply, else .pcd), so that a stream that
-  /// is no cloud (`yes |`, /dev/zero) is refused at once rather than held in memory to its end.
+  /// is no cloud (`yes |`, /dev/zero) is refused at once rather than held in memory to its end;
+  /// and it is read no further than a cloud with that header can reach, so that neither is a
+  /// valid header followed by an endless stream (io_detail::largest_accepted_size).
   struct Stdin {
     bool ply = false;
   };
@@ -64,6 +66,7 @@ class OpenFile {
     if (fd_ < 0) fail(path, std::string("cannot buffer it: ") + std::strerror(errno));
     std::vector<char> buf(1 << 20);
     bool header_seen = false;
+    std::uint64_t held = 0, limit = ~std::uint64_t(0);
     for (;;) {
       const ssize_t n = ::read(0, buf.data(), buf.size());
       if (n < 0 && errno == EINTR) continue;
@@ -81,8 +84,13 @@ class OpenFile {
         }
         done += k;
       }
+      held += static_cast<std::uint64_t>(n);
       try {
-        if (!header_seen) header_seen = io_detail::header_complete(path, fd_, in.ply);
+        if (!header_seen && (header_seen = io_detail::header_complete(path, fd_, in.ply)))
+          limit = io_detail::largest_accepted_size(path, fd_, in.ply);
+        if (held > limit)
+          fail(path, "it goes on past the " + std::to_string(limit) +
+                         " bytes a cloud with its header can hold (data after the last point?)");
       } catch (...) {
         ::close(fd_);
         throw;

@@ -529,6 +529,15 @@ void check_cell(const std::string& path, const std::string& where, const PlyHead
 
 Scalar list_count_type(Scalar t) { return t == Scalar::i32 ? Scalar::u32 : t; }  // as PCL reads
 
+// The longest item line of an ascii .ply: lists make lines as long as their counts (allow what
+// the longest list count could need); without lists, as a .pcd row of as many values.
+std::size_t ply_line_limit(const PlyHeader& h) {
+  std::size_t most = 0;
+  for (const auto& e : h.elements)
+    most = std::max(most, e.has_list() ? std::size_t(1) << 26 : max_line_for(e.properties.size()));
+  return most;
+}
+
 // The items of every element, a line each, checked on several threads (check_lines); the vertex
 // element's x, y and z (`axis`: 0, 1, 2 for the vertex properties x, y, z, else -1) into `xyz`
 // when given (sized by the caller), and its every property into `all` when given (RowValues,
@@ -545,9 +554,8 @@ void check_ply_ascii(const std::string& path, int fd, const PlyHeader& h, std::u
   std::atomic<std::int64_t> finite{0};
   std::atomic<bool> dense{true};
   std::mutex facts_mutex;
-  // Lists make lines as long as their counts; allow what the longest list count could need.
   const std::uint64_t lines_total = check_lines(
-      path, fd, h.data_start, end, h.header_lines, h.eol, std::size_t(1) << 26, items,
+      path, fd, h.data_start, end, h.header_lines, h.eol, ply_line_limit(h), items,
       detail::usable_cpus(), [&](DataLines& lines, std::uint64_t first, std::uint64_t count) {
         PlyFacts here;
         bool viewport_x = false, viewport_y = false;
@@ -790,7 +798,64 @@ InputShape check_ply(const std::string& path, int fd, std::uint64_t file_size, C
   return s;
 }
 
+// a + b and a * b, or kNoLimit where they would pass it.
+constexpr std::uint64_t kNoLimit = ~std::uint64_t(0);
+std::uint64_t add_sat(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t r;
+  return __builtin_add_overflow(a, b, &r) ? kNoLimit : r;
+}
+std::uint64_t mul_sat(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? kNoLimit : r;
+}
+
 }  // namespace
+
+std::uint64_t largest_accepted_size(const std::string& path, int fd, bool ply) {
+  constexpr std::uint64_t kPadding = 4095;  // zeros after binary .pcd data (check_pcd_padding)
+  auto ascii = [](std::uint64_t start, std::uint64_t lines, std::size_t line) {
+    return add_sat(add_sat(start, mul_sat(lines, line + 2)), kBlankLinesAfterRows);
+  };
+  if (!ply) {
+    const PcdHeader h = read_pcd_header(path, fd);
+    const std::uint64_t data = h.points * h.point_size;  // both < 2^31 x 2^20 (the header)
+    switch (h.data) {
+      case PcdHeader::Data::binary:
+        return h.data_start + data + kPadding;
+      case PcdHeader::Data::binary_compressed: {
+        // LZF turns at most 2 input bytes into 1 output byte (a literal run of one); the size
+        // header allows 2^32 - 1 compressed bytes for no point.
+        const std::uint64_t lzf =
+            data > 0 ? std::min<std::uint64_t>(2 * data, 0xffffffffu) : 0xffffffffu;
+        return h.data_start + 8 + lzf + kPadding;
+      }
+      case PcdHeader::Data::ascii: {
+        std::uint64_t columns = 0;
+        for (const auto& f : h.fields) columns += f.count;
+        return ascii(h.data_start, h.points, max_line_for(columns));
+      }
+    }
+  }
+  const PlyHeader h = read_ply_header(path, fd);
+  std::uint64_t total = h.data_start;
+  if (h.format == PlyHeader::Format::ascii) {
+    std::uint64_t items = 0;
+    for (const auto& e : h.elements) items = add_sat(items, e.count);
+    return ascii(h.data_start, items, ply_line_limit(h));
+  }
+  for (const auto& e : h.elements) {
+    std::uint64_t item = 0;
+    for (const auto& p : e.properties) {
+      const std::uint64_t count_size = scalar_size(list_count_type(p.count_type));
+      const std::uint64_t most_items =
+          p.list ? (count_size >= 4 ? 0xffffffffu : (1u << (8 * count_size)) - 1) : 1;
+      item =
+          add_sat(item, add_sat(p.list ? count_size : 0, mul_sat(most_items, scalar_size(p.type))));
+    }
+    total = add_sat(total, mul_sat(e.count, item));
+  }
+  return total;
+}
 
 bool check_lzf(const unsigned char* in, std::uint64_t in_len, std::uint64_t expected,
                std::string* why) {

@@ -66,6 +66,15 @@ struct RowValues {
 InputShape check_input(const std::string& path, int fd, bool ply, std::uint64_t file_size,
                        Coordinates* xyz = nullptr, RowValues* rows = nullptr);
 
+/// Blank lines after an ascii file's last row that largest_accepted_size allows for.
+inline constexpr std::uint64_t kBlankLinesAfterRows = std::uint64_t(1) << 20;
+
+/// The most bytes a file whose (complete) header `fd` holds can have and pass check_input, with
+/// no more than kBlankLinesAfterRows bytes of blank lines after an ascii file's last row;
+/// ~0 where no bound fits 64 bits. Standard input is read no further (cloud_reader.cpp): a valid
+/// header followed by an endless stream is refused instead of held to its end.
+std::uint64_t largest_accepted_size(const std::string& path, int fd, bool ply);
+
 /// Walks LZF-compressed data as PCL's lzfDecompress does, without writing the output: true when
 /// it decodes to exactly `expected` bytes without reading or referring outside the data.
 /// `why` receives the reason otherwise.

@@ -412,8 +412,19 @@ printf 'not a cloud\n' >"$tmp/garbage"
 # A stream that is no cloud is refused at its first line, not held in memory to its end (yes
 # never ends); a header that arrives in pieces is read whole.
 yes | timeout 60 "$pcnn" stats - --format ply --device cpu >/dev/null 2>"$tmp/err"
-[ "${PIPESTATUS[1]}" = 3 ] && grep -q "no 'ply' line first" "$tmp/err" || { echo "FAIL: yes | stats - (exit ${PIPESTATUS[1]})"; fails=$((fails + 1)); }
+rc=${PIPESTATUS[1]}
+[ "$rc" = 3 ] && grep -q "no 'ply' line first" "$tmp/err" || { echo "FAIL: yes | stats - (exit $rc)"; fails=$((fails + 1)); }
 { printf 'VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 1\nHEIGHT 1\nPOINTS 1\nDATA asc'; sleep 0.3; printf 'ii\n1 2 3\n'; } | "$pcnn" stats - --format pcd --device cpu --json -q >"$tmp/out" && grep -q '"points": 1,' "$tmp/out" || { echo "FAIL: a header in two pieces"; fails=$((fails + 1)); }
+# Nor is a valid header followed by an endless stream: it is read no further than a cloud with
+# that header can reach (binary: its points and PCL's padding; ascii: its rows at their longest
+# and 1 MiB of blank lines). A stream that ends in blank lines is a cloud.
+{ printf 'VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 1000\nHEIGHT 1\nPOINTS 1000\nDATA binary\n'; cat /dev/zero; } | timeout 60 "$pcnn" stats - --format pcd --device cpu >/dev/null 2>"$tmp/err"
+rc=${PIPESTATUS[1]}
+[ "$rc" = 3 ] && grep -q "it goes on past the 16198 bytes a cloud with its header can hold" "$tmp/err" || { echo "FAIL: binary header then /dev/zero (exit $rc)"; cat "$tmp/err"; fails=$((fails + 1)); }
+{ printf 'ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\nproperty float z\nend_header\n'; yes '1 2 3'; } | timeout 60 "$pcnn" stats - --format ply --device cpu >/dev/null 2>"$tmp/err"
+rc=${PIPESTATUS[1]}
+[ "$rc" = 3 ] && grep -q "it goes on past the" "$tmp/err" || { echo "FAIL: ascii header then endless rows (exit $rc)"; cat "$tmp/err"; fails=$((fails + 1)); }
+{ printf 'ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\nproperty float z\nend_header\n1 2 3\n4 5 6\n'; head -c 100000 /dev/zero | tr '\0' '\n'; } | "$pcnn" stats - --format ply --device cpu --json -q >"$tmp/out" && grep -q '"points": 2,' "$tmp/out" || { echo "FAIL: stdin ending in blank lines"; fails=$((fails + 1)); }
 if command -v script >/dev/null; then  # binary .npy to a terminal is refused
   script -qec "$pcnn knn $sample -k 2 --device cpu -q -o -" /dev/null >"$tmp/tty" 2>&1
   grep -q "it is a terminal, and this output is binary" "$tmp/tty" || { echo "FAIL: npy to a terminal"; fails=$((fails + 1)); }
