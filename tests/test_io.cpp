@@ -1441,6 +1441,63 @@ TEST(CloudWriter, OrganizedCloudsKeepTheirShapeAndEveryField) {
             (std::vector<std::string>{"x", "y", "z", "v_0", "v_1", "v_2"}));
 }
 
+// smooth's output: a moved point gets its stored coordinates plus the move, in their stored
+// type (float64 far from the origin keeps its digits; integers are rounded), an unmoved one its
+// record as stored, a non-finite coordinate included.
+TEST(CloudWriter, MovedPointsKeepTheirStoredTypeAndDigits) {
+  TempDir tmp;
+  std::ofstream(tmp / "utm.pcd")
+      << pcd("x y z", "8 8 8", "F F F", "1 1 1", 3, "ascii")
+      << "500000.123456789 4000000.987654321 100.5\n500001.5 4000002.25 101.125\n"
+         "500003.000000001 nan 102\n";
+  std::ofstream(tmp / "int.pcd") << pcd("x y z", "4 4 4", "I I I", "1 1 1", 3, "ascii")
+                                 << "1000000 -2000000 7\n1000001 -2000001 8\n1000002 5 9\n";
+  const double utm[3][3] = {{500000.123456789, 4000000.987654321, 100.5},
+                            {500001.5, 4000002.25, 101.125},
+                            {500003.000000001, NAN, 102}};
+  for (const char* ext : {".pcd", ".ply"}) {
+    const Cloud f64 = load_cloud(tmp / "utm.pcd");
+    std::vector<float> to = f64.xyz;
+    to[0] += 0.25f;  // point 0: x moves by a float the offset holds exactly
+    to[5] -= 0.5f;   // point 1: z moves
+    // point 2 (y NaN) does not move
+    const std::string out = tmp / (std::string("utm_moved") + ext);
+    save_cloud_moved(f64, to, out);
+    pcl::PCLPointCloud2 raw;  // PCL's reading: every stored value, NaN's neighbors included
+    ASSERT_EQ(std::string(ext) == ".pcd" ? pcl::io::loadPCDFile(out, raw)
+                                         : pcl::io::loadPLYFile(out, raw),
+              0);
+    ASSERT_EQ(raw.point_step, 24u) << ext;
+    ASSERT_EQ(raw.fields[0].datatype, pcl::PCLPointField::FLOAT64) << ext;
+    const double want[3][3] = {{utm[0][0] + 0.25, utm[0][1], utm[0][2]},
+                               {utm[1][0], utm[1][1], utm[1][2] - 0.5},
+                               {utm[2][0], NAN, utm[2][2]}};
+    for (int i = 0; i < 3; ++i)
+      for (int a = 0; a < 3; ++a) {
+        double got;
+        std::memcpy(&got, &raw.data[std::size_t(24 * i + 8 * a)], sizeof got);
+        if (std::isnan(want[i][a]))
+          EXPECT_TRUE(std::isnan(got)) << ext << " point " << i << " axis " << a;
+        else
+          EXPECT_EQ(got, want[i][a]) << ext << " point " << i << " axis " << a;
+      }
+    const Cloud i32 = load_cloud(tmp / "int.pcd");
+    std::vector<float> ito = i32.xyz;
+    ito[0] += 2.0f;  // point 0: x + 2
+    ito[4] += 0.4f;  // point 1: y + 0.4, rounded back to its integer
+    ito[6] = NAN;    // point 2: x not a number: the integer stays as it was
+    ito[8] += 3.0f;  //          and z + 3
+    const std::string iout = tmp / (std::string("int_moved") + ext);
+    save_cloud_moved(i32, ito, iout);
+    const Cloud iback = load_cloud(iout);
+    EXPECT_EQ(iback.coordinate_type, "int32") << ext;
+    const double iwant[9] = {1000002, -2000000, 7, 1000001, -2000001, 8, 1000002, 5, 12};
+    for (int v = 0; v < 9; ++v)
+      EXPECT_EQ(double(iback.xyz[std::size_t(v)]) + iback.origin[std::size_t(v % 3)], iwant[v])
+          << ext << " value " << v;
+  }
+}
+
 TEST(CloudWriter, RefusesWhatPlyCannotHoldAsItWas) {
   TempDir tmp;
   std::ofstream(tmp / "t.pcd") << pcd("x y z t", "4 4 4 8", "F F F U", "1 1 1 1", 1, "ascii")
