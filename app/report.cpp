@@ -11,6 +11,8 @@
 #include <mutex>
 #include <thread>
 
+#include "../core/utf8.hpp"
+
 namespace pcnn::app {
 
 namespace {
@@ -221,34 +223,6 @@ std::string json_error(const std::string& message, int exit_code, const std::str
   return out + "}}";
 }
 
-namespace {
-// The length of the well-formed UTF-8 sequence at s[i] (RFC 3629: no overlong forms, no
-// surrogates, nothing above U+10FFFF), or 0 where there is none.
-std::size_t utf8_length(const std::string& s, std::size_t i) {
-  const auto at = [&](std::size_t j) { return static_cast<unsigned char>(s[j]); };
-  const unsigned char c = at(i);
-  std::size_t n = 0;
-  unsigned char lo = 0x80, hi = 0xbf;  // the second byte's range
-  if (c >= 0xc2 && c <= 0xdf) {
-    n = 2;
-  } else if (c >= 0xe0 && c <= 0xef) {
-    n = 3;
-    if (c == 0xe0) lo = 0xa0;
-    if (c == 0xed) hi = 0x9f;
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    n = 4;
-    if (c == 0xf0) lo = 0x90;
-    if (c == 0xf4) hi = 0x8f;
-  } else {
-    return 0;
-  }
-  if (i + n > s.size() || at(i + 1) < lo || at(i + 1) > hi) return 0;
-  for (std::size_t j = 2; j < n; ++j)
-    if (at(i + j) < 0x80 || at(i + j) > 0xbf) return 0;
-  return n;
-}
-}  // namespace
-
 // Bytes that are not UTF-8 (a file name in another encoding) become U+FFFD: JSON is UTF-8, and a
 // strict parser (Python's json) refused the document.
 std::string json_string(const std::string& s) {
@@ -264,7 +238,7 @@ std::string json_string(const std::string& s) {
       std::snprintf(buf, sizeof buf, "\\u%04x", c);
       out += buf;
     } else if (u >= 0x80) {
-      const std::size_t n = utf8_length(s, i);
+      const std::size_t n = detail::utf8_length(s, i);
       if (n == 0) {
         out += "\\ufffd";
         ++i;

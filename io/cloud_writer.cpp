@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "header_check.hpp"
 #include "output_file.hpp"
 #include "pcnn/io.hpp"
 #include "stored_fields.hpp"
@@ -68,13 +69,10 @@ bool type_info(std::uint8_t datatype, TypeInfo& t) {
   }
 }
 
-// Names the input gate accepts, so that pcnn reads back what it writes.
+// Names the input gate accepts, with room for .ply's '_N' suffixes, so that pcnn reads back what
+// it writes.
 bool writable_name(const std::string& s) {
-  if (s.empty() || s.size() > 120) return false;
-  for (char c : s)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-'))
-      return false;
-  return true;
+  return s.size() <= 120 && io_detail::name_characters_ok(s);
 }
 
 // The fields written, in order, each as count × size bytes taken from its offset in the record:
@@ -99,7 +97,8 @@ Layout layout_of(const std::string& path, const pcl::PCLPointCloud2& c, bool ski
       fail(path,
            "field '" + f.name + "' has an unsupported type (" + std::to_string(f.datatype) + ")");
     if (!writable_name(f.name))
-      fail(path, "field name '" + f.name + "' (names are letters, digits, '_', '.', '-')");
+      fail(path, "field name '" + f.name +
+                     "' (names are at most 120 bytes of printable ASCII or UTF-8, no spaces)");
     if (f.count == 0) continue;  // PCL drops such fields when reading; write none of it
     const std::uint64_t bytes = std::uint64_t(f.count) * t.size;
     if (f.offset + bytes > c.point_step)

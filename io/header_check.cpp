@@ -5,6 +5,7 @@
 #include <limits>
 #include <string_view>
 
+#include "../core/utf8.hpp"
 #include "byte_source.hpp"
 #include "number_grammar.hpp"
 #include "pcnn/io.hpp"
@@ -88,12 +89,18 @@ std::string quote(std::string_view s) {
   return out + (s.size() > 60 ? "...'" : "'");
 }
 
-// Header lines hold printable ASCII, spaces and tabs; free text (comments) may also hold UTF-8.
-// Other control characters (\v, \f, a stray \r, NUL) are where PCL's tokenizers and ours differ.
+// Header lines hold printable ASCII, spaces, tabs and well-formed UTF-8 (names in other
+// languages); free text (comments) any byte from 0x20 up. Other control characters (\v, \f, a
+// stray \r, NUL) are where PCL's tokenizers and ours differ.
 void check_characters(const std::string& path, std::uint64_t n, std::string_view line,
                       bool free_text) {
-  for (char ch : line) {
-    const auto c = static_cast<unsigned char>(ch);
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const auto c = static_cast<unsigned char>(line[i]);
+    std::size_t utf8 = 0;
+    if (c >= 0x80 && !free_text && (utf8 = detail::utf8_length(line, i)) > 0) {
+      i += utf8 - 1;
+      continue;
+    }
     const bool ok = (c >= 0x20 && c != 0x7f && (c < 0x80 || free_text)) || c == '\t';
     if (!ok) {
       char hex[8];
@@ -107,15 +114,26 @@ void check_characters(const std::string& path, std::uint64_t n, std::string_view
     reject(path, line_at(n), "a header line may not start with white space");
 }
 
-// A field or property name: letters, digits, '_', '.', '-' (what every reader and our own
-// writers pass through unchanged).
-bool valid_name(std::string_view s) {
-  if (s.empty() || s.size() > 128) return false;
-  for (char c : s)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-'))
-      return false;
+// A field, property or element name: a word of up to 128 bytes, printable ASCII or well-formed
+// UTF-8, as PCL's readers and writers and pcnn's pass it through unchanged: CloudCompare names
+// its scalar fields 'scalar_Roughness_(0.1)', 'scalar_Scalar_field_#1'.
+bool valid_name(std::string_view s) { return s.size() <= 128 && name_characters_ok(s); }
+
+}  // namespace
+
+bool name_characters_ok(std::string_view name) {
+  if (name.empty()) return false;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    if (c > 0x20 && c < 0x7f) continue;
+    const std::size_t n = c >= 0x80 ? detail::utf8_length(name, i) : 0;
+    if (n == 0) return false;
+    i += n - 1;
+  }
   return true;
 }
+
+namespace {
 
 // Thrown instead of rejecting a header that ends where the bytes written so far end
 // (header_complete).
@@ -292,8 +310,7 @@ PcdHeader read_pcd_header(const std::string& path, int fd) {
     PcdField f;
     f.name = names[i];
     if (!valid_name(f.name))
-      reject(path, line_at(at[kFields]),
-             "field name " + quote(f.name) + " (names are letters, digits, '_', '.', '-')");
+      reject(path, line_at(at[kFields]), "field name " + quote(f.name) + " (at most 128 bytes)");
     if (f.name != "_" && std::find(names.begin(), names.begin() + i, f.name) != names.begin() + i)
       reject(path, line_at(at[kFields]), "field '" + f.name + "' appears twice");
     has_padding = has_padding || f.name == "_";
@@ -558,7 +575,8 @@ PlyHeader read_ply_header(const std::string& path, int fd) {
       PlyElement e;
       e.name = std::string(w[1]);
       e.line = n;
-      if (!valid_name(e.name)) reject(path, line_at(n), "element name " + quote(e.name));
+      if (!valid_name(e.name))
+        reject(path, line_at(n), "element name " + quote(e.name) + " (at most 128 bytes)");
       for (const auto& o : h.elements)
         if (o.name == e.name) reject(path, line_at(n), "a second element '" + e.name + "'");
       if (!parse_count(w[2], std::uint64_t(1) << 40, &e.count))
@@ -589,8 +607,7 @@ PlyHeader read_ply_header(const std::string& path, int fd) {
                "expected 'property TYPE NAME' or 'property list COUNT_TYPE TYPE NAME'");
       }
       if (!valid_name(p.name))
-        reject(path, line_at(n),
-               "property name " + quote(p.name) + " (names are letters, digits, '_', '.', '-')");
+        reject(path, line_at(n), "property name " + quote(p.name) + " (at most 128 bytes)");
       for (const auto& o : e.properties)
         if (o.name == p.name)
           reject(path, line_at(n), "property '" + p.name + "' appears twice in element " + e.name);

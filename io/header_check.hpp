@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace pcnn::io_detail {
@@ -78,6 +79,10 @@ struct PlyHeader {
   bool float_coordinates = true;  ///< x, y and z are float32 or float64 (range_grid's NaN fill)
   std::vector<std::string> vertex_fields;  ///< the fields PCL makes of the vertex properties
 };
+
+/// Whether `name` is a word a header may hold as a field, property or element name: printable
+/// ASCII other than the space, and well-formed UTF-8; the gate also takes at most 128 bytes.
+bool name_characters_ok(std::string_view name);
 
 /// The largest point count pcnn reads (results are indexed with int32).
 constexpr std::uint64_t kMaxPoints = 2147483647;

@@ -1094,6 +1094,45 @@ INSTANTIATE_TEST_SUITE_P(
                     "end_header\n",
                 "element vertex 3000000000: at most 2^31-1 points"}));
 
+// Field and property names are whatever word PCL passes through (CloudCompare's
+// 'scalar_Roughness_(0.1)', UTF-8), read and written back as they were; bytes that are no
+// UTF-8 are refused.
+TEST(InputGate, NamesAreAnyWordPclPassesThrough) {
+  TempDir tmp;
+  const std::vector<std::string> names = {"scalar_Roughness_(0.1)", "scalar_Scalar_field_#1",
+                                          "Dichte_\xc3\xa4", "a/b:c=d"};
+  std::string list, props;
+  for (const auto& n : names) {
+    list += " " + n;
+    props += "property float " + n + "\n";
+  }
+  std::ofstream(tmp / "cc.ply", std::ios::binary)
+      << ply("ascii", "", 2, xyz_props + props) << "1 2 3 4 5 6 7\n8 9 10 11 12 13 14\n";
+  std::ofstream(tmp / "cc.pcd", std::ios::binary)
+      << pcd("x y z" + list, "4 4 4 4 4 4 4", "F F F F F F F", "1 1 1 1 1 1 1", 2, "ascii")
+      << "1 2 3 4 5 6 7\n8 9 10 11 12 13 14\n";
+  std::vector<std::string> want = {"x", "y", "z"};
+  want.insert(want.end(), names.begin(), names.end());
+  for (const char* in : {"cc.ply", "cc.pcd"}) {
+    const Cloud c = load_cloud(tmp / in);
+    EXPECT_EQ(c.field_names, want) << in;
+    for (const char* ext : {".pcd", ".ply"}) {
+      const std::string out = tmp / (std::string("out_") + in + ext);
+      save_cloud_subset(c, {1}, out);
+      EXPECT_EQ(load_cloud(out).field_names, want) << in << " -> " << ext;
+    }
+  }
+  std::ofstream(tmp / "latin1.pcd", std::ios::binary)
+      << pcd("x y z Dichte_\xe4", "4 4 4 4", "F F F F", "1 1 1 1", 1, "ascii") << "1 2 3 4\n";
+  try {
+    load_cloud(tmp / "latin1.pcd");
+    ADD_FAILURE() << "accepted";
+  } catch (const input_error& e) {
+    EXPECT_NE(std::string(e.what()).find("line 2: a character (0xE4)"), std::string::npos)
+        << e.what();
+  }
+}
+
 // PCL stops reading once it has the promised rows: blank lines after them (an editor's or a
 // script's last newline, spaces, CR LF) hold nothing it ignores, and the file reads as without
 // them, however many there are (more than a read block and than a line chunk here). A row after
