@@ -110,8 +110,12 @@ void check_characters(const std::string& path, std::uint64_t n, std::string_view
                  ") that the header may not hold");
     }
   }
-  if (!line.empty() && (line[0] == ' ' || line[0] == '\t'))
-    reject(path, line_at(n), "a header line may not start with white space");
+}
+
+// A header line without the blanks before its first word (PCL's readers skip them).
+std::string_view trim_front(std::string_view line) {
+  const std::size_t i = line.find_first_not_of(" \t");
+  return i == std::string_view::npos ? std::string_view() : line.substr(i);
 }
 
 // A field, property or element name: a word of up to 128 bytes, printable ASCII or well-formed
@@ -142,14 +146,16 @@ struct HeaderIncomplete {};
 // Set while header_complete reads a file still being written.
 thread_local bool reading_partial_file = false;
 
-// Reads header lines one at a time, checking the line ending against the first line's.
+// Reads header lines one at a time, checking the line ending against the first line's (.ply:
+// PCL's reader takes the magic line's for every line; .pcd: either, as PCL's tokenizer drops a
+// CR, and eol() is Eol::either).
 class HeaderLines {
  public:
   HeaderLines(const std::string& path, int fd, const char* format)
-      : path_(path), format_(format), src_(path, fd, 0) {}
+      : path_(path), format_(format), src_(path, fd, 0), either_(std::string(format) == "PCD") {}
 
   // The next line; throws at the end of the file, on a long line, a line ending that differs
-  // from the first line's, or a line with no ending.
+  // from the first line's (.ply), or a line with no ending.
   std::string_view next() {
     ++n_;
     if (n_ > kMaxHeaderLines)
@@ -172,8 +178,9 @@ class HeaderLines {
              std::string("the file ends inside the ") + format_ + " header (no line ending)");
     }
     const Eol eol = ending == "\r\n" ? Eol::crlf : Eol::lf;
-    if (n_ == 1) eol_ = eol;
-    if (eol != eol_)
+    last_eol_ = eol;
+    if (n_ == 1) eol_ = either_ ? Eol::either : eol;
+    if (eol_ != Eol::either && eol != eol_)
       reject(path_, line_at(n_),
              std::string("ends with ") + (eol == Eol::crlf ? "CR LF" : "LF") + " but line 1 with " +
                  (eol_ == Eol::crlf ? "CR LF" : "LF") + " (one kind of line ending per file)");
@@ -182,14 +189,16 @@ class HeaderLines {
   std::uint64_t number() const { return n_; }
   std::uint64_t offset() const { return src_.offset(); }
   Eol eol() const { return eol_; }
+  Eol last_eol() const { return last_eol_; }  ///< how the line next() gave ends
 
  private:
   const std::string& path_;
   const char* format_;
   ByteSource src_;
+  bool either_;
   std::string line_;
   std::uint64_t n_ = 0;
-  Eol eol_ = Eol::lf;
+  Eol eol_ = Eol::lf, last_eol_ = Eol::lf;
 };
 
 // ---- PCD ----
@@ -247,9 +256,16 @@ PcdHeader read_pcd_header(const std::string& path, int fd) {
   std::uint64_t at[kPcdKeys] = {};  // the line of each keyword, 0: absent
   int last = -1;
   for (;;) {
-    const std::string_view line = lines.next();
+    const std::string_view whole = lines.next();
     const std::uint64_t n = lines.number();
-    if (line.empty()) reject(path, line_at(n), "an empty line in the PCD header");
+    // PCL skips an empty line, but takes a lone CR (an empty CR LF line) or blanks for a line of
+    // no keyword, and can then crash or read no point.
+    if (whole.empty() && lines.last_eol() == Eol::lf) continue;
+    const std::string_view line = trim_front(whole);
+    if (line.empty())
+      reject(path, line_at(n),
+             whole.empty() ? "an empty line ending in CR LF in the PCD header"
+                           : "a line of only white space in the PCD header");
     const bool comment = line[0] == '#';
     check_characters(path, n, line, comment);
     if (comment) continue;
@@ -522,7 +538,7 @@ PlyHeader read_ply_header(const std::string& path, int fd) {
   PlyHeader h;
   if (lines.next() != "ply") reject(path, "", "not a PLY file (no 'ply' line first)");
   {
-    const std::string_view line = lines.next();
+    const std::string_view line = trim_front(lines.next());
     check_characters(path, 2, line, false);
     const auto w = words(line);
     if (w.size() != 3 || w[0] != "format" || w[2] != "1.0")
@@ -539,9 +555,14 @@ PlyHeader read_ply_header(const std::string& path, int fd) {
   }
   std::uint64_t cols_line = 0, rows_line = 0;
   for (;;) {
-    const std::string_view line = lines.next();
+    const std::string_view whole = lines.next();
+    const std::string_view line = trim_front(whole);
     const std::uint64_t n = lines.number();
-    if (line.empty()) reject(path, line_at(n), "an empty line in the PLY header");
+    if (line.empty()) continue;  // PCL ignores a line of only white space (with a warning)
+    // PCL hands an obj_info line to its reader whole, which splits it at the blanks: after a
+    // leading one the words are shifted, and num_cols / num_rows ignored.
+    if (line.size() != whole.size() && words(line)[0] == "obj_info")
+      reject(path, line_at(n), "an obj_info line may not start with white space (PCL ignores it)");
     const bool free_text = line.compare(0, 7, "comment") == 0;
     check_characters(path, n, line, free_text);
     const auto w = words(line);

@@ -21,8 +21,8 @@ bool is_signed(Scalar t);
 /// refused in ascii files, and as coordinates in binary ones.
 inline constexpr std::int64_t kExactInteger = std::int64_t(1) << 53;
 
-/// How the text lines of a file end; one file uses one kind throughout.
-enum class Eol : std::uint8_t { lf, crlf };
+/// How the text lines of a file end: one kind throughout a .ply; either, line by line, in a .pcd.
+enum class Eol : std::uint8_t { lf, crlf, either };
 
 /// Throws pcnn::input_error "cannot read cloud 'PATH': WHERE: WHY" (WHERE may be empty).
 [[noreturn]] void reject(const std::string& path, const std::string& where, const std::string& why);

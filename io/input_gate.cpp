@@ -97,8 +97,8 @@ std::string quote(std::string_view s) {
   return "'" + std::string(s.substr(0, 40)) + (s.size() > 40 ? "...'" : "'");
 }
 
-// Reads the data lines of an ascii file: each ends as the header's lines do (the file's last
-// line may have no ending).
+// Reads the data lines of an ascii file: each ends as the header's lines do, or either way in a
+// .pcd (Eol::either; the file's last line may have no ending).
 class DataLines {
  public:
   DataLines(const std::string& path, int fd, std::uint64_t offset, std::uint64_t first_line,
@@ -114,7 +114,7 @@ class DataLines {
     if (too_long) reject(path_, line_at(n_), "longer than " + std::to_string(max_) + " bytes");
     if (ending.empty()) {
       ended_ = true;
-    } else if ((ending == "\r\n") != (eol_ == Eol::crlf)) {
+    } else if (eol_ != Eol::either && (ending == "\r\n") != (eol_ == Eol::crlf)) {
       reject(path_, line_at(n_),
              std::string("ends with ") + (ending == "\r\n" ? "CR LF" : "LF") +
                  " but the header's lines with " + (eol_ == Eol::crlf ? "CR LF" : "LF"));
