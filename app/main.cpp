@@ -1,4 +1,5 @@
 // The pcnn command.
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
 #include <CLI/CLI.hpp>
@@ -153,7 +154,7 @@ int run_generate(const GenerateCommand& g) {
     r.add("width", depth ? g.width : static_cast<double>(points));
     r.add("height", depth ? g.height : 1);
     r.add("written to", g.out);
-    std::printf("%s\n", r.json().c_str());
+    write_stdout(r.json() + "\n");
   }
   return kExitOk;
 }
@@ -171,13 +172,16 @@ int run_devices(OutputMode mode) {
     r.add("reason", d.reason);
   }
   if (mode.json) {
-    std::printf("%s\n", r.json().c_str());
+    write_stdout(r.json() + "\n");
   } else if (!d.available) {
-    std::printf("no usable CUDA device: %s\n", d.reason.c_str());
+    write_stdout("no usable CUDA device: " + d.reason + "\n");
   } else {
-    std::printf("device %d: %s, compute capability %d.%d, %d multiprocessors, %.1f GiB%s\n",
-                d.ordinal, d.name.c_str(), d.cc_major, d.cc_minor, d.multiprocessors,
-                d.total_memory / 1073741824.0, d.integrated ? ", integrated" : "");
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "device %d: %s, compute capability %d.%d, %d multiprocessors, %.1f GiB%s\n",
+                  d.ordinal, d.name.c_str(), d.cc_major, d.cc_minor, d.multiprocessors,
+                  d.total_memory / 1073741824.0, d.integrated ? ", integrated" : "");
+    write_stdout(line);
   }
   return d.available ? kExitOk : kExitDevice;
 }
@@ -336,7 +340,40 @@ void pcnn::app::print_error(const ErrorReport& e, const std::string& who) {
 
 namespace {
 
+// Ctrl-C, kill or a closed terminal end the process as they would, but first remove the
+// temporaries of outputs not yet in place (hidden files, up to the whole result's size).
+extern "C" void end_on_signal(int sig) {
+  pcnn::remove_uncommitted_outputs();
+  ::raise(sig);  // SA_RESETHAND restored the default action, which ends the process
+}
+
+void remove_temporaries_on_signals() {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction was {};
+    if (::sigaction(sig, nullptr, &was) == 0 && was.sa_handler == SIG_IGN) continue;  // nohup
+    struct sigaction sa {};
+    sa.sa_handler = end_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;
+    ::sigaction(sig, &sa, nullptr);
+  }
+}
+
+// Descriptors 0, 1 and 2 closed by the caller (`>&-`) are opened on /dev/null: otherwise the
+// first file pcnn opens (an output's temporary) would take the number, and messages for stderr
+// would be written into it. Stdout read-only, so that what is meant for it (--json, '-') still
+// fails as on a closed descriptor; stderr writable (its messages were not wanted).
+void open_missing_standard_descriptors() {
+  for (int fd = 0; fd <= 2; ++fd)
+    if (::fcntl(fd, F_GETFD) == -1 && errno == EBADF) {
+      const int got = ::open("/dev/null", fd == 2 ? O_WRONLY : O_RDONLY);
+      if (got >= 0 && got != fd) ::close(got);  // another thread took the number: leave it
+    }
+}
+
 int run_command(int argc, char** argv) {
+  open_missing_standard_descriptors();
+  remove_temporaries_on_signals();
   // A file size limit (RLIMIT_FSIZE) then fails the write with EFBIG, reported as an output
   // error, instead of killing the process with a half-written temporary left behind.
   std::signal(SIGXFSZ, SIG_IGN);
@@ -520,6 +557,10 @@ int run_command(int argc, char** argv) {
       if (radius_cmd->count("--max-nn") > 0 && (radius.max_nn <= 0 || radius.max_nn > pcnn::kMaxK))
         throw pcnn::error("--max-nn must be between 1 and " + std::to_string(pcnn::kMaxK) +
                           ", got " + std::to_string(radius.max_nn));
+      if (radius.max_nn <= 0 && !radius.csv_streams && radius_cmd->count("--stream-format") > 0)
+        throw pcnn::error(
+            "--stream-format npy: radius results (without --max-nn) go to a stream as CSV pairs "
+            "query,neighbor,sqdist; name a .npy file for OUT.offsets/indices/sqdist.npy");
       if (radius.max_nn <= 0 && (!radius.distances.empty() || !radius.counts.empty()))
         throw pcnn::error(
             "--distances and --counts go with --max-nn (radius results are "

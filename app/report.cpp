@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -210,9 +212,19 @@ std::string Report::json() const {
 
 void emit(const Report& report, OutputMode mode) {
   if (!mode.quiet) report.print_table(stderr);
-  if (mode.json) {
-    std::fputs((report.json() + "\n").c_str(), stdout);
-    std::fflush(stdout);
+  if (mode.json) write_stdout(report.json() + "\n");
+}
+
+void write_stdout(const std::string& text) {
+  errno = 0;
+  const bool ok = std::fwrite(text.data(), 1, text.size(), stdout) == text.size() &&
+                  std::fflush(stdout) == 0 && !std::ferror(stdout);
+  if (!ok) {
+    const int err = errno;
+    std::clearerr(stdout);
+    throw output_error(std::string("cannot write to standard output: ") +
+                           (err ? std::strerror(err) : "write error"),
+                       "<stdout>");
   }
 }
 

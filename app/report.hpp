@@ -82,6 +82,9 @@ struct OutputMode {
   bool quiet = false;
 };
 void emit(const Report& report, OutputMode mode);
+/// Writes `text` to stdout and flushes it. @throws pcnn::output_error when it cannot (stdout
+/// closed, read-only, a full disk): a report lost is a failed command, not exit 0.
+void write_stdout(const std::string& text);
 
 /// With --json, an error as one JSON object on stdout:
 /// {"error": {"message": ..., "exit_code": ..., "file": ...}} ("file" only when one is known).

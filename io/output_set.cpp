@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -193,11 +195,12 @@ int named_descriptor(const std::string& p) {
 }
 
 // Follows the last component while it is a symlink: the file a symlink finally names is the one
-// replaced (the link stays a link).
+// replaced (the link stays a link); a link to a named descriptor (/dev/stdout) names it.
 std::string follow_links(const std::string& named) {
   std::string p = named;
   for (int hops = 0; hops < 40; ++hops) {
     struct stat st;
+    if (named_descriptor(p) >= 0) return p;  // the descriptor, not the file behind it
     if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
     std::vector<char> buf(static_cast<std::size_t>(std::max<off_t>(st.st_size, 255)) + 1);
     const ssize_t n = ::readlink(p.c_str(), buf.data(), buf.size() - 1);
@@ -207,6 +210,34 @@ std::string follow_links(const std::string& named) {
     p = target.empty() || target[0] == '/' || parent.empty() ? target : (parent / target).string();
   }
   fail(named, "too many levels of symbolic links");
+}
+
+// The temporaries (and commit's backups) not yet put in place or removed, by absolute path, for
+// remove_uncommitted_outputs(): a signal handler takes a path with one atomic exchange and
+// unlinks it; whoever takes a path out of its slot owns it (the handler leaves it allocated).
+constexpr int kPendingSlots = 256;
+std::atomic<char*> pending_files[kPendingSlots];
+
+int add_pending(const std::string& absolute) {
+  char* copy = ::strdup(absolute.c_str());
+  if (!copy) return -1;
+  for (int i = 0; i < kPendingSlots; ++i) {
+    char* none = nullptr;
+    if (pending_files[i].compare_exchange_strong(none, copy)) return i;
+  }
+  std::free(copy);  // more than 256 at once: this one is only removed by its OutputSet
+  return -1;
+}
+
+void drop_pending(int& slot) {
+  if (slot >= 0) std::free(pending_files[slot].exchange(nullptr));
+  slot = -1;
+}
+
+std::string absolute_in(const std::string& final_path, const std::string& name) {
+  std::error_code ec;
+  const fs::path dir = fs::path(final_path).parent_path();
+  return (fs::absolute(dir.empty() ? fs::path(".") : dir, ec) / name).string();
 }
 
 std::string random_suffix() {
@@ -231,6 +262,7 @@ struct OutputSet::Impl {
     int dir_fd = -1;                   // staged: the target's directory
     std::string name, temp;            // staged: the target's and the temporary's names in it
     int temp_fd = -1;                  // staged: until a writer takes it
+    int pending = -1;                  // staged: the temporary's slot in pending_files
     bool existed = false;              // staged: a regular file is replaced
     std::unique_ptr<OutputFile> file;  // once writing has begun
 
@@ -246,6 +278,7 @@ struct OutputSet::Impl {
           name(std::move(o.name)),
           temp(std::exchange(o.temp, std::string())),
           temp_fd(std::exchange(o.temp_fd, -1)),
+          pending(std::exchange(o.pending, -1)),
           existed(o.existed),
           file(std::move(o.file)) {}
     Target& operator=(Target&&) = delete;
@@ -256,6 +289,7 @@ struct OutputSet::Impl {
       file.reset();
       if (temp_fd >= 0) ::close(temp_fd);
       if (!temp.empty()) ::unlinkat(dir_fd, temp.c_str(), 0);
+      drop_pending(pending);
       if (dir_fd >= 0) ::close(dir_fd);
     }
   };
@@ -292,7 +326,11 @@ struct OutputSet::Impl {
   Target resolve(const std::string& path) {
     Target t;
     t.path = path;
-    const int fd = named_descriptor(path);
+    int fd = named_descriptor(path);
+    if (fd < 0) {
+      t.final_path = follow_links(path);
+      fd = named_descriptor(t.final_path);  // a link to /dev/stdout, /dev/fd/N
+    }
     if (fd >= 0) {
       const int flags = ::fcntl(fd, F_GETFL);
       if (flags < 0) fail(path, "descriptor " + std::to_string(fd) + " is not open");
@@ -306,7 +344,6 @@ struct OutputSet::Impl {
       t.descriptor = fd;
       return t;
     }
-    t.final_path = follow_links(path);
     struct stat st;
     if (::stat(t.final_path.c_str(), &st) == 0) {
       if (S_ISDIR(st.st_mode)) fail(path, "is a directory");
@@ -322,14 +359,31 @@ struct OutputSet::Impl {
     t.id = identify(t.final_path);
     const fs::path fp(t.final_path);
     t.name = fp.filename().string();
-    if (t.name.empty() || t.name == "." || t.name == "..") fail(path, "is a directory");
+    if (t.name.empty() || t.name == "." || t.name == "..")
+      fail(path, t.name.empty() ? "names a directory (it ends in '/')" : "is a directory");
     const std::string dir = fp.parent_path().empty() ? "." : fp.parent_path().string();
     t.dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (t.dir_fd < 0)
       fail(path, errno == ENOENT
                      ? "its directory '" + dir + "' does not exist"
                      : "cannot open its directory '" + dir + "': " + std::strerror(errno));
+    if (t.existed) check_replaceable(t, st);
     return t;
+  }
+
+  // A file that the shell's > or cp could not write is not replaced either: one the caller may
+  // not write, or another user's in a sticky directory (/tmp), where the rename would fail after
+  // all the work.
+  static void check_replaceable(const Target& t, const struct stat& st) {
+    if (::faccessat(t.dir_fd, t.name.c_str(), W_OK, AT_EACCESS) != 0)
+      fail(t.path, std::string("it exists and is not writable (") + std::strerror(errno) + ")");
+    struct stat dir;
+    const uid_t me = ::geteuid();
+    if (::fstat(t.dir_fd, &dir) == 0 && (dir.st_mode & S_ISVTX) && me != 0 && st.st_uid != me &&
+        dir.st_uid != me)
+      fail(t.path,
+           "it belongs to another user in a sticky directory (such as /tmp), where only its "
+           "owner may replace it");
   }
 
   // The temporary: in the target's directory (the rename stays on one file system), a name no
@@ -345,13 +399,27 @@ struct OutputSet::Impl {
       if (fd >= 0) {
         t.temp = temp;
         t.temp_fd = fd;
-        if (keep_mode) ::fchmod(fd, st.st_mode & 07777);
+        t.pending = add_pending(absolute_in(t.final_path, temp));
+        if (keep_mode) keep_owner_and_mode(fd, st);
         return;
       }
       if (errno != EEXIST)
         fail(t.path, std::string("cannot create a file in its directory: ") + std::strerror(errno));
     }
     fail(t.path, "cannot create a temporary file in its directory");
+  }
+
+  // The replaced file's owner and group where this process may give them (root; a group it is
+  // in), and its permission bits; set-user-ID and set-group-ID only with the owner or group kept
+  // (never a set-user-ID file of another owner than the original's).
+  static void keep_owner_and_mode(int fd, const struct stat& was) {
+    if (::fchown(fd, was.st_uid, was.st_gid) != 0) (void)::fchown(fd, (uid_t)-1, was.st_gid);
+    struct stat now;
+    if (::fstat(fd, &now) != 0) return;
+    mode_t mode = was.st_mode & 01777;
+    if (now.st_uid == was.st_uid) mode |= was.st_mode & S_ISUID;
+    if (now.st_gid == was.st_gid) mode |= was.st_mode & S_ISGID;
+    ::fchmod(fd, mode);
   }
 
   static bool writes_to_terminal(const Target& t) {
@@ -377,6 +445,15 @@ struct OutputSet::Impl {
         fail(t.path, "it is also the output '" + o.path + "'");
     if (!stdout_user.empty() && same_file(t.id, stdout_id) && !t.id.char_device)
       fail(t.path, "stdout is taken by " + stdout_user);
+    // Standard error takes the program's messages (the pcnn command's notes, table and errors),
+    // which would be mixed into the data: it is no output (a terminal or /dev/null aside; and
+    // stdout, where the caller sent stderr with 2>&1, is the caller's choice).
+    struct stat err, out;
+    const bool is_stdout =
+        t.descriptor == 1 || (::fstat(1, &out) == 0 && same_file(t.id, id_of_stat(out)));
+    if (::fstat(2, &err) == 0 && !S_ISCHR(err.st_mode) && !is_stdout &&
+        (t.descriptor == 2 || same_file(t.id, id_of_stat(err))))
+      fail(t.path, "it is standard error, where messages go (redirect stderr elsewhere)");
   }
 };
 
@@ -532,24 +609,49 @@ void OutputSet::commit() {
   std::vector<Impl::Target*> staged;
   for (auto& t : im.targets)
     if (t.mode == Impl::Mode::staged) staged.push_back(&t);
+  // Each target is still what add() found there (the same regular file, or nothing): a FIFO,
+  // symlink or other file put there meanwhile is not replaced.
+  for (const Impl::Target* t : staged) {
+    struct stat st;
+    const bool there = ::fstatat(t->dir_fd, t->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+    const bool same = t->existed ? there && S_ISREG(st.st_mode) && st.st_dev == t->id.dev &&
+                                       st.st_ino == t->id.ino
+                                 : !there && errno == ENOENT;
+    if (!same)
+      fail(t->path, "it changed while pcnn ran (" +
+                        std::string(!there       ? "it was removed"
+                                    : t->existed ? "another file is there now"
+                                                 : "something was made there") +
+                        "): left as it is");
+  }
   // Hard links to the files about to be replaced, so that a failed rename can undo the ones
   // before it (where the file system has no hard links, that target cannot be restored).
   std::vector<std::string> backup(staged.size());
+  std::vector<int> backup_pending(staged.size(), -1);
   for (std::size_t i = 0; i < staged.size(); ++i) {
     if (!staged[i]->existed) continue;
     const std::string b = "." + staged[i]->name.substr(0, 200) + ".pcnn-" + random_suffix();
-    if (::linkat(staged[i]->dir_fd, staged[i]->name.c_str(), staged[i]->dir_fd, b.c_str(), 0) == 0)
+    if (::linkat(staged[i]->dir_fd, staged[i]->name.c_str(), staged[i]->dir_fd, b.c_str(), 0) ==
+        0) {
       backup[i] = b;
+      backup_pending[i] = add_pending(absolute_in(staged[i]->final_path, b));
+    }
   }
   std::size_t done = 0;
   int err = 0;
   for (; done < staged.size(); ++done) {
     Impl::Target& t = *staged[done];
-    if (::renameat(t.dir_fd, t.temp.c_str(), t.dir_fd, t.name.c_str()) != 0) {
+    // A new file never replaces one made there since the check above.
+    const unsigned flags = t.existed ? 0 : RENAME_NOREPLACE;
+    int rc = ::renameat2(t.dir_fd, t.temp.c_str(), t.dir_fd, t.name.c_str(), flags);
+    if (rc != 0 && (errno == EINVAL || errno == ENOSYS))  // a file system without the flag
+      rc = ::renameat(t.dir_fd, t.temp.c_str(), t.dir_fd, t.name.c_str());
+    if (rc != 0) {
       err = errno;
       break;
     }
     t.temp.clear();
+    drop_pending(t.pending);
   }
   if (done < staged.size()) {
     for (std::size_t j = 0; j < done; ++j) {
@@ -561,6 +663,7 @@ void OutputSet::commit() {
     }
     for (std::size_t j = done; j < staged.size(); ++j)
       if (!backup[j].empty()) ::unlinkat(staged[j]->dir_fd, backup[j].c_str(), 0);
+    for (int& slot : backup_pending) drop_pending(slot);
     fail(staged[done]->path, std::string("cannot rename it into place: ") + std::strerror(err));
   }
   im.committed = true;
@@ -579,6 +682,12 @@ void OutputSet::commit() {
   }
   for (std::size_t i = 0; i < staged.size(); ++i)
     if (!backup[i].empty()) ::unlinkat(staged[i]->dir_fd, backup[i].c_str(), 0);
+  for (int& slot : backup_pending) drop_pending(slot);
+}
+
+void remove_uncommitted_outputs() noexcept {
+  for (auto& slot : pending_files)
+    if (char* p = slot.exchange(nullptr)) ::unlink(p);
 }
 
 namespace io_detail {

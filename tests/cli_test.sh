@@ -493,5 +493,48 @@ expect 2 "MU 0 is --laplacian" -- smooth "$sample" -o "$tmp/x.pcd" --taubin 0.5,
 "$pcnn" generate uniform -n 5 -o "$tmp/five.pcd" -q
 expect 2 "needs more than mean_k \(8\) finite points, it has 5" -- filter sor "$tmp/five.pcd" -o "$tmp/x.pcd" --mean-k 8 --device cpu
 
+
+# Outputs when the process or its streams fail. A signal (Ctrl-C, kill, a closed terminal)
+# removes the temporary and keeps the old file (checked when the signal came before the end).
+echo old >"$tmp/sig.pcd"
+"$pcnn" generate uniform -n 30000000 -o "$tmp/sig.pcd" -q &
+sleep 0.5
+kill -TERM $! 2>/dev/null
+wait $!
+rc=$?
+if [ "$rc" = 143 ]; then
+  [ "$(cat "$tmp/sig.pcd")" = old ] && [ -z "$(ls -A "$tmp" | grep '\.pcnn-')" ] || { echo "FAIL: SIGTERM left a temporary or changed the output"; ls -A "$tmp" | grep pcnn-; fails=$((fails + 1)); }
+fi
+# The report on stdout is checked like any output: a full disk or a closed stdout is exit 5.
+"$pcnn" stats "$sample" --device cpu --json -q >/dev/full 2>"$tmp/err"
+[ $? = 5 ] && grep -q "cannot write to standard output: No space left on device" "$tmp/err" || { echo "FAIL: --json to a full disk"; fails=$((fails + 1)); }
+"$pcnn" stats "$sample" --device cpu --json -q >&- 2>"$tmp/err"
+[ $? = 5 ] && grep -q "cannot write to standard output" "$tmp/err" || { echo "FAIL: --json to a closed stdout"; fails=$((fails + 1)); }
+# Closed standard descriptors are no output: the temporary does not take their number.
+"$pcnn" radius "$sample" -r 0.2 --device cpu -o "$tmp/closed.csv" >&- 2>&-
+head -1 "$tmp/closed.csv" | grep -q "^query,neighbor,sqdist$" || { echo "FAIL: with stdout and stderr closed"; head -c 100 "$tmp/closed.csv"; fails=$((fails + 1)); }
+# Standard error is no output; a link to /dev/stdout writes to stdout, not over the shell's file.
+"$pcnn" knn "$sample" -k 2 --device cpu -o /dev/stderr 2>"$tmp/err.npy"
+[ $? = 5 ] && grep -q "it is standard error" "$tmp/err.npy" || { echo "FAIL: -o /dev/stderr"; fails=$((fails + 1)); }
+ln -s /dev/stdout "$tmp/to_stdout.npy"
+echo head >"$tmp/log"
+{ "$pcnn" knn "$sample" -k 2 --device cpu -q -o "$tmp/to_stdout.npy"; echo tail; } >>"$tmp/log"
+[ "$(head -1 "$tmp/log")" = head ] && [ "$(tail -c 5 "$tmp/log")" = "tail" ] || { echo "FAIL: a link to /dev/stdout replaced the shell's file"; fails=$((fails + 1)); }
+expect 2 "radius results \(without --max-nn\) go to a stream as CSV pairs" -- radius "$sample" -r 0.2 --device cpu -o - --stream-format npy
+# What the shell's > could not write is not replaced (as another user than root: as nobody).
+if [ "$(id -u)" -ne 0 ] || command -v setpriv >/dev/null; then
+  as_user() { if [ "$(id -u)" -eq 0 ]; then setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; else "$@"; fi; }
+  mkdir -m 1777 "$tmp/sticky" && cp "$sample" "$tmp/sticky/in.pcd" && chmod 644 "$tmp/sticky/in.pcd" && chmod 755 "$tmp"
+  echo kept >"$tmp/sticky/ro.npy" && chmod 444 "$tmp/sticky/ro.npy"
+  [ "$(id -u)" -eq 0 ] && chown nobody "$tmp/sticky/ro.npy"
+  as_user "$pcnn" knn "$tmp/sticky/in.pcd" -k 2 --device cpu -q -o "$tmp/sticky/ro.npy" 2>"$tmp/err"
+  [ $? = 5 ] && grep -q "it exists and is not writable" "$tmp/err" && [ "$(cat "$tmp/sticky/ro.npy")" = kept ] || { echo "FAIL: a read-only output was replaced"; cat "$tmp/err"; fails=$((fails + 1)); }
+  if [ "$(id -u)" -eq 0 ]; then  # another user's file in a sticky directory: refused before the work
+    echo other >"$tmp/sticky/other.npy" && chmod 666 "$tmp/sticky/other.npy"
+    as_user "$pcnn" knn "$tmp/sticky/in.pcd" -k 2 --device cpu -q -o "$tmp/sticky/other.npy" 2>"$tmp/err"
+    [ $? = 5 ] && grep -q "belongs to another user in a sticky directory" "$tmp/err" && [ -z "$(ls -A "$tmp/sticky" | grep pcnn-)" ] || { echo "FAIL: sticky directory"; cat "$tmp/err"; fails=$((fails + 1)); }
+  fi
+fi
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -1,4 +1,5 @@
 // io: every supported format and coordinate type round-trips; bad files give clear errors.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <pcl/PCLPointCloud2.h>
 #include <pcl/io/pcd_io.h>
@@ -1371,20 +1372,112 @@ TEST(OutputSet, CommitsAllOutputsOrNone) {
     write_array(o, tmp / "a.npy", v, 2, 2);
     write_array(o, tmp / "b.csv", v, 2, 2);
     write_array(o, tmp / "c.npy", v, 2, 2);
-    fs::create_directories(tmp / "c.npy/in_the_way");  // the last rename will fail
+    for (const auto& t : temporaries(tmp / ""))  // the last rename will fail
+      if (t.rfind(".c.npy.", 0) == 0) fs::remove(tmp / t);
     expect_output_error([&] { o.commit(); },
                         "cannot write '" + (tmp / "c.npy") + "': cannot rename it into place");
     EXPECT_EQ(read_all(tmp / "a.npy"), "old a");  // put back as it was
     EXPECT_FALSE(fs::exists(tmp / "b.csv"));      // removed
   }
   EXPECT_TRUE(temporaries(tmp / "").empty());
-  fs::remove_all(tmp / "c.npy");
+  {
+    // A target that changed since add() (something made where nothing was, another file moved
+    // over one) is left as it is, and nothing is put in place.
+    OutputSet o;
+    o.add(tmp / "a.npy", OutputKind::array);
+    o.add(tmp / "c.npy", OutputKind::array);
+    write_array(o, tmp / "a.npy", v, 2, 2);
+    write_array(o, tmp / "c.npy", v, 2, 2);
+    fs::create_directories(tmp / "c.npy/in_the_way");
+    expect_output_error([&] { o.commit(); },
+                        "cannot write '" + (tmp / "c.npy") +
+                            "': it changed while pcnn ran (something was made there)");
+    EXPECT_EQ(read_all(tmp / "a.npy"), "old a");
+    EXPECT_TRUE(fs::is_directory(tmp / "c.npy/in_the_way"));
+    fs::remove_all(tmp / "c.npy");
+    std::ofstream(tmp / "other") << "other";
+    fs::rename(tmp / "other", tmp / "a.npy");
+    expect_output_error([&] { o.commit(); }, "another file is there now");
+    EXPECT_EQ(read_all(tmp / "a.npy"), "other");
+  }
+  EXPECT_TRUE(temporaries(tmp / "").empty());
+  std::ofstream(tmp / "a.npy") << "old a";
   OutputSet o;
   o.add(tmp / "a.npy", OutputKind::array);
   o.add(tmp / "b.csv", OutputKind::array);
   write_array(o, tmp / "a.npy", v, 2, 2);
   expect_output_error([&] { o.commit(); }, "'" + (tmp / "b.csv") + "': nothing was written");
   EXPECT_EQ(read_all(tmp / "a.npy"), "old a");
+}
+
+// What a signal handler calls: every temporary not yet in place is removed, and the targets
+// keep what they held; the set itself then fails or ends cleanly.
+TEST(OutputSet, UncommittedTemporariesGoOnRemoval) {
+  TempDir tmp;
+  std::ofstream(tmp / "a.npy") << "old a";
+  const std::int32_t v[4] = {1, 2, 3, 4};
+  OutputSet o;
+  o.add(tmp / "a.npy", OutputKind::array);
+  o.add(tmp / "b.csv", OutputKind::array);
+  write_array(o, tmp / "a.npy", v, 2, 2);
+  EXPECT_EQ(temporaries(tmp / "").size(), 2u);
+  remove_uncommitted_outputs();
+  EXPECT_TRUE(temporaries(tmp / "").empty());
+  EXPECT_EQ(read_all(tmp / "a.npy"), "old a");
+  EXPECT_FALSE(fs::exists(tmp / "b.csv"));
+}
+
+// A symlink to a named descriptor writes to the descriptor (the file behind /dev/stdout is the
+// shell's, never replaced); standard error, where messages go, is no output.
+TEST(OutputSet, LinksToDescriptorsAndStandardError) {
+  TempDir tmp;
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  fs::create_symlink("/dev/fd/" + std::to_string(pipe_fds[1]), tmp / "to_pipe.csv");
+  const std::int32_t v[2] = {7, 8};
+  write_array(tmp / "to_pipe.csv", v, 1, 2);
+  ::close(pipe_fds[1]);
+  char buf[64] = {};
+  const ssize_t n = ::read(pipe_fds[0], buf, sizeof buf - 1);
+  ::close(pipe_fds[0]);
+  EXPECT_GT(n, 0);
+  EXPECT_NE(std::string(buf).find("7,8"), std::string::npos) << buf;
+  EXPECT_TRUE(fs::is_symlink(tmp / "to_pipe.csv"));
+
+  // stderr on a regular file for a moment (nothing is reported meanwhile): naming it either
+  // way is refused.
+  const int saved = ::dup(2);
+  ASSERT_GE(saved, 0);
+  const int log = ::open((tmp / "log.txt").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(log, 0);
+  ::dup2(log, 2);
+  ::close(log);
+  std::vector<std::string> refused;
+  for (const std::string& p : {std::string("/dev/stderr"), tmp / "log.txt"}) {
+    OutputSet o;
+    try {
+      o.add(p, OutputKind::array);
+    } catch (const output_error& e) {
+      refused.push_back(e.what());
+    }
+  }
+  ::dup2(saved, 2);
+  ::close(saved);
+  ASSERT_EQ(refused.size(), 2u);
+  for (const auto& m : refused) EXPECT_NE(m.find("it is standard error"), std::string::npos) << m;
+}
+
+// What the shell's > could not write is not replaced: a read-only file (for a user other than
+// root, whom permissions do not stop).
+TEST(OutputSet, AReadOnlyTargetIsRefusedUpFront) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root writes read-only files";
+  TempDir tmp;
+  std::ofstream(tmp / "ro.npy") << "kept";
+  fs::permissions(tmp / "ro.npy", fs::perms::owner_read);
+  OutputSet o;
+  expect_output_error([&] { o.add(tmp / "ro.npy", OutputKind::array); },
+                      "it exists and is not writable");
+  EXPECT_TRUE(temporaries(tmp / "").empty());
 }
 
 TEST(OutputSet, KeepsTheModeOfAReplacedFile) {

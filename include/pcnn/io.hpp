@@ -96,8 +96,16 @@ enum class OutputKind {
 /// such as /dev/null — is written to directly as the data comes (it cannot be staged and is never
 /// replaced); without a known extension it gets its kind's default format (.npy, .pcd, and for
 /// radius results the .csv of pairs). A symlink is written through: the file it finally points to
-/// is replaced, the link stays. For a file size limit (RLIMIT_FSIZE) to be reported instead of
-/// killing the process, the program must ignore SIGXFSZ (the pcnn command does).
+/// is replaced, the link stays (a link to /dev/stdout or /dev/fd/N writes to that descriptor).
+/// For a file size limit (RLIMIT_FSIZE) to be reported instead of killing the process, the
+/// program must ignore SIGXFSZ (the pcnn command does).
+///
+/// A replaced file gets a new inode with the old one's permission bits (set-user-ID and
+/// set-group-ID only where its owner and group could be kept): other hard links to it keep the
+/// old content, as with sed -i. A file the caller may not write, or may not replace (another
+/// user's, in a sticky directory such as /tmp), is refused at add(). Standard error (where the
+/// pcnn command writes its messages) is no output. commit() refuses a target that changed kind
+/// since add() (a FIFO or symlink made there, another file moved there), leaving it as it is.
 class OutputSet {
  public:
   OutputSet();
@@ -138,6 +146,12 @@ class OutputSet {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+/// Removes the staged temporaries (and commit's backups) of every OutputSet not yet committed.
+/// Async-signal-safe (no allocation, no lock: only unlink), for a handler of the signals that end
+/// the program (SIGINT, SIGTERM, SIGHUP), so that an interrupted write leaves nothing behind; the
+/// pcnn command installs such handlers. The targets keep what they held.
+void remove_uncommitted_outputs() noexcept;
 
 /// Writes the points `indices` (ascending or not, each once) of `cloud` with every field the
 /// file had (colors, intensity, normals, labels...; coordinates in their stored type and
