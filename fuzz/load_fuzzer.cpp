@@ -116,9 +116,9 @@ std::vector<std::string> lines_of(const std::uint8_t* begin, const std::uint8_t*
   return out;
 }
 
-double number(const std::string& token, Scalar t) {
+double number(const std::string& token, Scalar t, Dialect dialect) {
   Number v;
-  if (!check_number(token, t, &v).empty()) std::abort();  // the gate accepted it
+  if (!check_number(token, t, dialect, &v).empty()) std::abort();  // the gate accepted it
   return is_integer(t) ? static_cast<double>(v.i) : v.f;
 }
 
@@ -171,7 +171,8 @@ Decoded decode_pcd(const std::string& path, const std::uint8_t* data, std::size_
     const auto rows = lines_of(body, data + size);
     for (std::uint64_t i = 0; i < h.points; ++i) {
       const auto v = split(rows[i]);
-      for (int a = 0; a < 3; ++a) d.xyz[i][a] = stored(number(v[column[a]], d.type[a]), d.type[a]);
+      for (int a = 0; a < 3; ++a)
+        d.xyz[i][a] = stored(number(v[column[a]], d.type[a], Dialect::pcd), d.type[a]);
     }
   } else if (h.data == PcdHeader::Data::binary) {
     for (std::uint64_t i = 0; i < h.points; ++i)
@@ -219,14 +220,15 @@ Decoded decode_ply(const std::string& path, const std::uint8_t* data, std::size_
       for (const auto& prop : e.properties) {
         if (prop.list) {
           const Scalar ct = prop.count_type == Scalar::i32 ? Scalar::u32 : prop.count_type;
-          const auto n = static_cast<std::uint64_t>(ascii ? number(v[t++], ct) : read(ct));
+          const auto n =
+              static_cast<std::uint64_t>(ascii ? number(v[t++], ct, Dialect::ply) : read(ct));
           for (std::uint64_t k = 0; k < n; ++k) {
-            const double x = ascii ? number(v[t++], prop.type) : read(prop.type);
+            const double x = ascii ? number(v[t++], prop.type, Dialect::ply) : read(prop.type);
             if (is_grid && k == 0) cell = static_cast<std::int64_t>(x);
           }
           continue;
         }
-        const double x = ascii ? number(v[t++], prop.type) : read(prop.type);
+        const double x = ascii ? number(v[t++], prop.type, Dialect::ply) : read(prop.type);
         for (int a = 0; a < 3; ++a)
           if (is_vertex && prop.name == std::string(1, "xyz"[a])) {
             xyz[a] = stored(x, prop.type);

@@ -81,53 +81,50 @@ void check_ply(const std::string& token, const Number& v) {
   if (!same(value, ours)) differ("ply", token, ours, static_cast<double>(value));
 }
 
+// Runs check<T>() with the C++ type of `type`.
+template <class F>
+void with_type(Scalar type, F&& check) {
+  switch (type) {
+    case Scalar::i8:
+      return check(std::int8_t{});
+    case Scalar::u8:
+      return check(std::uint8_t{});
+    case Scalar::i16:
+      return check(std::int16_t{});
+    case Scalar::u16:
+      return check(std::uint16_t{});
+    case Scalar::i32:
+      return check(std::int32_t{});
+    case Scalar::u32:
+      return check(std::uint32_t{});
+    case Scalar::i64:
+      return check(std::int64_t{});
+    case Scalar::u64:
+      return check(std::uint64_t{});
+    case Scalar::f32:
+      return check(float{});
+    case Scalar::f64:
+      return check(double{});
+  }
+}
+
 }  // namespace
 
+// A literal accepted for a reader must be read by it as the value the grammar gives.
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 2 || size > 1 + pcnn::io_detail::kMaxNumberLength) return 0;
   const auto type = static_cast<Scalar>(data[0] % 10);
   const std::string token(reinterpret_cast<const char*>(data + 1), size - 1);
+  using pcnn::io_detail::Dialect;
   Number v;
-  if (!pcnn::io_detail::check_number(token, type, &v).empty()) return 0;
-  switch (type) {
-    case Scalar::i8:
-      check_pcd<std::int8_t>(token, v);
-      check_ply<std::int8_t>(token, v);
-      break;
-    case Scalar::u8:
-      check_pcd<std::uint8_t>(token, v);
-      check_ply<std::uint8_t>(token, v);
-      break;
-    case Scalar::i16:
-      check_pcd<std::int16_t>(token, v);
-      check_ply<std::int16_t>(token, v);
-      break;
-    case Scalar::u16:
-      check_pcd<std::uint16_t>(token, v);
-      check_ply<std::uint16_t>(token, v);
-      break;
-    case Scalar::i32:
-      check_pcd<std::int32_t>(token, v);
-      check_ply<std::int32_t>(token, v);
-      break;
-    case Scalar::u32:
-      check_pcd<std::uint32_t>(token, v);
-      check_ply<std::uint32_t>(token, v);
-      break;
-    case Scalar::i64:
-      check_pcd<std::int64_t>(token, v);
-      break;
-    case Scalar::u64:
-      check_pcd<std::uint64_t>(token, v);
-      break;
-    case Scalar::f32:
-      check_pcd<float>(token, v);
-      check_ply<float>(token, v);
-      break;
-    case Scalar::f64:
-      check_pcd<double>(token, v);
-      check_ply<double>(token, v);
-      break;
-  }
+  if (pcnn::io_detail::check_number(token, type, Dialect::pcd, &v).empty())
+    with_type(type, [&](auto t) { check_pcd<decltype(t)>(token, v); });
+  // PLY has no 64-bit integer types.
+  if (type != Scalar::i64 && type != Scalar::u64 &&
+      pcnn::io_detail::check_number(token, type, Dialect::ply, &v).empty())
+    with_type(type, [&](auto t) {
+      if constexpr (sizeof(t) < 8 || std::is_floating_point_v<decltype(t)>)
+        check_ply<decltype(t)>(token, v);
+    });
   return 0;
 }

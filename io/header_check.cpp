@@ -381,7 +381,7 @@ PcdHeader read_pcd_header(const std::string& path, int fd) {
              "VIEWPOINT takes 7 numbers (tx ty tz qw qx qy qz), got " +
                  std::to_string(values[kViewpoint].size()));
     for (const auto& v : values[kViewpoint]) {
-      const std::string why = check_number(v, Scalar::f32);
+      const std::string why = check_number(v, Scalar::f32, Dialect::pcd);
       if (!why.empty())
         reject(path, line_at(at[kViewpoint]), "VIEWPOINT value " + quote(v) + " is " + why);
     }

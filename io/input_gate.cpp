@@ -365,7 +365,8 @@ void check_pcd_ascii(const std::string& path, int fd, const PcdHeader& h, std::u
           double values3[3] = {0, 0, 0};
           for (std::size_t v = 0; v < values.size(); ++v) {
             Number n;
-            const std::string why = check_number(values[v], types[v], xyz || all ? &n : nullptr);
+            const std::string why =
+                check_number(values[v], types[v], Dialect::pcd, xyz || all ? &n : nullptr);
             if (!why.empty())
               reject(path, line_at(lines.number()),
                      "field '" + *names[v] + "': " + quote(values[v]) + " is " + why);
@@ -584,7 +585,7 @@ void check_ply_ascii(const std::string& path, int fd, const PlyHeader& h, std::u
                      "element " + e.name + " item " + std::to_string(item) +
                          " has too few values (" + what + " missing)");
             Number v;
-            const std::string why = check_number(values[t], type, &v);
+            const std::string why = check_number(values[t], type, Dialect::ply, &v);
             if (!why.empty())
               reject(path, where(),
                      "element " + e.name + " " + what + ": " + quote(values[t]) + " is " + why);

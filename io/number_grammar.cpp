@@ -82,7 +82,7 @@ bool fast_value(std::string_view t, Scalar type, double& out) {
 
 }  // namespace
 
-std::string check_number(std::string_view t, Scalar type, Number* value) {
+std::string check_number(std::string_view t, Scalar type, Dialect dialect, Number* value) {
   if (t.empty()) return "an empty value";
   if (t.size() > kMaxNumberLength)
     return "a value longer than " + std::to_string(kMaxNumberLength) + " characters";
@@ -93,7 +93,14 @@ std::string check_number(std::string_view t, Scalar type, Number* value) {
 
   if (is_integer(type)) {
     if (body.empty()) return "not a number";
-    for (char c : body)
+    std::string_view digits = body;
+    if (dialect == Dialect::pcd) {  // "3.", "3.000": a fraction of zeros
+      const std::size_t dot = body.find('.');
+      if (dot != std::string_view::npos && dot > 0 &&
+          body.find_first_not_of('0', dot + 1) == std::string_view::npos)
+        digits = body.substr(0, dot);
+    }
+    for (char c : digits)
       if (!is_digit(c))
         return (c == '.' || c == 'e' || c == 'E' || c == 'x' || c == 'X')
                    ? std::string("not an integer (the field is ") + scalar_name(type) + ")"
@@ -103,7 +110,7 @@ std::string check_number(std::string_view t, Scalar type, Number* value) {
     const Range r = integer_range(type);
     std::uint64_t v = 0;
     bool overflow = false;  // beyond 2^64 - 1: v saturates
-    for (char c : body)
+    for (char c : digits)
       if (__builtin_mul_overflow(v, 10u, &v) ||
           __builtin_add_overflow(v, static_cast<std::uint64_t>(c - '0'), &v)) {
         v = ~std::uint64_t(0);
@@ -137,7 +144,7 @@ std::string check_number(std::string_view t, Scalar type, Number* value) {
     return {};
   }
 
-  if (iequals(body, "nan") || iequals(body, "inf")) {
+  if (iequals(body, "nan") || iequals(body, "inf") || iequals(body, "infinity")) {
     if (value) {
       const double v = iequals(body, "nan") ? std::numeric_limits<double>::quiet_NaN()
                                             : std::numeric_limits<double>::infinity();
@@ -174,10 +181,14 @@ std::string check_number(std::string_view t, Scalar type, Number* value) {
   if (std::isinf(d)) return std::string("too large for ") + scalar_name(type);
   if (type == Scalar::f32) {
     const float through_double = static_cast<float>(d);
-    if (std::isinf(through_double)) return "too large for float32";
     const float direct = strtof_l(buf, nullptr, c_locale());
-    if (std::memcmp(&direct, &through_double, sizeof(float)) != 0)
-      return "rounds to different float32 values directly and through double";
+    if (std::isinf(direct) || std::isinf(through_double)) return "too large for float32";
+    if (dialect == Dialect::ply) {
+      d = direct;  // exact in the double; stored_value rounds it to itself
+    } else if (std::memcmp(&direct, &through_double, sizeof(float)) != 0) {
+      return "a float32 that rounds to different values directly and through double (PCL's "
+             ".pcd reader does either)";
+    }
   }
   if (value) value->f = d;
   return {};

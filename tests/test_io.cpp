@@ -698,17 +698,20 @@ struct NumberCase {
   Scalar type;
   const char* why;  // nullptr: accepted
   double value;
+  io_detail::Dialect dialect = io_detail::Dialect::pcd;
 };
 std::ostream& operator<<(std::ostream& os, const NumberCase& c) {
-  return os << "'" << c.token << "' as " << io_detail::scalar_name(c.type);
+  return os << "'" << c.token << "' as " << io_detail::scalar_name(c.type)
+            << (c.dialect == io_detail::Dialect::pcd ? " in .pcd" : " in .ply");
 }
+constexpr io_detail::Dialect in_ply = io_detail::Dialect::ply;
 
 class NumberGrammar : public ::testing::TestWithParam<NumberCase> {};
 
 TEST_P(NumberGrammar, AcceptsExactlyTheStrictGrammar) {
   const NumberCase c = GetParam();
   io_detail::Number v;
-  const std::string why = io_detail::check_number(c.token, c.type, &v);
+  const std::string why = io_detail::check_number(c.token, c.type, c.dialect, &v);
   if (!c.why) {
     EXPECT_EQ(why, "");
     if (std::isnan(c.value))
@@ -739,6 +742,13 @@ INSTANTIATE_TEST_SUITE_P(
         NumberCase{"4294967295", Scalar::u32, nullptr, 4294967295.0},
         NumberCase{"9007199254740992", Scalar::u64, nullptr, 9007199254740992.0},
         NumberCase{"1e-50", Scalar::f32, nullptr, 1e-50},  // underflows: rounding, not a change
+        // Java, JavaScript and .NET print infinities so; PCL's readers read them
+        NumberCase{"infinity", Scalar::f32, nullptr, inf_},
+        NumberCase{"-Infinity", Scalar::f64, nullptr, -inf_, in_ply},
+        // numpy.savetxt's %f in an integer .pcd field: PCL's two paths both read the integer
+        NumberCase{"3.000000", Scalar::u32, nullptr, 3}, NumberCase{"1.", Scalar::i32, nullptr, 1},
+        NumberCase{"-4.00", Scalar::i8, nullptr, -4},
+        NumberCase{"+4294967295.0", Scalar::u32, nullptr, 4294967295.0},
         // rejected
         NumberCase{"0x10", Scalar::f32, "not a number", 0},
         NumberCase{"0x1p3", Scalar::f64, "not a number", 0},
@@ -763,10 +773,16 @@ INSTANTIATE_TEST_SUITE_P(
         NumberCase{"0000000000000000000000018446744073709556115", Scalar::i32, "out of range", 0},
         NumberCase{"18446744073709551616", Scalar::u8, "out of range", 0},
         NumberCase{"nan", Scalar::i16, "not a number", 0},
-        NumberCase{"infinity", Scalar::f32, "not a number", 0},
+        NumberCase{"infinit", Scalar::f32, "not a number", 0},
+        NumberCase{"3.000", Scalar::u32, "not an integer", 0, in_ply},  // PCL's .ply reads 0
+        NumberCase{"3.010", Scalar::u32, "not an integer", 0},
+        NumberCase{"3.0e0", Scalar::i32, "not an integer", 0},
+        NumberCase{".0", Scalar::i32, "not an integer", 0},
+        NumberCase{"-0.0", Scalar::u8, "negative", 0},
+        NumberCase{"256.0", Scalar::u8, "out of range for uint8", 0},
         NumberCase{"1e39", Scalar::f32, "too large for float32", 0},
         NumberCase{"1e309", Scalar::f64, "too large for float64", 0},
-        NumberCase{"1.", Scalar::i32, "not an integer", 0},
+        NumberCase{"1.", Scalar::i32, "not an integer", 0, in_ply},
         NumberCase{"1e", Scalar::f32, "exponent without digits", 0},
         NumberCase{".", Scalar::f32, "not a number", 0}, NumberCase{"", Scalar::f32, "empty", 0},
         NumberCase{"1,5", Scalar::f32, "not a number", 0},
@@ -779,14 +795,21 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(NumberGrammar, Float32MustRoundTheSameDirectlyAndThroughDouble) {
   // A decimal just above the midpoint between two floats, closer to it than double resolves:
   // rounded to double it lands on the midpoint, which then rounds to even — not to the nearer
-  // float that a direct conversion gives. PCL converts one way or the other depending on where
-  // the value is in the file.
+  // float that a direct conversion gives. PCL's .pcd reader converts one way or the other
+  // depending on where the value is in the file; its .ply reader always directly.
   const char* t = "1.00000005960464477550";  // 1 + 2^-24 + a little
   const float direct = std::strtof(t, nullptr), through = float(std::strtod(t, nullptr));
   ASSERT_NE(direct, through);  // 1.0000001 and 1
-  const std::string why = io_detail::check_number(t, Scalar::f32);
-  EXPECT_NE(why.find("rounds to different float32 values"), std::string::npos) << why;
-  EXPECT_EQ(io_detail::check_number(t, Scalar::f64), "");  // no such question for float64
+  const std::string why = io_detail::check_number(t, Scalar::f32, io_detail::Dialect::pcd);
+  EXPECT_NE(why.find("a float32 that rounds to different values directly and through double"),
+            std::string::npos)
+      << why;
+  io_detail::Number v;
+  EXPECT_EQ(io_detail::check_number(t, Scalar::f32, in_ply, &v), "");
+  EXPECT_EQ(float(v.f), direct);
+  EXPECT_EQ(double(float(v.f)), v.f);  // the float itself, stored as it is
+  EXPECT_EQ(io_detail::check_number(t, Scalar::f64, io_detail::Dialect::pcd),
+            "");  // no such question for float64
 }
 
 // The grammar converts with std::from_chars and tells float32 double roundings apart by testing
@@ -824,7 +847,7 @@ TEST(NumberGrammar, ValuesEqualStrtodAndStrtofOnRandomLiterals) {
     const float f = std::strtof(buf, nullptr);
     for (const Scalar type : {Scalar::f32, Scalar::f64}) {
       io_detail::Number v;
-      const std::string why = io_detail::check_number(buf, type, &v);
+      const std::string why = io_detail::check_number(buf, type, io_detail::Dialect::pcd, &v);
       const bool finite =
           type == Scalar::f32 ? std::isfinite(float(d)) && std::isfinite(f) : std::isfinite(d);
       const float through = static_cast<float>(d);
@@ -834,6 +857,16 @@ TEST(NumberGrammar, ValuesEqualStrtodAndStrtofOnRandomLiterals) {
         ASSERT_EQ(std::memcmp(&v.f, &d, 8), 0) << buf;
       }
       if (type == Scalar::f32 && finite && !agree) ++refused;
+      // .ply: every finite literal, float32 rounded directly (strtof)
+      io_detail::Number p;
+      const std::string ply_why = io_detail::check_number(buf, type, in_ply, &p);
+      ASSERT_EQ(ply_why.empty(), finite) << buf << ": " << ply_why;
+      if (ply_why.empty() && type == Scalar::f32) {
+        const float stored = static_cast<float>(p.f);  // as the gate stores it
+        ASSERT_EQ(std::memcmp(&stored, &f, 4), 0) << buf;
+      } else if (ply_why.empty()) {
+        ASSERT_EQ(std::memcmp(&p.f, &d, 8), 0) << buf;
+      }
     }
     if (kind == 2) ++midpoints;
   }
