@@ -283,7 +283,8 @@ PcdHeader read_pcd_header(const std::string& path, int fd) {
     if (key < last)
       reject(path, line_at(n),
              std::string(kPcdOrder[key]) + " after " + kPcdOrder[last] +
-                 ": PCL reads the header only in the order " + pcd_order() + ", each once");
+                 ": pcnn reads the header keywords in the order PCL writes them (" + pcd_order() +
+                 "), each once (in other orders PCL misreads some)");
     at[key] = n;
     last = key;
     for (std::size_t i = 1; i < w.size(); ++i) values[key].emplace_back(w[i]);
