@@ -186,6 +186,14 @@ int run_devices(OutputMode mode) {
   return d.available ? kExitOk : kExitDevice;
 }
 
+// Whether an output path is a stream: '-', a named descriptor, or an existing file that is no
+// regular file or directory (a FIFO, a device), as OutputSet writes them directly.
+bool names_a_stream(const std::string& path) {
+  struct stat st;
+  return path == "-" || path.rfind("/dev/", 0) == 0 || path.rfind("/proc/self/fd/", 0) == 0 ||
+         (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode));
+}
+
 // The options of `cmd` among `names` that were given on the command line.
 std::vector<std::string> given(CLI::App* cmd, std::initializer_list<const char*> names) {
   std::vector<std::string> out;
@@ -289,6 +297,14 @@ std::vector<std::string> integers_as_decimal(CLI::App& app, int argc, char** arg
   return args;
 }
 
+// Ctrl-C, kill, a closed terminal, a reader gone from a pipe pcnn writes messages to, or a CPU
+// time limit end the process as they would, but first remove the temporaries of outputs not
+// yet in place (hidden files, up to the whole result's size).
+extern "C" void end_on_signal(int sig) {
+  pcnn::remove_uncommitted_outputs();
+  ::raise(sig);  // SA_RESETHAND restored the default action, which ends the process
+}
+
 // The reader of standard output went away (`pcnn ... -o - | head`): the library reports the
 // write's EPIPE rather than dying of SIGPIPE, and the command then ends as Unix commands do, by
 // that signal, silently (exit 141 in a shell) — unless SIGPIPE was not left to kill it.
@@ -302,7 +318,7 @@ void end_if_stdout_reader_gone(const std::string& message) {
   struct sigaction action;
   if (fstat(1, &st) == 0 && S_ISFIFO(st.st_mode) && poll(&out, 1, 0) == 1 &&
       (out.revents & POLLERR) && sigaction(SIGPIPE, nullptr, &action) == 0 &&
-      action.sa_handler == SIG_DFL)
+      (action.sa_handler == SIG_DFL || action.sa_handler == end_on_signal))
     std::raise(SIGPIPE);
 }
 
@@ -340,15 +356,8 @@ void pcnn::app::print_error(const ErrorReport& e, const std::string& who) {
 
 namespace {
 
-// Ctrl-C, kill or a closed terminal end the process as they would, but first remove the
-// temporaries of outputs not yet in place (hidden files, up to the whole result's size).
-extern "C" void end_on_signal(int sig) {
-  pcnn::remove_uncommitted_outputs();
-  ::raise(sig);  // SA_RESETHAND restored the default action, which ends the process
-}
-
 void remove_temporaries_on_signals() {
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGXCPU}) {
     struct sigaction was {};
     if (::sigaction(sig, nullptr, &was) == 0 && was.sa_handler == SIG_IGN) continue;  // nohup
     struct sigaction sa {};
@@ -557,7 +566,8 @@ int run_command(int argc, char** argv) {
       if (radius_cmd->count("--max-nn") > 0 && (radius.max_nn <= 0 || radius.max_nn > pcnn::kMaxK))
         throw pcnn::error("--max-nn must be between 1 and " + std::to_string(pcnn::kMaxK) +
                           ", got " + std::to_string(radius.max_nn));
-      if (radius.max_nn <= 0 && !radius.csv_streams && radius_cmd->count("--stream-format") > 0)
+      if (radius.max_nn <= 0 && !radius.csv_streams && radius_cmd->count("--stream-format") > 0 &&
+          names_a_stream(radius.out))
         throw pcnn::error(
             "--stream-format npy: radius results (without --max-nn) go to a stream as CSV pairs "
             "query,neighbor,sqdist; name a .npy file for OUT.offsets/indices/sqdist.npy");

@@ -1,6 +1,7 @@
 #include "header_check.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <string_view>
@@ -382,7 +383,10 @@ PcdHeader read_pcd_header(const std::string& path, int fd) {
              "VIEWPOINT takes 7 numbers (tx ty tz qw qx qy qz), got " +
                  std::to_string(values[kViewpoint].size()));
     for (const auto& v : values[kViewpoint]) {
-      const std::string why = check_number(v, Scalar::f32, Dialect::pcd);
+      Number n;
+      std::string why = check_number(v, Scalar::f32, Dialect::pcd, &n);
+      // PCL reads VIEWPOINT with >> float, which stops at nan and inf and leaves garbage.
+      if (why.empty() && !std::isfinite(n.f)) why = "not finite (PCL would read garbage)";
       if (!why.empty())
         reject(path, line_at(at[kViewpoint]), "VIEWPOINT value " + quote(v) + " is " + why);
     }

@@ -224,7 +224,7 @@ std::uint64_t end_of_last_filled_line(const std::string& path, int fd, std::uint
   ByteSource src(path, fd, filled + 1);  // the LF that ends the last filled line, if any
   for (char c = 0; src.read(&c, 1) == 1;)
     if (c == '\n') return src.offset();
-  return end;
+  return end;  // the last row has no line ending (its own trailing blanks are the row's)
 }
 
 // The data lines of an ascii file (from h.data_start to `end`; its first is line

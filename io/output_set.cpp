@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -213,26 +214,53 @@ std::string follow_links(const std::string& named) {
 }
 
 // The temporaries (and commit's backups) not yet put in place or removed, by absolute path, for
-// remove_uncommitted_outputs(): a signal handler takes a path with one atomic exchange and
-// unlinks it; whoever takes a path out of its slot owns it (the handler leaves it allocated).
-constexpr int kPendingSlots = 256;
-std::atomic<char*> pending_files[kPendingSlots];
+// remove_uncommitted_outputs(), which a signal handler calls: fixed buffers (no allocation, so
+// nothing for a leak checker either) and one atomic state a slot. A slot is free, being filled,
+// ready, or taken by the handler (then left so: the process is ending).
+enum : int { kSlotFree, kSlotFilling, kSlotReady, kSlotTaken };
+constexpr int kPendingSlots = 64;
+struct PendingSlot {
+  std::atomic<int> state{kSlotFree};
+  char path[PATH_MAX];
+};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs lock-free atomics");
+PendingSlot pending_files[kPendingSlots];
 
 int add_pending(const std::string& absolute) {
-  char* copy = ::strdup(absolute.c_str());
-  if (!copy) return -1;
+  if (absolute.size() >= PATH_MAX) return -1;  // then removed only by its OutputSet
   for (int i = 0; i < kPendingSlots; ++i) {
-    char* none = nullptr;
-    if (pending_files[i].compare_exchange_strong(none, copy)) return i;
+    int free_slot = kSlotFree;
+    if (!pending_files[i].state.compare_exchange_strong(free_slot, kSlotFilling)) continue;
+    std::memcpy(pending_files[i].path, absolute.c_str(), absolute.size() + 1);
+    pending_files[i].state.store(kSlotReady);
+    return i;
   }
-  std::free(copy);  // more than 256 at once: this one is only removed by its OutputSet
-  return -1;
+  return -1;  // more than 64 at once: the rest are removed only by their OutputSet
 }
 
 void drop_pending(int& slot) {
-  if (slot >= 0) std::free(pending_files[slot].exchange(nullptr));
+  int ready = kSlotReady;
+  if (slot >= 0) pending_files[slot].state.compare_exchange_strong(ready, kSlotFree);
   slot = -1;
 }
+
+// The handled signals blocked in this thread while a file is created and registered, so that
+// none comes between the two (the file would be left behind).
+class SignalsHeld {
+ public:
+  SignalsHeld() {
+    sigset_t s;
+    sigemptyset(&s);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGXCPU}) sigaddset(&s, sig);
+    pthread_sigmask(SIG_BLOCK, &s, &old_);
+  }
+  ~SignalsHeld() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+  SignalsHeld(const SignalsHeld&) = delete;
+  SignalsHeld& operator=(const SignalsHeld&) = delete;
+
+ private:
+  sigset_t old_;
+};
 
 std::string absolute_in(const std::string& final_path, const std::string& name) {
   std::error_code ec;
@@ -394,6 +422,7 @@ struct OutputSet::Impl {
     const bool keep_mode = t.existed && ::stat(t.final_path.c_str(), &st) == 0;
     for (int attempt = 0; attempt < 100; ++attempt) {
       const std::string temp = "." + t.name.substr(0, 200) + ".pcnn-" + random_suffix();
+      const SignalsHeld held;
       const int fd = ::openat(t.dir_fd, temp.c_str(),
                               O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
       if (fd >= 0) {
@@ -631,6 +660,7 @@ void OutputSet::commit() {
   for (std::size_t i = 0; i < staged.size(); ++i) {
     if (!staged[i]->existed) continue;
     const std::string b = "." + staged[i]->name.substr(0, 200) + ".pcnn-" + random_suffix();
+    const SignalsHeld held;
     if (::linkat(staged[i]->dir_fd, staged[i]->name.c_str(), staged[i]->dir_fd, b.c_str(), 0) ==
         0) {
       backup[i] = b;
@@ -686,8 +716,10 @@ void OutputSet::commit() {
 }
 
 void remove_uncommitted_outputs() noexcept {
-  for (auto& slot : pending_files)
-    if (char* p = slot.exchange(nullptr)) ::unlink(p);
+  for (auto& slot : pending_files) {
+    int ready = kSlotReady;
+    if (slot.state.compare_exchange_strong(ready, kSlotTaken)) ::unlink(slot.path);
+  }
 }
 
 namespace io_detail {

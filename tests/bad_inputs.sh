@@ -130,6 +130,14 @@ knn silent_pcd_i8_coordinate_beyond_double 3 "point 0: x = 576460752303423548 li
 pcd_header "x y z" "8 8 8" "U U U" "1 1 1" 2 1 2 binary >u8_edge.pcd &&
   { printf '\x00\x00\x00\x00\x00\x00\x20\x00'; head -c 40 /dev/zero; } >>u8_edge.pcd
 knn pcd_u8_coordinate_at_2_53 0 "" u8_edge.pcd
+# Forms PCL reads as meant, read the same (test_load_paths compares both readers on these files):
+# indented header lines, empty LF lines, mixed line endings in .pcd, blank lines in a .ply header,
+# CloudCompare's and UTF-8 names, 'Infinity', '3.000000' in an integer .pcd field, blank lines
+# after the last row.
+printf '\n  VERSION 0.7\r\n\tFIELDS x y z scalar_Roughness_(0.1) i\n\n  SIZE 4 4 4 4 4\n  # c\r\nTYPE F F F F U\nCOUNT 1 1 1 1 1\r\nWIDTH 2\nHEIGHT 1\nPOINTS 2\n  DATA ascii\r\n1 2 3 Infinity 3.000000\r\n4 5 6 -infinity 7.\n\n  \n' >forms.pcd
+knn pcd_header_forms_pcl_reads 0 "" forms.pcd
+printf 'ply\n  format ascii 1.0\n\n  comment c\n \t \n  element vertex 2\n  property float x\n  property float y\n\tproperty float z\n  property float Dichte_\xc3\xa4\n  end_header\n1 2 3 Infinity\n4 5 1.00000005960464477550 2\n\n' >forms.ply
+knn ply_header_forms_pcl_reads 0 "" forms.ply
 xyz_pcd 1 ascii >f_over.pcd && printf '1e39 2 3\n' >>f_over.pcd && knn silent_pcd_float_overflow 3 "'1e39' is too large for float32" f_over.pcd
 ply_header ascii 1 "property float x" "property float y" "property char z" >char_wrap.ply && printf '1 2 200\n' >>char_wrap.ply
 knn silent_ply_char_wraps 3 "'200' is out of range for int8" char_wrap.ply

@@ -495,16 +495,18 @@ expect 2 "needs more than mean_k \(8\) finite points, it has 5" -- filter sor "$
 
 
 # Outputs when the process or its streams fail. A signal (Ctrl-C, kill, a closed terminal)
-# removes the temporary and keeps the old file (checked when the signal came before the end).
-echo old >"$tmp/sig.pcd"
-"$pcnn" generate uniform -n 30000000 -o "$tmp/sig.pcd" -q &
-sleep 0.5
-kill -TERM $! 2>/dev/null
-wait $!
+# removes the temporary and keeps the old file: the indices' temporary is made first, then the
+# command waits to open the distances' FIFO (no reader) until the signal comes.
+echo old >"$tmp/sig.npy"
+mkfifo "$tmp/sig_fifo.npy"
+"$pcnn" knn "$sample" -k 2 --device cpu -q -o "$tmp/sig.npy" --distances "$tmp/sig_fifo.npy" &
+pid=$!
+for _ in $(seq 50); do ls -A "$tmp" | grep -q '^\.sig\.npy\.pcnn-' && break; sleep 0.1; done
+sleep 0.3
+kill -TERM $pid
+wait $pid
 rc=$?
-if [ "$rc" = 143 ]; then
-  [ "$(cat "$tmp/sig.pcd")" = old ] && [ -z "$(ls -A "$tmp" | grep '\.pcnn-')" ] || { echo "FAIL: SIGTERM left a temporary or changed the output"; ls -A "$tmp" | grep pcnn-; fails=$((fails + 1)); }
-fi
+[ "$rc" = 143 ] && [ "$(cat "$tmp/sig.npy")" = old ] && [ -z "$(ls -A "$tmp" | grep '\.pcnn-')" ] || { echo "FAIL: SIGTERM (exit $rc) left a temporary or changed the output"; ls -A "$tmp" | grep pcnn-; fails=$((fails + 1)); }
 # The report on stdout is checked like any output: a full disk or a closed stdout is exit 5.
 "$pcnn" stats "$sample" --device cpu --json -q >/dev/full 2>"$tmp/err"
 [ $? = 5 ] && grep -q "cannot write to standard output: No space left on device" "$tmp/err" || { echo "FAIL: --json to a full disk"; fails=$((fails + 1)); }
@@ -518,9 +520,10 @@ head -1 "$tmp/closed.csv" | grep -q "^query,neighbor,sqdist$" || { echo "FAIL: w
 [ $? = 5 ] && grep -q "it is standard error" "$tmp/err.npy" || { echo "FAIL: -o /dev/stderr"; fails=$((fails + 1)); }
 ln -s /dev/stdout "$tmp/to_stdout.npy"
 echo head >"$tmp/log"
-{ "$pcnn" knn "$sample" -k 2 --device cpu -q -o "$tmp/to_stdout.npy"; echo tail; } >>"$tmp/log"
-[ "$(head -1 "$tmp/log")" = head ] && [ "$(tail -c 5 "$tmp/log")" = "tail" ] || { echo "FAIL: a link to /dev/stdout replaced the shell's file"; fails=$((fails + 1)); }
+{ "$pcnn" knn "$sample" -k 2 --device cpu -q -o "$tmp/to_stdout.npy"; echo "rc=$?"; } >>"$tmp/log"
+[ "$(head -1 "$tmp/log")" = head ] && [ "$(tail -c 5 "$tmp/log")" = "rc=0" ] && [ "$(head -c 11 "$tmp/log" | tail -c 5)" = NUMPY ] || { echo "FAIL: a link to /dev/stdout replaced the shell's file"; fails=$((fails + 1)); }
 expect 2 "radius results \(without --max-nn\) go to a stream as CSV pairs" -- radius "$sample" -r 0.2 --device cpu -o - --stream-format npy
+expect 0 "written to" -- radius "$sample" -r 0.2 --device cpu -o "$tmp/r_sf.npy" --stream-format npy  # a file: the option has nothing to say
 # What the shell's > could not write is not replaced (as another user than root: as nobody).
 if [ "$(id -u)" -ne 0 ] || command -v setpriv >/dev/null; then
   as_user() { if [ "$(id -u)" -eq 0 ]; then setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; else "$@"; fi; }

@@ -1110,6 +1110,10 @@ INSTANTIATE_TEST_SUITE_P(
                     "element range_grid 2\nproperty list uchar int vertex_indices\n") +
                     "1 2 3\n1 0\n0\n",
                 "fills with 0 (not NaN)"},
+        BadFile{"viewpoint_infinity", ".pcd",
+                "VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 1\n"
+                "HEIGHT 1\nVIEWPOINT 5 infinity 7 1 0 0 0\nPOINTS 1\nDATA ascii\n1 2 3\n",
+                "line 8: VIEWPOINT value 'infinity' is not finite"},
         BadFile{"keyword_prefix", ".pcd",
                 "VERSION 0.7\nFIELDSX x y z\nSIZE 4 4 4\nTYPE F F F\nWIDTH 1\nPOINTS 1\nDATA "
                 "ascii\n1 2 3\n",
@@ -1128,10 +1132,11 @@ INSTANTIATE_TEST_SUITE_P(
                     "end_header\n",
                 "element vertex 3000000000: at most 2^31-1 points"}));
 
-// Header forms PCL reads as meant: blanks before a line's first word, empty lines (.pcd: LF
-// ones; .ply: any blank line after the format line), and .pcd lines ending either way (PCL's
-// tokenizer drops the CR). Both readers give the points written. A .pcd line of only blanks or a
-// lone CR, which PCL takes for a line of no keyword (reading no point), is still refused.
+// Header forms PCL reads as meant (checked against PCL 1.13 when written; bad_inputs.sh keeps
+// such files for test_load_paths, which compares both readers): blanks before a line's first
+// word, empty lines (.pcd: LF ones; .ply: any blank line after the format line), and .pcd lines
+// ending either way (PCL's tokenizer drops the CR). A .pcd line of only blanks or a lone CR,
+// which PCL takes for a line of no keyword (reading no point), is still refused.
 TEST(InputGate, HeaderFormsPclReadsAsMeant) {
   TempDir tmp;
   const std::string pcd_ok =
