@@ -638,27 +638,29 @@ void OutputSet::commit() {
   std::vector<Impl::Target*> staged;
   for (auto& t : im.targets)
     if (t.mode == Impl::Mode::staged) staged.push_back(&t);
-  // Each target is still what add() found there (the same regular file, or nothing): a FIFO,
-  // symlink or other file put there meanwhile is not replaced.
-  for (const Impl::Target* t : staged) {
+  // Each target is still what add() found there, the same regular file, or nothing (a file
+  // removed meanwhile is simply written): a FIFO, symlink or other file put there meanwhile is
+  // not replaced. `replaces`: a file is there to replace.
+  std::vector<char> replaces(staged.size(), 0);
+  for (std::size_t i = 0; i < staged.size(); ++i) {
+    const Impl::Target* t = staged[i];
     struct stat st;
     const bool there = ::fstatat(t->dir_fd, t->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
-    const bool same = t->existed ? there && S_ISREG(st.st_mode) && st.st_dev == t->id.dev &&
-                                       st.st_ino == t->id.ino
-                                 : !there && errno == ENOENT;
-    if (!same)
-      fail(t->path, "it changed while pcnn ran (" +
-                        std::string(!there       ? "it was removed"
-                                    : t->existed ? "another file is there now"
-                                                 : "something was made there") +
+    const bool absent = !there && errno == ENOENT;
+    const bool same = there && t->existed && S_ISREG(st.st_mode) && st.st_dev == t->id.dev &&
+                      st.st_ino == t->id.ino;
+    if (!absent && !same)
+      fail(t->path, std::string("it changed while pcnn ran (") +
+                        (t->existed ? "another file is there now" : "something was made there") +
                         "): left as it is");
+    replaces[i] = same;
   }
   // Hard links to the files about to be replaced, so that a failed rename can undo the ones
   // before it (where the file system has no hard links, that target cannot be restored).
   std::vector<std::string> backup(staged.size());
   std::vector<int> backup_pending(staged.size(), -1);
   for (std::size_t i = 0; i < staged.size(); ++i) {
-    if (!staged[i]->existed) continue;
+    if (!replaces[i]) continue;
     const std::string b = "." + staged[i]->name.substr(0, 200) + ".pcnn-" + random_suffix();
     const SignalsHeld held;
     if (::linkat(staged[i]->dir_fd, staged[i]->name.c_str(), staged[i]->dir_fd, b.c_str(), 0) ==
@@ -672,7 +674,7 @@ void OutputSet::commit() {
   for (; done < staged.size(); ++done) {
     Impl::Target& t = *staged[done];
     // A new file never replaces one made there since the check above.
-    const unsigned flags = t.existed ? 0 : RENAME_NOREPLACE;
+    const unsigned flags = replaces[done] ? 0 : RENAME_NOREPLACE;
     int rc = ::renameat2(t.dir_fd, t.temp.c_str(), t.dir_fd, t.name.c_str(), flags);
     if (rc != 0 && (errno == EINVAL || errno == ENOSYS))  // a file system without the flag
       rc = ::renameat(t.dir_fd, t.temp.c_str(), t.dir_fd, t.name.c_str());
@@ -688,7 +690,7 @@ void OutputSet::commit() {
       Impl::Target& t = *staged[j];
       if (!backup[j].empty())
         ::renameat(t.dir_fd, backup[j].c_str(), t.dir_fd, t.name.c_str());
-      else if (!t.existed)
+      else if (!replaces[j])
         ::unlinkat(t.dir_fd, t.name.c_str(), 0);
     }
     for (std::size_t j = done; j < staged.size(); ++j)
