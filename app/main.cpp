@@ -190,7 +190,8 @@ int run_devices(OutputMode mode) {
 // regular file or directory (a FIFO, a device), as OutputSet writes them directly.
 bool names_a_stream(const std::string& path) {
   struct stat st;
-  return path == "-" || path.rfind("/dev/", 0) == 0 || path.rfind("/proc/self/fd/", 0) == 0 ||
+  return path == "-" || path == "/dev/stdout" || path == "/dev/stderr" ||
+         path.rfind("/dev/fd/", 0) == 0 || path.rfind("/proc/self/fd/", 0) == 0 ||
          (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode));
 }
 
@@ -357,12 +358,14 @@ void pcnn::app::print_error(const ErrorReport& e, const std::string& who) {
 namespace {
 
 void remove_temporaries_on_signals() {
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGXCPU}) {
+  const int handled[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGXCPU};
+  for (int sig : handled) {
     struct sigaction was {};
     if (::sigaction(sig, nullptr, &was) == 0 && was.sa_handler == SIG_IGN) continue;  // nohup
     struct sigaction sa {};
     sa.sa_handler = end_on_signal;
-    sigemptyset(&sa.sa_mask);
+    sigemptyset(&sa.sa_mask);  // a second signal waits for the first's clean-up
+    for (int other : handled) sigaddset(&sa.sa_mask, other);
     sa.sa_flags = SA_RESETHAND;
     ::sigaction(sig, &sa, nullptr);
   }

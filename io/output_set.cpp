@@ -225,6 +225,10 @@ struct PendingSlot {
 };
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs lock-free atomics");
 PendingSlot pending_files[kPendingSlots];
+// Set while commit() puts outputs in place (or back): a handler on another thread waits for it to
+// clear, so that it finds all renamed or all rolled back, never a mix with the backups gone.
+// The committing thread holds the signals meanwhile (SignalsHeld), so it never waits on itself.
+std::atomic<int> committing{0};
 
 int add_pending(const std::string& absolute) {
   if (absolute.size() >= PATH_MAX) return -1;  // then removed only by its OutputSet
@@ -244,8 +248,7 @@ void drop_pending(int& slot) {
   slot = -1;
 }
 
-// The handled signals blocked in this thread while a file is created and registered, so that
-// none comes between the two (the file would be left behind).
+// The handled signals blocked in this thread (while commit() renames: see `committing`).
 class SignalsHeld {
  public:
   SignalsHeld() {
@@ -422,16 +425,21 @@ struct OutputSet::Impl {
     const bool keep_mode = t.existed && ::stat(t.final_path.c_str(), &st) == 0;
     for (int attempt = 0; attempt < 100; ++attempt) {
       const std::string temp = "." + t.name.substr(0, 200) + ".pcnn-" + random_suffix();
-      const SignalsHeld held;
+      // Registered before it exists: a signal on any thread then never finds it unregistered
+      // (unlinking a name not yet made is harmless).
+      int pending = add_pending(absolute_in(t.final_path, temp));
       const int fd = ::openat(t.dir_fd, temp.c_str(),
                               O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
       if (fd >= 0) {
         t.temp = temp;
         t.temp_fd = fd;
-        t.pending = add_pending(absolute_in(t.final_path, temp));
+        t.pending = pending;
         if (keep_mode) keep_owner_and_mode(fd, st);
         return;
       }
+      const int create_errno = errno;
+      drop_pending(pending);
+      errno = create_errno;
       if (errno != EEXIST)
         fail(t.path, std::string("cannot create a file in its directory: ") + std::strerror(errno));
     }
@@ -662,13 +670,21 @@ void OutputSet::commit() {
   for (std::size_t i = 0; i < staged.size(); ++i) {
     if (!replaces[i]) continue;
     const std::string b = "." + staged[i]->name.substr(0, 200) + ".pcnn-" + random_suffix();
-    const SignalsHeld held;
+    backup_pending[i] = add_pending(absolute_in(staged[i]->final_path, b));  // before it exists
     if (::linkat(staged[i]->dir_fd, staged[i]->name.c_str(), staged[i]->dir_fd, b.c_str(), 0) ==
         0) {
       backup[i] = b;
-      backup_pending[i] = add_pending(absolute_in(staged[i]->final_path, b));
+    } else {
+      if (errno == ENOENT) replaces[i] = 0;  // removed since the check: a new file after all
+      drop_pending(backup_pending[i]);
     }
   }
+  // From the first rename to the last (or to the rollback's end), no signal handler acts.
+  const SignalsHeld held;
+  struct Committing {
+    Committing() { committing.store(1); }
+    ~Committing() { committing.store(0); }
+  } in_progress;
   std::size_t done = 0;
   int err = 0;
   for (; done < staged.size(); ++done) {
@@ -698,6 +714,7 @@ void OutputSet::commit() {
     for (int& slot : backup_pending) drop_pending(slot);
     fail(staged[done]->path, std::string("cannot rename it into place: ") + std::strerror(err));
   }
+  committing.store(0);
   im.committed = true;
   // The renames themselves reach the disk: each directory once (a command's outputs share one,
   // mostly; a directory's fsync took ~70 ms after 640 MB of rows, H200 host, and was done for
@@ -718,6 +735,8 @@ void OutputSet::commit() {
 }
 
 void remove_uncommitted_outputs() noexcept {
+  while (committing.load() != 0) {
+  }  // another thread is putting outputs in place: a moment
   for (auto& slot : pending_files) {
     int ready = kSlotReady;
     if (slot.state.compare_exchange_strong(ready, kSlotTaken)) ::unlink(slot.path);

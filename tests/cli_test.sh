@@ -501,12 +501,13 @@ echo old >"$tmp/sig.npy"
 mkfifo "$tmp/sig_fifo.npy"
 "$pcnn" knn "$sample" -k 2 --device cpu -q -o "$tmp/sig.npy" --distances "$tmp/sig_fifo.npy" &
 pid=$!
-for _ in $(seq 50); do ls -A "$tmp" | grep -q '^\.sig\.npy\.pcnn-' && break; sleep 0.1; done
+seen=no
+for _ in $(seq 100); do ls -A "$tmp" | grep -q '^\.sig\.npy\.pcnn-' && seen=yes && break; sleep 0.1; done
 sleep 0.3
 kill -TERM $pid
 wait $pid
 rc=$?
-[ "$rc" = 143 ] && [ "$(cat "$tmp/sig.npy")" = old ] && [ -z "$(ls -A "$tmp" | grep '\.pcnn-')" ] || { echo "FAIL: SIGTERM (exit $rc) left a temporary or changed the output"; ls -A "$tmp" | grep pcnn-; fails=$((fails + 1)); }
+[ "$seen" = yes ] && [ "$rc" = 143 ] && [ "$(cat "$tmp/sig.npy")" = old ] && [ -z "$(ls -A "$tmp" | grep '\.pcnn-')" ] || { echo "FAIL: SIGTERM (exit $rc, temporary seen: $seen) left a temporary or changed the output"; ls -A "$tmp" | grep pcnn-; fails=$((fails + 1)); }
 # The report on stdout is checked like any output: a full disk or a closed stdout is exit 5.
 "$pcnn" stats "$sample" --device cpu --json -q >/dev/full 2>"$tmp/err"
 [ $? = 5 ] && grep -q "cannot write to standard output: No space left on device" "$tmp/err" || { echo "FAIL: --json to a full disk"; fails=$((fails + 1)); }

@@ -149,8 +149,10 @@ class OutputSet {
 
 /// Removes the staged temporaries (and commit's backups) of every OutputSet not yet committed.
 /// Async-signal-safe (no allocation, no lock: only unlink), for a handler of the signals that end
-/// the program (SIGINT, SIGTERM, SIGHUP), so that an interrupted write leaves nothing behind; the
-/// pcnn command installs such handlers. The targets keep what they held.
+/// the program (the pcnn command installs one for SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE and
+/// SIGXCPU), so that an interrupted write leaves nothing behind. The targets keep what they held;
+/// a commit() under way on another thread is waited for (all put in place, or all rolled back).
+/// Meant for a program about to end: the files it removes stay counted as pending.
 void remove_uncommitted_outputs() noexcept;
 
 /// Writes the points `indices` (ascending or not, each once) of `cloud` with every field the
