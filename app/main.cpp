@@ -186,15 +186,6 @@ int run_devices(OutputMode mode) {
   return d.available ? kExitOk : kExitDevice;
 }
 
-// Whether an output path is a stream: '-', a named descriptor, or an existing file that is no
-// regular file or directory (a FIFO, a device), as OutputSet writes them directly.
-bool names_a_stream(const std::string& path) {
-  struct stat st;
-  return path == "-" || path == "/dev/stdout" || path == "/dev/stderr" ||
-         path.rfind("/dev/fd/", 0) == 0 || path.rfind("/proc/self/fd/", 0) == 0 ||
-         (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode));
-}
-
 // The options of `cmd` among `names` that were given on the command line.
 std::vector<std::string> given(CLI::App* cmd, std::initializer_list<const char*> names) {
   std::vector<std::string> out;
@@ -570,7 +561,7 @@ int run_command(int argc, char** argv) {
         throw pcnn::error("--max-nn must be between 1 and " + std::to_string(pcnn::kMaxK) +
                           ", got " + std::to_string(radius.max_nn));
       if (radius.max_nn <= 0 && !radius.csv_streams && radius_cmd->count("--stream-format") > 0 &&
-          names_a_stream(radius.out))
+          pcnn::OutputSet::is_stream(radius.out))
         throw pcnn::error(
             "--stream-format npy: radius results (without --max-nn) go to a stream as CSV pairs "
             "query,neighbor,sqdist; name a .npy file for OUT.offsets/indices/sqdist.npy");

@@ -564,14 +564,14 @@ PlyHeader read_ply_header(const std::string& path, int fd) {
     const std::string_view line = trim_front(whole);
     const std::uint64_t n = lines.number();
     if (line.empty()) continue;  // PCL ignores a line of only white space (with a warning)
-    // PCL hands an obj_info line to its reader whole, which splits it at the blanks: after a
-    // leading one the words are shifted, and num_cols / num_rows ignored.
-    if (line.size() != whole.size() && words(line)[0] == "obj_info")
-      reject(path, line_at(n), "an obj_info line may not start with white space (PCL ignores it)");
     const bool free_text = line.compare(0, 7, "comment") == 0;
     check_characters(path, n, line, free_text);
     const auto w = words(line);
     if (w[0] == "comment") continue;
+    // PCL hands an obj_info line to its reader whole, which splits it at the blanks: after a
+    // leading one the words are shifted, and num_cols / num_rows ignored.
+    if (line.size() != whole.size() && w[0] == "obj_info")
+      reject(path, line_at(n), "an obj_info line may not start with white space (PCL ignores it)");
     if (w[0] == "end_header") {
       if (w.size() != 1) reject(path, line_at(n), "end_header takes nothing after it");
       break;

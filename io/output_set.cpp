@@ -589,6 +589,12 @@ void OutputSet::add(const std::string& path, OutputKind kind) {
   im.declared.push_back(std::move(d));
 }
 
+bool OutputSet::is_stream(const std::string& path) {
+  struct stat st;
+  return named_descriptor(path) >= 0 ||
+         (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode));
+}
+
 std::vector<std::string> OutputSet::files(const std::string& path) const {
   for (const auto& d : impl().declared)
     if (d.path == path) {

@@ -124,6 +124,9 @@ class OutputSet {
   void prefer_csv_streams(bool csv);
   /// Declares and checks an output (see above). @throws pcnn::output_error naming `path` and why
   void add(const std::string& path, OutputKind kind);
+  /// Whether add() would write `path` directly as a stream (`-`, /dev/stdout, /dev/fd/N, an
+  /// existing FIFO or device) rather than stage it, as it stands now.
+  static bool is_stream(const std::string& path);
   /// The files `path` (as given to add) writes: itself, or the three files of radius results.
   std::vector<std::string> files(const std::string& path) const;
   /// Checks, before anything is written, that the outputs' files fit: each file's size within
